@@ -1,0 +1,27 @@
+//! The canonical streamgate event grammar (spec §3): what every wire adapter produces and
+//! every consumer (archiver, projector, CLI) reads. No I/O lives here.
+//!
+//! # Layout
+//! - [`event`]: typed events and their canonical JSON line `{"seq","stream","data"}`.
+//! - [`json`]: provider objects (usage, tool arguments, diagnostic detail) kept verbatim.
+//! - [`envelope`]: the routing fields around an event on the bus and in the archive.
+//! - [`fold`]: the deterministic run-state fold (final text, thinking segments, tool
+//!   items, usage, status) shared by replay and projection.
+//! - [`invariants`]: the spec's conformance invariants I1–I10 as a checker.
+#![forbid(unsafe_code)]
+
+pub mod envelope;
+pub mod event;
+pub mod fold;
+pub mod invariants;
+pub mod json;
+
+pub use envelope::{Envelope, RunEvent};
+pub use event::{
+    Assistant, AssistantPhase, Diagnostic, Event, EventData, Item, ItemPhase, Lifecycle,
+    LifecyclePhase, RunStatus, SegmentPhase, SegmentStatus, StopReason, Stream, Thinking,
+    ThinkingVariant,
+};
+pub use fold::RunState;
+pub use invariants::{check, FrameAccount, Violation};
+pub use json::Json;

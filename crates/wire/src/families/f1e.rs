@@ -1,0 +1,19 @@
+//! claude-cli stream-json (an envelope over F1). (Placeholder: every frame is reported as `unknown_frame`.)
+
+use crate::adapter::{stream_closed, Adapter, Close};
+use crate::emitter::Emitter;
+use crate::framing::Frame;
+
+/// Adapter state for one run.
+#[derive(Debug, Default)]
+pub struct F1eAdapter;
+
+impl Adapter for F1eAdapter {
+    fn frame(&mut self, frame: Frame<'_>, out: &mut Emitter) {
+        out.unknown_frame(frame.event.unwrap_or("frame"), frame.data);
+    }
+
+    fn close(&mut self, _close: Close, out: &mut Emitter) {
+        stream_closed(out);
+    }
+}

@@ -1,0 +1,353 @@
+//! Incremental framing: bytes in chunks of any size → whole provider frames.
+//!
+//! Two framings exist on the wire: Server-Sent Events (`event:`/`data:` fields, blank-line
+//! dispatch, `:` comments) and JSON Lines (one object per line). The decoder sniffs which
+//! one a stream uses from its first significant byte (`{` means JSONL), because the same
+//! family can arrive either way (pioneer's Chat Completions stream is bare JSONL).
+//!
+//! Chunks may split a line, a CRLF pair or a UTF-8 character anywhere: bytes are buffered
+//! until a line is complete, and text is only decoded from complete lines. Lines end in
+//! LF, CRLF or a lone CR. A leading UTF-8 BOM is skipped. A line longer than the frame
+//! limit is discarded (reported, never buffered without bound).
+
+use memchr::memchr2;
+
+/// Default upper bound for one line, and so for one frame's data.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// One frame, as the adapter sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// SSE `event:` name; `None` for JSONL and for SSE frames without one.
+    pub event: Option<&'a str>,
+    /// SSE `data:` (multi-line data joined with `\n`) or the JSONL line.
+    pub data: &'a str,
+}
+
+/// What the decoder hands out besides frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// A complete frame.
+    Frame(Frame<'a>),
+    /// An SSE comment line (`: keepalive`), text after the colon.
+    Comment(&'a str),
+    /// A line over the size limit was discarded; its length so far.
+    Oversized(usize),
+    /// A frame whose bytes were not valid UTF-8 (replaced with U+FFFD before the adapter
+    /// sees it).
+    InvalidUtf8,
+}
+
+/// Which framing a stream uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-Sent Events.
+    Sse,
+    /// JSON Lines.
+    Jsonl,
+}
+
+/// Incremental decoder for one stream.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    framing: Option<Framing>,
+    max_frame: usize,
+    buf: Vec<u8>,
+    /// A line ended in CR: a following LF belongs to it.
+    pending_cr: bool,
+    /// Discarding the rest of an oversized line.
+    skipping: bool,
+    bom_checked: bool,
+    // SSE event under construction.
+    event_name: String,
+    data: Vec<u8>,
+    has_data: bool,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> Self {
+        FrameDecoder::new(None, DEFAULT_MAX_FRAME_BYTES)
+    }
+}
+
+impl FrameDecoder {
+    /// A decoder; `framing: None` sniffs it from the first significant byte.
+    pub fn new(framing: Option<Framing>, max_frame: usize) -> FrameDecoder {
+        FrameDecoder {
+            framing,
+            max_frame,
+            buf: Vec::new(),
+            pending_cr: false,
+            skipping: false,
+            bom_checked: false,
+            event_name: String::new(),
+            data: Vec::new(),
+            has_data: false,
+        }
+    }
+
+    /// The framing in use, once known.
+    pub fn framing(&self) -> Option<Framing> {
+        self.framing
+    }
+
+    /// Bytes buffered while waiting for a line end.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() + self.data.len()
+    }
+
+    /// Feeds a chunk; calls `sink` for everything it completes.
+    pub fn feed(&mut self, mut chunk: &[u8], sink: &mut dyn FnMut(Decoded<'_>)) {
+        if chunk.is_empty() {
+            return;
+        }
+        if !self.bom_checked {
+            // The BOM itself may be split across chunks: wait for three bytes.
+            if self.buf.len() + chunk.len() < 3 {
+                self.buf.extend_from_slice(chunk);
+                if !b"\xEF\xBB\xBF".starts_with(&self.buf) {
+                    self.bom_checked = true;
+                    let pending = std::mem::take(&mut self.buf);
+                    self.feed(&pending, sink);
+                }
+                return;
+            }
+            self.bom_checked = true;
+            if !self.buf.is_empty() {
+                let mut joined = std::mem::take(&mut self.buf);
+                joined.extend_from_slice(chunk);
+                let start = if joined.starts_with(b"\xEF\xBB\xBF") {
+                    3
+                } else {
+                    0
+                };
+                self.feed(&joined[start..], sink);
+                return;
+            }
+            if chunk.starts_with(b"\xEF\xBB\xBF") {
+                chunk = &chunk[3..];
+            }
+        }
+        if chunk.is_empty() {
+            return;
+        }
+        if self.pending_cr {
+            self.pending_cr = false;
+            if chunk[0] == b'\n' {
+                chunk = &chunk[1..];
+            }
+        }
+        if self.buf.is_empty() {
+            let used = self.lines(chunk, sink);
+            self.keep_tail(&chunk[used..], sink);
+        } else {
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.extend_from_slice(chunk);
+            let used = self.lines(&buf, sink);
+            buf.drain(..used);
+            let tail = std::mem::take(&mut buf);
+            self.keep_tail(&tail, sink);
+            // Reuse the allocation for the next partial line.
+            if self.buf.is_empty() {
+                self.buf = buf;
+            }
+        }
+    }
+
+    /// The stream ended: completes a trailing line without a terminator and dispatches a
+    /// pending SSE event (captures often lack the final blank line).
+    pub fn finish(&mut self, sink: &mut dyn FnMut(Decoded<'_>)) {
+        if !self.bom_checked {
+            self.bom_checked = true;
+        }
+        let tail = std::mem::take(&mut self.buf);
+        if !tail.is_empty() && !self.skipping {
+            self.line(&tail, sink);
+        }
+        self.skipping = false;
+        self.pending_cr = false;
+        if self.framing == Some(Framing::Sse) {
+            self.dispatch(sink);
+        }
+    }
+
+    fn keep_tail(&mut self, tail: &[u8], sink: &mut dyn FnMut(Decoded<'_>)) {
+        if self.skipping {
+            return;
+        }
+        if self.buf.len() + tail.len() > self.max_frame {
+            sink(Decoded::Oversized(self.buf.len() + tail.len()));
+            self.buf.clear();
+            self.skipping = true;
+            return;
+        }
+        self.buf.extend_from_slice(tail);
+    }
+
+    /// Processes every complete line in `bytes`; returns how many bytes were consumed.
+    fn lines(&mut self, bytes: &[u8], sink: &mut dyn FnMut(Decoded<'_>)) -> usize {
+        let mut pos = 0;
+        while let Some(off) = memchr2(b'\n', b'\r', &bytes[pos..]) {
+            let end = pos + off;
+            let line = &bytes[pos..end];
+            if self.skipping {
+                self.skipping = false;
+            } else if line.len() > self.max_frame {
+                sink(Decoded::Oversized(line.len()));
+            } else {
+                self.line(line, sink);
+            }
+            pos = end + 1;
+            if bytes[end] == b'\r' {
+                match bytes.get(pos) {
+                    Some(b'\n') => pos += 1,
+                    Some(_) => {}
+                    None => self.pending_cr = true,
+                }
+            }
+        }
+        pos
+    }
+
+    fn line(&mut self, line: &[u8], sink: &mut dyn FnMut(Decoded<'_>)) {
+        let framing = match self.framing {
+            Some(f) => f,
+            None => {
+                let Some(first) = line.iter().find(|b| !b.is_ascii_whitespace()) else {
+                    return;
+                };
+                let f = if *first == b'{' || *first == b'[' {
+                    Framing::Jsonl
+                } else {
+                    Framing::Sse
+                };
+                self.framing = Some(f);
+                f
+            }
+        };
+        match framing {
+            Framing::Jsonl => {
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    return;
+                }
+                emit_text(line, None, sink);
+            }
+            Framing::Sse => self.sse_line(line, sink),
+        }
+    }
+
+    fn sse_line(&mut self, line: &[u8], sink: &mut dyn FnMut(Decoded<'_>)) {
+        if line.is_empty() {
+            self.dispatch(sink);
+            return;
+        }
+        if line[0] == b':' {
+            let text = String::from_utf8_lossy(&line[1..]);
+            sink(Decoded::Comment(text.trim_start()));
+            return;
+        }
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
+            }
+            b"event" => {
+                self.event_name.clear();
+                self.event_name.push_str(&String::from_utf8_lossy(value));
+            }
+            // `id`, `retry` and unknown fields carry nothing an adapter needs.
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self, sink: &mut dyn FnMut(Decoded<'_>)) {
+        if self.has_data {
+            let name = (!self.event_name.is_empty()).then_some(self.event_name.as_str());
+            emit_text(&self.data, name, sink);
+        }
+        self.data.clear();
+        self.has_data = false;
+        self.event_name.clear();
+    }
+}
+
+fn emit_text(bytes: &[u8], event: Option<&str>, sink: &mut dyn FnMut(Decoded<'_>)) {
+    match std::str::from_utf8(bytes) {
+        Ok(data) => sink(Decoded::Frame(Frame { event, data })),
+        Err(_) => {
+            sink(Decoded::InvalidUtf8);
+            let lossy = String::from_utf8_lossy(bytes);
+            sink(Decoded::Frame(Frame {
+                event,
+                data: &lossy,
+            }));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(chunks: &[&[u8]]) -> Vec<String> {
+        let mut d = FrameDecoder::default();
+        let mut out = Vec::new();
+        let mut sink = |x: Decoded<'_>| match x {
+            Decoded::Frame(f) => out.push(format!("{}|{}", f.event.unwrap_or("-"), f.data)),
+            Decoded::Comment(c) => out.push(format!("#{c}")),
+            other => out.push(format!("{other:?}")),
+        };
+        for c in chunks {
+            d.feed(c, &mut sink);
+        }
+        d.finish(&mut sink);
+        out
+    }
+
+    #[test]
+    fn sse_fields_comments_multiline_and_done() {
+        let out = decode(&[b"\xEF\xBB\xBF: ping\r\nevent: a\r\ndata: {\"x\":1}\r\n\r\ndata: l1\ndata: l2\n\ndata: [DONE]\n\n"]);
+        assert_eq!(out, vec!["#ping", "a|{\"x\":1}", "-|l1\nl2", "-|[DONE]"]);
+    }
+
+    #[test]
+    fn jsonl_with_crlf_and_blank_lines() {
+        let out = decode(&[b"{\"a\":1}\r\n\r\n{\"b\":2}"]);
+        assert_eq!(out, vec!["-|{\"a\":1}", "-|{\"b\":2}"]);
+    }
+
+    #[test]
+    fn every_split_point_gives_the_same_frames() {
+        let input = "\u{FEFF}event: e\r\ndata: {\"t\":\"h\u{e9}\u{1F600}\"}\r\n\r\n: c\rdata: x\r\rdata: y\n\n".as_bytes();
+        let whole = decode(&[input]);
+        for i in 0..input.len() {
+            for j in i..input.len() {
+                let got = decode(&[&input[..i], &input[i..j], &input[j..]]);
+                assert_eq!(got, whole, "split at {i},{j}");
+            }
+        }
+    }
+
+    #[test]
+    fn oversized_lines_are_reported_and_skipped() {
+        let mut d = FrameDecoder::new(Some(Framing::Jsonl), 8);
+        let mut out = Vec::new();
+        let mut sink = |x: Decoded<'_>| out.push(format!("{x:?}"));
+        d.feed(b"{\"a\":12345", &mut sink);
+        d.feed(b"6789}\n{}\n", &mut sink);
+        d.finish(&mut sink);
+        assert_eq!(out.len(), 2);
+        assert!(out[0].starts_with("Oversized"));
+        assert!(out[1].contains("\"{}\""));
+    }
+}

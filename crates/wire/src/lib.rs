@@ -1,0 +1,27 @@
+//! Provider wire formats → the canonical streamgate grammar. Pure: bytes in, events out,
+//! no I/O, no clocks, no panics on any input.
+//!
+//! # Layout
+//! - [`framing`]: incremental SSE / JSONL decoding of byte chunks into frames.
+//! - [`adapter`]: the [`Adapter`] contract, [`Family`] registry and [`Close`] kinds.
+//! - [`families`]: one adapter per wire family (`f1`, `f1e`, `f2`, `f3`, `f5`, `ollama`,
+//!   `codex`).
+//! - [`emitter`]: seq assignment, held (back-filled) events, the opaque-material
+//!   transcript and frame accounting.
+//! - [`detect`]: family detection for `--family auto`.
+//! - [`normalizer`]: one run's pipeline (decoder → adapter → emitter).
+//! - [`conformance`]: comparing a run against golden files and the invariants.
+#![forbid(unsafe_code)]
+
+pub mod adapter;
+pub mod conformance;
+pub mod detect;
+pub mod emitter;
+pub mod families;
+pub mod framing;
+pub mod normalizer;
+
+pub use adapter::{stream_closed, Adapter, Close, Family, FamilyChoice, UnknownFamily};
+pub use emitter::{Emitter, Hold, TranscriptEntry};
+pub use framing::{Decoded, Frame, FrameDecoder, Framing};
+pub use normalizer::{normalize_bytes, Normalized, Normalizer};

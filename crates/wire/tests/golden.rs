@@ -1,0 +1,77 @@
+//! Golden conformance: every row of the shared corpus (`$STREAMGATE_CORPUS`) and of the
+//! project's own fixtures (`fixtures/`) must normalize to its expected file, with the
+//! expected transcript kinds and every invariant holding.
+//!
+//! `STREAMGATE_FAMILY=f2` restricts a run to one family while working on it.
+
+use std::path::{Path, PathBuf};
+use streamgate_wire::conformance::{case_problems, parse_index};
+use streamgate_wire::{normalize_bytes, FamilyChoice};
+
+fn run_index(dir: &Path) -> (usize, Vec<String>) {
+    let index = std::fs::read_to_string(dir.join("index.tsv"))
+        .unwrap_or_else(|e| panic!("cannot read {}/index.tsv: {e}", dir.display()));
+    let only = std::env::var("STREAMGATE_FAMILY").ok();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for case in parse_index(&index).unwrap() {
+        if only.as_deref().is_some_and(|f| f != case.adapter) {
+            continue;
+        }
+        ran += 1;
+        let family: FamilyChoice = case.adapter.parse().unwrap();
+        let capture = std::fs::read(dir.join(&case.capture)).unwrap();
+        let expected = std::fs::read_to_string(dir.join(&case.expected)).unwrap();
+        let produced = normalize_bytes(family, &capture, 0);
+        let kinds: Vec<&str> = case.transcript_kinds.iter().map(String::as_str).collect();
+        let problems = case_problems(&expected, &kinds, &produced);
+        if !problems.is_empty() {
+            failures.push(format!(
+                "{} ({}):\n  {}",
+                case.name,
+                case.capture,
+                problems.join("\n  ")
+            ));
+        }
+    }
+    (ran, failures)
+}
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+#[test]
+fn shared_corpus_matches_goldens() {
+    let Some(dir) = std::env::var_os("STREAMGATE_CORPUS") else {
+        // CI sets STREAMGATE_CORPUS; there a missing corpus is a failure, not a skip.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "STREAMGATE_CORPUS is not set in CI"
+        );
+        eprintln!("STREAMGATE_CORPUS not set: shared corpus not checked");
+        return;
+    };
+    let (ran, failures) = run_index(Path::new(&dir));
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn own_fixtures_match_goldens() {
+    let (ran, failures) = run_index(&fixtures_dir());
+    assert!(
+        ran > 0 || std::env::var("STREAMGATE_FAMILY").is_ok(),
+        "no fixtures ran"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -1,0 +1,2 @@
+//! streamgate CLI (placeholder until the commands land).
+fn main() {}
