@@ -1,0 +1,17 @@
+//! streamgate's protobuf schemas and the conversions between them and the grammar.
+//!
+//! # Layout
+//! - [`v1`]: prost types generated from `proto/streamgate/v1/*.proto`.
+//! - [`event`]: [`RunEvent`] ⇄ [`v1::Event`], lossless in both directions.
+#![forbid(unsafe_code)]
+
+/// Generated protobuf types (`streamgate.v1`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod v1 {
+    include!(concat!(env!("OUT_DIR"), "/streamgate.v1.rs"));
+}
+
+pub mod event;
+
+pub use event::DecodeError;
+pub use streamgate_grammar::RunEvent;

@@ -1,0 +1,4 @@
+//! Subcommands.
+
+pub mod conform;
+pub mod normalize;
