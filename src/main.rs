@@ -3,6 +3,7 @@
 //! # Layout
 //! - `cli::normalize`: offline normalization of a capture file to canonical JSONL.
 //! - `cli::conform`: golden conformance over a corpus folder (`index.tsv`).
+//! - `cli::synth`: large single-run captures for benchmarks.
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -38,6 +39,17 @@ enum Command {
         #[arg(long)]
         corpus: PathBuf,
     },
+    /// Grow a capture into a large single-run capture (for benchmarks and load tests).
+    Synth {
+        /// The capture to grow.
+        capture: PathBuf,
+        /// Target size in MiB.
+        #[arg(long, default_value_t = 100)]
+        mib: usize,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -49,6 +61,11 @@ fn main() -> ExitCode {
             capture,
         } => cli::normalize::run(&family, transcript.as_deref(), &capture),
         Command::Conform { corpus } => cli::conform::run(&corpus),
+        Command::Synth {
+            capture,
+            mib,
+            output,
+        } => cli::synth::run(&capture, mib, &output),
     };
     match result {
         Ok(code) => code,

@@ -2,3 +2,4 @@
 
 pub mod conform;
 pub mod normalize;
+pub mod synth;

@@ -11,6 +11,7 @@
 //! - [`detect`]: family detection for `--family auto`.
 //! - [`normalizer`]: one run's pipeline (decoder → adapter → emitter).
 //! - [`conformance`]: comparing a run against golden files and the invariants.
+//! - [`synth`]: large single-run captures grown from real ones, for benchmarks.
 #![forbid(unsafe_code)]
 
 pub mod adapter;
@@ -20,6 +21,7 @@ pub mod emitter;
 pub mod families;
 pub mod framing;
 pub mod normalizer;
+pub mod synth;
 
 pub use adapter::{stream_closed, Adapter, Close, Family, FamilyChoice, UnknownFamily};
 pub use emitter::{Emitter, Hold, TranscriptEntry};

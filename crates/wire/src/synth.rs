@@ -1,0 +1,128 @@
+//! Large single-run captures for benchmarks and load tests, grown from a real capture.
+//!
+//! A capture is split into records (SSE events separated by blank lines, or JSONL lines);
+//! the records that carry incremental text (deltas) are repeated in place until the
+//! capture reaches the wanted size. Head and tail records (run start, usage, stop) stay
+//! once, so the result is still one well-formed run of the same family.
+
+/// Substrings that mark a record as an incremental-text delta, across families.
+const DELTA_MARKERS: [&str; 9] = [
+    "\"text_delta\"",
+    "\"thinking_delta\"",
+    "\"input_json_delta\"",
+    "\"reasoning_content\":\"",
+    "\"content\":\"",
+    "\"reasoning\":\"",
+    ".delta\"",
+    "\"thinking\":\"",
+    "\"text\":\"",
+];
+
+/// Records that look like deltas but end or summarize a segment, and must stay once.
+const NOT_DELTA_MARKERS: [&str; 8] = [
+    "finish_reason\":\"",
+    "\"done\":true",
+    "finishReason",
+    "message_stop",
+    "\"type\":\"result\"",
+    "response.completed",
+    ".done\"",
+    "\"completed\"",
+];
+
+fn records(capture: &[u8]) -> Vec<&[u8]> {
+    let sse = capture
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b != b'{');
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < capture.len() {
+        if capture[i] == b'\n' {
+            let boundary = if sse {
+                // A blank line ends an SSE record: "\n\n" or "\n\r\n".
+                capture.get(i + 1) == Some(&b'\n')
+                    || (capture.get(i + 1) == Some(&b'\r') && capture.get(i + 2) == Some(&b'\n'))
+            } else {
+                true
+            };
+            if boundary {
+                let end = if sse {
+                    if capture.get(i + 1) == Some(&b'\r') {
+                        i + 3
+                    } else {
+                        i + 2
+                    }
+                } else {
+                    i + 1
+                };
+                let end = end.min(capture.len());
+                out.push(&capture[start..end]);
+                start = end;
+                i = end;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    if start < capture.len() {
+        out.push(&capture[start..]);
+    }
+    out
+}
+
+fn is_delta(record: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(record);
+    DELTA_MARKERS.iter().any(|m| text.contains(m)) && !NOT_DELTA_MARKERS.iter().any(|m| text.contains(m))
+}
+
+/// Grows `capture` to about `target_bytes` by repeating its delta records in place.
+/// Returns the capture unchanged when it has no delta records.
+pub fn inflate(capture: &[u8], target_bytes: usize) -> Vec<u8> {
+    let recs = records(capture);
+    let delta_bytes: usize = recs.iter().filter(|r| is_delta(r)).map(|r| r.len()).sum();
+    if delta_bytes == 0 || capture.len() >= target_bytes {
+        return capture.to_vec();
+    }
+    let fixed = capture.len() - delta_bytes;
+    let repeat = (target_bytes.saturating_sub(fixed)).div_ceil(delta_bytes).max(1);
+    let mut out = Vec::with_capacity(fixed + delta_bytes * repeat);
+    // Keep each run of consecutive delta records together and repeat the run, so the
+    // stream keeps its shape (thinking deltas stay before text deltas).
+    let mut run: Vec<&[u8]> = Vec::new();
+    let flush = |run: &mut Vec<&[u8]>, out: &mut Vec<u8>| {
+        for _ in 0..repeat {
+            for r in run.iter() {
+                out.extend_from_slice(r);
+            }
+        }
+        run.clear();
+    };
+    for r in recs {
+        if is_delta(r) {
+            run.push(r);
+        } else {
+            flush(&mut run, &mut out);
+            out.extend_from_slice(r);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_only_deltas() {
+        let cap = b"data: {\"start\":1}\n\ndata: {\"delta\":{\"content\":\"a\"}}\n\ndata: {\"finish_reason\":\"stop\"}\n\n";
+        let big = inflate(cap, 400);
+        let text = String::from_utf8(big).unwrap();
+        assert!(text.len() >= 400);
+        assert_eq!(text.matches("start").count(), 1);
+        assert_eq!(text.matches("finish_reason").count(), 1);
+        assert!(text.matches("\"content\":\"a\"").count() > 5);
+    }
+}
