@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //! - [`v1`]: prost types generated from `proto/streamgate/v1/*.proto`.
+//! - [`v1`] also holds the tonic clients and servers (`ingest_service_*`,
+//!   `archive_service_*`).
 //! - [`event`]: [`RunEvent`] ⇄ [`v1::Event`], lossless in both directions.
 #![forbid(unsafe_code)]
 
@@ -10,6 +12,10 @@
 pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/streamgate.v1.rs"));
 }
+
+/// The encoded descriptor set of every streamgate proto, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/streamgate_descriptor.bin"));
 
 pub mod event;
 
