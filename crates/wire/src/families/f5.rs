@@ -34,7 +34,7 @@ struct Chunk<'a> {
     #[serde(borrow)]
     response_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    prompt_feedback: Option<PromptFeedback<'a>>,
+    prompt_feedback: Option<&'a RawValue>,
     /// Google API error envelope (`{"error":{code,message,status}}`), sent in-band when a
     /// stream fails after the HTTP headers went out.
     #[serde(borrow)]
@@ -182,9 +182,8 @@ impl Adapter for F5Adapter {
         }
         let chunk: Chunk<'_> = match serde_json::from_str(data) {
             Ok(c) => c,
-            Err(e) => {
-                let detail = serde_json::json!({ "error": e.to_string() });
-                out.diagnostic("malformed_frame", Some(Json::from_value(&detail)));
+            Err(_) => {
+                malformed_frame(out, frame.data);
                 return;
             }
         };
@@ -232,7 +231,7 @@ impl F5Adapter {
 
         if let Some(error) = chunk.error {
             let diag = Diagnostic::new("provider_error", Some(Json::from_raw(error)));
-            self.terminate(out, dead(), Some(diag));
+            self.terminate(out, dead(), None, Some(diag));
             return;
         }
         for candidate in chunk.candidates.unwrap_or_default() {
@@ -244,14 +243,14 @@ impl F5Adapter {
         if self.ended {
             return;
         }
-        if let Some(block) = chunk
-            .prompt_feedback
-            .as_ref()
-            .and_then(|f| f.block_reason.as_deref())
-        {
-            // The prompt itself was blocked: nothing will be generated (Reject path).
-            let diag = Diagnostic::new("prompt_blocked", Some(Json::string(block)));
-            self.terminate(out, reject(), Some(diag));
+        if let Some(feedback) = chunk.prompt_feedback {
+            let blocked = serde_json::from_str::<PromptFeedback<'_>>(feedback.get())
+                .is_ok_and(|f| f.block_reason.is_some());
+            if blocked {
+                // The prompt itself was blocked: nothing will be generated (Reject path).
+                let diag = Diagnostic::new("prompt_blocked", Some(Json::from_raw(feedback)));
+                self.terminate(out, reject(), None, Some(diag));
+            }
         }
     }
 
@@ -464,24 +463,26 @@ impl F5Adapter {
         // lose the provider's word, so it is kept as a diagnostic.
         let lossy = !matches!(reason, "STOP" | "MAX_TOKENS");
         let reason_diag = || Diagnostic::new("finish_reason", Some(Json::string(reason)));
-        let diag = match message {
-            Some(m) => {
-                if lossy {
-                    out.emit(Lifecycle {
-                        diagnostic: Some(reason_diag()),
-                        ..Lifecycle::new(LifecyclePhase::Update)
-                    });
-                }
-                Some(Diagnostic::new("finish_message", Some(Json::string(m))))
-            }
-            None => lossy.then(reason_diag),
+        let (extra, diag) = match message {
+            Some(m) => (
+                lossy.then(reason_diag),
+                Some(Diagnostic::new("finish_message", Some(Json::string(m)))),
+            ),
+            None => (None, lossy.then(reason_diag)),
         };
-        self.terminate(out, ending, diag);
+        self.terminate(out, ending, extra, diag);
     }
 
     /// Emits the terminal sequence: thinking end, item ends, final answer (Finalize and
-    /// Truncate only, and only with text), then the one terminal lifecycle event.
-    fn terminate(&mut self, out: &mut Emitter, ending: Ending, diag: Option<Diagnostic>) {
+    /// Truncate only, and only with text), `extra` and safety-rating diagnostics, then the
+    /// one terminal lifecycle event carrying `diag`.
+    fn terminate(
+        &mut self,
+        out: &mut Emitter,
+        ending: Ending,
+        extra: Option<Diagnostic>,
+        diag: Option<Diagnostic>,
+    ) {
         self.close_thinking(out);
         let call_status = if ending.reason == StopReason::ToolUse {
             "completed"
@@ -499,6 +500,12 @@ impl F5Adapter {
                     ..Assistant::default()
                 });
             }
+        }
+        if let Some(extra) = extra {
+            out.emit(Lifecycle {
+                diagnostic: Some(extra),
+                ..Lifecycle::new(LifecyclePhase::Update)
+            });
         }
         if let Some(ratings) = self.safety_ratings.take() {
             out.diagnostic("safety_ratings", Some(ratings));
@@ -535,4 +542,17 @@ fn dead() -> Ending {
         status: RunStatus::Incomplete,
         finalize: None,
     }
+}
+
+/// Reports a frame that is not JSON (or not this family's shape) with a bounded prefix of
+/// its text; the detail stays stable across serde versions, unlike its error messages.
+fn malformed_frame(out: &mut Emitter, data: &str) {
+    const MAX_ECHO: usize = 256;
+    let mut end = data.len().min(MAX_ECHO);
+    while !data.is_char_boundary(end) {
+        end -= 1;
+    }
+    let prefix = data.get(..end).unwrap_or_default();
+    let detail = serde_json::json!({ "data": prefix });
+    out.diagnostic("malformed_frame", Some(Json::from_value(&detail)));
 }
