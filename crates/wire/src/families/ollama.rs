@@ -359,3 +359,110 @@ fn malformed_frame(out: &mut Emitter, data: &str) {
     let detail = serde_json::json!({ "data": prefix });
     out.diagnostic("malformed_frame", Some(Json::from_value(&detail)));
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::adapter::Family;
+    use crate::normalizer::{normalize_bytes, Normalized};
+    use proptest::prelude::*;
+    use streamgate_grammar::check;
+
+    fn run(frames: &[&str]) -> Normalized {
+        let mut bytes = String::new();
+        for f in frames {
+            bytes.push_str(f);
+            bytes.push('\n');
+        }
+        normalize_bytes(Family::OllamaNative.into(), bytes.as_bytes(), 0)
+    }
+
+    fn text(n: &Normalized) -> String {
+        n.events
+            .iter()
+            .map(|e| e.to_json())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn arguments_pass_through_verbatim_object_or_string() {
+        let n = run(&[
+            r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"a","arguments":{"x":[1,{"y":null}]}}},{"function":{"name":"b","arguments":"{\"s\":1}"}}]},"done":false}"#,
+            r#"{"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}"#,
+        ]);
+        let all = text(&n);
+        assert!(all.contains(r#""input":{"x":[1,{"y":null}]}"#), "{all}");
+        assert!(all.contains(r#""arguments":{"x":[1,{"y":null}]}"#), "{all}");
+        // A string stays a string: the adapter never re-encodes provider arguments.
+        assert!(all.contains(r#""input":"{\"s\":1}""#), "{all}");
+        // Without provider indexes the calls are numbered in arrival order.
+        assert!(
+            all.contains(r#""index":0,"kind":"tool","name":"a""#),
+            "{all}"
+        );
+        assert!(
+            all.contains(r#""index":1,"kind":"tool","name":"b""#),
+            "{all}"
+        );
+        assert!(all.contains(r#""reason":"tool_use""#));
+        assert!(check(&n.events, &[], Some(n.account)).is_empty());
+    }
+
+    #[test]
+    fn text_interrupted_by_thinking_finalizes_only_the_last_text() {
+        let n = run(&[
+            r#"{"message":{"content":"I'll look."},"done":false}"#,
+            r#"{"message":{"content":"","thinking":"hmm"},"done":false}"#,
+            r#"{"message":{"content":"Answer."},"done":true,"done_reason":"stop"}"#,
+        ]);
+        let all = text(&n);
+        assert_eq!(
+            all.matches(r#""variant":"raw","phase":"end""#).count(),
+            1,
+            "{all}"
+        );
+        assert!(
+            all.contains(r#""phase":"final_answer","text":"Answer.""#),
+            "{all}"
+        );
+        assert!(check(&n.events, &[], Some(n.account)).is_empty());
+    }
+
+    #[test]
+    fn frames_after_done_are_dropped_but_accounted() {
+        let n = run(&[
+            r#"{"message":{"content":"x"},"done":true,"done_reason":"stop"}"#,
+            r#"{"message":{"content":"late"},"done":false}"#,
+        ]);
+        assert!(!text(&n).contains("late"));
+        assert!(check(&n.events, &[], Some(n.account)).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_break_the_invariants(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let n = normalize_bytes(Family::OllamaNative.into(), &bytes, 0);
+            prop_assert!(check(&n.events, &[], Some(n.account)).is_empty());
+        }
+
+        #[test]
+        fn arbitrary_ollama_like_frames_keep_the_invariants(
+            frames in proptest::collection::vec(
+                prop_oneof![
+                    Just(r#"{"message":{"content":"","thinking":"t"},"done":false}"#),
+                    Just(r#"{"message":{"content":"c"},"done":false}"#),
+                    Just(r#"{"message":{"tool_calls":[{"id":"i","function":{"name":"f","arguments":{}}}]},"done":false}"#),
+                    Just(r#"{"message":{"content":""},"done":true,"done_reason":"stop","eval_count":3}"#),
+                    Just(r#"{"message":{"content":""},"done":true,"done_reason":"length"}"#),
+                    Just(r#"{"message":{"content":""},"done":true,"done_reason":"weird"}"#),
+                    Just(r#"{"error":"boom"}"#),
+                    Just(r#"{"mess"#),
+                ],
+                0..8,
+            )
+        ) {
+            let n = run(&frames);
+            prop_assert!(check(&n.events, &[], Some(n.account)).is_empty(), "{}", text(&n));
+        }
+    }
+}
