@@ -1,19 +1,468 @@
-//! ollama native /api/chat JSONL. (Placeholder: every frame is reported as `unknown_frame`.)
+//! ollama native `/api/chat` JSONL (evidence `openai-families.md` §C live ollama
+//! re-exposure addendum; the Harmony `analysis` channel surfaces as `message.thinking`).
+//!
+//! One JSON object per line: `{model, created_at, message:{role, content, thinking?,
+//! tool_calls?}, done}`; the last one has `done:true`, `done_reason` and the perf/usage
+//! counters. Tool-call `arguments` arrive as a parsed JSON **object** (not a string like
+//! Chat Completions) and are passed through verbatim. A failing request streams
+//! `{"error":"…"}`.
 
 use crate::adapter::{stream_closed, Adapter, Close};
 use crate::emitter::Emitter;
 use crate::framing::Frame;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use streamgate_grammar::{
+    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
+    RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+};
+
+/// One JSONL frame.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    message: Option<Message<'a>>,
+    done: Option<bool>,
+    #[serde(borrow)]
+    done_reason: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    total_duration: Option<&'a RawValue>,
+    #[serde(borrow)]
+    load_duration: Option<&'a RawValue>,
+    #[serde(borrow)]
+    prompt_eval_count: Option<&'a RawValue>,
+    #[serde(borrow)]
+    prompt_eval_duration: Option<&'a RawValue>,
+    #[serde(borrow)]
+    eval_count: Option<&'a RawValue>,
+    #[serde(borrow)]
+    eval_duration: Option<&'a RawValue>,
+}
+
+impl<'a> Chunk<'a> {
+    /// The final frame's counters, in wire order, as the usage object (with `done_reason`,
+    /// as the goldens carry it).
+    fn usage(&self) -> Option<Json> {
+        let fields: [(&str, Option<&'a RawValue>); 7] = [
+            ("done_reason", self.done_reason),
+            ("total_duration", self.total_duration),
+            ("load_duration", self.load_duration),
+            ("prompt_eval_count", self.prompt_eval_count),
+            ("prompt_eval_duration", self.prompt_eval_duration),
+            ("eval_count", self.eval_count),
+            ("eval_duration", self.eval_duration),
+        ];
+        let mut text = String::with_capacity(192);
+        text.push('{');
+        for (key, raw) in fields {
+            let Some(raw) = raw else { continue };
+            if text.len() > 1 {
+                text.push(',');
+            }
+            text.push('"');
+            text.push_str(key);
+            text.push_str("\":");
+            text.push_str(raw.get());
+        }
+        if text.len() == 1 {
+            return None;
+        }
+        text.push('}');
+        Json::parse(&text)
+    }
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    function: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    index: Option<u64>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// A tool call announced with `item/start`, ended at the terminal frame.
+#[derive(Debug)]
+struct Call {
+    id: Option<String>,
+    index: u64,
+    name: Option<String>,
+    args: Option<Json>,
+}
 
 /// Adapter state for one run.
 #[derive(Debug, Default)]
-pub struct OllamaNativeAdapter;
+pub struct OllamaNativeAdapter {
+    started: bool,
+    /// The terminal lifecycle event went out; later frames are dropped.
+    ended: bool,
+    thinking_open: bool,
+    /// The last text segment (the final-answer candidate).
+    text: String,
+    /// A text segment is open: further content extends `text`.
+    text_open: bool,
+    calls: Vec<Call>,
+}
 
 impl Adapter for OllamaNativeAdapter {
     fn frame(&mut self, frame: Frame<'_>, out: &mut Emitter) {
-        out.unknown_frame(frame.event.unwrap_or("frame"), frame.data);
+        if self.ended {
+            // The turn is over (its terminal event must stay last): documented drop.
+            out.consumed();
+            return;
+        }
+        let chunk: Chunk<'_> = match serde_json::from_str(frame.data.trim()) {
+            Ok(c) => c,
+            Err(_) => {
+                malformed_frame(out, frame.data);
+                return;
+            }
+        };
+        if chunk.message.is_none() && chunk.done.is_none() && chunk.error.is_none() {
+            out.unknown_frame(frame.event.unwrap_or("frame"), frame.data);
+            return;
+        }
+        // A well-formed frame is accounted for even when it carries nothing new (empty
+        // `content` while the model thinks, the bare `done` frame).
+        out.consumed();
+        self.start(chunk.model.as_deref(), out);
+        if let Some(error) = chunk.error {
+            self.close_thinking(out);
+            self.end_calls(out, "failed");
+            out.emit(Lifecycle {
+                reason: Some(StopReason::Error),
+                status: Some(RunStatus::Incomplete),
+                diagnostic: Some(Diagnostic::new(
+                    "provider_error",
+                    Some(Json::from_raw(error)),
+                )),
+                ..Lifecycle::new(LifecyclePhase::Error)
+            });
+            self.ended = true;
+            return;
+        }
+        if let Some(message) = chunk.message.as_ref() {
+            self.message(message, out);
+        }
+        if chunk.done == Some(true) {
+            self.finish(&chunk, out);
+        }
     }
 
     fn close(&mut self, _close: Close, out: &mut Emitter) {
+        if self.ended {
+            return;
+        }
+        // No `done:true` frame: stream death (spec §3.4); nothing becomes final.
+        self.close_thinking(out);
+        self.end_calls(out, "failed");
         stream_closed(out);
+        self.ended = true;
+    }
+}
+
+impl OllamaNativeAdapter {
+    fn start(&mut self, model: Option<&str>, out: &mut Emitter) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.emit(Lifecycle {
+            provider: Some("ollama".to_owned()),
+            model: model.map(str::to_owned),
+            ..Lifecycle::new(LifecyclePhase::Start)
+        });
+    }
+
+    fn message(&mut self, message: &Message<'_>, out: &mut Emitter) {
+        if let Some(thinking) = message.thinking.as_deref().filter(|t| !t.is_empty()) {
+            // Harmony `analysis`: raw chain-of-thought.
+            self.text_open = false;
+            if !self.thinking_open {
+                self.thinking_open = true;
+                out.emit(Thinking::marker(
+                    ThinkingVariant::Raw,
+                    SegmentPhase::Start,
+                    None,
+                ));
+            }
+            out.emit(Thinking::delta(
+                ThinkingVariant::Raw,
+                thinking.to_owned(),
+                None,
+            ));
+        }
+        if let Some(content) = message.content.as_deref().filter(|c| !c.is_empty()) {
+            self.close_thinking(out);
+            if !self.text_open {
+                self.text_open = true;
+                self.text.clear();
+            }
+            self.text.push_str(content);
+            out.emit(Assistant {
+                phase: Some(AssistantPhase::Commentary),
+                delta: Some(content.to_owned()),
+                status: Some(SegmentStatus::InProgress),
+                ..Assistant::default()
+            });
+        }
+        for call in message.tool_calls.iter().flatten() {
+            self.close_thinking(out);
+            self.text_open = false;
+            let function = call.function.as_ref();
+            let index = function
+                .and_then(|f| f.index)
+                .unwrap_or(self.calls.len() as u64);
+            // Object-form arguments stay an object (verbatim), never re-encoded as text.
+            let args = function.and_then(|f| f.arguments).map(Json::from_raw);
+            let id = call.id.as_deref().map(str::to_owned);
+            let name = function.and_then(|f| f.name.as_deref()).map(str::to_owned);
+            out.emit(Item {
+                phase: ItemPhase::Start,
+                id: id.clone(),
+                index: Some(index),
+                kind: "tool".to_owned(),
+                name: name.clone(),
+                status: Some("in_progress".to_owned()),
+                input: args.clone(),
+                ..Item::default()
+            });
+            self.calls.push(Call {
+                id,
+                index,
+                name,
+                args,
+            });
+        }
+    }
+
+    fn close_thinking(&mut self, out: &mut Emitter) {
+        if !self.thinking_open {
+            return;
+        }
+        self.thinking_open = false;
+        // ollama reports no thinking-token count, so the marker carries no `tokens`.
+        out.emit(Thinking::marker(
+            ThinkingVariant::Raw,
+            SegmentPhase::End,
+            None,
+        ));
+    }
+
+    fn end_calls(&mut self, out: &mut Emitter, status: &str) {
+        for call in self.calls.drain(..) {
+            out.emit(Item {
+                phase: ItemPhase::End,
+                id: call.id,
+                index: Some(call.index),
+                kind: "tool".to_owned(),
+                name: call.name,
+                status: Some(status.to_owned()),
+                arguments: call.args,
+                ..Item::default()
+            });
+        }
+    }
+
+    /// `done:true` dispatch on `done_reason` (spec §3.5, F2-style reasons).
+    fn finish(&mut self, chunk: &Chunk<'_>, out: &mut Emitter) {
+        let usage = chunk.usage();
+        if usage.is_some() {
+            out.saw_usage();
+        }
+        let reason: Option<Cow<'_, str>> = chunk
+            .done_reason
+            .and_then(|r| serde_json::from_str(r.get()).ok());
+        self.close_thinking(out);
+        let mut diagnostic = None;
+        // (phase reason, run status, Some(truncated) when the last segment is re-tagged).
+        let (stop, status, finalize) = match reason.as_deref() {
+            // Older servers omit `done_reason`; `load`/`unload` answer model-management
+            // requests and end cleanly with no text.
+            None | Some("stop" | "load" | "unload") if !self.calls.is_empty() => {
+                (StopReason::ToolUse, RunStatus::Completed, None)
+            }
+            None | Some("stop" | "load" | "unload") => {
+                (StopReason::Completed, RunStatus::Completed, Some(false))
+            }
+            Some("length") => (StopReason::Truncated, RunStatus::Incomplete, Some(true)),
+            Some(other) => {
+                // Unknown reason: conservative end, no final answer, provider word kept.
+                diagnostic = Some(Diagnostic::new("done_reason", Some(Json::string(other))));
+                (
+                    StopReason::Other("unknown".to_owned()),
+                    RunStatus::Incomplete,
+                    None,
+                )
+            }
+        };
+        let call_status = if stop == StopReason::ToolUse {
+            "completed"
+        } else {
+            "failed"
+        };
+        self.end_calls(out, call_status);
+        if let Some(truncated) = finalize {
+            if !self.text.is_empty() {
+                out.emit(Assistant {
+                    phase: Some(AssistantPhase::FinalAnswer),
+                    text: Some(std::mem::take(&mut self.text)),
+                    status: Some(SegmentStatus::Completed),
+                    truncated: truncated.then_some(true),
+                    ..Assistant::default()
+                });
+            }
+        }
+        out.emit(Lifecycle {
+            reason: Some(stop),
+            status: Some(status),
+            usage,
+            diagnostic,
+            ..Lifecycle::new(LifecyclePhase::End)
+        });
+        self.ended = true;
+    }
+}
+
+/// Reports a frame that is not JSON (or not this family's shape) with a bounded prefix of
+/// its text; the detail stays stable across serde versions, unlike its error messages.
+fn malformed_frame(out: &mut Emitter, data: &str) {
+    const MAX_ECHO: usize = 256;
+    let mut end = data.len().min(MAX_ECHO);
+    while !data.is_char_boundary(end) {
+        end -= 1;
+    }
+    let prefix = data.get(..end).unwrap_or_default();
+    let detail = serde_json::json!({ "data": prefix });
+    out.diagnostic("malformed_frame", Some(Json::from_value(&detail)));
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::adapter::Family;
+    use crate::normalizer::{normalize_bytes, Normalized};
+    use proptest::prelude::*;
+    use streamgate_grammar::check;
+
+    fn run(frames: &[&str]) -> Normalized {
+        let mut bytes = String::new();
+        for f in frames {
+            bytes.push_str(f);
+            bytes.push('\n');
+        }
+        normalize_bytes(Family::OllamaNative.into(), bytes.as_bytes(), 0)
+    }
+
+    fn text(n: &Normalized) -> String {
+        n.events
+            .iter()
+            .map(|e| e.to_json())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn arguments_pass_through_verbatim_object_or_string() {
+        let n = run(&[
+            r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"a","arguments":{"x":[1,{"y":null}]}}},{"function":{"name":"b","arguments":"{\"s\":1}"}}]},"done":false}"#,
+            r#"{"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop"}"#,
+        ]);
+        let all = text(&n);
+        assert!(all.contains(r#""input":{"x":[1,{"y":null}]}"#), "{all}");
+        assert!(all.contains(r#""arguments":{"x":[1,{"y":null}]}"#), "{all}");
+        // A string stays a string: the adapter never re-encodes provider arguments.
+        assert!(all.contains(r#""input":"{\"s\":1}""#), "{all}");
+        // Without provider indexes the calls are numbered in arrival order.
+        assert!(
+            all.contains(r#""index":0,"kind":"tool","name":"a""#),
+            "{all}"
+        );
+        assert!(
+            all.contains(r#""index":1,"kind":"tool","name":"b""#),
+            "{all}"
+        );
+        assert!(all.contains(r#""reason":"tool_use""#));
+        assert!(check(&n.events, &[], Some(n.account)).is_empty());
+    }
+
+    #[test]
+    fn text_interrupted_by_thinking_finalizes_only_the_last_text() {
+        let n = run(&[
+            r#"{"message":{"content":"I'll look."},"done":false}"#,
+            r#"{"message":{"content":"","thinking":"hmm"},"done":false}"#,
+            r#"{"message":{"content":"Answer."},"done":true,"done_reason":"stop"}"#,
+        ]);
+        let all = text(&n);
+        assert_eq!(
+            all.matches(r#""variant":"raw","phase":"end""#).count(),
+            1,
+            "{all}"
+        );
+        assert!(
+            all.contains(r#""phase":"final_answer","text":"Answer.""#),
+            "{all}"
+        );
+        assert!(check(&n.events, &[], Some(n.account)).is_empty());
+    }
+
+    #[test]
+    fn frames_after_done_are_dropped_but_accounted() {
+        let n = run(&[
+            r#"{"message":{"content":"x"},"done":true,"done_reason":"stop"}"#,
+            r#"{"message":{"content":"late"},"done":false}"#,
+        ]);
+        assert!(!text(&n).contains("late"));
+        assert!(check(&n.events, &[], Some(n.account)).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_break_the_invariants(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let n = normalize_bytes(Family::OllamaNative.into(), &bytes, 0);
+            prop_assert!(check(&n.events, &[], Some(n.account)).is_empty());
+        }
+
+        #[test]
+        fn arbitrary_ollama_like_frames_keep_the_invariants(
+            frames in proptest::collection::vec(
+                prop_oneof![
+                    Just(r#"{"message":{"content":"","thinking":"t"},"done":false}"#),
+                    Just(r#"{"message":{"content":"c"},"done":false}"#),
+                    Just(r#"{"message":{"tool_calls":[{"id":"i","function":{"name":"f","arguments":{}}}]},"done":false}"#),
+                    Just(r#"{"message":{"content":""},"done":true,"done_reason":"stop","eval_count":3}"#),
+                    Just(r#"{"message":{"content":""},"done":true,"done_reason":"length"}"#),
+                    Just(r#"{"message":{"content":""},"done":true,"done_reason":"weird"}"#),
+                    Just(r#"{"error":"boom"}"#),
+                    Just(r#"{"mess"#),
+                ],
+                0..8,
+            )
+        ) {
+            let n = run(&frames);
+            prop_assert!(check(&n.events, &[], Some(n.account)).is_empty(), "{}", text(&n));
+        }
     }
 }
