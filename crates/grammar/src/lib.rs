@@ -8,6 +8,7 @@
 //! - [`fold`]: the deterministic run-state fold (final text, thinking segments, tool
 //!   items, usage, status) shared by replay and projection.
 //! - [`invariants`]: the spec's conformance invariants I1–I10 as a checker.
+//! - [`timeline`]: segment and item spans (seq and ingest time) for replay.
 #![forbid(unsafe_code)]
 
 pub mod envelope;
@@ -15,6 +16,7 @@ pub mod event;
 pub mod fold;
 pub mod invariants;
 pub mod json;
+pub mod timeline;
 
 pub use envelope::{Envelope, RunEvent};
 pub use event::{
@@ -25,3 +27,4 @@ pub use event::{
 pub use fold::RunState;
 pub use invariants::{check, FrameAccount, Violation};
 pub use json::Json;
+pub use timeline::{timeline, EntryKind, TimelineEntry};
