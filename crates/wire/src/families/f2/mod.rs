@@ -1,0 +1,569 @@
+//! OpenAI Chat Completions streaming and its dialects (spec §6 "F2 CC dialects"):
+//! OpenAI, OpenRouter, DeepSeek, Moonshot/Kimi, pioneer (bare JSONL, no `[DONE]`),
+//! gpt-oss via ollama's OpenAI-compatible surface, and any aggregator speaking the shape.
+//!
+//! # When things are emitted
+//! One rule reproduces every golden:
+//! - Each chunk first absorbs its usage (top-level, `choices[i].usage`,
+//!   `choices[i].delta.usage`), then its in-chunk `error`, pioneer metadata, and finally
+//!   per choice the delta content and the `finish_reason`.
+//! - Content, reasoning and tool-call deltas stream as they arrive. Reasoning segments
+//!   stay open for the whole turn (F2 has no segment boundaries); all of them close at the
+//!   `finish_reason` chunk, followed by the §3.5 dispatch there: `final_answer` (Finalize,
+//!   Truncate) or tool `end` items (tool yield).
+//! - A usage frame back-fills `tokens` on end markers emitted by an EARLIER chunk (they
+//!   are held until it comes); usage in the finish chunk itself was absorbed before the
+//!   markers existed, so they carry no tokens (deepseek-direct and Kimi goldens).
+//! - The terminal lifecycle event waits for the end of the stream (`[DONE]` when the
+//!   dialect sends it, else the stream close): usage and pioneer's `x_pioneer` metadata
+//!   arrive in chunks after the finish chunk. In-chunk errors end the run at once.
+
+mod reasoning;
+mod wire;
+
+use crate::adapter::{Adapter, Close};
+use crate::emitter::{Emitter, Hold};
+use crate::framing::Frame;
+use reasoning::Segments;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use streamgate_grammar::{
+    Assistant, AssistantPhase, Diagnostic, EventData, Item, ItemPhase, Json, Lifecycle,
+    LifecyclePhase, RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+};
+use wire::{Chunk, Content, Delta, Detail, FunctionCall};
+
+/// Adapter state for one run.
+#[derive(Debug, Default)]
+pub struct F2Adapter {
+    /// All `delta.content` text of the turn (the final answer on Finalize/Truncate).
+    text: String,
+    /// All `delta.refusal` text (the reply when there is no content text).
+    refusal: String,
+    /// Latest usage object, verbatim.
+    usage: Option<Json>,
+    /// Path chosen by the finish chunk; its lifecycle event waits for the stream's end.
+    terminal: Option<Terminal>,
+    /// The terminal lifecycle event was emitted: later frames are consumed silently.
+    done: bool,
+    /// The structured lane was seen: the flat mirror is ignored for the rest of the turn.
+    structured: bool,
+    /// The flat reasoning lane's single segment.
+    flat: Lane,
+    /// Structured reasoning segments.
+    segments: Segments,
+    /// Tool calls by wire index, in first-seen order.
+    tools: Vec<Tool>,
+    /// End markers waiting for a later usage frame's reasoning-token count.
+    waiting_tokens: Vec<Hold>,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    open: bool,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Tool {
+    index: u64,
+    id: Option<String>,
+    name: Option<String>,
+    arguments: String,
+    ended: bool,
+}
+
+#[derive(Debug)]
+struct Terminal {
+    phase: LifecyclePhase,
+    reason: StopReason,
+    status: RunStatus,
+    diagnostic: Option<Diagnostic>,
+}
+
+impl Adapter for F2Adapter {
+    fn frame(&mut self, frame: Frame<'_>, out: &mut Emitter) {
+        if self.done {
+            // Nothing may follow the terminal event (I7); the frame is a documented drop.
+            out.consumed();
+            return;
+        }
+        let data = frame.data.trim();
+        if data == "[DONE]" {
+            out.consumed();
+            if self.terminal.is_some() {
+                self.emit_terminal(out);
+            }
+            return;
+        }
+        let chunk: Chunk<'_> = match serde_json::from_str(data) {
+            Ok(c) => c,
+            Err(e) => {
+                let detail = Json::from_value(&e.to_string());
+                out.diagnostic("malformed_frame", Some(detail));
+                return;
+            }
+        };
+        // Every parsed chunk feeds adapter state, even when it yields no event.
+        out.consumed();
+        self.chunk(chunk, out);
+    }
+
+    fn close(&mut self, _close: Close, out: &mut Emitter) {
+        if self.done {
+            return;
+        }
+        if self.terminal.is_some() {
+            // The finish chunk arrived: the stream close is the authoritative end
+            // (pioneer sends no `[DONE]`).
+            self.emit_terminal(out);
+            return;
+        }
+        // Stream death: close what is open, no final_answer.
+        self.close_thinking(out);
+        self.end_tools(false, out);
+        self.release_waiting(out);
+        out.emit(Lifecycle {
+            reason: Some(StopReason::StreamClosed),
+            status: Some(RunStatus::Incomplete),
+            usage: self.usage.clone(),
+            ..Lifecycle::new(LifecyclePhase::Error)
+        });
+        self.done = true;
+    }
+}
+
+impl F2Adapter {
+    fn chunk(&mut self, chunk: Chunk<'_>, out: &mut Emitter) {
+        self.absorb_usage(chunk.usage, out);
+        if let Some(error) = chunk.error {
+            // OpenRouter smuggles mid-stream errors into a normal chunk (§3.4): Dead.
+            self.close_thinking(out);
+            self.end_tools(false, out);
+            self.terminal = Some(Terminal {
+                phase: LifecyclePhase::Error,
+                reason: StopReason::Error,
+                status: RunStatus::Incomplete,
+                diagnostic: Some(Diagnostic::new(
+                    "provider_error",
+                    Some(Json::from_raw(error)),
+                )),
+            });
+            self.emit_terminal(out);
+            return;
+        }
+        if let Some(meta) = chunk.x_pioneer {
+            out.diagnostic("pioneer_metadata", Some(Json::from_raw(meta)));
+        }
+        for choice in chunk.choices.unwrap_or_default() {
+            self.absorb_usage(choice.usage, out);
+            if let Some(delta) = &choice.delta {
+                self.absorb_usage(delta.usage, out);
+            }
+            if self.terminal.is_some() {
+                // Post-finish choices (OpenRouter's second stop chunk, pioneer's metadata
+                // chunk) only carry usage, absorbed above.
+                continue;
+            }
+            if let Some(delta) = choice.delta {
+                self.delta(delta, out);
+            }
+            if let Some(reason) = choice.finish_reason.0 {
+                self.finish(&reason, choice.native_finish_reason.0, out);
+            }
+        }
+    }
+
+    fn absorb_usage(&mut self, usage: Option<&RawValue>, out: &mut Emitter) {
+        let Some(raw) = usage.filter(|u| u.get().starts_with('{')) else {
+            return;
+        };
+        self.usage = Some(Json::from_raw(raw));
+        out.saw_usage();
+        if self.waiting_tokens.is_empty() {
+            return;
+        }
+        if let Some(tokens) = wire::reasoning_tokens(raw) {
+            for hold in &self.waiting_tokens {
+                if let Some(EventData::Thinking(t)) = out.held_mut(*hold) {
+                    t.tokens = Some(tokens);
+                }
+            }
+        }
+        self.release_waiting(out);
+    }
+
+    fn release_waiting(&mut self, out: &mut Emitter) {
+        for hold in self.waiting_tokens.drain(..) {
+            out.release(hold);
+        }
+    }
+
+    fn delta(&mut self, delta: Delta<'_>, out: &mut Emitter) {
+        // Reasoning: structured lane first; the flat siblings are probed in evidence order
+        // (reasoning_content, reasoning, reasoning_text) only when it is absent (§3.2).
+        if let Some(details) = delta.reasoning_details {
+            self.structured |= !details.is_empty();
+            for entry in details {
+                self.detail(entry, out);
+            }
+        } else if !self.structured {
+            let flat = delta
+                .reasoning_content
+                .0
+                .or(delta.reasoning.0)
+                .or(delta.reasoning_text.0);
+            if let Some(text) = flat.filter(|t| !t.is_empty()) {
+                self.flat_thinking(text, out);
+            }
+        }
+
+        match delta.content {
+            Content::Absent => {}
+            Content::Text(text) => self.content(text, out),
+            Content::Parts(parts) => {
+                for part in parts {
+                    let kind = part.kind.0.clone();
+                    let Some(text) = part.into_text().filter(|t| !t.is_empty()) else {
+                        continue;
+                    };
+                    match kind.as_deref() {
+                        Some("text" | "output_text") => self.content(text, out),
+                        Some("thinking" | "reasoning") => self.flat_thinking(text, out),
+                        _ => {}
+                    }
+                }
+            }
+            Content::Other(kind) => {
+                out.diagnostic("unsupported_content_shape", Some(Json::string(kind)));
+            }
+        }
+
+        if let Some(refusal) = delta.refusal.0 {
+            // The refusal lane is the reply itself (§3.1); it surfaces as the final answer.
+            self.refusal.push_str(&refusal);
+        }
+
+        for call in delta.tool_calls.unwrap_or_default() {
+            let index = call.index.0.unwrap_or(0);
+            self.tool_call(index, call.id.0, call.function, out);
+        }
+        if let Some(function) = delta.function_call {
+            // Legacy single function call: one call, no id on the wire.
+            self.tool_call(0, None, Some(function), out);
+        }
+    }
+
+    fn content(&mut self, text: Cow<'_, str>, out: &mut Emitter) {
+        // Null and "" are absent (I9): no empty assistant events.
+        if text.is_empty() {
+            return;
+        }
+        self.text.push_str(&text);
+        out.emit(Assistant {
+            phase: Some(AssistantPhase::Commentary),
+            delta: Some(text.into_owned()),
+            status: Some(SegmentStatus::InProgress),
+            ..Assistant::default()
+        });
+    }
+
+    fn flat_thinking(&mut self, text: Cow<'_, str>, out: &mut Emitter) {
+        if !self.flat.open {
+            self.flat.open = true;
+            out.emit(Thinking::marker(
+                ThinkingVariant::Raw,
+                SegmentPhase::Start,
+                None,
+            ));
+        }
+        out.emit(Thinking::delta(
+            ThinkingVariant::Raw,
+            text.into_owned(),
+            None,
+        ));
+    }
+
+    fn detail(&mut self, entry: Detail<'_>, out: &mut Emitter) {
+        let i = self.segments.locate(&entry);
+        let Some(seg) = self.segments.get_mut(i) else {
+            return;
+        };
+        // Opaque material goes to the transcript only (§2), attached to its segment.
+        if let Some(sig) = entry.signature {
+            seg.opaque = true;
+            out.transcript(
+                "openrouter_reasoning_signature",
+                Some(&seg.label()),
+                &material(sig),
+            );
+        }
+        if let Some(data) = entry.data {
+            seg.opaque = true;
+            out.transcript(
+                "openrouter_reasoning_encrypted",
+                Some(&seg.label()),
+                &material(data),
+            );
+        }
+        let (variant, text) = match entry.kind.0.as_deref() {
+            Some("reasoning.text") => (ThinkingVariant::Raw, entry.text.0),
+            Some("reasoning.summary") => (ThinkingVariant::Summary, entry.summary.0),
+            Some("reasoning.encrypted") => {
+                seg.opaque = true;
+                out.consumed();
+                return;
+            }
+            other => {
+                if !seg.opaque {
+                    let detail = Json::from_value(&other.unwrap_or("absent"));
+                    out.diagnostic("unknown_reasoning_detail", Some(detail));
+                }
+                return;
+            }
+        };
+        let Some(text) = text.filter(|t| !t.is_empty()) else {
+            // A signature-only closing entry, or an empty fragment: state only.
+            out.consumed();
+            return;
+        };
+        seg.displayable = true;
+        seg.variant = variant;
+        let id = seg.id.clone();
+        if !seg.open {
+            seg.open = true;
+            out.emit(Thinking::marker(variant, SegmentPhase::Start, id.clone()));
+        }
+        out.emit(Thinking::delta(variant, text.into_owned(), id));
+    }
+
+    fn tool_call(
+        &mut self,
+        index: u64,
+        id: Option<Cow<'_, str>>,
+        function: Option<FunctionCall<'_>>,
+        out: &mut Emitter,
+    ) {
+        let name = function.as_ref().and_then(|f| f.name.0.as_deref());
+        let pos = match self.tools.iter().position(|t| t.index == index) {
+            Some(pos) => {
+                let tool = &mut self.tools[pos];
+                if tool.id.is_none() {
+                    tool.id = id.map(Cow::into_owned);
+                }
+                if tool.name.is_none() {
+                    tool.name = name.map(str::to_owned);
+                }
+                pos
+            }
+            None => {
+                // §3.3: start as soon as the call is known, before its arguments.
+                self.tools.push(Tool {
+                    index,
+                    id: id.map(Cow::into_owned),
+                    name: name.map(str::to_owned),
+                    arguments: String::new(),
+                    ended: false,
+                });
+                let pos = self.tools.len() - 1;
+                out.emit(self.tools[pos].item(ItemPhase::Start, "in_progress"));
+                pos
+            }
+        };
+        let args = function.as_ref().and_then(FunctionCall::arguments_text);
+        if let Some(args) = args.filter(|a| !a.is_empty()) {
+            let tool = &mut self.tools[pos];
+            tool.arguments.push_str(&args);
+            out.emit(Item {
+                input_delta: Some(args.into_owned()),
+                ..tool.item(ItemPhase::Update, "in_progress")
+            });
+        }
+    }
+
+    /// §3.5 dispatch on `finish_reason`.
+    fn finish(&mut self, reason: &str, native: Option<Cow<'_, str>>, out: &mut Emitter) {
+        self.close_thinking(out);
+        let native =
+            native.map(|n| Diagnostic::new("native_finish_reason", Some(Json::string(&n))));
+        let terminal = match reason {
+            "stop" => {
+                self.end_tools(true, out);
+                self.final_answer(false, out);
+                Terminal::end(StopReason::Completed, RunStatus::Completed, native)
+            }
+            "length" => {
+                self.end_tools(true, out);
+                self.final_answer(true, out);
+                Terminal::end(StopReason::Truncated, RunStatus::Incomplete, native)
+            }
+            "tool_calls" | "function_call" => {
+                self.end_tools(true, out);
+                Terminal::end(StopReason::ToolUse, RunStatus::Completed, native)
+            }
+            "content_filter" => {
+                // Reject: the streamed text is retracted downstream, never finalized.
+                self.end_tools(false, out);
+                Terminal::error(StopReason::ContentFilter, native)
+            }
+            "error" => {
+                self.end_tools(false, out);
+                let diag = native.unwrap_or_else(|| Diagnostic::new("finish_reason_error", None));
+                Terminal::error(StopReason::Error, Some(diag))
+            }
+            other => {
+                // Unknown reason: end incomplete, no final answer (conservative, as F3).
+                self.end_tools(false, out);
+                let diag = Diagnostic::new("unknown_finish_reason", Some(Json::string(other)));
+                Terminal::end(
+                    StopReason::Other("incomplete".to_owned()),
+                    RunStatus::Incomplete,
+                    Some(diag),
+                )
+            }
+        };
+        self.terminal = Some(terminal);
+    }
+
+    fn final_answer(&mut self, truncated: bool, out: &mut Emitter) {
+        let text = if self.text.is_empty() {
+            &self.refusal
+        } else {
+            &self.text
+        };
+        // Zero-text finalize: no final_answer at all.
+        if text.is_empty() {
+            return;
+        }
+        out.emit(Assistant {
+            phase: Some(AssistantPhase::FinalAnswer),
+            text: Some(text.clone()),
+            status: Some(SegmentStatus::Completed),
+            truncated: truncated.then_some(true),
+            ..Assistant::default()
+        });
+    }
+
+    /// Closes every open reasoning segment; structured segments that only ever carried
+    /// opaque material become a redacted marker pair (§3.2 displayable-wins).
+    fn close_thinking(&mut self, out: &mut Emitter) {
+        if self.flat.open && !self.flat.closed {
+            self.flat.closed = true;
+            self.end_marker(
+                Thinking::marker(ThinkingVariant::Raw, SegmentPhase::End, None),
+                out,
+            );
+        }
+        let mut markers = Vec::new();
+        for seg in self.segments.iter_mut().filter(|s| !s.closed) {
+            if seg.open {
+                seg.closed = true;
+                let end = Thinking::marker(seg.variant, SegmentPhase::End, seg.id.clone());
+                markers.push((None, end));
+            } else if !seg.displayable && seg.opaque {
+                seg.closed = true;
+                let id = seg.id.clone();
+                let start =
+                    Thinking::marker(ThinkingVariant::Redacted, SegmentPhase::Start, id.clone());
+                let end = Thinking::marker(ThinkingVariant::Redacted, SegmentPhase::End, id);
+                markers.push((Some(start), end));
+            }
+        }
+        for (start, end) in markers {
+            if let Some(start) = start {
+                out.emit(start);
+            }
+            self.end_marker(end, out);
+        }
+    }
+
+    /// Emits an end marker, held for a later usage frame's token count when none came yet.
+    fn end_marker(&mut self, end: Thinking, out: &mut Emitter) {
+        if self.usage.is_some() {
+            out.emit(end);
+        } else {
+            self.waiting_tokens.push(out.hold(end));
+        }
+    }
+
+    fn end_tools(&mut self, completed: bool, out: &mut Emitter) {
+        for tool in self.tools.iter_mut().filter(|t| !t.ended) {
+            tool.ended = true;
+            let item = if completed {
+                Item {
+                    arguments: parse_arguments(&tool.arguments),
+                    ..tool.item(ItemPhase::End, "completed")
+                }
+            } else {
+                tool.item(ItemPhase::End, "failed")
+            };
+            out.emit(item);
+        }
+    }
+
+    fn emit_terminal(&mut self, out: &mut Emitter) {
+        let Some(t) = self.terminal.take() else {
+            return;
+        };
+        self.release_waiting(out);
+        out.emit(Lifecycle {
+            reason: Some(t.reason),
+            status: Some(t.status),
+            usage: self.usage.clone(),
+            diagnostic: t.diagnostic,
+            ..Lifecycle::new(t.phase)
+        });
+        self.done = true;
+    }
+}
+
+impl Terminal {
+    fn end(reason: StopReason, status: RunStatus, diagnostic: Option<Diagnostic>) -> Terminal {
+        Terminal {
+            phase: LifecyclePhase::End,
+            reason,
+            status,
+            diagnostic,
+        }
+    }
+
+    fn error(reason: StopReason, diagnostic: Option<Diagnostic>) -> Terminal {
+        Terminal {
+            phase: LifecyclePhase::Error,
+            reason,
+            status: RunStatus::Incomplete,
+            diagnostic,
+        }
+    }
+}
+
+impl Tool {
+    fn item(&self, phase: ItemPhase, status: &str) -> Item {
+        Item {
+            phase,
+            id: self.id.clone(),
+            index: Some(self.index),
+            kind: "tool".to_owned(),
+            name: self.name.clone(),
+            status: Some(status.to_owned()),
+            ..Item::default()
+        }
+    }
+}
+
+/// Assembled arguments: the JSON value when they parse, else the text as a string;
+/// nothing when no argument text arrived.
+fn parse_arguments(text: &str) -> Option<Json> {
+    if text.trim().is_empty() {
+        return None;
+    }
+    Some(Json::parse(text).unwrap_or_else(|| Json::string(text)))
+}
+
+/// Transcript material: a JSON string's value, or any other value's JSON text.
+fn material(raw: &RawValue) -> String {
+    serde_json::from_str::<String>(raw.get()).unwrap_or_else(|_| raw.get().to_owned())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,216 @@
+//! Unit tests for the F2 state machine's tricky rules, plus a runner for this family's
+//! own fixtures (`fixtures/f2/`).
+
+use crate::adapter::{Close, Family};
+use crate::conformance::{case_problems, parse_index};
+use crate::normalizer::{normalize_bytes, Normalizer};
+use std::path::Path;
+use streamgate_grammar::Event;
+
+fn run(capture: &str) -> (Vec<String>, Vec<&'static str>) {
+    let n = normalize_bytes(Family::F2.into(), capture.as_bytes(), 0);
+    let events = n.events.iter().map(Event::to_json).collect();
+    let kinds = n.transcript.iter().map(|t| t.kind).collect();
+    (events, kinds)
+}
+
+fn sse(chunks: &[&str]) -> String {
+    chunks.iter().map(|c| format!("data: {c}\n\n")).collect()
+}
+
+#[test]
+fn own_fixtures_match() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/f2");
+    let index = std::fs::read_to_string(dir.join("index.tsv")).unwrap();
+    let mut failures = Vec::new();
+    for case in parse_index(&index).unwrap() {
+        let capture = std::fs::read(dir.join(&case.capture)).unwrap();
+        let expected = std::fs::read_to_string(dir.join(&case.expected)).unwrap();
+        let kinds: Vec<&str> = case.transcript_kinds.iter().map(String::as_str).collect();
+        // Byte-at-a-time chunking must not change anything.
+        for chunk in [0, 1, 7] {
+            let produced = normalize_bytes(Family::F2.into(), &capture, chunk);
+            let problems = case_problems(&expected, &kinds, &produced);
+            if !problems.is_empty() {
+                failures.push(format!(
+                    "{} (chunk {chunk}):\n  {}",
+                    case.name,
+                    problems.join("\n  ")
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn usage_in_the_finish_chunk_does_not_backfill_tokens() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"reasoning_content":"r"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}],"usage":{"completion_tokens_details":{"reasoning_tokens":5}}}"#,
+        "[DONE]",
+    ]));
+    assert!(
+        ev[3].contains(r#""phase":"end""#) && !ev[3].contains("tokens"),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn later_usage_backfills_tokens_and_keeps_the_marker_position() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"reasoning":"r"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+        r#"{"choices":[],"usage":{"output_tokens_details":{"reasoning_tokens":5}}}"#,
+    ]));
+    assert!(ev[3].contains(r#""phase":"end","tokens":5"#), "{ev:?}");
+    assert!(ev[4].contains("final_answer"), "{ev:?}");
+}
+
+#[test]
+fn flat_lane_is_ignored_once_structured_lane_appears() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"reasoning":"x","reasoning_details":[{"type":"reasoning.text","text":"x","index":0}]}}]}"#,
+        r#"{"choices":[{"delta":{"reasoning":"dup"}}]}"#,
+        r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+    ]));
+    assert!(!ev.iter().any(|e| e.contains("dup")), "{ev:?}");
+    assert_eq!(
+        ev.iter()
+            .filter(|e| e.contains(r#""phase":"start""#))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn reasoning_probe_order_prefers_reasoning_content() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"reasoning_content":"A","reasoning":"B","reasoning_text":"C"}}]}"#,
+        r#"{"choices":[{"delta":{"reasoning_text":"D"},"finish_reason":"stop"}]}"#,
+    ]));
+    assert!(ev[1].contains(r#""delta":"A""#), "{ev:?}");
+    assert!(ev[2].contains(r#""delta":"D""#), "{ev:?}");
+    assert!(!ev.iter().any(|e| e.contains(r#""delta":"B""#)));
+}
+
+#[test]
+fn signature_only_segment_is_a_redacted_marker() {
+    let (ev, kinds) = run(&sse(&[
+        r#"{"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.text","signature":"S1GNATURE-abcdefghijklmnop","format":"f","index":0}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+    ]));
+    assert_eq!(kinds, ["openrouter_reasoning_signature"]);
+    assert!(
+        ev[1].contains(r#""variant":"redacted","phase":"start""#),
+        "{ev:?}"
+    );
+    assert!(
+        ev[2].contains(r#""variant":"redacted","phase":"end""#),
+        "{ev:?}"
+    );
+    assert!(!ev.iter().any(|e| e.contains("S1GNATURE")));
+}
+
+#[test]
+fn empty_and_null_content_never_emit() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"content":null}}]}"#,
+        r#"{"choices":[{"delta":{"content":""}}]}"#,
+        r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+        "[DONE]",
+    ]));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(ev[0].contains(r#""phase":"end""#));
+}
+
+#[test]
+fn content_parts_are_split_into_text_and_thinking() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"content":[{"type":"thinking","text":"t"},{"type":"text","text":"a"},42]}}]}"#,
+        r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+    ]));
+    assert!(ev[1].contains(r#""variant":"raw","delta":"t""#), "{ev:?}");
+    assert!(
+        ev[2].contains(r#""phase":"commentary","delta":"a""#),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn object_form_arguments_are_kept_as_json() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":{"k":1}}}]},"finish_reason":"tool_calls"}]}"#,
+    ]));
+    assert!(ev[2].contains(r#""arguments":{"k":1}"#), "{ev:?}");
+}
+
+#[test]
+fn unknown_finish_reason_ends_incomplete_without_final_answer() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"weird"}]}"#,
+    ]));
+    assert!(!ev.iter().any(|e| e.contains("final_answer")));
+    assert!(ev
+        .last()
+        .unwrap()
+        .contains(r#""reason":"incomplete","status":"incomplete""#));
+}
+
+#[test]
+fn done_without_finish_is_stream_closed() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"content":"a"}}]}"#,
+        "[DONE]",
+    ]));
+    assert!(ev.last().unwrap().contains("stream_closed"), "{ev:?}");
+    assert!(!ev.iter().any(|e| e.contains("final_answer")));
+}
+
+#[test]
+fn frames_after_the_terminal_event_are_silent() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+        "[DONE]",
+        r#"{"x_pioneer":{"a":1},"choices":[{"delta":{"content":"late"}}]}"#,
+    ]));
+    assert!(ev.last().unwrap().contains(r#""phase":"end""#), "{ev:?}");
+    assert!(!ev
+        .iter()
+        .any(|e| e.contains("late") || e.contains("pioneer")));
+}
+
+#[test]
+fn final_answer_is_live_at_done_before_close() {
+    let mut n = Normalizer::new(Family::F2.into());
+    n.feed(
+        sse(&[
+            r#"{"choices":[{"delta":{"reasoning":"r","content":"a"},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ])
+        .as_bytes(),
+    );
+    let ev: Vec<String> = n.drain().map(|e| e.to_json()).collect();
+    assert!(
+        ev.last().is_some_and(|e| e.contains(r#""phase":"end""#)),
+        "{ev:?}"
+    );
+    n.close(Close::Normal);
+    assert_eq!(n.drain().count(), 0);
+}
+
+#[test]
+fn garbage_never_panics_and_always_terminates() {
+    for input in [
+        "data: {\"choices\":5}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":-1,\"function\":{\"arguments\":7}}]}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"reasoning_details\":[{\"index\":{\"a\":1}}]}}]}\n\n",
+        "data: [1,2]\n\ndata: null\n\n",
+        "{\"error\":\"boom\"}\n",
+        "data: {\"usage\":[],\"choices\":[{\"usage\":7,\"delta\":{\"usage\":\"x\"}}]}\n\n",
+    ] {
+        let n = normalize_bytes(Family::F2.into(), input.as_bytes(), 0);
+        let last = n.events.last().map(Event::to_json).unwrap_or_default();
+        assert!(last.contains(r#""phase":"e"#), "{input}: {last}");
+    }
+}

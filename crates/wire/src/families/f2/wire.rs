@@ -1,0 +1,342 @@
+//! Borrowing serde shapes of one Chat Completions chunk.
+//!
+//! Every chunk is parsed once into these structs. Strings borrow from the frame when they
+//! carry no escapes; provider objects passed through verbatim (usage, errors, metadata)
+//! stay `&RawValue`. Scalar fields are lenient ([`Text`], [`Num`]): a dialect that puts an
+//! unexpected type in a field we only probe must not turn the whole chunk into a
+//! `malformed_frame`.
+
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+/// One `chat.completion.chunk` (or a pioneer / OpenRouter variant of it).
+#[derive(Deserialize)]
+pub(super) struct Chunk<'a> {
+    #[serde(borrow, default)]
+    pub choices: Option<Vec<Choice<'a>>>,
+    /// Top-level usage (OpenAI, OpenRouter, DeepSeek, pioneer's trailing chunk).
+    #[serde(borrow, default)]
+    pub usage: Option<&'a RawValue>,
+    /// OpenRouter's in-chunk mid-stream error.
+    #[serde(borrow, default)]
+    pub error: Option<&'a RawValue>,
+    /// pioneer's post-stop metadata chunk.
+    #[serde(borrow, default)]
+    pub x_pioneer: Option<&'a RawValue>,
+}
+
+/// `choices[i]`.
+#[derive(Deserialize)]
+pub(super) struct Choice<'a> {
+    #[serde(borrow, default)]
+    pub delta: Option<Delta<'a>>,
+    #[serde(borrow, default)]
+    pub finish_reason: Text<'a>,
+    #[serde(borrow, default)]
+    pub native_finish_reason: Text<'a>,
+    /// Moonshot puts usage here, on the stop chunk.
+    #[serde(borrow, default)]
+    pub usage: Option<&'a RawValue>,
+}
+
+/// `choices[i].delta`.
+#[derive(Deserialize)]
+pub(super) struct Delta<'a> {
+    #[serde(borrow, default)]
+    pub content: Content<'a>,
+    #[serde(borrow, default)]
+    pub refusal: Text<'a>,
+    #[serde(borrow, default)]
+    pub reasoning_details: Option<Vec<Detail<'a>>>,
+    #[serde(borrow, default)]
+    pub reasoning_content: Text<'a>,
+    #[serde(borrow, default)]
+    pub reasoning: Text<'a>,
+    #[serde(borrow, default)]
+    pub reasoning_text: Text<'a>,
+    #[serde(borrow, default)]
+    pub tool_calls: Option<Vec<ToolCall<'a>>>,
+    #[serde(borrow, default)]
+    pub function_call: Option<FunctionCall<'a>>,
+    /// Usage nested in the delta (documented Moonshot variant).
+    #[serde(borrow, default)]
+    pub usage: Option<&'a RawValue>,
+}
+
+/// One `reasoning_details[]` entry (OpenRouter's structured reasoning lane).
+#[derive(Deserialize)]
+pub(super) struct Detail<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Text<'a>,
+    #[serde(borrow, default)]
+    pub text: Text<'a>,
+    #[serde(borrow, default)]
+    pub summary: Text<'a>,
+    #[serde(borrow, default)]
+    pub signature: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub data: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub id: Text<'a>,
+    #[serde(borrow, default)]
+    pub format: Text<'a>,
+    #[serde(borrow, default)]
+    pub index: Option<&'a RawValue>,
+}
+
+/// One `tool_calls[]` delta.
+#[derive(Deserialize)]
+pub(super) struct ToolCall<'a> {
+    #[serde(default)]
+    pub index: Num,
+    #[serde(borrow, default)]
+    pub id: Text<'a>,
+    #[serde(borrow, default)]
+    pub function: Option<FunctionCall<'a>>,
+}
+
+/// `function` of a tool call, or the legacy `delta.function_call`.
+#[derive(Deserialize)]
+pub(super) struct FunctionCall<'a> {
+    #[serde(borrow, default)]
+    pub name: Text<'a>,
+    /// A JSON string fragment normally; some OpenAI-compatible servers send an object.
+    #[serde(borrow, default)]
+    pub arguments: Option<&'a RawValue>,
+}
+
+impl<'a> FunctionCall<'a> {
+    /// The argument text: the string's value, or an object's JSON text.
+    pub fn arguments_text(&self) -> Option<Cow<'a, str>> {
+        let raw = self.arguments?;
+        let text = raw.get();
+        if text.starts_with('"') {
+            serde_json::from_str::<Cow<'a, str>>(text).ok()
+        } else {
+            Some(Cow::Borrowed(text))
+        }
+    }
+}
+
+/// One typed part of an array-form `content`.
+#[derive(Deserialize)]
+pub(super) struct Part<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub kind: Text<'a>,
+    #[serde(borrow, default)]
+    pub text: Text<'a>,
+    #[serde(borrow, default)]
+    pub output_text: Text<'a>,
+    #[serde(borrow, default)]
+    pub content: Text<'a>,
+}
+
+impl<'a> Part<'a> {
+    /// The part's text, whichever field carries it.
+    pub fn into_text(self) -> Option<Cow<'a, str>> {
+        self.text.0.or(self.output_text.0).or(self.content.0)
+    }
+}
+
+/// `delta.content`: a string (the norm), `null` (DeepSeek during reasoning: absent), an
+/// array of typed parts, or something unsupported.
+#[derive(Default)]
+pub(super) enum Content<'a> {
+    /// Absent or `null`.
+    #[default]
+    Absent,
+    /// A text fragment.
+    Text(Cow<'a, str>),
+    /// Typed parts.
+    Parts(Vec<Part<'a>>),
+    /// Any other JSON type (its name, for the diagnostic).
+    Other(&'static str),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("content")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Content::Text(Cow::Owned(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Content::Absent)
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Content::Absent)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Content::Other("boolean"))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Content::Other("number"))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Content::Other("number"))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Content::Other("number"))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(p) = seq.next_element::<Lenient<Part<'a>>>()? {
+                    if let Some(p) = p.0 {
+                        parts.push(p);
+                    }
+                }
+                Ok(Content::Parts(parts))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Content::Other("object"))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A part that is not an object is skipped, not fatal.
+struct Lenient<T>(Option<T>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Part<'a>> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw: &'de RawValue = Deserialize::deserialize(d)?;
+        Ok(Lenient(serde_json::from_str::<Part<'de>>(raw.get()).ok()))
+    }
+}
+
+/// A string field read leniently: any non-string value (null, number, object, …) reads
+/// as absent instead of failing the chunk.
+#[derive(Default)]
+pub(super) struct Text<'a>(pub Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Some(Cow::Owned(v))))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A non-negative integer field read leniently (anything else reads as absent).
+#[derive(Default, Clone, Copy)]
+pub(super) struct Num(pub Option<u64>);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
+                Ok(Num(Some(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
+                Ok(Num(u64::try_from(v).ok()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
+                let ok = v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 1.8e19;
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                Ok(Num(ok.then_some(v as u64)))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Num, E> {
+                Ok(Num(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Num, E> {
+                Ok(Num(None))
+            }
+            fn visit_unit<E>(self) -> Result<Num, E> {
+                Ok(Num(None))
+            }
+            fn visit_none<E>(self) -> Result<Num, E> {
+                Ok(Num(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Num, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Num(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Num, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Num(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The reasoning-token count inside a usage object, wherever the dialect put it.
+pub(super) fn reasoning_tokens(usage: &RawValue) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Usage {
+        #[serde(default)]
+        completion_tokens_details: Option<Details>,
+        #[serde(default)]
+        output_tokens_details: Option<Details>,
+    }
+    #[derive(Deserialize)]
+    struct Details {
+        #[serde(default)]
+        reasoning_tokens: Num,
+    }
+    let u: Usage = serde_json::from_str(usage.get()).ok()?;
+    u.completion_tokens_details
+        .and_then(|d| d.reasoning_tokens.0)
+        .or_else(|| u.output_tokens_details.and_then(|d| d.reasoning_tokens.0))
+}
