@@ -1,11 +1,6 @@
-//! Observability shared by every streamgate service: structured logs through `tracing`,
-//! Prometheus metrics over HTTP, and W3C trace context that rides in NATS headers so one
-//! trace id follows a run's bytes from ingest through normalization to the archive.
-//!
-//! # Layout
-//! - [`init`] / [`TelemetryConfig`]: one call at process start.
-//! - [`TraceParent`]: W3C `traceparent` values (generate, parse, child span).
-#![forbid(unsafe_code)]
+//! Structured logs through `tracing`, Prometheus metrics over HTTP, and W3C trace context
+//! that rides in NATS headers so one trace id follows a run's bytes from ingest through
+//! normalization to the archive.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;

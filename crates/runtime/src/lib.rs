@@ -1,0 +1,17 @@
+//! What every streamgate service process needs, in one place so the services do not
+//! repeat it: telemetry, configuration files, graceful shutdown, and gRPC plumbing
+//! (operator/channel bearer-token auth, health, reflection).
+//!
+//! # Layout
+//! - [`telemetry`]: logging, Prometheus metrics, W3C trace context.
+//! - [`config`]: `KEY=VALUE` config files that back flags and environment variables.
+//! - [`shutdown`]: SIGINT/SIGTERM into a cancellation token.
+//! - [`rpc`]: bearer-token interceptors (server and client), health and reflection.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod rpc;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use telemetry::{init as init_telemetry, TelemetryConfig, TraceParent};

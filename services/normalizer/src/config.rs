@@ -1,0 +1,42 @@
+//! Normalizer settings: flags, environment (`STREAMGATE_*`) and an optional TOML-free
+//! key=value file, resolved in that order of precedence by the binary.
+
+use std::time::Duration;
+use streamgate_bus::StreamSettings;
+
+/// Everything the normalizer worker needs.
+#[derive(Debug, Clone)]
+pub struct NormalizerConfig {
+    /// JetStream stream settings (provisioned idempotently at start).
+    pub streams: StreamSettings,
+    /// Durable consumer name; replicas sharing it share the work.
+    pub durable: String,
+    /// Raw messages per batch.
+    pub batch: usize,
+    /// How long the broker waits for an ack before redelivering.
+    pub ack_wait: Duration,
+    /// Unacknowledged raw messages the broker lets this consumer hold (backpressure).
+    pub max_ack_pending: i64,
+    /// A run with no chunk for this long gets a `timeout` close marker.
+    pub idle_timeout: Duration,
+    /// How often idle runs are looked for.
+    pub idle_check: Duration,
+    /// Runs whose adapter state is kept in memory; beyond it the least recently active
+    /// run is unloaded (and rebuilt from SG_RAW if it continues).
+    pub max_open_runs: usize,
+}
+
+impl Default for NormalizerConfig {
+    fn default() -> Self {
+        NormalizerConfig {
+            streams: StreamSettings::default(),
+            durable: "sg-normalizer".to_owned(),
+            batch: 256,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 20_000,
+            idle_timeout: Duration::from_secs(120),
+            idle_check: Duration::from_secs(1),
+            max_open_runs: 10_000,
+        }
+    }
+}

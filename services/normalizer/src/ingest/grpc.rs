@@ -1,0 +1,154 @@
+//! `streamgate.v1.IngestService`: a producer streams a run's chunks and gets one ack per
+//! chunk once it is durable. Chunks carry their index, so a producer that lost its
+//! connection asks `ResumePoint` and continues; chunks it re-sends are acknowledged as
+//! duplicates and never stored twice.
+
+use super::{IngestError, Ingestor, RunSpec};
+use futures::StreamExt;
+use std::pin::Pin;
+use streamgate_bus::raw::CloseKind;
+use streamgate_proto::v1::ingest_service_server::IngestService;
+use streamgate_proto::v1::{IngestAck, IngestChunk, ResumePointReply, ResumePointRequest};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The gRPC ingest service.
+pub struct IngestServer {
+    ingestor: Ingestor,
+}
+
+impl IngestServer {
+    /// Serves ingest through `ingestor`.
+    pub fn new(ingestor: Ingestor) -> IngestServer {
+        IngestServer { ingestor }
+    }
+}
+
+fn status(e: IngestError) -> Status {
+    match e {
+        IngestError::Invalid(m) => Status::invalid_argument(m),
+        IngestError::Closed(m) => Status::failed_precondition(format!("run {m} is already closed")),
+        IngestError::Broker(m) => Status::unavailable(m),
+    }
+}
+
+fn spec_of(c: &IngestChunk) -> RunSpec {
+    RunSpec {
+        tenant: c.tenant.clone(),
+        run_id: c.run_id.clone(),
+        session_key: c.session_key.clone(),
+        family: c.family.clone(),
+        dialect: c.dialect.clone(),
+    }
+}
+
+type AckStream = Pin<Box<dyn futures::Stream<Item = Result<IngestAck, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl IngestService for IngestServer {
+    type IngestStream = AckStream;
+
+    async fn ingest(
+        &self,
+        request: Request<Streaming<IngestChunk>>,
+    ) -> Result<Response<Self::IngestStream>, Status> {
+        let mut inbound = request.into_inner();
+        let ingestor = self.ingestor.clone();
+        // Small buffer: acks flow back as fast as the broker confirms; a slow reader
+        // slows the producer (backpressure), nothing queues without bound.
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut resume: Option<super::ResumePoint> = None;
+            while let Some(item) = inbound.next().await {
+                let chunk = match item {
+                    Ok(c) => c,
+                    Err(_) => break,
+                };
+                let ack = handle(&ingestor, &chunk, &mut resume).await.map_err(status);
+                let failed = ack.is_err();
+                if tx.send(ack).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn resume_point(
+        &self,
+        request: Request<ResumePointRequest>,
+    ) -> Result<Response<ResumePointReply>, Status> {
+        let r = request.into_inner();
+        let p = self
+            .ingestor
+            .resume_point(&r.tenant, &r.run_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(ResumePointReply {
+            next_chunk: p.next_chunk,
+            closed: p.closed,
+        }))
+    }
+}
+
+async fn handle(
+    ingestor: &Ingestor,
+    chunk: &IngestChunk,
+    resume: &mut Option<super::ResumePoint>,
+) -> Result<IngestAck, IngestError> {
+    let spec = spec_of(chunk);
+    Ingestor::check(&spec)?;
+    let close = match chunk.close.as_deref() {
+        None => None,
+        Some("normal") => Some(CloseKind::Normal),
+        Some("abnormal") => Some(CloseKind::Abnormal),
+        Some(other) => {
+            return Err(IngestError::Invalid(format!(
+                "close must be `normal` or `abnormal`, not `{other}`"
+            )))
+        }
+    };
+    // Learn once per stream where the run stands, to answer re-sent chunks as duplicates
+    // and to refuse chunks after a close.
+    let point = match resume {
+        Some(p) => *p,
+        None => {
+            let p = ingestor.resume_point(&spec.tenant, &spec.run_id).await?;
+            *resume = Some(p);
+            p
+        }
+    };
+    if chunk.chunk < point.next_chunk || (point.closed && close.is_some()) {
+        return Ok(IngestAck {
+            chunk: chunk.chunk,
+            stream_seq: 0,
+            duplicate: true,
+            close: close.is_some(),
+        });
+    }
+    if point.closed {
+        return Err(IngestError::Closed(spec.run_id));
+    }
+    if chunk.chunk > point.next_chunk {
+        return Err(IngestError::Invalid(format!(
+            "chunk {} out of order: next expected is {}",
+            chunk.chunk, point.next_chunk
+        )));
+    }
+    let body = if close.is_some() {
+        bytes::Bytes::new()
+    } else {
+        bytes::Bytes::copy_from_slice(&chunk.body)
+    };
+    let seq = ingestor.put(&spec, chunk.chunk, body, close).await?;
+    *resume = Some(super::ResumePoint {
+        next_chunk: if close.is_some() { chunk.chunk } else { chunk.chunk + 1 },
+        closed: close.is_some(),
+    });
+    Ok(IngestAck {
+        chunk: chunk.chunk,
+        stream_seq: seq,
+        duplicate: false,
+        close: close.is_some(),
+    })
+}

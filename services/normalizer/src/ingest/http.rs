@@ -1,0 +1,134 @@
+//! HTTP ingest: `POST /v1/ingest/{tenant}/{run}?family=f1[&session=…][&chunk_bytes=N]`
+//! with the provider stream as the (chunked) request body:
+//!
+//! ```sh
+//! curl --data-binary @capture.sse 'http://127.0.0.1:7311/v1/ingest/acme/run-1?family=f1'
+//! ```
+//!
+//! The body is cut into chunks as it arrives (at most `chunk_bytes` each), every chunk is
+//! stored before more is read (so a slow broker slows the sender), and the end of the
+//! body writes a `normal` close marker — or `abnormal` when the body breaks off. The
+//! reply says how many chunks were stored.
+
+use super::{IngestError, Ingestor, RunSpec};
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use serde::Deserialize;
+use streamgate_bus::raw::CloseKind;
+
+/// Default chunk size for HTTP bodies.
+pub const DEFAULT_CHUNK_BYTES: usize = 16 * 1024;
+
+#[derive(Clone)]
+struct AppState {
+    ingestor: Ingestor,
+    token: Option<String>,
+}
+
+/// Query parameters of an ingest request.
+#[derive(Debug, Deserialize)]
+struct IngestQuery {
+    family: Option<String>,
+    session: Option<String>,
+    dialect: Option<String>,
+    chunk_bytes: Option<usize>,
+}
+
+/// The ingest routes; `token`, when set, is required as `Authorization: Bearer <token>`.
+pub fn router(ingestor: Ingestor, token: Option<String>) -> Router {
+    Router::new()
+        .route("/v1/ingest/{tenant}/{run}", post(ingest))
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .with_state(AppState { ingestor, token })
+}
+
+fn error(code: StatusCode, msg: impl Into<String>) -> Response {
+    (code, Json(serde_json::json!({ "error": msg.into() }))).into_response()
+}
+
+async fn ingest(
+    State(st): State<AppState>,
+    Path((tenant, run_id)): Path<(String, String)>,
+    Query(q): Query<IngestQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Some(token) = &st.token {
+        let presented = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if presented != Some(token.as_str()) {
+            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        }
+    }
+    let spec = RunSpec {
+        tenant,
+        run_id,
+        session_key: q.session,
+        family: q.family.unwrap_or_else(|| "auto".to_owned()),
+        dialect: q.dialect,
+    };
+    if let Err(e) = Ingestor::check(&spec) {
+        return error(StatusCode::BAD_REQUEST, e.to_string());
+    }
+    let chunk_bytes = q.chunk_bytes.unwrap_or(DEFAULT_CHUNK_BYTES).clamp(1, 4 << 20);
+    let point = match st.ingestor.resume_point(&spec.tenant, &spec.run_id).await {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    if point.closed {
+        return error(
+            StatusCode::CONFLICT,
+            IngestError::Closed(spec.run_id.clone()).to_string(),
+        );
+    }
+    let mut next = point.next_chunk;
+    let mut pending = BytesMut::new();
+    let mut stream = body.into_data_stream();
+    let mut close = CloseKind::Normal;
+    let mut bytes_in = 0u64;
+    loop {
+        match stream.next().await {
+            Some(Ok(data)) => {
+                bytes_in += data.len() as u64;
+                pending.extend_from_slice(&data);
+                while pending.len() >= chunk_bytes {
+                    let part = pending.split_to(chunk_bytes).freeze();
+                    if let Err(e) = st.ingestor.put(&spec, next, part, None).await {
+                        return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+                    }
+                    next += 1;
+                }
+            }
+            Some(Err(_)) => {
+                close = CloseKind::Abnormal;
+                break;
+            }
+            None => break,
+        }
+    }
+    if !pending.is_empty() {
+        if let Err(e) = st.ingestor.put(&spec, next, pending.freeze(), None).await {
+            return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        }
+        next += 1;
+    }
+    if let Err(e) = st.ingestor.put(&spec, next, Bytes::new(), Some(close)).await {
+        return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    }
+    Json(serde_json::json!({
+        "tenant": spec.tenant,
+        "run_id": spec.run_id,
+        "chunks": next - point.next_chunk,
+        "bytes": bytes_in,
+        "close": close.as_str(),
+    }))
+    .into_response()
+}

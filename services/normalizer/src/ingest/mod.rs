@@ -1,0 +1,137 @@
+//! Ingest front doors. Every door lands chunks in SG_RAW through one [`Ingestor`] and
+//! acknowledges a chunk to its producer only after the broker acknowledged it.
+//!
+//! - NATS: publish directly (format in the bus crate docs, `docs/raw-messages.md`).
+//! - gRPC: [`grpc::IngestServer`] (`streamgate.v1.IngestService`), resumable.
+//! - HTTP: [`http::router`] — `POST /v1/ingest/{tenant}/{run}?family=f1` with a chunked
+//!   body, so `curl --data-binary @capture.sse` works.
+
+pub mod grpc;
+pub mod http;
+
+use crate::worker::now_ms;
+use bytes::Bytes;
+use streamgate_bus::raw::{publish_raw, CloseKind, RawChunk, HDR_CHUNK, HDR_CLOSE};
+use streamgate_bus::subject::RunAddr;
+use streamgate_bus::RAW_STREAM;
+
+/// Something went wrong landing a chunk.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The request was wrong (unknown family, bad close kind, chunk out of order, …).
+    #[error("{0}")]
+    Invalid(String),
+    /// The run was already closed: nothing more is accepted for it.
+    #[error("run {0} is already closed")]
+    Closed(String),
+    /// The broker did not take the chunk.
+    #[error("broker: {0}")]
+    Broker(String),
+}
+
+/// Where a run's ingest stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// The next chunk index to send.
+    pub next_chunk: u64,
+    /// True when a close marker is stored.
+    pub closed: bool,
+}
+
+/// The run identity and family a producer declares.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Tenant.
+    pub tenant: String,
+    /// Run id.
+    pub run_id: String,
+    /// Optional chat session.
+    pub session_key: Option<String>,
+    /// Wire family id, or `auto`.
+    pub family: String,
+    /// Optional dialect hint.
+    pub dialect: Option<String>,
+}
+
+/// Lands raw chunks in SG_RAW.
+#[derive(Clone)]
+pub struct Ingestor {
+    js: async_nats::jetstream::Context,
+    partitions: u32,
+}
+
+impl Ingestor {
+    /// An ingestor on a JetStream context with the deployment's partition count.
+    pub fn new(js: async_nats::jetstream::Context, partitions: u32) -> Ingestor {
+        Ingestor { js, partitions }
+    }
+
+    /// Validates a run spec.
+    pub fn check(spec: &RunSpec) -> Result<(), IngestError> {
+        if spec.tenant.is_empty() || spec.run_id.is_empty() {
+            return Err(IngestError::Invalid("tenant and run_id are required".into()));
+        }
+        spec.family
+            .parse::<streamgate_wire::FamilyChoice>()
+            .map_err(|e| IngestError::Invalid(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Stores one chunk (or close marker) and waits for the broker's ack. Returns the
+    /// stream sequence.
+    pub async fn put(
+        &self,
+        spec: &RunSpec,
+        chunk: u64,
+        body: Bytes,
+        close: Option<CloseKind>,
+    ) -> Result<u64, IngestError> {
+        let raw = RawChunk {
+            addr: RunAddr::new(&spec.tenant, &spec.run_id, self.partitions),
+            session_key: spec.session_key.clone(),
+            family: spec.family.clone(),
+            dialect: spec.dialect.clone(),
+            chunk,
+            ingest_ts_ms: now_ms(),
+            close,
+            body,
+        };
+        let seq = publish_raw(&self.js, &raw)
+            .await
+            .map_err(|e| IngestError::Broker(e.to_string()))?;
+        metrics::counter!("sg_ingest_chunks_total").increment(1);
+        Ok(seq)
+    }
+
+    /// Where a run's ingest stands, from the last raw message stored for it.
+    pub async fn resume_point(&self, tenant: &str, run_id: &str) -> Result<ResumePoint, IngestError> {
+        let addr = RunAddr::new(tenant, run_id, self.partitions);
+        let stream = self
+            .js
+            .get_stream(RAW_STREAM)
+            .await
+            .map_err(|e| IngestError::Broker(e.to_string()))?;
+        match stream.get_last_raw_message_by_subject(&addr.raw_subject()).await {
+            Ok(msg) => {
+                let header = |name: &str| {
+                    msg.headers
+                        .get(name)
+                        .map(|v| v.as_str().to_owned())
+                };
+                let chunk: u64 = header(HDR_CHUNK).and_then(|c| c.parse().ok()).unwrap_or(0);
+                let closed = header(HDR_CLOSE).is_some();
+                Ok(ResumePoint {
+                    next_chunk: if closed { chunk } else { chunk + 1 },
+                    closed,
+                })
+            }
+            Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {
+                Ok(ResumePoint {
+                    next_chunk: 0,
+                    closed: false,
+                })
+            }
+            Err(e) => Err(IngestError::Broker(e.to_string())),
+        }
+    }
+}

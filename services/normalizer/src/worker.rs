@@ -1,0 +1,160 @@
+//! The normalization worker: SG_RAW → per-run adapters → SG_EVENTS.
+//!
+//! Messages are taken in batches. Each batch is applied to the run table in stream order
+//! (which is per-run chunk order), every resulting event is published and acknowledged by
+//! the broker, and only then are the batch's raw messages acknowledged. A crash anywhere
+//! before the raw ack means the chunk is redelivered and its events re-published under
+//! the same ids — duplicates the archive and projectors ignore.
+
+use crate::config::NormalizerConfig;
+use crate::runs::{Applied, RunTable};
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use streamgate_bus::consume::{durable_pull, read_subject};
+use streamgate_bus::events::publish_events;
+use streamgate_bus::raw::{publish_raw, RawChunk};
+use streamgate_bus::subject::RunAddr;
+use streamgate_bus::{ensure_streams, RAW_STREAM};
+use streamgate_grammar::RunEvent;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Runs the worker until `shutdown` fires; in-flight batches finish (drain) first.
+pub async fn run(
+    js: async_nats::jetstream::Context,
+    cfg: NormalizerConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    ensure_streams(&js, &cfg.streams).await?;
+    let consumer = durable_pull(
+        &js,
+        RAW_STREAM,
+        &cfg.durable,
+        vec!["sg.raw.>".to_owned()],
+        cfg.ack_wait,
+        cfg.max_ack_pending,
+    )
+    .await?;
+    let mut messages = consumer
+        .stream()
+        .max_messages_per_batch(cfg.batch)
+        .heartbeat(Duration::from_secs(5))
+        .expires(Duration::from_secs(30))
+        .messages()
+        .await?
+        .ready_chunks(cfg.batch);
+    let mut table = RunTable::new(cfg.max_open_runs);
+    let mut idle_tick = tokio::time::interval(cfg.idle_check);
+    idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    info!(durable = %cfg.durable, "normalizer consuming SG_RAW");
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            batch = messages.next() => {
+                let Some(batch) = batch else { break };
+                let mut msgs = Vec::with_capacity(batch.len());
+                for m in batch {
+                    match m {
+                        Ok(m) => msgs.push(m),
+                        Err(e) => warn!(error = %e, "SG_RAW consumer error"),
+                    }
+                }
+                if let Err(e) = process_batch(&js, &mut table, msgs).await {
+                    // Nothing of the failed batch was acknowledged: it is redelivered.
+                    warn!(error = %e, "batch failed; it will be redelivered");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                metrics::gauge!("sg_normalizer_open_runs").set(table.open_runs() as f64);
+            }
+            _ = idle_tick.tick() => {
+                for marker in table.idle_closes(cfg.idle_timeout, now_ms()) {
+                    info!(run = %marker.addr.run_id, "run idle: writing timeout close marker");
+                    if let Err(e) = publish_raw(&js, &marker).await {
+                        warn!(error = %e, run = %marker.addr.run_id, "cannot write timeout close marker");
+                    }
+                }
+            }
+        }
+    }
+    info!("normalizer stopped");
+    Ok(())
+}
+
+async fn process_batch(
+    js: &async_nats::jetstream::Context,
+    table: &mut RunTable,
+    msgs: Vec<async_nats::jetstream::Message>,
+) -> anyhow::Result<()> {
+    // Events per run, in seq order; runs are published concurrently.
+    let mut out: BTreeMap<(String, String), (RunAddr, Vec<RunEvent>)> = BTreeMap::new();
+    let mut chunks_applied = 0u64;
+    for msg in &msgs {
+        let chunk = match RawChunk::from_parts(&msg.subject, msg.headers.as_ref(), msg.payload.clone())
+        {
+            Ok(c) => c,
+            Err(e) => {
+                // A message nobody can read is acknowledged (it would loop forever) and
+                // counted; the raw bytes stay in SG_RAW for inspection.
+                warn!(error = %e, subject = %msg.subject, "unreadable raw message");
+                metrics::counter!("sg_normalizer_bad_raw_total").increment(1);
+                continue;
+            }
+        };
+        let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
+        let mut events = match table.apply(&chunk) {
+            Applied::Events(evs) => evs,
+            Applied::Duplicate => {
+                debug!(run = %chunk.addr.run_id, chunk = chunk.chunk, "duplicate chunk");
+                continue;
+            }
+            Applied::NeedsRebuild => {
+                let history = read_subject(js, RAW_STREAM, &chunk.addr.raw_subject()).await?;
+                let history: Vec<RawChunk> = history
+                    .iter()
+                    .filter_map(|m| {
+                        RawChunk::from_parts(&m.subject, m.headers.as_ref(), m.payload.clone()).ok()
+                    })
+                    .collect();
+                info!(run = %chunk.addr.run_id, chunks = history.len(), "rebuilding run from SG_RAW");
+                metrics::counter!("sg_normalizer_rebuilds_total").increment(1);
+                let mut evs = table.rebuild(&chunk, history);
+                match table.apply(&chunk) {
+                    Applied::Events(more) => evs.extend(more),
+                    Applied::Duplicate | Applied::NeedsRebuild => {}
+                }
+                evs
+            }
+        };
+        chunks_applied += 1;
+        let entry = out
+            .entry(key)
+            .or_insert_with(|| (chunk.addr.clone(), Vec::new()));
+        entry.1.append(&mut events);
+    }
+    let publishes = out
+        .values()
+        .filter(|(_, evs)| !evs.is_empty())
+        .map(|(addr, evs)| publish_events(js, addr, evs));
+    let results = futures::future::join_all(publishes).await;
+    for r in results {
+        r?;
+    }
+    let published: usize = out.values().map(|(_, e)| e.len()).sum();
+    metrics::counter!("sg_normalizer_events_published_total").increment(published as u64);
+    metrics::counter!("sg_normalizer_chunks_total").increment(chunks_applied);
+    for msg in &msgs {
+        if let Err(e) = msg.ack().await {
+            warn!(error = %e, "raw ack failed; the chunk will be redelivered (idempotent)");
+        }
+    }
+    Ok(())
+}
