@@ -8,27 +8,38 @@ use tonic::{Request, Status};
 /// Server-side interceptor: every call must carry `authorization: Bearer <token>`.
 #[derive(Clone)]
 pub struct RequireBearer {
-    token: Arc<str>,
+    token: Option<Arc<str>>,
 }
 
 impl RequireBearer {
     /// Requires `token`.
     pub fn new(token: &str) -> RequireBearer {
         RequireBearer {
-            token: Arc::from(token),
+            token: Some(Arc::from(token)),
+        }
+    }
+
+    /// Requires `token` when given; lets every call through otherwise (a front door
+    /// deployed without a token, e.g. behind a mesh that authenticates).
+    pub fn optional(token: Option<&str>) -> RequireBearer {
+        RequireBearer {
+            token: token.map(Arc::from),
         }
     }
 }
 
 impl Interceptor for RequireBearer {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let Some(token) = &self.token else {
+            return Ok(req);
+        };
         let presented = req
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         match presented {
-            Some(t) if constant_time_eq(t.as_bytes(), self.token.as_bytes()) => Ok(req),
+            Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(req),
             Some(_) => Err(Status::unauthenticated("invalid bearer token")),
             None => Err(Status::unauthenticated(
                 "missing `authorization: Bearer <token>`",

@@ -1,0 +1,171 @@
+//! SG_EVENTS → archive. Replicas share one durable consumer (the archive needs no per-run
+//! order: `(run_id, seq)` is the key). Each batch is committed in one transaction and
+//! acknowledged only after the commit, so a crash at any point loses nothing and the
+//! redelivered tail is absorbed by the store's idempotent insert.
+
+use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+use streamgate_archive::{ArchivedEvent, RawChunkRecord, Store};
+use streamgate_bus::consume::durable_pull;
+use streamgate_bus::events::decode_event;
+use streamgate_bus::raw::RawChunk;
+use streamgate_bus::{EVENTS_STREAM, RAW_STREAM};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Consumer settings.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// Durable consumer name shared by replicas.
+    pub durable: String,
+    /// Messages per transaction at most.
+    pub batch: usize,
+    /// Broker redelivery timeout.
+    pub ack_wait: Duration,
+    /// Unacknowledged messages the broker lets this consumer hold.
+    pub max_ack_pending: i64,
+    /// Also archive raw chunks from SG_RAW.
+    pub archive_raw: bool,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            durable: "sg-archiver".to_owned(),
+            batch: 1024,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 50_000,
+            archive_raw: false,
+        }
+    }
+}
+
+/// Runs the SG_EVENTS consumer until `shutdown`; the batch in flight is committed and
+/// acknowledged before it returns.
+pub async fn run_events(
+    js: async_nats::jetstream::Context,
+    store: Arc<dyn Store>,
+    cfg: ConsumerConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let consumer = durable_pull(
+        &js,
+        EVENTS_STREAM,
+        &cfg.durable,
+        vec!["sg.evt.>".to_owned()],
+        cfg.ack_wait,
+        cfg.max_ack_pending,
+    )
+    .await?;
+    let mut batches = consumer
+        .stream()
+        .max_messages_per_batch(cfg.batch)
+        .heartbeat(Duration::from_secs(5))
+        .expires(Duration::from_secs(30))
+        .messages()
+        .await?
+        .ready_chunks(cfg.batch);
+    info!(durable = %cfg.durable, "archiver consuming SG_EVENTS");
+    loop {
+        let batch = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            b = batches.next() => match b { Some(b) => b, None => break },
+        };
+        let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
+        let mut events = Vec::with_capacity(msgs.len());
+        for m in &msgs {
+            let journal_seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
+            match decode_event(&m.payload) {
+                Ok(event) => events.push(ArchivedEvent { event, journal_seq }),
+                Err(e) => {
+                    metrics::counter!("sg_archiver_undecodable_total").increment(1);
+                    warn!(error = %e, subject = %m.subject, "undecodable event skipped");
+                }
+            }
+        }
+        loop {
+            match store.insert_batch(&events).await {
+                Ok(outcome) => {
+                    metrics::counter!("sg_archiver_events_inserted_total").increment(outcome.inserted);
+                    metrics::counter!("sg_archiver_duplicates_total").increment(outcome.duplicates);
+                    metrics::counter!("sg_archiver_conflicts_total").increment(outcome.conflicts);
+                    break;
+                }
+                Err(e) => {
+                    // The store is down: hold the batch (the broker holds the rest) and
+                    // retry; nothing is acknowledged before it is committed.
+                    warn!(error = %e, "archive commit failed; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
+                }
+            }
+        }
+        for m in &msgs {
+            if let Err(e) = m.ack().await {
+                warn!(error = %e, "ack failed; the batch tail will be redelivered (idempotent)");
+            }
+        }
+    }
+    info!("archiver consumer stopped");
+    Ok(())
+}
+
+/// Runs the optional SG_RAW consumer (the raw archive) until `shutdown`.
+pub async fn run_raw(
+    js: async_nats::jetstream::Context,
+    store: Arc<dyn Store>,
+    cfg: ConsumerConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let consumer = durable_pull(
+        &js,
+        RAW_STREAM,
+        &format!("{}-raw", cfg.durable),
+        vec!["sg.raw.>".to_owned()],
+        cfg.ack_wait,
+        cfg.max_ack_pending,
+    )
+    .await?;
+    let mut batches = consumer
+        .stream()
+        .max_messages_per_batch(cfg.batch)
+        .messages()
+        .await?
+        .ready_chunks(cfg.batch);
+    loop {
+        let batch = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            b = batches.next() => match b { Some(b) => b, None => break },
+        };
+        let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
+        let records: Vec<RawChunkRecord> = msgs
+            .iter()
+            .filter_map(|m| RawChunk::from_parts(&m.subject, m.headers.as_ref(), m.payload.clone()).ok())
+            .map(|c| RawChunkRecord {
+                tenant: c.addr.tenant,
+                run_id: c.addr.run_id,
+                chunk: c.chunk,
+                family: c.family,
+                ingest_ts_ms: c.ingest_ts_ms,
+                close: c.close.map(|k| k.as_str().to_owned()),
+                body: c.body.to_vec(),
+            })
+            .collect();
+        while let Err(e) = store.insert_raw(&records).await {
+            warn!(error = %e, "raw archive commit failed; retrying");
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+        for m in &msgs {
+            let _ = m.ack().await;
+        }
+    }
+    Ok(())
+}

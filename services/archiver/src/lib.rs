@@ -1,0 +1,18 @@
+//! The streamgate archiver service: a durable consumer of SG_EVENTS (and optionally
+//! SG_RAW) that commits every event to the archive before acknowledging it, and the
+//! operator-only `ArchiveService` that replays what it holds.
+//!
+//! # Layout
+//! - [`consumer`]: SG_EVENTS (and SG_RAW) → store, ack after commit.
+//! - [`replay`]: the `ArchiveService` gRPC implementation.
+//! - [`convert`]: archive records and folds → protobuf replies.
+//! - [`service`]: consumer and gRPC server started together.
+#![forbid(unsafe_code)]
+
+pub mod consumer;
+pub mod convert;
+pub mod replay;
+pub mod service;
+
+pub use consumer::ConsumerConfig;
+pub use service::{start, ArchiverListen, Running};

@@ -1,0 +1,367 @@
+//! `streamgate.v1.ArchiveService`: operator-only replay of what the archive holds.
+//!
+//! `ReplayEvents` with `follow` is a catch-up subscription: it pages the run's archived
+//! events, then reads the run's subject on SG_EVENTS from the start and forwards only
+//! seqs above the last one sent. Per-run seqs are contiguous, so "send exactly
+//! last+1" is all it takes to cross the archive→live boundary with no gap and no
+//! duplicate (republished duplicates on the bus are skipped the same way). If the bus no
+//! longer has a seq (retention), the gap is filled from the archive.
+
+use crate::convert;
+use futures::StreamExt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use streamgate_archive::{ArchivedEvent, RunFilter, RunStatusKind, Store};
+use streamgate_bus::events::decode_event;
+use streamgate_bus::subject::{encode_token, partition_of};
+use streamgate_bus::EVENTS_STREAM;
+use streamgate_grammar::{timeline, EventData, RunEvent, RunState};
+use streamgate_proto::v1;
+use streamgate_proto::v1::archive_service_server::ArchiveService;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// Events per archive page while replaying.
+const PAGE: u32 = 1000;
+
+/// The ArchiveService implementation.
+#[derive(Clone)]
+pub struct Replay {
+    store: Arc<dyn Store>,
+    js: async_nats::jetstream::Context,
+    partitions: u32,
+}
+
+impl Replay {
+    /// Replays from `store`; follows live events on `js`.
+    pub fn new(store: Arc<dyn Store>, js: async_nats::jetstream::Context, partitions: u32) -> Replay {
+        Replay {
+            store,
+            js,
+            partitions,
+        }
+    }
+
+    async fn all_events(&self, run_id: &str) -> Result<Vec<ArchivedEvent>, Status> {
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self
+                .store
+                .events_after(run_id, after, PAGE)
+                .await
+                .map_err(internal)?;
+            let Some(last) = page.last() else { break };
+            after = last.event.event.seq;
+            let full = page.len() as u32 == PAGE;
+            out.extend(page);
+            if !full {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    Status::internal(e.to_string())
+}
+
+fn is_terminal(ev: &RunEvent) -> bool {
+    matches!(&ev.event.data, EventData::Lifecycle(l) if l.is_terminal())
+}
+
+type Stream<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ArchiveService for Replay {
+    async fn list_runs(
+        &self,
+        request: Request<v1::ListRunsRequest>,
+    ) -> Result<Response<v1::ListRunsReply>, Status> {
+        let r = request.into_inner();
+        let status = match r.status.as_deref() {
+            None => None,
+            Some("open") => Some(RunStatusKind::Open),
+            Some("ended") => Some(RunStatusKind::Ended),
+            Some("failed") => Some(RunStatusKind::Failed),
+            Some(other) => {
+                return Err(Status::invalid_argument(format!(
+                    "status must be open, ended or failed, not `{other}`"
+                )))
+            }
+        };
+        let page = self
+            .store
+            .list_runs(&RunFilter {
+                tenant: r.tenant,
+                session_key: r.session_key,
+                status,
+                provider: r.provider,
+                model: r.model,
+                since_ts_ms: r.since_ts_ms,
+                until_ts_ms: r.until_ts_ms,
+                limit: r.limit,
+                cursor: r.cursor,
+            })
+            .await
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok(Response::new(v1::ListRunsReply {
+            runs: page.runs.iter().map(convert::run).collect(),
+            next_cursor: page.next_cursor,
+        }))
+    }
+
+    async fn get_run(&self, request: Request<v1::GetRunRequest>) -> Result<Response<v1::Run>, Status> {
+        let id = request.into_inner().run_id;
+        match self.store.get_run(&id).await.map_err(internal)? {
+            Some(r) => Ok(Response::new(convert::run(&r))),
+            None => Err(Status::not_found(format!("no run `{id}` in the archive"))),
+        }
+    }
+
+    type ReplayEventsStream = Stream<v1::ArchivedEvent>;
+
+    async fn replay_events(
+        &self,
+        request: Request<v1::ReplayEventsRequest>,
+    ) -> Result<Response<Self::ReplayEventsStream>, Status> {
+        let r = request.into_inner();
+        if r.run_id.is_empty() {
+            return Err(Status::invalid_argument("run_id is required"));
+        }
+        let (tx, rx) = mpsc::channel(256);
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(status) = this.replay_into(&r.run_id, r.after_seq, r.follow, &tx).await {
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    type ReplayJournalStream = Stream<v1::ArchivedEvent>;
+
+    async fn replay_journal(
+        &self,
+        request: Request<v1::ReplayJournalRequest>,
+    ) -> Result<Response<Self::ReplayJournalStream>, Status> {
+        let r = request.into_inner();
+        let (tx, rx) = mpsc::channel(256);
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let mut after = r.after_journal_seq;
+            let mut left = if r.limit == 0 { u64::MAX } else { u64::from(r.limit) };
+            while left > 0 {
+                let page = match store.journal_after(after, PAGE.min(left.min(u64::from(PAGE)) as u32)).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = tx.send(Err(internal(e))).await;
+                        return;
+                    }
+                };
+                if page.is_empty() {
+                    break;
+                }
+                for e in &page {
+                    after = e.journal_seq;
+                    left -= 1;
+                    if tx.send(Ok(convert::event(e))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn replay_state(
+        &self,
+        request: Request<v1::ReplayStateRequest>,
+    ) -> Result<Response<v1::RunState>, Status> {
+        let r = request.into_inner();
+        let events = self.all_events(&r.run_id).await?;
+        if events.is_empty() {
+            return Err(Status::not_found(format!("no run `{}` in the archive", r.run_id)));
+        }
+        let upto = if r.at_seq == 0 { u64::MAX } else { r.at_seq };
+        let state = RunState::fold(
+            events
+                .iter()
+                .map(|e| &e.event.event)
+                .filter(|e| e.seq <= upto),
+        );
+        Ok(Response::new(convert::state(&r.run_id, &state)))
+    }
+
+    async fn replay_timeline(
+        &self,
+        request: Request<v1::ReplayTimelineRequest>,
+    ) -> Result<Response<v1::Timeline>, Status> {
+        let r = request.into_inner();
+        let events: Vec<RunEvent> = self
+            .all_events(&r.run_id)
+            .await?
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        if events.is_empty() {
+            return Err(Status::not_found(format!("no run `{}` in the archive", r.run_id)));
+        }
+        Ok(Response::new(convert::timeline(&r.run_id, &timeline(&events))))
+    }
+
+    type RawChunksStream = Stream<v1::RawChunk>;
+
+    async fn raw_chunks(
+        &self,
+        request: Request<v1::RawChunksRequest>,
+    ) -> Result<Response<Self::RawChunksStream>, Status> {
+        let run_id = request.into_inner().run_id;
+        let mut chunks = self.store.raw_chunks(&run_id).await.map_err(internal)?;
+        if chunks.is_empty() {
+            // No raw archive: SG_RAW itself is the provider-native transcript.
+            let subject = format!(
+                "sg.raw.*.{}.{}",
+                partition_of(&run_id, self.partitions),
+                encode_token(&run_id)
+            );
+            let msgs = streamgate_bus::consume::read_subject(&self.js, streamgate_bus::RAW_STREAM, &subject)
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+            chunks = msgs
+                .iter()
+                .filter_map(|m| {
+                    streamgate_bus::raw::RawChunk::from_parts(&m.subject, m.headers.as_ref(), m.payload.clone()).ok()
+                })
+                .map(|c| streamgate_archive::RawChunkRecord {
+                    tenant: c.addr.tenant,
+                    run_id: c.addr.run_id,
+                    chunk: c.chunk,
+                    family: c.family,
+                    ingest_ts_ms: c.ingest_ts_ms,
+                    close: c.close.map(|k| k.as_str().to_owned()),
+                    body: c.body.to_vec(),
+                })
+                .collect();
+        }
+        let items: Vec<Result<v1::RawChunk, Status>> = chunks.into_iter().map(|c| Ok(convert::raw(c))).collect();
+        Ok(Response::new(Box::pin(futures::stream::iter(items))))
+    }
+}
+
+impl Replay {
+    /// Sends the run's events after `after_seq`, then (with `follow`) live ones until
+    /// the terminal event.
+    async fn replay_into(
+        &self,
+        run_id: &str,
+        after_seq: u64,
+        follow: bool,
+        tx: &mpsc::Sender<Result<v1::ArchivedEvent, Status>>,
+    ) -> Result<(), Status> {
+        let mut last = after_seq;
+        let mut done = false;
+        loop {
+            let page = self
+                .store
+                .events_after(run_id, last, PAGE)
+                .await
+                .map_err(internal)?;
+            let full = page.len() as u32 == PAGE;
+            for e in &page {
+                last = e.event.event.seq;
+                done |= is_terminal(&e.event);
+                if tx.send(Ok(convert::event(e))).await.is_err() {
+                    return Ok(());
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        if !follow || done {
+            return Ok(());
+        }
+        // Live: the run's subject from the start of SG_EVENTS; only last+1 goes out.
+        let subject = format!(
+            "sg.evt.*.{}.{}",
+            partition_of(run_id, self.partitions),
+            encode_token(run_id)
+        );
+        let stream = self
+            .js
+            .get_stream(EVENTS_STREAM)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+                filter_subject: subject,
+                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut live = consumer
+            .messages()
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut ticker = tokio::time::interval(Duration::from_secs(15));
+        loop {
+            let msg = tokio::select! {
+                m = live.next() => m,
+                _ = tx.closed() => return Ok(()),
+                _ = ticker.tick() => continue,
+            };
+            let Some(msg) = msg else { break };
+            let msg = msg.map_err(|e| Status::unavailable(e.to_string()))?;
+            let Ok(ev) = decode_event(&msg.payload) else {
+                continue;
+            };
+            let seq = ev.event.seq;
+            if seq <= last {
+                continue;
+            }
+            if seq > last + 1 {
+                // The bus lost the middle (retention); the archive has it.
+                let fill = self
+                    .store
+                    .events_after(run_id, last, (seq - last - 1) as u32)
+                    .await
+                    .map_err(internal)?;
+                for e in &fill {
+                    if e.event.event.seq >= seq {
+                        break;
+                    }
+                    last = e.event.event.seq;
+                    if tx.send(Ok(convert::event(e))).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                if last + 1 != seq {
+                    return Err(Status::data_loss(format!(
+                        "run {run_id}: seq {} to {} are in neither the archive nor the bus",
+                        last + 1,
+                        seq - 1
+                    )));
+                }
+            }
+            let journal_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+            last = seq;
+            let terminal = is_terminal(&ev);
+            if tx
+                .send(Ok(convert::event(&ArchivedEvent { event: ev, journal_seq })))
+                .await
+                .is_err()
+            {
+                return Ok(());
+            }
+            if terminal {
+                break;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,20 @@
+//! The streamgate normalizer service: ingest front doors land raw provider bytes in
+//! SG_RAW; the worker turns each run's chunks into canonical events on SG_EVENTS.
+//!
+//! # Layout
+//! - [`config`]: worker settings.
+//! - [`runs`]: the in-flight run table (one adapter per run, rebuilt from SG_RAW when
+//!   needed).
+//! - [`worker`]: the SG_RAW consumer loop.
+//! - [`ingest`]: the gRPC and HTTP front doors over one [`ingest::Ingestor`].
+//! - [`service`]: everything above started together, with health and reflection.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod ingest;
+pub mod runs;
+pub mod service;
+pub mod worker;
+
+pub use config::NormalizerConfig;
+pub use service::{start, Listeners, Running};
