@@ -672,3 +672,57 @@ fn error_message(error: Option<&RawValue>) -> Option<String> {
         .and_then(|e| e.message)
         .map(Cow::into_owned)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::adapter::Family;
+    use crate::normalizer::normalize_bytes;
+    use streamgate_grammar::check;
+
+    fn run(lines: &[&str]) -> Vec<serde_json::Value> {
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let n = normalize_bytes(Family::CodexAppServer.into(), text.as_bytes(), 0);
+        assert_eq!(check(&n.events, &[], None), vec![]);
+        n.events
+            .iter()
+            .map(|e| serde_json::from_str(&e.to_json()).unwrap())
+            .collect()
+    }
+
+    const FINAL_STARTED: &str = r#"{"method":"item/started","params":{"item":{"type":"agentMessage","id":"m","text":"","phase":"final_answer"}}}"#;
+    const FINAL_DONE: &str = r#"{"method":"item/completed","params":{"item":{"type":"agentMessage","id":"m","text":"42","phase":"final_answer"}}}"#;
+
+    #[test]
+    fn final_answer_waits_for_a_completed_turn() {
+        let ev = run(&[
+            FINAL_STARTED,
+            FINAL_DONE,
+            r#"{"method":"turn/completed","params":{"turn":{"status":"completed","error":null}}}"#,
+        ]);
+        assert_eq!(ev[0]["data"]["phase"], "final_answer");
+        assert_eq!(ev[0]["data"]["text"], "42");
+    }
+
+    #[test]
+    fn a_failed_turn_never_releases_the_final_answer() {
+        let ev = run(&[
+            FINAL_STARTED,
+            FINAL_DONE,
+            r#"{"method":"turn/completed","params":{"turn":{"status":"failed","error":{"message":"x"}}}}"#,
+        ]);
+        assert!(ev.iter().all(|e| e["data"]["phase"] != "final_answer"));
+        assert_eq!(ev.last().unwrap()["data"]["phase"], "error");
+    }
+
+    #[test]
+    fn a_retrying_error_is_not_terminal() {
+        let ev = run(&[
+            r#"{"method":"error","params":{"error":{"message":"retry"},"willRetry":true}}"#,
+            FINAL_STARTED,
+            FINAL_DONE,
+            r#"{"method":"turn/completed","params":{"turn":{"status":"completed"}}}"#,
+        ]);
+        assert_eq!(ev[0]["data"]["diagnostic"]["code"], "codex_error_retry");
+        assert_eq!(ev.last().unwrap()["data"]["reason"], "completed");
+    }
+}

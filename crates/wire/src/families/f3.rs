@@ -1382,3 +1382,133 @@ fn classify(item: &RawItem<'_>) -> Option<ItemKind> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::adapter::Family;
+    use crate::normalizer::normalize_bytes;
+    use proptest::prelude::*;
+    use streamgate_grammar::{check, EventData};
+
+    fn run(sse: &str) -> Vec<serde_json::Value> {
+        let n = normalize_bytes(Family::F3.into(), sse.as_bytes(), 7);
+        assert_eq!(check(&n.events, &[], None), vec![]);
+        n.events
+            .iter()
+            .map(|e| serde_json::from_str(&e.to_json()).unwrap())
+            .collect()
+    }
+
+    fn frame(json: &str) -> String {
+        format!("data: {json}\n\n")
+    }
+
+    #[test]
+    fn content_parts_of_one_item_are_distinct_segments_and_the_last_is_final() {
+        let mut s = String::new();
+        s +=
+            &frame(r#"{"type":"response.created","response":{"id":"r","model":"m","usage":null}}"#);
+        s += &frame(
+            r#"{"type":"response.output_item.added","output_index":0,"item":{"id":"msg","type":"message","role":"assistant","content":[]}}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.output_text.delta","item_id":"msg","output_index":0,"content_index":0,"delta":"a"}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.output_text.delta","item_id":"msg","output_index":0,"content_index":1,"delta":"b"}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.completed","response":{"id":"r","output":[],"usage":null}}"#,
+        );
+        let ev = run(&s);
+        assert_eq!(ev[1]["data"]["id"], "msg:0");
+        assert_eq!(ev[2]["data"]["id"], "msg:1");
+        assert_eq!(ev[3]["data"]["phase"], "final_answer");
+        assert_eq!(ev[3]["data"]["id"], "msg:1");
+        assert_eq!(ev[3]["data"]["text"], "b");
+    }
+
+    #[test]
+    fn thinking_end_marker_keeps_its_position_and_gets_reasoning_tokens() {
+        let mut s = String::new();
+        s += &frame(
+            r#"{"type":"response.reasoning_summary_text.delta","item_id":"rs","output_index":0,"summary_index":0,"delta":"x"}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.reasoning_summary_text.done","item_id":"rs","output_index":0,"summary_index":0,"text":"x"}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.output_text.delta","item_id":"msg","output_index":1,"content_index":0,"delta":"y"}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.completed","response":{"usage":{"output_tokens_details":{"reasoning_tokens":9}}}}"#,
+        );
+        let ev = run(&s);
+        assert_eq!(ev[2]["data"]["phase"], "end");
+        assert_eq!(ev[2]["data"]["tokens"], 9);
+        assert_eq!(ev[3]["data"]["delta"], "y");
+        assert_eq!(ev[2]["seq"], 3);
+    }
+
+    #[test]
+    fn function_call_yield_has_no_final_answer() {
+        let mut s = String::new();
+        s += &frame(
+            r#"{"type":"response.output_text.delta","item_id":"msg","output_index":0,"content_index":0,"delta":"Checking"}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.output_item.added","output_index":1,"item":{"id":"fc","type":"function_call","call_id":"c","name":"f","arguments":""}}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.completed","response":{"output":[{"type":"message","id":"msg"},{"type":"function_call","id":"fc","call_id":"c","name":"f","arguments":"{}"}]}}"#,
+        );
+        let ev = run(&s);
+        let last = ev.last().unwrap();
+        assert_eq!(last["data"]["reason"], "tool_use");
+        assert!(ev.iter().all(|e| e["data"]["phase"] != "final_answer"));
+        // The snapshot closed the call with its arguments.
+        assert!(ev.iter().any(
+            |e| e["data"]["phase"] == "end" && e["data"]["arguments"] == serde_json::json!({})
+        ));
+    }
+
+    #[test]
+    fn encrypted_blob_stays_in_the_transcript() {
+        let s = frame(
+            r#"{"type":"response.output_item.done","output_index":0,"item":{"id":"rs","type":"reasoning","summary":[],"encrypted_content":"SECRET-SECRET-SECRET"}}"#,
+        );
+        let n = normalize_bytes(Family::F3.into(), s.as_bytes(), 0);
+        assert_eq!(n.transcript.len(), 1);
+        assert!(n.events.iter().all(|e| !e.to_json().contains("SECRET")));
+        assert!(
+            matches!(&n.events[0].data, EventData::Thinking(t) if t.variant.as_str() == "redacted")
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            for family in [Family::F3, Family::CodexAppServer] {
+                let n = normalize_bytes(family.into(), &bytes, 3);
+                prop_assert!(check(&n.events, &[], None).is_empty());
+            }
+        }
+
+        #[test]
+        fn shuffled_known_frames_never_break_invariants(order in proptest::collection::vec(0usize..8, 0..24)) {
+            const FRAMES: [&str; 8] = [
+                r#"{"type":"response.output_text.delta","item_id":"m","content_index":0,"delta":"a"}"#,
+                r#"{"type":"response.reasoning_text.delta","item_id":"r","content_index":0,"delta":"b"}"#,
+                r#"{"type":"response.reasoning_text.done","item_id":"r","content_index":0,"text":"b"}"#,
+                r#"{"type":"response.output_item.added","output_index":1,"item":{"id":"f","type":"function_call","call_id":"c","name":"n"}}"#,
+                r#"{"type":"response.function_call_arguments.delta","item_id":"f","delta":"{"}"#,
+                r#"{"type":"response.incomplete","response":{"incomplete_details":{"reason":"max_output_tokens"}}}"#,
+                r#"{"type":"error","error":{"message":"x"}}"#,
+                r#"{"type":"response.completed","response":{"usage":{"output_tokens_details":{"reasoning_tokens":1}}}}"#,
+            ];
+            let s: String = order.iter().map(|&i| frame(FRAMES[i])).collect();
+            let n = normalize_bytes(Family::F3.into(), s.as_bytes(), 5);
+            prop_assert!(check(&n.events, &[], None).is_empty());
+        }
+    }
+}
