@@ -223,22 +223,21 @@ impl Adapter for CodexAppServerAdapter {
             out.consumed();
             return;
         }
-        let msg: Message<'_> = match serde_json::from_str(frame.data) {
+        let mut msg: Message<'_> = match serde_json::from_str(frame.data) {
             Ok(m) => m,
             Err(_) => {
                 malformed(out, frame.data);
                 return;
             }
         };
-        match (msg.method.as_deref(), msg.id.is_some()) {
+        match (msg.method.take(), msg.id.is_some()) {
             (None, true) => self.on_response(&msg, out),
             (Some(method), true) => {
                 // Server→client request (approval, elicitation): out of the content
                 // pipeline's scope (evidence §2).
-                unsupported(out, method);
+                unsupported(out, &method);
             }
             (Some(method), false) => {
-                let method = method.to_owned();
                 self.on_notification(&method, msg.params, frame.data, out);
             }
             (None, false) => {

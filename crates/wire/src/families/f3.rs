@@ -368,7 +368,7 @@ impl Adapter for F3Adapter {
             out.consumed();
             return;
         }
-        let ev: Ev<'_> = match serde_json::from_str(data) {
+        let mut ev: Ev<'_> = match serde_json::from_str(data) {
             Ok(ev) => ev,
             Err(_) => {
                 match serde_json::from_str::<TypeOnly<'_>>(data) {
@@ -381,12 +381,16 @@ impl Adapter for F3Adapter {
                 return;
             }
         };
-        let ty = match ev.ty.as_deref().or(frame.event) {
-            Some(t) => t.to_owned(),
-            None => {
-                out.unknown_frame("frame", data);
-                return;
-            }
+        // Taken out of the event so it can be matched on while the event is handed on.
+        let ty = match ev.ty.take() {
+            Some(t) => t,
+            None => match frame.event {
+                Some(e) => Cow::Borrowed(e),
+                None => {
+                    out.unknown_frame("frame", data);
+                    return;
+                }
+            },
         };
         self.dispatch(&ty, ev, data, out);
     }
