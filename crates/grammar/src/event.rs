@@ -337,6 +337,14 @@ pub struct Item {
     /// Incremental output text (command output and the like).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_delta: Option<String>,
+    /// Aggregated output of a runtime-executed item (codex `commandExecution`
+    /// `aggregatedOutput`), on `end`; the codex golden names it `output`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub output: Option<Json>,
     /// Result or output summary, on `end`.
     #[serde(
         default,

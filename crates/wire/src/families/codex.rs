@@ -1,19 +1,727 @@
-//! codex app-server JSON-RPC notifications. (Placeholder: every frame is reported as `unknown_frame`.)
+//! codex app-server JSON-RPC notifications (evidence `codex-appserver-envelope.md`).
+//!
+//! An envelope over F3: codex re-projects Responses items into its own item model and
+//! LABELS the answer lane — `agentMessage.phase` is `commentary` or `final_answer` — so
+//! finality is by phase, not position (§6 of the evidence). Deltas stream as commentary
+//! keyed by the bare `itemId` (globally unique, evidence §8); a commentary message settles
+//! with a `completed` snapshot at `item/completed`; the final-answer snapshot is released
+//! only at `turn/completed` with status `completed` (§3.5 Finalize), never on a dead turn.
+//! Usage is the last `thread/tokenUsage/updated` (turn/completed carries none).
+//! `rawResponseItem/completed` mirrors the F3 items: reasoning items (encrypted replay
+//! state) go to the transcript as `codex_raw_reasoning`, the rest is a consumed mirror.
 
+use super::f3::{commentary_delta, final_answer, malformed, terminal, unsupported, RawItem};
 use crate::adapter::{stream_closed, Adapter, Close};
 use crate::emitter::Emitter;
 use crate::framing::Frame;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use streamgate_grammar::{
+    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
+    RunStatus, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+};
+
+/// Transcript kind for the raw F3 reasoning item mirrored by `rawResponseItem/completed`.
+pub const RAW_REASONING_KIND: &str = "codex_raw_reasoning";
+
+/// One JSON-RPC message: a notification, a response, or a server→client request.
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<Params<'a>>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// The union of the notification params the adapter reads.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Params<'a> {
+    #[serde(borrow, default)]
+    item_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    delta: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    item: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    turn: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    thread: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    token_usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    #[serde(default)]
+    will_retry: Option<bool>,
+}
+
+/// A codex thread item (`agentMessage`, `reasoning`, `commandExecution`, …).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThreadItem<'a> {
+    #[serde(borrow, rename = "type", default)]
+    ty: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    phase: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    command: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    invocation: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    query: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    aggregated_output: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    output: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    exit_code: Option<i64>,
+    /// Reasoning summary parts (strings in the v2 protocol).
+    #[serde(borrow, default)]
+    summary: Option<&'a RawValue>,
+    /// Raw reasoning parts (strings in the v2 protocol).
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+impl ThreadItem<'_> {
+    fn kind(&self) -> &str {
+        self.ty.as_deref().unwrap_or("")
+    }
+
+    /// What the item was asked to do, for tool rows.
+    fn input(&self) -> Option<Json> {
+        if let Some(c) = self.command.as_deref() {
+            return Some(Json::string(c));
+        }
+        [self.invocation, self.arguments, self.query]
+            .into_iter()
+            .flatten()
+            .find(|r| r.get() != "null")
+            .map(Json::from_raw)
+    }
+
+    fn output(&self) -> Option<Json> {
+        [self.aggregated_output, self.output, self.result]
+            .into_iter()
+            .flatten()
+            .find(|r| r.get() != "null")
+            .map(Json::from_raw)
+    }
+}
+
+/// Joins reasoning parts: plain strings (v2) or `{text}` objects.
+fn join_parts(raw: Option<&RawValue>) -> String {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum PartText<'a> {
+        Plain(#[serde(borrow)] Cow<'a, str>),
+        Object {
+            #[serde(borrow, default)]
+            text: Option<Cow<'a, str>>,
+        },
+    }
+    let parts: Vec<PartText<'_>> = raw
+        .and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or_default();
+    let mut out = String::new();
+    for p in parts {
+        match p {
+            PartText::Plain(s) => out.push_str(&s),
+            PartText::Object { text: Some(s) } => out.push_str(&s),
+            PartText::Object { text: None } => {}
+        }
+    }
+    out
+}
+
+/// The `turn` object of `turn/completed`.
+#[derive(Deserialize)]
+struct Turn<'a> {
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// The `thread` object (thread/start response, `thread/started`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThreadHead<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model_provider: Option<Cow<'a, str>>,
+}
+
+/// The result of `thread/start` (and `thread/resume`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThreadStartResult<'a> {
+    #[serde(borrow, default)]
+    thread: Option<ThreadHead<'a>>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model_provider: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MsgPhase {
+    Commentary,
+    Final,
+    /// Older servers omit `phase`: finality falls back to position.
+    Unlabelled,
+}
+
+fn msg_phase(p: Option<&str>) -> MsgPhase {
+    match p {
+        Some("final_answer") => MsgPhase::Final,
+        Some("commentary") => MsgPhase::Commentary,
+        _ => MsgPhase::Unlabelled,
+    }
+}
 
 /// Adapter state for one run.
 #[derive(Debug, Default)]
-pub struct CodexAppServerAdapter;
+pub struct CodexAppServerAdapter {
+    started: bool,
+    terminated: bool,
+    usage: Option<Json>,
+    /// `agentMessage` phases from `item/started`.
+    phases: Vec<(String, MsgPhase)>,
+    /// The settled final-answer message (id, text), released at `turn/completed`.
+    final_msg: Option<(String, String)>,
+    /// An unlabelled message waiting to learn whether it is the last one.
+    pending: Option<(String, String)>,
+    /// Open tool-like items: id and type name.
+    tools: Vec<(String, String)>,
+    /// The reasoning item the next raw mirror belongs to.
+    last_reasoning: Option<String>,
+}
 
 impl Adapter for CodexAppServerAdapter {
     fn frame(&mut self, frame: Frame<'_>, out: &mut Emitter) {
-        out.unknown_frame(frame.event.unwrap_or("frame"), frame.data);
+        if self.terminated {
+            // Post-settle noise (status changes, rate limits): the run is over.
+            out.consumed();
+            return;
+        }
+        let mut msg: Message<'_> = match serde_json::from_str(frame.data) {
+            Ok(m) => m,
+            Err(_) => {
+                malformed(out, frame.data);
+                return;
+            }
+        };
+        match (msg.method.take(), msg.id.is_some()) {
+            (None, true) => self.on_response(&msg, out),
+            (Some(method), true) => {
+                // Server→client request (approval, elicitation): out of the content
+                // pipeline's scope (evidence §2).
+                unsupported(out, &method);
+            }
+            (Some(method), false) => {
+                self.on_notification(&method, msg.params, frame.data, out);
+            }
+            (None, false) => {
+                out.unknown_frame("frame", frame.data);
+            }
+        }
     }
 
     fn close(&mut self, _close: Close, out: &mut Emitter) {
+        if self.terminated {
+            return;
+        }
+        self.terminated = true;
+        self.end_tools("failed", out);
         stream_closed(out);
+    }
+}
+
+impl CodexAppServerAdapter {
+    fn on_response(&mut self, msg: &Message<'_>, out: &mut Emitter) {
+        if let Some(err) = msg.error {
+            out.diagnostic("rpc_error", Some(Json::from_raw(err)));
+            return;
+        }
+        let started = msg
+            .result
+            .and_then(|r| serde_json::from_str::<ThreadStartResult<'_>>(r.get()).ok())
+            .filter(|r| r.thread.is_some());
+        match started {
+            Some(r) if !self.started => {
+                self.started = true;
+                let thread = r.thread;
+                let provider = r
+                    .model_provider
+                    .or_else(|| thread.as_ref().and_then(|t| t.model_provider.clone()))
+                    .map(Cow::into_owned)
+                    .unwrap_or_else(|| "openai".into());
+                out.emit(Lifecycle {
+                    provider: Some(provider),
+                    model: r.model.map(Cow::into_owned),
+                    id: thread.and_then(|t| t.id).map(Cow::into_owned),
+                    ..Lifecycle::new(LifecyclePhase::Start)
+                });
+            }
+            _ => out.consumed(),
+        }
+    }
+
+    /// `lifecycle/start` from `thread/started` when the handshake response was not seen.
+    fn start_from_thread(&mut self, thread: Option<&RawValue>, out: &mut Emitter) {
+        if self.started {
+            out.consumed();
+            return;
+        }
+        self.started = true;
+        let head = thread.and_then(|t| serde_json::from_str::<ThreadHead<'_>>(t.get()).ok());
+        let (id, provider) = match head {
+            Some(h) => (
+                h.id.map(Cow::into_owned),
+                h.model_provider.map(Cow::into_owned),
+            ),
+            None => (None, None),
+        };
+        out.emit(Lifecycle {
+            provider: Some(provider.unwrap_or_else(|| "openai".into())),
+            id,
+            ..Lifecycle::new(LifecyclePhase::Start)
+        });
+    }
+
+    fn on_notification(
+        &mut self,
+        method: &str,
+        params: Option<Params<'_>>,
+        data: &str,
+        out: &mut Emitter,
+    ) {
+        let Some(p) = params else {
+            match method {
+                "thread/status/changed"
+                | "mcpServer/startupStatus/updated"
+                | "remoteControl/status/changed"
+                | "account/rateLimits/updated" => out.consumed(),
+                _ => {
+                    out.unknown_frame(method, data);
+                }
+            }
+            return;
+        };
+        match method {
+            "thread/started" => self.start_from_thread(p.thread, out),
+            "turn/started" => {
+                if self.started {
+                    out.consumed();
+                } else {
+                    self.start_from_thread(None, out);
+                }
+            }
+            // Operator metadata and lifecycle noise, not content (evidence §8).
+            "thread/status/changed"
+            | "mcpServer/startupStatus/updated"
+            | "remoteControl/status/changed"
+            | "account/rateLimits/updated"
+            | "item/reasoning/summaryPartAdded" => out.consumed(),
+            "thread/tokenUsage/updated" => {
+                if let Some(u) = p.token_usage.filter(|u| u.get() != "null") {
+                    out.saw_usage();
+                    self.usage = Some(Json::from_raw(u));
+                }
+                out.consumed();
+            }
+            "item/started" => self.on_item_started(p.item, data, out),
+            "item/completed" => self.on_item_completed(p.item, data, out),
+            "item/agentMessage/delta" => match (p.item_id.as_deref(), p.delta.as_deref()) {
+                (Some(id), Some(d)) if !d.is_empty() => {
+                    out.emit(commentary_delta(id, d));
+                }
+                _ => out.consumed(),
+            },
+            "item/reasoning/textDelta" | "item/reasoning/summaryTextDelta" => {
+                let variant = if method.ends_with("summaryTextDelta") {
+                    ThinkingVariant::Summary
+                } else {
+                    ThinkingVariant::Raw
+                };
+                match p.delta.as_deref().filter(|d| !d.is_empty()) {
+                    Some(d) => {
+                        let id = p.item_id.as_deref().map(str::to_owned);
+                        out.emit(Thinking::delta(variant, d.to_owned(), id));
+                    }
+                    None => out.consumed(),
+                }
+            }
+            "item/commandExecution/outputDelta" | "item/fileChange/outputDelta" => {
+                match (p.item_id.as_deref(), p.delta.as_deref()) {
+                    (Some(id), Some(d)) if !d.is_empty() => {
+                        let name = self
+                            .tools
+                            .iter()
+                            .find(|(tid, _)| tid == id)
+                            .map(|(_, n)| n.clone())
+                            .unwrap_or_else(|| {
+                                method
+                                    .strip_prefix("item/")
+                                    .and_then(|m| m.split('/').next())
+                                    .unwrap_or("tool")
+                                    .to_owned()
+                            });
+                        out.emit(Item {
+                            phase: ItemPhase::Update,
+                            id: Some(id.to_owned()),
+                            kind: "tool".into(),
+                            name: Some(name),
+                            status: Some("in_progress".into()),
+                            output_delta: Some(d.to_owned()),
+                            ..Item::default()
+                        });
+                    }
+                    _ => out.consumed(),
+                }
+            }
+            "rawResponseItem/completed" => {
+                let item = p.item.and_then(RawItem::parse);
+                match (item, p.item) {
+                    (Some(it), Some(raw)) if it.kind() == "reasoning" => {
+                        let segment = self.last_reasoning.clone();
+                        out.transcript(RAW_REASONING_KIND, segment.as_deref(), raw.get());
+                    }
+                    // The Responses-item mirror of items already projected: consumed.
+                    _ => out.consumed(),
+                }
+            }
+            "turn/completed" => self.on_turn_completed(p.turn, out),
+            "error" => {
+                if p.will_retry == Some(true) {
+                    // Codex retries on its own: a diagnostic, not the end of the turn.
+                    out.diagnostic("codex_error_retry", p.error.map(Json::from_raw));
+                } else {
+                    self.die(
+                        Diagnostic {
+                            code: "codex_error".into(),
+                            message: error_message(p.error),
+                            detail: p.error.map(Json::from_raw),
+                        },
+                        out,
+                    );
+                }
+            }
+            _ => {
+                out.unknown_frame(method, data);
+            }
+        }
+    }
+
+    fn on_item_started(&mut self, raw: Option<&RawValue>, data: &str, out: &mut Emitter) {
+        let Some(item) = raw.and_then(|r| serde_json::from_str::<ThreadItem<'_>>(r.get()).ok())
+        else {
+            malformed(out, data);
+            return;
+        };
+        let id = item.id.as_deref().unwrap_or("").to_owned();
+        match item.kind() {
+            "agentMessage" => {
+                self.flush_pending(out);
+                let phase = msg_phase(item.phase.as_deref());
+                self.phases.push((id, phase));
+                out.consumed();
+            }
+            "reasoning" => {
+                self.last_reasoning = Some(id);
+                out.consumed();
+            }
+            // Input echo: not channel content.
+            "userMessage" => out.consumed(),
+            kind => {
+                self.flush_pending(out);
+                self.tools.push((id.clone(), kind.to_owned()));
+                out.emit(Item {
+                    phase: ItemPhase::Start,
+                    id: Some(id),
+                    kind: "tool".into(),
+                    name: Some(kind.to_owned()),
+                    status: Some("in_progress".into()),
+                    input: item.input(),
+                    ..Item::default()
+                });
+            }
+        }
+    }
+
+    fn on_item_completed(&mut self, raw: Option<&RawValue>, data: &str, out: &mut Emitter) {
+        let Some(item) = raw.and_then(|r| serde_json::from_str::<ThreadItem<'_>>(r.get()).ok())
+        else {
+            malformed(out, data);
+            return;
+        };
+        let id = item.id.as_deref().unwrap_or("").to_owned();
+        match item.kind() {
+            "agentMessage" => {
+                let phase = match msg_phase(item.phase.as_deref()) {
+                    MsgPhase::Unlabelled => self
+                        .phases
+                        .iter()
+                        .rev()
+                        .find(|(pid, _)| *pid == id)
+                        .map(|(_, p)| *p)
+                        .unwrap_or(MsgPhase::Unlabelled),
+                    p => p,
+                };
+                let text = item.text.as_deref().unwrap_or("").to_owned();
+                match phase {
+                    MsgPhase::Final => {
+                        if !text.is_empty() {
+                            self.final_msg = Some((id, text));
+                        }
+                        out.consumed();
+                    }
+                    MsgPhase::Commentary => {
+                        if text.is_empty() {
+                            out.consumed();
+                        } else {
+                            out.emit(commentary_snapshot(id, text));
+                        }
+                    }
+                    MsgPhase::Unlabelled => {
+                        self.flush_pending(out);
+                        if !text.is_empty() {
+                            self.pending = Some((id, text));
+                        }
+                        out.consumed();
+                    }
+                }
+            }
+            "reasoning" => {
+                let summary = join_parts(item.summary);
+                let content = join_parts(item.content);
+                let sid = Some(id);
+                if summary.is_empty() && content.is_empty() {
+                    // Encrypted-only under OAuth: a content-free marker (§3.2).
+                    out.emit(Thinking {
+                        id: sid,
+                        variant: ThinkingVariant::Redacted,
+                        phase: None,
+                        delta: None,
+                        text: None,
+                        tokens: None,
+                    });
+                    return;
+                }
+                for (variant, text) in [
+                    (ThinkingVariant::Summary, summary),
+                    (ThinkingVariant::Raw, content),
+                ] {
+                    if !text.is_empty() {
+                        out.emit(Thinking {
+                            id: sid.clone(),
+                            variant,
+                            phase: None,
+                            delta: None,
+                            text: Some(text),
+                            tokens: None,
+                        });
+                    }
+                }
+            }
+            "userMessage" => out.consumed(),
+            kind => {
+                let failed = matches!(
+                    item.status.as_deref(),
+                    Some("failed" | "declined" | "error")
+                ) || item.exit_code.is_some_and(|c| c != 0);
+                self.tools.retain(|(tid, _)| *tid != id);
+                out.emit(Item {
+                    phase: ItemPhase::End,
+                    id: Some(id),
+                    kind: "tool".into(),
+                    name: Some(kind.to_owned()),
+                    status: Some(if failed { "failed" } else { "completed" }.into()),
+                    input: item.input(),
+                    output: item.output(),
+                    ..Item::default()
+                });
+            }
+        }
+    }
+
+    /// An unlabelled message followed by more activity was commentary after all.
+    fn flush_pending(&mut self, out: &mut Emitter) {
+        if let Some((id, text)) = self.pending.take() {
+            out.emit(commentary_snapshot(id, text));
+        }
+    }
+
+    fn on_turn_completed(&mut self, turn: Option<&RawValue>, out: &mut Emitter) {
+        let turn = turn.and_then(|t| serde_json::from_str::<Turn<'_>>(t.get()).ok());
+        let (status, error) = match &turn {
+            Some(t) => (
+                t.status.as_deref().unwrap_or("completed"),
+                t.error.filter(|e| e.get() != "null"),
+            ),
+            None => ("completed", None),
+        };
+        if error.is_some() || status == "failed" {
+            self.die(
+                Diagnostic {
+                    code: "turn_failed".into(),
+                    message: error_message(error),
+                    detail: error.map(Json::from_raw),
+                },
+                out,
+            );
+            return;
+        }
+        if status == "interrupted" {
+            // Abort (`turn/interrupt`): the Dead path (§3.5).
+            self.die(Diagnostic::new("turn_interrupted", None), out);
+            return;
+        }
+        self.terminated = true;
+        self.end_tools("completed", out);
+        let usage = self.usage.clone();
+        if status == "completed" {
+            // Finalize: the phase-labelled answer, else (unlabelled servers) the last
+            // message by position. Zero text → no final answer.
+            if let Some((id, text)) = self.final_msg.take().or_else(|| self.pending.take()) {
+                out.emit(final_answer(&id, &text, false));
+            }
+            out.emit(terminal(
+                LifecyclePhase::End,
+                StopReason::Completed,
+                RunStatus::Completed,
+                usage,
+            ));
+        } else {
+            self.flush_pending(out);
+            out.emit(terminal(
+                LifecyclePhase::End,
+                StopReason::Other(status.to_owned()),
+                RunStatus::Incomplete,
+                usage,
+            ));
+        }
+    }
+
+    fn die(&mut self, diagnostic: Diagnostic, out: &mut Emitter) {
+        self.terminated = true;
+        self.end_tools("failed", out);
+        out.emit(Lifecycle {
+            diagnostic: Some(diagnostic),
+            ..terminal(
+                LifecyclePhase::Error,
+                StopReason::Error,
+                RunStatus::Incomplete,
+                self.usage.clone(),
+            )
+        });
+    }
+
+    fn end_tools(&mut self, status: &str, out: &mut Emitter) {
+        for (id, name) in std::mem::take(&mut self.tools) {
+            out.emit(Item {
+                phase: ItemPhase::End,
+                id: Some(id),
+                kind: "tool".into(),
+                name: Some(name),
+                status: Some(status.into()),
+                ..Item::default()
+            });
+        }
+    }
+}
+
+fn commentary_snapshot(id: String, text: String) -> Assistant {
+    Assistant {
+        id: Some(id),
+        phase: Some(AssistantPhase::Commentary),
+        text: Some(text),
+        status: Some(SegmentStatus::Completed),
+        ..Assistant::default()
+    }
+}
+
+fn error_message(error: Option<&RawValue>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct E<'a> {
+        #[serde(borrow, default)]
+        message: Option<Cow<'a, str>>,
+    }
+    error
+        .and_then(|e| serde_json::from_str::<E<'_>>(e.get()).ok())
+        .and_then(|e| e.message)
+        .map(Cow::into_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::adapter::Family;
+    use crate::normalizer::normalize_bytes;
+    use streamgate_grammar::check;
+
+    fn run(lines: &[&str]) -> Vec<serde_json::Value> {
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let n = normalize_bytes(Family::CodexAppServer.into(), text.as_bytes(), 0);
+        assert_eq!(check(&n.events, &[], None), vec![]);
+        n.events
+            .iter()
+            .map(|e| serde_json::from_str(&e.to_json()).unwrap())
+            .collect()
+    }
+
+    const FINAL_STARTED: &str = r#"{"method":"item/started","params":{"item":{"type":"agentMessage","id":"m","text":"","phase":"final_answer"}}}"#;
+    const FINAL_DONE: &str = r#"{"method":"item/completed","params":{"item":{"type":"agentMessage","id":"m","text":"42","phase":"final_answer"}}}"#;
+
+    #[test]
+    fn final_answer_waits_for_a_completed_turn() {
+        let ev = run(&[
+            FINAL_STARTED,
+            FINAL_DONE,
+            r#"{"method":"turn/completed","params":{"turn":{"status":"completed","error":null}}}"#,
+        ]);
+        assert_eq!(ev[0]["data"]["phase"], "final_answer");
+        assert_eq!(ev[0]["data"]["text"], "42");
+    }
+
+    #[test]
+    fn a_failed_turn_never_releases_the_final_answer() {
+        let ev = run(&[
+            FINAL_STARTED,
+            FINAL_DONE,
+            r#"{"method":"turn/completed","params":{"turn":{"status":"failed","error":{"message":"x"}}}}"#,
+        ]);
+        assert!(ev.iter().all(|e| e["data"]["phase"] != "final_answer"));
+        assert_eq!(ev.last().unwrap()["data"]["phase"], "error");
+    }
+
+    #[test]
+    fn a_retrying_error_is_not_terminal() {
+        let ev = run(&[
+            r#"{"method":"error","params":{"error":{"message":"retry"},"willRetry":true}}"#,
+            FINAL_STARTED,
+            FINAL_DONE,
+            r#"{"method":"turn/completed","params":{"turn":{"status":"completed"}}}"#,
+        ]);
+        assert_eq!(ev[0]["data"]["diagnostic"]["code"], "codex_error_retry");
+        assert_eq!(ev.last().unwrap()["data"]["reason"], "completed");
     }
 }
