@@ -257,8 +257,9 @@ impl Dispatch {
     }
 }
 
-/// Emits the `lifecycle/error` for an in-band provider error (`{"type":…,"message":…}`).
-pub fn emit_error(body: Option<&RawValue>, usage: Option<Json>, out: &mut Emitter) {
+/// The diagnostic for a provider error body (`{"type":…,"message":…}`): code = the
+/// error type, message, and the body verbatim as detail.
+pub fn error_diagnostic(body: Option<&RawValue>) -> Diagnostic {
     #[derive(Deserialize)]
     struct ErrorBody<'a> {
         #[serde(rename = "type", default, borrow)]
@@ -274,15 +275,20 @@ pub fn emit_error(body: Option<&RawValue>, usage: Option<Json>, out: &mut Emitte
         ),
         None => ("error".to_owned(), None),
     };
+    Diagnostic {
+        code,
+        message,
+        detail: body.map(Json::from_raw),
+    }
+}
+
+/// Emits the `lifecycle/error` (Dead path) for an in-band provider error.
+pub fn emit_error(body: Option<&RawValue>, usage: Option<Json>, out: &mut Emitter) {
     out.emit(Lifecycle {
         reason: Some(StopReason::Error),
         status: Some(RunStatus::Incomplete),
         usage,
-        diagnostic: Some(Diagnostic {
-            code,
-            message,
-            detail: body.map(Json::from_raw),
-        }),
+        diagnostic: Some(error_diagnostic(body)),
         ..Lifecycle::new(LifecyclePhase::Error)
     });
 }
@@ -336,7 +342,7 @@ struct OpenBlock {
 struct PendingTool {
     id: String,
     name: String,
-    index: u64,
+    index: Option<u64>,
 }
 
 /// The F1 per-message state machine: content blocks, thinking markers with back-filled
@@ -708,7 +714,7 @@ impl MessageMachine {
                     self.pending_tools.push(PendingTool {
                         id: call_id.clone(),
                         name: name.clone(),
-                        index: block.index,
+                        index: Some(block.index),
                     });
                 }
                 out.emit(Item {
@@ -755,6 +761,14 @@ impl MessageMachine {
         }
     }
 
+    /// Registers a tool call (already announced with `item/start`) that ends only when
+    /// its result arrives (claude-cli snapshot-only runs).
+    pub fn defer_tool(&mut self, id: String, name: String, index: Option<u64>) {
+        if self.pending_tools.len() < MAX_PENDING_TOOLS {
+            self.pending_tools.push(PendingTool { id, name, index });
+        }
+    }
+
     /// Ends a deferred tool call with its result (`failed` on an error result). Unknown
     /// ids are reported as a diagnostic. Returns nothing; always leaves a trace.
     pub fn resolve_tool(
@@ -773,7 +787,7 @@ impl MessageMachine {
         out.emit(Item {
             phase: ItemPhase::End,
             id: Some(tool.id),
-            index: Some(tool.index),
+            index: tool.index,
             kind: "tool".to_owned(),
             name: Some(tool.name),
             status: Some(if failed { "failed" } else { "completed" }.to_owned()),
@@ -792,7 +806,7 @@ impl MessageMachine {
             out.emit(Item {
                 phase: ItemPhase::End,
                 id: Some(tool.id),
-                index: Some(tool.index),
+                index: tool.index,
                 kind: "tool".to_owned(),
                 name: Some(tool.name),
                 status: Some(pending_status.to_owned()),
