@@ -942,7 +942,7 @@ impl Adapter for F1Adapter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::normalizer::normalize_bytes;
     use crate::Family;
@@ -958,6 +958,41 @@ mod tests {
 
     const START: &str =
         r#"{"type":"message_start","message":{"id":"m","model":"x","usage":{"input_tokens":1}}}"#;
+
+    /// Runs `fixtures/<family>/index.tsv` (the golden test's own-fixture runner reads a
+    /// single top-level index; this keeps the per-family folder checked regardless).
+    pub(crate) fn check_fixture_dir(family: &str) {
+        use crate::conformance::{case_problems, parse_index};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures")
+            .join(family);
+        let index = std::fs::read_to_string(dir.join("index.tsv")).expect("index.tsv");
+        let mut failures = Vec::new();
+        for case in parse_index(&index).expect("valid index") {
+            let choice: crate::FamilyChoice = case.adapter.parse().expect("family");
+            let capture = std::fs::read(dir.join(&case.capture)).expect("capture");
+            let expected = std::fs::read_to_string(dir.join(&case.expected)).expect("expected");
+            let kinds: Vec<&str> = case.transcript_kinds.iter().map(String::as_str).collect();
+            for chunk in [0, 1, 5] {
+                let produced = normalize_bytes(choice, &capture, chunk);
+                let problems = case_problems(&expected, &kinds, &produced);
+                if !problems.is_empty() {
+                    failures.push(format!(
+                        "{} (chunk {chunk}): {}",
+                        case.name,
+                        problems.join("\n  ")
+                    ));
+                    break;
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn own_fixtures() {
+        check_fixture_dir("f1");
+    }
 
     #[test]
     fn thinking_end_waits_for_tokens_but_keeps_position() {

@@ -391,7 +391,12 @@ impl F1eAdapter {
                 status: Some(RunStatus::Incomplete),
                 usage,
                 diagnostic: Some(streamgate_grammar::Diagnostic {
-                    code: subtype.unwrap_or("error").to_owned(),
+                    // `error_max_turns`, `error_during_execution`, …; a `success`
+                    // subtype with `is_error` (API error text in `result`) gets a generic code.
+                    code: subtype
+                        .filter(|s| s.starts_with("error"))
+                        .unwrap_or("result_error")
+                        .to_owned(),
                     message: result_text.filter(|t| !t.is_empty()).map(Cow::into_owned),
                     detail: Some(Json::from_value(&detail)),
                 }),
