@@ -423,3 +423,11 @@ impl F1eAdapter {
         dispatch.settle(final_text, usage, out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn own_fixtures() {
+        super::super::f1::tests::check_fixture_dir("f1e");
+    }
+}
