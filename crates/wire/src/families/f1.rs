@@ -293,14 +293,11 @@ pub fn emit_error(body: Option<&RawValue>, usage: Option<Json>, out: &mut Emitte
     });
 }
 
-/// Emits a `malformed_frame` diagnostic echoing a bounded prefix of the frame.
+/// Emits a `malformed_frame` diagnostic. Only the frame's size is reported: a frame
+/// that failed to parse may still hold opaque material (a cut signature), and nothing
+/// opaque may reach the bus (spec §2).
 pub fn malformed(out: &mut Emitter, data: &str) {
-    const MAX_ECHO: usize = 512;
-    let mut end = data.len().min(MAX_ECHO);
-    while !data.is_char_boundary(end) {
-        end -= 1;
-    }
-    let detail = serde_json::json!({ "data": data.get(..end).unwrap_or_default() });
+    let detail = serde_json::json!({ "bytes": data.len() });
     out.diagnostic("malformed_frame", Some(Json::from_value(&detail)));
 }
 
@@ -554,10 +551,6 @@ impl MessageMachine {
             out.unknown_frame("content_block_delta", raw);
             return;
         };
-        let Some(pos) = self.blocks.iter().position(|b| b.index == index) else {
-            out.unknown_frame("content_block_delta", raw);
-            return;
-        };
         let ty = delta.ty.as_deref().unwrap_or_default();
         // Signature material never reaches the bus, whatever block it claims to be for.
         if ty == "signature_delta" {
@@ -574,6 +567,10 @@ impl MessageMachine {
             out.diagnostic("unsupported_frame", Some(Json::string("citations_delta")));
             return;
         }
+        let Some(pos) = self.blocks.iter().position(|b| b.index == index) else {
+            out.unknown_frame("content_block_delta", raw);
+            return;
+        };
         let mut started_now = false;
         match (&mut self.blocks[pos].kind, ty) {
             (BlockKind::Text, "text_delta") => match &delta.text {
@@ -992,6 +989,55 @@ pub(crate) mod tests {
     #[test]
     fn own_fixtures() {
         check_fixture_dir("f1");
+    }
+
+    /// Every prefix of every fixture (a stream cut anywhere, even mid-frame) still
+    /// satisfies the invariants: one terminal event, last; no final answer when cut.
+    pub(crate) fn check_cut_anywhere(family: &str) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures")
+            .join(family);
+        let choice: crate::FamilyChoice = family.parse().expect("family");
+        for entry in std::fs::read_dir(&dir).expect("fixtures dir") {
+            let path = entry.expect("entry").path();
+            let name = path.to_string_lossy().into_owned();
+            if name.ends_with(".tsv") || name.ends_with(".expected.jsonl") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("capture");
+            cut_everywhere(choice, &name, &bytes);
+        }
+    }
+
+    fn cut_everywhere(choice: crate::FamilyChoice, name: &str, bytes: &[u8]) {
+        for cut in 0..=bytes.len() {
+            let n = normalize_bytes(choice, &bytes[..cut], 0);
+            let opaque: Vec<&str> = n.transcript.iter().map(|t| t.material.as_str()).collect();
+            let problems = streamgate_grammar::check(&n.events, &opaque, Some(n.account));
+            assert!(problems.is_empty(), "{name} cut at {cut}: {problems:?}");
+        }
+    }
+
+    /// The same over the shared corpus captures of F1/F1e, when it is available.
+    #[test]
+    fn corpus_cut_anywhere_keeps_invariants() {
+        let Some(corpus) = std::env::var_os("STREAMGATE_CORPUS") else {
+            return;
+        };
+        let dir = std::path::Path::new(&corpus);
+        let index = std::fs::read_to_string(dir.join("index.tsv")).expect("index");
+        for case in crate::conformance::parse_index(&index).expect("index") {
+            if case.adapter != "f1" && case.adapter != "f1e" {
+                continue;
+            }
+            let bytes = std::fs::read(dir.join(&case.capture)).expect("capture");
+            cut_everywhere(case.adapter.parse().expect("family"), &case.name, &bytes);
+        }
+    }
+
+    #[test]
+    fn cut_anywhere_keeps_invariants() {
+        check_cut_anywhere("f1");
     }
 
     #[test]

@@ -430,4 +430,9 @@ mod tests {
     fn own_fixtures() {
         super::super::f1::tests::check_fixture_dir("f1e");
     }
+
+    #[test]
+    fn cut_anywhere_keeps_invariants() {
+        super::super::f1::tests::check_cut_anywhere("f1e");
+    }
 }
