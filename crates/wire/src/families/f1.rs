@@ -1,19 +1,1121 @@
-//! Anthropic Messages SSE. (Placeholder: every frame is reported as `unknown_frame`.)
+//! Anthropic Messages SSE (spec §6 F1 column, §3.5 F1 dispatch rows).
+//!
+//! The per-message state machine lives in [`MessageMachine`] so the claude-cli envelope
+//! (`f1e`) drives the very same rules for its inner `stream_event` frames; only what
+//! differs between the two — the run's lifecycle start, finality and terminal event — is
+//! left to the outer adapter, which gets a [`Step`] back for every inner event.
 
 use crate::adapter::{stream_closed, Adapter, Close};
-use crate::emitter::Emitter;
+use crate::emitter::{Emitter, Hold};
 use crate::framing::Frame;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use streamgate_grammar::{
+    Assistant, AssistantPhase, Diagnostic, EventData, Item, ItemPhase, Json, Lifecycle,
+    LifecyclePhase, RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+};
+
+/// Transcript kind for `signature_delta` material (spec §6: adapter transcript only).
+pub const SIGNATURE_KIND: &str = "anthropic_signature_delta";
+/// Transcript kind for the opaque `data` of a `redacted_thinking` block.
+pub const REDACTED_KIND: &str = "anthropic_redacted_thinking";
+/// Transcript kind for `citations_delta` material (spec §6: provisional, transcript-only).
+pub const CITATION_KIND: &str = "anthropic_citations_delta";
+/// Transcript kind for server-tool result blocks: they carry `encrypted_content` needed
+/// for replay, so only a display-safe summary goes on the bus.
+pub const TOOL_RESULT_KIND: &str = "anthropic_server_tool_result";
+
+/// Open content blocks kept at once; the wire sends one at a time, so more than this is
+/// hostile input and extra blocks are ignored (memory stays bounded).
+const MAX_OPEN_BLOCKS: usize = 64;
+/// Deferred tool calls waiting for their result (server tools, claude-cli tools).
+const MAX_PENDING_TOOLS: usize = 256;
+
+// ---------------------------------------------------------------------------------------
+// wire shapes (parsed once per frame, borrowing from the frame)
+// ---------------------------------------------------------------------------------------
+
+/// One Anthropic streaming event (`message_start`, `content_block_delta`, …), flat: every
+/// variant's fields are optional so one borrowed parse serves all of them.
+#[derive(Debug, Deserialize)]
+pub struct WireEvent<'a> {
+    /// Event type.
+    #[serde(rename = "type", borrow)]
+    pub ty: Cow<'a, str>,
+    /// Content block index (`content_block_*`).
+    #[serde(default)]
+    pub index: Option<u64>,
+    /// `message_start` envelope.
+    #[serde(default, borrow)]
+    pub message: Option<MessageHead<'a>>,
+    /// `content_block_start` stub, kept raw: parsed only when a block opens (rare).
+    #[serde(default, borrow)]
+    pub content_block: Option<&'a RawValue>,
+    /// `content_block_delta` / `message_delta` payload.
+    #[serde(default, borrow)]
+    pub delta: Option<Delta<'a>>,
+    /// Cumulative usage (`message_delta`).
+    #[serde(default, borrow)]
+    pub usage: Option<&'a RawValue>,
+    /// In-band `error` body.
+    #[serde(default, borrow)]
+    pub error: Option<&'a RawValue>,
+}
+
+/// The `message` object of `message_start`.
+#[derive(Debug, Deserialize)]
+pub struct MessageHead<'a> {
+    /// Message id.
+    #[serde(default, borrow)]
+    pub id: Option<Cow<'a, str>>,
+    /// Model name.
+    #[serde(default, borrow)]
+    pub model: Option<Cow<'a, str>>,
+    /// Initial usage snapshot.
+    #[serde(default, borrow)]
+    pub usage: Option<&'a RawValue>,
+}
+
+/// A content or message delta (all fields optional, union of both shapes).
+#[derive(Debug, Deserialize)]
+pub struct Delta<'a> {
+    /// Delta type (content deltas only).
+    #[serde(rename = "type", default, borrow)]
+    pub ty: Option<Cow<'a, str>>,
+    /// `text_delta`.
+    #[serde(default, borrow)]
+    pub text: Option<Cow<'a, str>>,
+    /// `thinking_delta`.
+    #[serde(default, borrow)]
+    pub thinking: Option<Cow<'a, str>>,
+    /// `signature_delta`.
+    #[serde(default, borrow)]
+    pub signature: Option<Cow<'a, str>>,
+    /// `input_json_delta`.
+    #[serde(default, borrow)]
+    pub partial_json: Option<Cow<'a, str>>,
+    /// `citations_delta`.
+    #[serde(default, borrow)]
+    pub citation: Option<&'a RawValue>,
+    /// `message_delta` stop reason.
+    #[serde(default, borrow)]
+    pub stop_reason: Option<Cow<'a, str>>,
+}
+
+/// A content block: a `content_block_start` stub, or a completed block inside a
+/// claude-cli `assistant`/`user` snapshot.
+#[derive(Debug, Deserialize)]
+pub struct Block<'a> {
+    /// Block type.
+    #[serde(rename = "type", borrow)]
+    pub ty: Cow<'a, str>,
+    /// Tool call id.
+    #[serde(default, borrow)]
+    pub id: Option<Cow<'a, str>>,
+    /// Tool name.
+    #[serde(default, borrow)]
+    pub name: Option<Cow<'a, str>>,
+    /// Tool input (a stub `{}` at block start).
+    #[serde(default, borrow)]
+    pub input: Option<&'a RawValue>,
+    /// Text (stub `""` at block start).
+    #[serde(default, borrow)]
+    pub text: Option<Cow<'a, str>>,
+    /// Thinking text (stub `""` at block start).
+    #[serde(default, borrow)]
+    pub thinking: Option<Cow<'a, str>>,
+    /// Thinking signature (stub `""` at block start; full in snapshots).
+    #[serde(default, borrow)]
+    pub signature: Option<Cow<'a, str>>,
+    /// `redacted_thinking` opaque payload.
+    #[serde(default, borrow)]
+    pub data: Option<Cow<'a, str>>,
+    /// Owning call of a `*_tool_result` block.
+    #[serde(default, borrow)]
+    pub tool_use_id: Option<Cow<'a, str>>,
+    /// Result content of a `*_tool_result` block.
+    #[serde(default, borrow)]
+    pub content: Option<&'a RawValue>,
+    /// Error flag of a claude-cli `tool_result` block.
+    #[serde(default)]
+    pub is_error: Option<bool>,
+}
+
+// ---------------------------------------------------------------------------------------
+// the shared per-message machine
+// ---------------------------------------------------------------------------------------
+
+/// What the outer adapter must decide after an inner event.
+#[derive(Debug)]
+pub enum Step<'e, 'a> {
+    /// Fully handled (events, transcript or `consumed` already recorded).
+    Done,
+    /// `message_start`: the outer adapter owns the run's `lifecycle/start`. Nothing was
+    /// recorded for the frame yet.
+    Start(&'e MessageHead<'a>),
+    /// `message_stop`: the message is over; holds are released. Nothing was recorded for
+    /// the frame yet.
+    Stop,
+    /// In-band `error` with its body. Nothing was recorded for the frame yet.
+    Error(Option<&'a RawValue>),
+}
+
+/// How an F1 stop reason resolves (spec §3.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dispatch {
+    /// `end_turn` / `stop_sequence`: final answer from the trailing text.
+    Finalize(StopReason),
+    /// `max_tokens`: final answer flagged `truncated`.
+    Truncate,
+    /// `refusal`: no final answer; the run ends in `lifecycle/error`.
+    Reject,
+    /// `pause_turn`: no final answer; `lifecycle/end` reason `paused`.
+    Suspend,
+    /// `tool_use`: yields to the runtime; no final answer.
+    Yield,
+    /// Unknown or missing stop reason: `lifecycle/end status:"incomplete"`, no final answer.
+    Unknown(Option<String>),
+}
+
+impl Dispatch {
+    /// Classifies an F1 `stop_reason`.
+    pub fn of(stop_reason: Option<&str>) -> Dispatch {
+        match stop_reason {
+            Some("end_turn") => Dispatch::Finalize(StopReason::Completed),
+            Some("stop_sequence") => Dispatch::Finalize(StopReason::StopSequence),
+            Some("max_tokens") => Dispatch::Truncate,
+            Some("refusal") => Dispatch::Reject,
+            Some("pause_turn") => Dispatch::Suspend,
+            Some("tool_use") => Dispatch::Yield,
+            other => Dispatch::Unknown(other.map(str::to_owned)),
+        }
+    }
+
+    /// Emits the final answer (when this path has one and there is text) and the
+    /// terminal lifecycle event. `final_id` is the segment id for the final answer.
+    pub fn settle(
+        self,
+        final_text: Option<(Option<String>, String)>,
+        usage: Option<Json>,
+        out: &mut Emitter,
+    ) {
+        let final_answer = |truncated: bool, out: &mut Emitter| {
+            // Zero-text finalize (spec §3.5): no empty final message, ever.
+            if let Some((id, text)) = final_text.filter(|(_, t)| !t.is_empty()) {
+                out.emit(Assistant {
+                    id,
+                    phase: Some(AssistantPhase::FinalAnswer),
+                    text: Some(text),
+                    status: Some(SegmentStatus::Completed),
+                    truncated: truncated.then_some(true),
+                    ..Assistant::default()
+                });
+            }
+        };
+        let (phase, reason, status) = match self {
+            Dispatch::Finalize(reason) => {
+                final_answer(false, out);
+                (LifecyclePhase::End, Some(reason), RunStatus::Completed)
+            }
+            Dispatch::Truncate => {
+                final_answer(true, out);
+                (
+                    LifecyclePhase::End,
+                    Some(StopReason::Truncated),
+                    RunStatus::Incomplete,
+                )
+            }
+            // §4.3: refusal is a `lifecycle` error (destructive settle downstream).
+            Dispatch::Reject => (
+                LifecyclePhase::Error,
+                Some(StopReason::Refusal),
+                RunStatus::Incomplete,
+            ),
+            Dispatch::Suspend => (
+                LifecyclePhase::End,
+                Some(StopReason::Paused),
+                RunStatus::Incomplete,
+            ),
+            Dispatch::Yield => (
+                LifecyclePhase::End,
+                Some(StopReason::ToolUse),
+                RunStatus::Completed,
+            ),
+            Dispatch::Unknown(reason) => (
+                LifecyclePhase::End,
+                reason.map(|r| StopReason::parse(&r)),
+                RunStatus::Incomplete,
+            ),
+        };
+        out.emit(Lifecycle {
+            reason,
+            status: Some(status),
+            usage,
+            ..Lifecycle::new(phase)
+        });
+    }
+}
+
+/// The diagnostic for a provider error body (`{"type":…,"message":…}`): code = the
+/// error type, message, and the body verbatim as detail.
+pub fn error_diagnostic(body: Option<&RawValue>) -> Diagnostic {
+    #[derive(Deserialize)]
+    struct ErrorBody<'a> {
+        #[serde(rename = "type", default, borrow)]
+        ty: Option<Cow<'a, str>>,
+        #[serde(default, borrow)]
+        message: Option<Cow<'a, str>>,
+    }
+    let parsed = body.and_then(|b| serde_json::from_str::<ErrorBody<'_>>(b.get()).ok());
+    let (code, message) = match parsed {
+        Some(e) => (
+            e.ty.map_or_else(|| "error".to_owned(), Cow::into_owned),
+            e.message.map(Cow::into_owned),
+        ),
+        None => ("error".to_owned(), None),
+    };
+    Diagnostic {
+        code,
+        message,
+        detail: body.map(Json::from_raw),
+    }
+}
+
+/// Emits the `lifecycle/error` (Dead path) for an in-band provider error.
+pub fn emit_error(body: Option<&RawValue>, usage: Option<Json>, out: &mut Emitter) {
+    out.emit(Lifecycle {
+        reason: Some(StopReason::Error),
+        status: Some(RunStatus::Incomplete),
+        usage,
+        diagnostic: Some(error_diagnostic(body)),
+        ..Lifecycle::new(LifecyclePhase::Error)
+    });
+}
+
+/// Emits a `malformed_frame` diagnostic. Only the frame's size is reported: a frame
+/// that failed to parse may still hold opaque material (a cut signature), and nothing
+/// opaque may reach the bus (spec §2).
+pub fn malformed(out: &mut Emitter, data: &str) {
+    let detail = serde_json::json!({ "bytes": data.len() });
+    out.diagnostic("malformed_frame", Some(Json::from_value(&detail)));
+}
+
+/// Options that differ between plain F1 and the claude-cli envelope.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MachineOptions {
+    /// Client `tool_use` calls end only when their result arrives (claude-cli runs the
+    /// tools itself and reports results in `user` frames); plain F1 ends them at block
+    /// stop, since the result belongs to the caller's next request.
+    pub defer_client_tools: bool,
+}
+
+#[derive(Debug)]
+enum BlockKind {
+    Text,
+    /// `started`: the `raw` start marker was emitted (on the first non-empty delta;
+    /// a block that never gets one is the signature-only = redacted case).
+    Thinking {
+        started: bool,
+    },
+    Redacted,
+    Tool {
+        id: String,
+        name: String,
+        args: String,
+        deferred: bool,
+    },
+    /// Structural or already-reported blocks: their deltas and stop are consumed.
+    Quiet,
+}
+
+#[derive(Debug)]
+struct OpenBlock {
+    index: u64,
+    kind: BlockKind,
+}
+
+#[derive(Debug)]
+struct PendingTool {
+    id: String,
+    name: String,
+    index: Option<u64>,
+}
+
+/// The F1 per-message state machine: content blocks, thinking markers with back-filled
+/// tokens, tool items, the trailing text run and the latest usage.
+#[derive(Debug, Default)]
+pub struct MessageMachine {
+    opts: MachineOptions,
+    blocks: Vec<OpenBlock>,
+    /// Text of the trailing run of text blocks (the final-answer candidate): cleared when
+    /// any other content block opens, since text followed by more blocks is commentary.
+    run_text: String,
+    /// Index of the last text block of the run.
+    run_id: Option<u64>,
+    /// The last thinking `end` marker, waiting for `thinking_tokens` from usage.
+    thinking_hold: Option<Hold>,
+    /// Thinking tokens already known when a marker is closed (late blocks).
+    thinking_tokens: Option<u64>,
+    pending_tools: Vec<PendingTool>,
+    stop_reason: Option<String>,
+    usage: Option<Json>,
+}
+
+impl MessageMachine {
+    /// A machine with the given options.
+    pub fn new(opts: MachineOptions) -> MessageMachine {
+        MessageMachine {
+            opts,
+            ..MessageMachine::default()
+        }
+    }
+
+    /// The stop reason of the current message, once `message_delta` gave it.
+    pub fn stop_reason(&self) -> Option<&str> {
+        self.stop_reason.as_deref()
+    }
+
+    /// The latest cumulative usage (from `message_delta`, else `message_start`).
+    pub fn usage(&self) -> Option<&Json> {
+        self.usage.as_ref()
+    }
+
+    /// The final-answer candidate: the trailing text run and its segment id.
+    pub fn take_final(&mut self) -> Option<(Option<String>, String)> {
+        let text = std::mem::take(&mut self.run_text);
+        let id = self.run_id.take().map(|i| i.to_string());
+        (!text.is_empty()).then_some((id, text))
+    }
+
+    /// Handles one inner event. `raw` is the event's JSON (for diagnostics).
+    pub fn handle<'e, 'a>(
+        &mut self,
+        ev: &'e WireEvent<'a>,
+        raw: &str,
+        out: &mut Emitter,
+    ) -> Step<'e, 'a> {
+        match ev.ty.as_ref() {
+            "message_start" => {
+                // A new message: per-message state restarts (claude-cli runs several).
+                self.stop_reason = None;
+                self.run_text.clear();
+                self.run_id = None;
+                self.thinking_tokens = None;
+                if let Some(usage) = ev.message.as_ref().and_then(|m| m.usage) {
+                    self.usage = Some(Json::from_raw(usage));
+                    out.saw_usage();
+                }
+                match &ev.message {
+                    Some(m) => return Step::Start(m),
+                    None => out.unknown_frame("message_start", raw),
+                };
+            }
+            "content_block_start" => self.block_start(ev, raw, out),
+            "content_block_delta" => self.block_delta(ev, raw, out),
+            "content_block_stop" => self.block_stop(ev.index, raw, out),
+            "message_delta" => {
+                if let Some(reason) = ev.delta.as_ref().and_then(|d| d.stop_reason.as_ref()) {
+                    self.stop_reason = Some(reason.clone().into_owned());
+                }
+                if let Some(usage) = ev.usage {
+                    self.usage = Some(Json::from_raw(usage));
+                    out.saw_usage();
+                    if let Some(tokens) = thinking_tokens(usage) {
+                        self.thinking_tokens = Some(tokens);
+                        self.fill_thinking_tokens(tokens, out);
+                    }
+                }
+                out.consumed();
+            }
+            "message_stop" => {
+                self.release_thinking(out);
+                return Step::Stop;
+            }
+            "ping" => out.consumed(),
+            "error" => return Step::Error(ev.error),
+            other => {
+                out.unknown_frame(other, raw);
+            }
+        }
+        Step::Done
+    }
+
+    fn block_start(&mut self, ev: &WireEvent<'_>, raw: &str, out: &mut Emitter) {
+        let (Some(index), Some(stub)) = (ev.index, ev.content_block) else {
+            out.unknown_frame("content_block_start", raw);
+            return;
+        };
+        let block: Block<'_> = match serde_json::from_str(stub.get()) {
+            Ok(b) => b,
+            Err(_) => {
+                malformed(out, raw);
+                return;
+            }
+        };
+        if self.blocks.len() >= MAX_OPEN_BLOCKS {
+            out.diagnostic("too_many_open_blocks", None);
+            return;
+        }
+        let ty = block.ty.as_ref();
+        if ty != "text" && ty != "fallback" {
+            // More content follows the text run: it was commentary.
+            self.run_text.clear();
+            self.run_id = None;
+        }
+        let kind = match ty {
+            "text" => {
+                let mut emitted = false;
+                if let Some(text) = block.text.filter(|t| !t.is_empty()) {
+                    self.text_delta(index, text.into_owned(), out);
+                    emitted = true;
+                }
+                if !emitted {
+                    out.consumed();
+                }
+                BlockKind::Text
+            }
+            "thinking" => {
+                let mut started = false;
+                if let Some(text) = block.thinking.filter(|t| !t.is_empty()) {
+                    self.thinking_delta(index, &mut started, text.into_owned(), out);
+                }
+                if let Some(sig) = block.signature.filter(|s| !s.is_empty()) {
+                    out.transcript(SIGNATURE_KIND, Some(&index.to_string()), &sig);
+                }
+                if !started {
+                    // The start marker waits for the first reasoning text: until then the
+                    // block may turn out to be signature-only (= redacted, spec §3.2).
+                    out.consumed();
+                }
+                BlockKind::Thinking { started }
+            }
+            "redacted_thinking" => {
+                out.emit(Thinking::marker(
+                    ThinkingVariant::Redacted,
+                    SegmentPhase::Start,
+                    Some(index.to_string()),
+                ));
+                if let Some(data) = block.data.filter(|d| !d.is_empty()) {
+                    out.transcript(REDACTED_KIND, Some(&index.to_string()), &data);
+                }
+                BlockKind::Redacted
+            }
+            "tool_use" | "server_tool_use" | "mcp_tool_use" => {
+                let id = block.id.map(Cow::into_owned).unwrap_or_default();
+                let name = block.name.map(Cow::into_owned).unwrap_or_default();
+                out.emit(Item {
+                    phase: ItemPhase::Start,
+                    id: Some(id.clone()),
+                    index: Some(index),
+                    kind: "tool".to_owned(),
+                    name: Some(name.clone()),
+                    status: Some("in_progress".to_owned()),
+                    input: block.input.map(Json::from_raw),
+                    ..Item::default()
+                });
+                let deferred = ty != "tool_use" || self.opts.defer_client_tools;
+                BlockKind::Tool {
+                    id,
+                    name,
+                    args: String::new(),
+                    deferred,
+                }
+            }
+            "fallback" => {
+                out.diagnostic("model_fallback", Some(Json::from_raw(stub)));
+                BlockKind::Quiet
+            }
+            t if t.ends_with("_tool_result") => {
+                out.transcript(TOOL_RESULT_KIND, Some(&index.to_string()), stub.get());
+                let failed = is_error_content(block.content);
+                let summary = block.content.map(result_summary);
+                self.resolve_tool(
+                    block.tool_use_id.as_deref().unwrap_or_default(),
+                    failed,
+                    summary,
+                    out,
+                );
+                BlockKind::Quiet
+            }
+            _ => {
+                out.unknown_frame("content_block_start", raw);
+                BlockKind::Quiet
+            }
+        };
+        self.blocks.push(OpenBlock { index, kind });
+    }
+
+    fn block_delta(&mut self, ev: &WireEvent<'_>, raw: &str, out: &mut Emitter) {
+        let (Some(index), Some(delta)) = (ev.index, ev.delta.as_ref()) else {
+            out.unknown_frame("content_block_delta", raw);
+            return;
+        };
+        let ty = delta.ty.as_deref().unwrap_or_default();
+        // Signature material never reaches the bus, whatever block it claims to be for.
+        if ty == "signature_delta" {
+            match &delta.signature {
+                Some(sig) => out.transcript(SIGNATURE_KIND, Some(&index.to_string()), sig),
+                None => out.consumed(),
+            }
+            return;
+        }
+        if ty == "citations_delta" {
+            // Spec §6 (provisional): transcript-only plus `unsupported_frame`.
+            let material = delta.citation.map_or("null", RawValue::get);
+            out.transcript(CITATION_KIND, Some(&index.to_string()), material);
+            out.diagnostic("unsupported_frame", Some(Json::string("citations_delta")));
+            return;
+        }
+        let Some(pos) = self.blocks.iter().position(|b| b.index == index) else {
+            out.unknown_frame("content_block_delta", raw);
+            return;
+        };
+        let mut started_now = false;
+        match (&mut self.blocks[pos].kind, ty) {
+            (BlockKind::Text, "text_delta") => match &delta.text {
+                Some(t) if !t.is_empty() => {
+                    let text = t.clone().into_owned();
+                    self.text_delta(index, text, out);
+                }
+                // Empty deltas carry nothing (I9: no empty assistant text).
+                _ => out.consumed(),
+            },
+            (BlockKind::Thinking { started }, "thinking_delta") => match &delta.thinking {
+                Some(t) if !t.is_empty() => {
+                    let mut s = *started;
+                    self.thinking_delta(index, &mut s, t.clone().into_owned(), out);
+                    started_now = s;
+                }
+                _ => out.consumed(),
+            },
+            (BlockKind::Tool { id, name, args, .. }, "input_json_delta") => {
+                match &delta.partial_json {
+                    Some(p) if !p.is_empty() => {
+                        args.push_str(p);
+                        out.emit(Item {
+                            phase: ItemPhase::Update,
+                            id: Some(id.clone()),
+                            index: Some(index),
+                            kind: "tool".to_owned(),
+                            name: Some(name.clone()),
+                            status: Some("in_progress".to_owned()),
+                            input_delta: Some(p.clone().into_owned()),
+                            ..Item::default()
+                        });
+                    }
+                    _ => out.consumed(),
+                }
+            }
+            (BlockKind::Quiet, _) => out.consumed(),
+            _ => {
+                out.unknown_frame("content_block_delta", raw);
+            }
+        }
+        if started_now {
+            if let Some(OpenBlock {
+                kind: BlockKind::Thinking { started },
+                ..
+            }) = self.blocks.get_mut(pos)
+            {
+                *started = true;
+            }
+        }
+    }
+
+    fn text_delta(&mut self, index: u64, text: String, out: &mut Emitter) {
+        self.run_text.push_str(&text);
+        self.run_id = Some(index);
+        out.emit(Assistant {
+            id: Some(index.to_string()),
+            phase: Some(AssistantPhase::Commentary),
+            delta: Some(text),
+            status: Some(SegmentStatus::InProgress),
+            ..Assistant::default()
+        });
+    }
+
+    fn thinking_delta(&mut self, index: u64, started: &mut bool, text: String, out: &mut Emitter) {
+        let id = index.to_string();
+        if !*started {
+            *started = true;
+            out.emit(Thinking::marker(
+                ThinkingVariant::Raw,
+                SegmentPhase::Start,
+                Some(id.clone()),
+            ));
+        }
+        out.emit(Thinking::delta(ThinkingVariant::Raw, text, Some(id)));
+    }
+
+    fn block_stop(&mut self, index: Option<u64>, raw: &str, out: &mut Emitter) {
+        let Some(pos) = index.and_then(|i| self.blocks.iter().position(|b| b.index == i)) else {
+            out.unknown_frame("content_block_stop", raw);
+            return;
+        };
+        let block = self.blocks.remove(pos);
+        if !self.close_block(block, false, out) {
+            out.consumed();
+        }
+    }
+
+    /// Closes one block; `cut` when the stream died with it open. Returns whether an
+    /// event was emitted.
+    fn close_block(&mut self, block: OpenBlock, cut: bool, out: &mut Emitter) -> bool {
+        let id = block.index.to_string();
+        match block.kind {
+            BlockKind::Text | BlockKind::Quiet => false,
+            BlockKind::Thinking { started: false } if cut => false,
+            BlockKind::Thinking { started } => {
+                let variant = if started {
+                    ThinkingVariant::Raw
+                } else {
+                    // Opened, got only a signature, closed: the redacted case (§3.2).
+                    out.emit(Thinking::marker(
+                        ThinkingVariant::Redacted,
+                        SegmentPhase::Start,
+                        Some(id.clone()),
+                    ));
+                    ThinkingVariant::Redacted
+                };
+                self.end_thinking(variant, id, cut, out);
+                true
+            }
+            BlockKind::Redacted => {
+                self.end_thinking(ThinkingVariant::Redacted, id, cut, out);
+                true
+            }
+            BlockKind::Tool {
+                id: call_id,
+                name,
+                args,
+                deferred,
+            } => {
+                let arguments = if args.is_empty() {
+                    Some(Json::parse("{}").unwrap_or_else(Json::null))
+                } else {
+                    Json::parse(&args)
+                };
+                let failed = cut || arguments.is_none();
+                let phase = if deferred && !failed {
+                    ItemPhase::Update
+                } else {
+                    ItemPhase::End
+                };
+                let status = match (failed, phase) {
+                    (true, _) => "failed",
+                    (false, ItemPhase::End) => "completed",
+                    _ => "in_progress",
+                };
+                if phase == ItemPhase::Update && self.pending_tools.len() < MAX_PENDING_TOOLS {
+                    self.pending_tools.push(PendingTool {
+                        id: call_id.clone(),
+                        name: name.clone(),
+                        index: Some(block.index),
+                    });
+                }
+                out.emit(Item {
+                    phase,
+                    id: Some(call_id),
+                    index: Some(block.index),
+                    kind: "tool".to_owned(),
+                    name: Some(name),
+                    status: Some(status.to_owned()),
+                    arguments,
+                    ..Item::default()
+                });
+                true
+            }
+        }
+    }
+
+    fn end_thinking(&mut self, variant: ThinkingVariant, id: String, cut: bool, out: &mut Emitter) {
+        let mut marker = Thinking::marker(variant, SegmentPhase::End, Some(id));
+        if cut || self.thinking_tokens.is_some() {
+            // Nothing left to wait for: usage already came, or never will.
+            marker.tokens = self.thinking_tokens;
+            out.emit(marker);
+            return;
+        }
+        // Usage (with `thinking_tokens`) always arrives after the block (spec §3.2): hold
+        // the marker at its position. Only the message's last segment waits for the
+        // message total; an earlier one is released as-is when the next one closes.
+        self.release_thinking(out);
+        self.thinking_hold = Some(out.hold(marker));
+    }
+
+    fn fill_thinking_tokens(&mut self, tokens: u64, out: &mut Emitter) {
+        if let Some(hold) = self.thinking_hold {
+            if let Some(EventData::Thinking(t)) = out.held_mut(hold) {
+                t.tokens = Some(tokens);
+            }
+        }
+    }
+
+    fn release_thinking(&mut self, out: &mut Emitter) {
+        if let Some(hold) = self.thinking_hold.take() {
+            out.release(hold);
+        }
+    }
+
+    /// Registers a tool call (already announced with `item/start`) that ends only when
+    /// its result arrives (claude-cli snapshot-only runs).
+    pub fn defer_tool(&mut self, id: String, name: String, index: Option<u64>) {
+        if self.pending_tools.len() < MAX_PENDING_TOOLS {
+            self.pending_tools.push(PendingTool { id, name, index });
+        }
+    }
+
+    /// Ends a deferred tool call with its result (`failed` on an error result). Unknown
+    /// ids are reported as a diagnostic. Returns nothing; always leaves a trace.
+    pub fn resolve_tool(
+        &mut self,
+        tool_use_id: &str,
+        failed: bool,
+        result: Option<Json>,
+        out: &mut Emitter,
+    ) {
+        let Some(pos) = self.pending_tools.iter().position(|t| t.id == tool_use_id) else {
+            let detail = serde_json::json!({ "tool_use_id": tool_use_id });
+            out.diagnostic("orphan_tool_result", Some(Json::from_value(&detail)));
+            return;
+        };
+        let tool = self.pending_tools.remove(pos);
+        out.emit(Item {
+            phase: ItemPhase::End,
+            id: Some(tool.id),
+            index: tool.index,
+            kind: "tool".to_owned(),
+            name: Some(tool.name),
+            status: Some(if failed { "failed" } else { "completed" }.to_owned()),
+            result,
+            ..Item::default()
+        });
+    }
+
+    /// The run is over (terminal frame or stream death): closes open blocks, ends tool
+    /// calls still waiting for a result with `status`, and releases held markers.
+    pub fn close_all(&mut self, pending_status: &str, out: &mut Emitter) {
+        for block in std::mem::take(&mut self.blocks) {
+            self.close_block(block, true, out);
+        }
+        for tool in std::mem::take(&mut self.pending_tools) {
+            out.emit(Item {
+                phase: ItemPhase::End,
+                id: Some(tool.id),
+                index: tool.index,
+                kind: "tool".to_owned(),
+                name: Some(tool.name),
+                status: Some(pending_status.to_owned()),
+                ..Item::default()
+            });
+        }
+        self.release_thinking(out);
+    }
+}
+
+/// `usage.output_tokens_details.thinking_tokens`, parsed from the (small) usage object.
+fn thinking_tokens(usage: &RawValue) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Usage {
+        #[serde(default)]
+        output_tokens_details: Option<Details>,
+    }
+    #[derive(Deserialize)]
+    struct Details {
+        #[serde(default)]
+        thinking_tokens: Option<u64>,
+    }
+    serde_json::from_str::<Usage>(usage.get())
+        .ok()?
+        .output_tokens_details?
+        .thinking_tokens
+}
+
+/// True when a server-tool result's content is an error object (`*_tool_result_error`).
+fn is_error_content(content: Option<&RawValue>) -> bool {
+    #[derive(Deserialize)]
+    struct Typed<'a> {
+        #[serde(rename = "type", default, borrow)]
+        ty: Option<Cow<'a, str>>,
+    }
+    content
+        .and_then(|c| serde_json::from_str::<Typed<'_>>(c.get()).ok())
+        .and_then(|t| t.ty)
+        .is_some_and(|t| t.ends_with("_error"))
+}
+
+/// A display-safe summary of server-tool result content: per entry only `type`, `title`,
+/// `url` and `error_code` (opaque `encrypted_*` fields stay in the transcript).
+fn result_summary(content: &RawValue) -> Json {
+    use serde_json::{Map, Value};
+    const KEEP: [&str; 4] = ["type", "title", "url", "error_code"];
+    fn keep(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(k, _)| KEEP.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<Map<String, Value>>(),
+            ),
+            other => other.clone(),
+        }
+    }
+    let summary = match serde_json::from_str::<Value>(content.get()) {
+        Ok(Value::Array(items)) => Value::Array(items.iter().map(keep).collect()),
+        Ok(v) => keep(&v),
+        Err(_) => Value::Null,
+    };
+    Json::from_value(&summary)
+}
+
+// ---------------------------------------------------------------------------------------
+// the F1 adapter
+// ---------------------------------------------------------------------------------------
 
 /// Adapter state for one run.
 #[derive(Debug, Default)]
-pub struct F1Adapter;
+pub struct F1Adapter {
+    inner: MessageMachine,
+    started: bool,
+    done: bool,
+}
 
 impl Adapter for F1Adapter {
     fn frame(&mut self, frame: Frame<'_>, out: &mut Emitter) {
-        out.unknown_frame(frame.event.unwrap_or("frame"), frame.data);
+        if self.done {
+            // After the terminal event nothing may follow it (I7): a documented drop.
+            out.consumed();
+            return;
+        }
+        let ev: WireEvent<'_> = match serde_json::from_str(frame.data) {
+            Ok(ev) => ev,
+            Err(_) => {
+                malformed(out, frame.data);
+                return;
+            }
+        };
+        match self.inner.handle(&ev, frame.data, out) {
+            Step::Done => {}
+            Step::Start(head) => {
+                if self.started {
+                    out.unknown_frame("message_start", frame.data);
+                    return;
+                }
+                self.started = true;
+                out.emit(Lifecycle {
+                    provider: Some("anthropic".to_owned()),
+                    model: head.model.as_deref().map(str::to_owned),
+                    id: head.id.as_deref().map(str::to_owned),
+                    usage: head.usage.map(Json::from_raw),
+                    ..Lifecycle::new(LifecyclePhase::Start)
+                });
+            }
+            Step::Stop => {
+                self.done = true;
+                self.inner.close_all("incomplete", out);
+                let dispatch = Dispatch::of(self.inner.stop_reason());
+                let final_text = self.inner.take_final();
+                let usage = self.inner.usage().cloned();
+                dispatch.settle(final_text, usage, out);
+            }
+            Step::Error(body) => {
+                self.done = true;
+                self.inner.close_all("failed", out);
+                emit_error(body, self.inner.usage().cloned(), out);
+            }
+        }
     }
 
     fn close(&mut self, _close: Close, out: &mut Emitter) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        // Stream death (spec §3.4): no `message_stop`, so no final answer.
+        self.inner.close_all("failed", out);
         stream_closed(out);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::normalizer::normalize_bytes;
+    use crate::Family;
+    use streamgate_grammar::Event;
+
+    fn run(sse: &str) -> Vec<Event> {
+        normalize_bytes(Family::F1.into(), sse.as_bytes(), 7).events
+    }
+
+    fn sse(frames: &[&str]) -> String {
+        frames.iter().map(|f| format!("data: {f}\n\n")).collect()
+    }
+
+    const START: &str =
+        r#"{"type":"message_start","message":{"id":"m","model":"x","usage":{"input_tokens":1}}}"#;
+
+    /// Runs `fixtures/<family>/index.tsv` (the golden test's own-fixture runner reads a
+    /// single top-level index; this keeps the per-family folder checked regardless).
+    pub(crate) fn check_fixture_dir(family: &str) {
+        use crate::conformance::{case_problems, parse_index};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures")
+            .join(family);
+        let index = std::fs::read_to_string(dir.join("index.tsv")).expect("index.tsv");
+        let mut failures = Vec::new();
+        for case in parse_index(&index).expect("valid index") {
+            let choice: crate::FamilyChoice = case.adapter.parse().expect("family");
+            let capture = std::fs::read(dir.join(&case.capture)).expect("capture");
+            let expected = std::fs::read_to_string(dir.join(&case.expected)).expect("expected");
+            let kinds: Vec<&str> = case.transcript_kinds.iter().map(String::as_str).collect();
+            for chunk in [0, 1, 5] {
+                let produced = normalize_bytes(choice, &capture, chunk);
+                let problems = case_problems(&expected, &kinds, &produced);
+                if !problems.is_empty() {
+                    failures.push(format!(
+                        "{} (chunk {chunk}): {}",
+                        case.name,
+                        problems.join("\n  ")
+                    ));
+                    break;
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn own_fixtures() {
+        check_fixture_dir("f1");
+    }
+
+    /// Every prefix of every fixture (a stream cut anywhere, even mid-frame) still
+    /// satisfies the invariants: one terminal event, last; no final answer when cut.
+    pub(crate) fn check_cut_anywhere(family: &str) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures")
+            .join(family);
+        let choice: crate::FamilyChoice = family.parse().expect("family");
+        for entry in std::fs::read_dir(&dir).expect("fixtures dir") {
+            let path = entry.expect("entry").path();
+            let name = path.to_string_lossy().into_owned();
+            if name.ends_with(".tsv") || name.ends_with(".expected.jsonl") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("capture");
+            cut_everywhere(choice, &name, &bytes);
+        }
+    }
+
+    fn cut_everywhere(choice: crate::FamilyChoice, name: &str, bytes: &[u8]) {
+        for cut in 0..=bytes.len() {
+            let n = normalize_bytes(choice, &bytes[..cut], 0);
+            let opaque: Vec<&str> = n.transcript.iter().map(|t| t.material.as_str()).collect();
+            let problems = streamgate_grammar::check(&n.events, &opaque, Some(n.account));
+            assert!(problems.is_empty(), "{name} cut at {cut}: {problems:?}");
+        }
+    }
+
+    /// The same over the shared corpus captures of F1/F1e, when it is available.
+    #[test]
+    fn corpus_cut_anywhere_keeps_invariants() {
+        let Some(corpus) = std::env::var_os("STREAMGATE_CORPUS") else {
+            return;
+        };
+        let dir = std::path::Path::new(&corpus);
+        let index = std::fs::read_to_string(dir.join("index.tsv")).expect("index");
+        for case in crate::conformance::parse_index(&index).expect("index") {
+            if case.adapter != "f1" && case.adapter != "f1e" {
+                continue;
+            }
+            let bytes = std::fs::read(dir.join(&case.capture)).expect("capture");
+            cut_everywhere(case.adapter.parse().expect("family"), &case.name, &bytes);
+        }
+    }
+
+    #[test]
+    fn cut_anywhere_keeps_invariants() {
+        check_cut_anywhere("f1");
+    }
+
+    #[test]
+    fn thinking_end_waits_for_tokens_but_keeps_position() {
+        let events = run(&sse(&[
+            START,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"a"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"b"}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3,"output_tokens_details":{"thinking_tokens":2}}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]));
+        let EventData::Thinking(end) = &events[3].data else {
+            panic!("{events:?}")
+        };
+        assert_eq!(end.phase, Some(SegmentPhase::End));
+        assert_eq!(end.tokens, Some(2));
+        assert!(
+            matches!(&events[4].data, EventData::Assistant(a) if a.delta.as_deref() == Some("b"))
+        );
+    }
+
+    #[test]
+    fn text_before_a_tool_is_not_final() {
+        let events = run(&sse(&[
+            START,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"let me check"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]));
+        assert!(!events.iter().any(
+            |e| matches!(&e.data, EventData::Assistant(a) if a.phase == Some(AssistantPhase::FinalAnswer))
+        ));
+    }
+
+    #[test]
+    fn consecutive_text_blocks_form_one_final_answer() {
+        let events = run(&sse(&[
+            START,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"b"}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]));
+        let fin = events
+            .iter()
+            .find_map(|e| match &e.data {
+                EventData::Assistant(a) if a.phase == Some(AssistantPhase::FinalAnswer) => Some(a),
+                _ => None,
+            })
+            .expect("final answer");
+        assert_eq!(fin.text.as_deref(), Some("ab"));
+        assert_eq!(fin.id.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn garbage_never_panics_and_ends_once() {
+        let inputs = [
+            "data: {\"type\":\"content_block_delta\",\"index\":99}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\"}}\n\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\"}}\n\n",
+            "data: not json\n\n",
+            "data: {\"type\":\"message_stop\"}\n\ndata: {\"type\":\"ping\"}\n\n",
+        ];
+        for input in inputs {
+            let n = normalize_bytes(Family::F1.into(), input.as_bytes(), 3);
+            let problems = streamgate_grammar::invariants::check(&n.events, &[], Some(n.account));
+            assert!(problems.is_empty(), "{input}: {problems:?}");
+        }
     }
 }
