@@ -90,7 +90,13 @@ pub fn timeline(events: &[RunEvent]) -> Vec<TimelineEntry> {
         );
     }
     for c in &state.commentary {
-        push(EntryKind::Commentary, c.id.clone(), String::new(), c.first_seq, c.last_seq);
+        push(
+            EntryKind::Commentary,
+            c.id.clone(),
+            String::new(),
+            c.first_seq,
+            c.last_seq,
+        );
     }
     if let Some(seq) = state.final_seq {
         push(EntryKind::FinalAnswer, None, String::new(), seq, seq);
@@ -105,7 +111,9 @@ pub fn timeline(events: &[RunEvent]) -> Vec<TimelineEntry> {
         );
     }
     if let Some(term) = events.iter().find_map(|e| match &e.event.data {
-        EventData::Lifecycle(l) if matches!(l.phase, LifecyclePhase::End | LifecyclePhase::Error) => {
+        EventData::Lifecycle(l)
+            if matches!(l.phase, LifecyclePhase::End | LifecyclePhase::Error) =>
+        {
             Some((e.event.seq, l))
         }
         _ => None,

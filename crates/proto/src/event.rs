@@ -82,6 +82,7 @@ impl From<&RunEvent> for v1::Event {
                 output_delta: i.output_delta.clone(),
                 result_json: json_out(&i.result),
                 meta_json: json_out(&i.meta),
+                output_json: json_out(&i.output),
             }),
             EventData::Lifecycle(l) => Data::Lifecycle(v1::Lifecycle {
                 phase: match l.phase {
@@ -196,6 +197,7 @@ impl TryFrom<v1::Event> for RunEvent {
                 output_delta: i.output_delta,
                 result: json("item.result_json", i.result_json)?,
                 meta: json("item.meta_json", i.meta_json)?,
+                output: json("item.output_json", i.output_json)?,
             }),
             Data::Lifecycle(l) => EventData::Lifecycle(g::Lifecycle {
                 phase: match v1::LifecyclePhase::try_from(l.phase) {

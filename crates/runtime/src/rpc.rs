@@ -110,7 +110,10 @@ mod tests {
         let mut bad = Request::new(());
         bad.metadata_mut()
             .insert("authorization", "Bearer nope".parse().unwrap());
-        assert_eq!(auth.call(bad).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(
+            auth.call(bad).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
         assert_eq!(
             auth.call(Request::new(())).unwrap_err().code(),
             tonic::Code::Unauthenticated

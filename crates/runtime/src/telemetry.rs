@@ -41,9 +41,13 @@ pub fn init(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
     let registry = tracing_subscriber::registry().with(filter);
     // try_init: a test harness may already have installed a subscriber.
     let _ = if cfg.log_json {
-        registry.with(fmt::layer().json().with_writer(std::io::stderr)).try_init()
+        registry
+            .with(fmt::layer().json().with_writer(std::io::stderr))
+            .try_init()
     } else {
-        registry.with(fmt::layer().with_writer(std::io::stderr)).try_init()
+        registry
+            .with(fmt::layer().with_writer(std::io::stderr))
+            .try_init()
     };
     if let Some(addr) = cfg.metrics_addr {
         metrics_exporter_prometheus::PrometheusBuilder::new()

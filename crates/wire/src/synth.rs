@@ -74,7 +74,8 @@ fn records(capture: &[u8]) -> Vec<&[u8]> {
 
 fn is_delta(record: &[u8]) -> bool {
     let text = String::from_utf8_lossy(record);
-    DELTA_MARKERS.iter().any(|m| text.contains(m)) && !NOT_DELTA_MARKERS.iter().any(|m| text.contains(m))
+    DELTA_MARKERS.iter().any(|m| text.contains(m))
+        && !NOT_DELTA_MARKERS.iter().any(|m| text.contains(m))
 }
 
 /// Grows `capture` to about `target_bytes` by repeating its delta records in place.
@@ -86,7 +87,9 @@ pub fn inflate(capture: &[u8], target_bytes: usize) -> Vec<u8> {
         return capture.to_vec();
     }
     let fixed = capture.len() - delta_bytes;
-    let repeat = (target_bytes.saturating_sub(fixed)).div_ceil(delta_bytes).max(1);
+    let repeat = (target_bytes.saturating_sub(fixed))
+        .div_ceil(delta_bytes)
+        .max(1);
     let mut out = Vec::with_capacity(fixed + delta_bytes * repeat);
     // Keep each run of consecutive delta records together and repeat the run, so the
     // stream keeps its shape (thinking deltas stay before text deltas).
