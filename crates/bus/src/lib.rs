@@ -44,6 +44,8 @@
 //! empty body. At most one close marker per run is stored, because its message id is
 //! fixed.
 //!
+//! The same contract, with a `nats pub` walk-through, is in `docs/raw-messages.md`.
+//!
 //! # Events (`SG_EVENTS`)
 //! Subject `sg.evt.<tenant>.<part>.<run>`, `Nats-Msg-Id` `<run>/<seq>`, header `Sg-Stream`
 //! (`assistant|thinking|item|lifecycle`) so consumers can route without decoding, body

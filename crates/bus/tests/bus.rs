@@ -419,36 +419,62 @@ async fn messages_survive_a_server_kill_and_restart() {
 
 #[tokio::test]
 async fn a_foreign_client_can_ingest_with_plain_headers() {
-    // What `nats pub` from docs/raw-messages.md sends: no Sg-Ingest-Ts, lowercase names.
-    let (server, js) = setup().await;
-    let addr = RunAddr::new("acme", "cli-run", DEFAULT_PARTITIONS);
+    // What the `nats pub` example in docs/raw-messages.md sends, subject spelled out by
+    // hand: no Sg-Ingest-Ts on the close marker, a token-encoded session, lowercase name.
+    let (_server, js) = setup().await;
+    assert_eq!(partition_of("run-42", DEFAULT_PARTITIONS), 3);
+    let subject = "sg.raw.acme.3.run-42";
+    let publish = |h: async_nats::HeaderMap, body: &'static [u8]| {
+        let js = js.clone();
+        async move {
+            js.publish_with_headers(subject, h, Bytes::from_static(body))
+                .await
+                .unwrap()
+                .await
+                .unwrap()
+        }
+    };
     let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", "cli-run/raw/0");
+    h.insert("Nats-Msg-Id", "run-42/raw/0");
     h.insert("sg-chunk", "0");
     h.insert("Sg-Family", "f1");
-    let client = server.client().await;
-    js.publish_with_headers(
-        addr.raw_subject(),
-        h,
-        Bytes::from_static(b"event: ping\n\n"),
-    )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
-    client.flush().await.unwrap();
-    let msgs = consume::read_subject(&js, RAW_STREAM, &addr.raw_subject())
+    h.insert("Sg-Ingest-Ts", "1700000000000");
+    h.insert("Sg-Session", "telegram%3A12345");
+    publish(h, b"event: ping\n\n").await;
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Nats-Msg-Id", "run-42/raw/close");
+    h.insert("Sg-Chunk", "1");
+    h.insert("Sg-Close", "normal");
+    publish(h, b"").await;
+
+    let msgs = consume::read_subject(&js, RAW_STREAM, subject)
         .await
         .unwrap();
-    let c = RawChunk::from_message(&msgs[0]).unwrap();
-    assert_eq!((c.family.as_str(), c.chunk), ("f1", 0));
+    let c: Vec<RawChunk> = msgs
+        .iter()
+        .map(|m| RawChunk::from_message(m).unwrap())
+        .collect();
+    assert_eq!(
+        c[0].addr,
+        RunAddr::new("acme", "run-42", DEFAULT_PARTITIONS)
+    );
+    assert_eq!((c[0].family.as_str(), c[0].chunk), ("f1", 0));
+    assert_eq!(c[0].session_key.as_deref(), Some("telegram:12345"));
+    assert_eq!(c[0].ingest_ts_ms, 1_700_000_000_000);
+    assert_eq!(c[0].msg_id(), "run-42/raw/0");
+    assert_eq!(
+        (c[1].close, c[1].family.as_str()),
+        (Some(CloseKind::Normal), "auto")
+    );
+    assert_eq!(c[1].msg_id(), "run-42/raw/close");
+    // No Sg-Ingest-Ts: JetStream's stored time stands in.
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
     assert!(
-        (now_ms - c.ingest_ts_ms).abs() < 60_000,
+        (now_ms - c[1].ingest_ts_ms).abs() < 60_000,
         "{}",
-        c.ingest_ts_ms
+        c[1].ingest_ts_ms
     );
 }
