@@ -186,6 +186,22 @@ async fn ensure_streams_is_idempotent_and_applies_changes() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_all_succeed() {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.client().await);
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let js = js.clone();
+            tokio::spawn(async move { ensure_streams(&js, &StreamSettings::default()).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(message_count(&js, RAW_STREAM).await, 0);
+}
+
 #[tokio::test]
 async fn publish_raw_dedupes_on_msg_id() {
     let (_server, js) = setup().await;
