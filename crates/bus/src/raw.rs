@@ -1,0 +1,336 @@
+//! Raw messages in `SG_RAW`: one chunk of provider bytes, or a run's close marker.
+//! The wire format is described in the crate docs ("Raw-message format").
+
+use async_nats::jetstream;
+use async_nats::HeaderMap;
+use bytes::Bytes;
+
+use crate::subject::{encode_token, RunAddr, SubjectKind};
+use crate::{hdr, nats, BusError, SubjectError};
+
+/// `Nats-Msg-Id`: the JetStream dedupe key.
+pub const HDR_MSG_ID: &str = "Nats-Msg-Id";
+/// Tenant (token-encoded); optional on input, must match the subject.
+pub const HDR_TENANT: &str = "Sg-Tenant";
+/// Run id (token-encoded); optional on input, must match the subject.
+pub const HDR_RUN: &str = "Sg-Run";
+/// Chat session key (token-encoded); optional.
+pub const HDR_SESSION: &str = "Sg-Session";
+/// Wire family: `f1`, `f2`, … or `auto` (default when absent).
+pub const HDR_FAMILY: &str = "Sg-Family";
+/// Dialect hint within the family; optional.
+pub const HDR_DIALECT: &str = "Sg-Dialect";
+/// 0-based chunk index within the run, decimal; required.
+pub const HDR_CHUNK: &str = "Sg-Chunk";
+/// Ingest time, milliseconds since the Unix epoch, decimal.
+pub const HDR_INGEST_TS: &str = "Sg-Ingest-Ts";
+/// Close marker: `normal`, `abnormal` or `timeout`.
+pub const HDR_CLOSE: &str = "Sg-Close";
+
+/// Family used when a message names none: the normalizer sniffs the bytes.
+pub const FAMILY_AUTO: &str = "auto";
+
+/// How a close marker says the stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseKind {
+    /// The producer saw the provider end the stream.
+    Normal,
+    /// The connection broke or the producer gave up.
+    Abnormal,
+    /// Nothing arrived for too long; a reaper closed the run.
+    Timeout,
+}
+
+impl CloseKind {
+    /// The header value: `normal`, `abnormal` or `timeout`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseKind::Normal => "normal",
+            CloseKind::Abnormal => "abnormal",
+            CloseKind::Timeout => "timeout",
+        }
+    }
+
+    /// Parses a header value (exact, lowercase).
+    pub fn parse(s: &str) -> Option<CloseKind> {
+        match s {
+            "normal" => Some(CloseKind::Normal),
+            "abnormal" => Some(CloseKind::Abnormal),
+            "timeout" => Some(CloseKind::Timeout),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CloseKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One raw message: a chunk of provider bytes, or a close marker (empty body).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawChunk {
+    /// The run the bytes belong to.
+    pub addr: RunAddr,
+    /// Chat session the run belongs to, if any.
+    pub session_key: Option<String>,
+    /// Wire family: `"f1"`, `"f2"`, …, or `"auto"`.
+    pub family: String,
+    /// Optional dialect hint.
+    pub dialect: Option<String>,
+    /// 0-based chunk index within the run. On a close marker: the number of data chunks
+    /// published before it.
+    pub chunk: u64,
+    /// Ingest time, ms since the Unix epoch; becomes the `ts` of events it produces.
+    pub ingest_ts_ms: i64,
+    /// `Some` on the close marker.
+    pub close: Option<CloseKind>,
+    /// Provider bytes; empty on a close marker.
+    pub body: Bytes,
+}
+
+impl RawChunk {
+    /// `"<run>/raw/<chunk>"`; close markers use `"<run>/raw/close"` so that only one
+    /// close marker per run is ever accepted by the dedupe window. `<run>` is the
+    /// token-encoded run id (identical for ids made of `[A-Za-z0-9_-]`), which keeps the
+    /// id a valid header value and unambiguous for any run id.
+    pub fn msg_id(&self) -> String {
+        let run = encode_token(&self.addr.run_id);
+        match self.close {
+            Some(_) => format!("{run}/raw/close"),
+            None => format!("{run}/raw/{}", self.chunk),
+        }
+    }
+
+    /// Every header of the raw-message format, including `Nats-Msg-Id`.
+    pub fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(HDR_MSG_ID, self.msg_id().as_str());
+        hdr::put_text(&mut h, HDR_TENANT, &self.addr.tenant);
+        hdr::put_text(&mut h, HDR_RUN, &self.addr.run_id);
+        if let Some(s) = &self.session_key {
+            hdr::put_text(&mut h, HDR_SESSION, s);
+        }
+        hdr::put_text(&mut h, HDR_FAMILY, &self.family);
+        if let Some(d) = &self.dialect {
+            hdr::put_text(&mut h, HDR_DIALECT, d);
+        }
+        h.insert(HDR_CHUNK, self.chunk.to_string().as_str());
+        h.insert(HDR_INGEST_TS, self.ingest_ts_ms.to_string().as_str());
+        if let Some(c) = self.close {
+            h.insert(HDR_CLOSE, c.as_str());
+        }
+        h
+    }
+
+    /// Parses a message from `SG_RAW` (subject + headers + payload). `Sg-Ingest-Ts` is
+    /// required here; [`RawChunk::from_message`] can fall back to JetStream's timestamp.
+    ///
+    /// The partition is taken from the subject; check it against the deployment's count
+    /// with [`RunAddr::check_partition`] (or use [`RawChunk::from_parts_checked`]).
+    pub fn from_parts(
+        subject: &str,
+        headers: Option<&HeaderMap>,
+        payload: Bytes,
+    ) -> Result<RawChunk, BusError> {
+        Self::parse(subject, headers, payload, None)
+    }
+
+    /// [`RawChunk::from_parts`], then verifies the subject's partition is
+    /// `partition_of(run, partitions)`.
+    pub fn from_parts_checked(
+        subject: &str,
+        headers: Option<&HeaderMap>,
+        payload: Bytes,
+        partitions: u32,
+    ) -> Result<RawChunk, BusError> {
+        let chunk = Self::from_parts(subject, headers, payload)?;
+        chunk.addr.check_partition(partitions)?;
+        Ok(chunk)
+    }
+
+    /// Parses a JetStream message from `SG_RAW`. When `Sg-Ingest-Ts` is absent, the time
+    /// JetStream stored the message is used: it is part of the stored message, so every
+    /// replay sees the same value.
+    pub fn from_message(msg: &jetstream::Message) -> Result<RawChunk, BusError> {
+        let fallback = msg.info().ok().map(|i| {
+            // ns → ms; i64 ms covers ±292 million years, so the narrowing cannot fail for
+            // any real timestamp.
+            (i.published.unix_timestamp_nanos() / 1_000_000) as i64
+        });
+        Self::parse(
+            msg.subject.as_str(),
+            msg.headers.as_ref(),
+            msg.payload.clone(),
+            fallback,
+        )
+    }
+
+    fn parse(
+        subject: &str,
+        headers: Option<&HeaderMap>,
+        payload: Bytes,
+        fallback_ts_ms: Option<i64>,
+    ) -> Result<RawChunk, BusError> {
+        let (addr, kind) = RunAddr::parse_subject_kind(subject)?;
+        if kind != SubjectKind::Raw {
+            return Err(SubjectError::Malformed(subject.to_owned()).into());
+        }
+        let empty = HeaderMap::new();
+        let h = headers.unwrap_or(&empty);
+        for (name, from_subject) in [(HDR_TENANT, &addr.tenant), (HDR_RUN, &addr.run_id)] {
+            if let Some(v) = hdr::text(h, name)? {
+                if &v != from_subject {
+                    return Err(BusError::HeaderMismatch {
+                        name,
+                        header: v,
+                        subject: from_subject.clone(),
+                    });
+                }
+            }
+        }
+        let chunk = hdr::number::<u64>(h, HDR_CHUNK)?.ok_or(BusError::MissingHeader(HDR_CHUNK))?;
+        let ingest_ts_ms = match hdr::number::<i64>(h, HDR_INGEST_TS)? {
+            Some(ts) => ts,
+            None => fallback_ts_ms.ok_or(BusError::MissingHeader(HDR_INGEST_TS))?,
+        };
+        let close = hdr::get(h, HDR_CLOSE)
+            .map(|v| {
+                CloseKind::parse(v.trim()).ok_or_else(|| BusError::InvalidHeader {
+                    name: HDR_CLOSE,
+                    value: v.to_owned(),
+                })
+            })
+            .transpose()?;
+        if close.is_some() && !payload.is_empty() {
+            return Err(BusError::CloseWithBody(addr.run_id));
+        }
+        let family = hdr::text(h, HDR_FAMILY)?
+            .filter(|f| !f.is_empty())
+            .unwrap_or_else(|| FAMILY_AUTO.to_owned());
+        Ok(RawChunk {
+            session_key: hdr::text(h, HDR_SESSION)?,
+            dialect: hdr::text(h, HDR_DIALECT)?.filter(|d| !d.is_empty()),
+            family,
+            chunk,
+            ingest_ts_ms,
+            close,
+            body: payload,
+            addr,
+        })
+    }
+}
+
+/// What JetStream said about one publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawPublish {
+    /// Stream sequence of the stored message (of the original one for a duplicate).
+    pub sequence: u64,
+    /// True when the dedupe window already held this message id.
+    pub duplicate: bool,
+}
+
+/// Publishes and waits for the JetStream ack (durable). Returns the stream sequence.
+pub async fn publish_raw(js: &jetstream::Context, chunk: &RawChunk) -> Result<u64, BusError> {
+    publish_raw_with(js, chunk, None).await.map(|p| p.sequence)
+}
+
+/// [`publish_raw`] with an optional W3C `traceparent`, reporting whether the message was
+/// a duplicate.
+pub async fn publish_raw_with(
+    js: &jetstream::Context,
+    chunk: &RawChunk,
+    traceparent: Option<&str>,
+) -> Result<RawPublish, BusError> {
+    if chunk.close.is_some() && !chunk.body.is_empty() {
+        // Refuse instead of publishing bytes that the dedupe id would make unrecoverable.
+        return Err(BusError::CloseWithBody(chunk.addr.run_id.clone()));
+    }
+    let mut headers = chunk.headers();
+    if let Some(tp) = traceparent {
+        crate::trace::inject(&mut headers, tp);
+    }
+    let ack = js
+        .publish_with_headers(chunk.addr.raw_subject(), headers, chunk.body.clone())
+        .await
+        .map_err(nats("publish raw"))?
+        .await
+        .map_err(nats("publish raw ack"))?;
+    Ok(RawPublish {
+        sequence: ack.sequence,
+        duplicate: ack.duplicate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(close: Option<CloseKind>) -> RawChunk {
+        RawChunk {
+            addr: RunAddr::new("acme", "run 1", 32),
+            session_key: Some("tg:42\r\n".into()),
+            family: "f2".into(),
+            dialect: Some("openrouter".into()),
+            chunk: 3,
+            ingest_ts_ms: 1_700_000_000_123,
+            close,
+            body: if close.is_some() {
+                Bytes::new()
+            } else {
+                Bytes::from_static(b"data: {}\n\n")
+            },
+        }
+    }
+
+    #[test]
+    fn headers_round_trip() {
+        for c in [None, Some(CloseKind::Timeout)] {
+            let raw = chunk(c);
+            let h = raw.headers();
+            let back = RawChunk::from_parts(&raw.addr.raw_subject(), Some(&h), raw.body.clone());
+            assert_eq!(back.unwrap(), raw);
+        }
+        assert_eq!(chunk(None).msg_id(), "run%201/raw/3");
+        assert_eq!(chunk(Some(CloseKind::Normal)).msg_id(), "run%201/raw/close");
+    }
+
+    #[test]
+    fn minimal_foreign_message_parses() {
+        let mut h = HeaderMap::new();
+        h.insert("sg-chunk", "0");
+        h.insert("Sg-Ingest-Ts", "5");
+        let c = RawChunk::from_parts("sg.raw.t.0.r", Some(&h), Bytes::from_static(b"x")).unwrap();
+        assert_eq!((c.family.as_str(), c.chunk, c.ingest_ts_ms), ("auto", 0, 5));
+        assert!(RawChunk::from_parts_checked("sg.raw.t.0.r", Some(&h), Bytes::new(), 32).is_err());
+    }
+
+    #[test]
+    fn bad_messages_are_rejected() {
+        let raw = chunk(None);
+        let subject = raw.addr.raw_subject();
+        let mut h = raw.headers();
+        h.insert(HDR_RUN, "other");
+        assert!(matches!(
+            RawChunk::from_parts(&subject, Some(&h), Bytes::new()),
+            Err(BusError::HeaderMismatch { .. })
+        ));
+        let mut h = raw.headers();
+        h.insert(HDR_CLOSE, "normal");
+        assert!(matches!(
+            RawChunk::from_parts(&subject, Some(&h), Bytes::from_static(b"x")),
+            Err(BusError::CloseWithBody(_))
+        ));
+        assert!(matches!(
+            RawChunk::from_parts(&subject, None, Bytes::new()),
+            Err(BusError::MissingHeader(HDR_CHUNK))
+        ));
+        assert!(RawChunk::from_parts(
+            &raw.addr.events_subject(),
+            Some(&raw.headers()),
+            Bytes::new()
+        )
+        .is_err());
+    }
+}

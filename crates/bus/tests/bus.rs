@@ -1,0 +1,496 @@
+//! The bus against a real nats-server (one per test, from streamgate-testkit).
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use futures::StreamExt as _;
+use rand::Rng as _;
+use streamgate_bus::raw::{self, CloseKind, RawChunk};
+use streamgate_bus::subject::{self, decode_token, encode_token, partition_of, RunAddr};
+use streamgate_bus::{consume, ensure_streams, events, BusError, StreamSettings};
+use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM, RAW_STREAM};
+use streamgate_grammar::{
+    Assistant, AssistantPhase, Envelope, Event, EventData, Lifecycle, LifecyclePhase, RunEvent,
+    RunStatus, StopReason,
+};
+use streamgate_testkit::NatsServer;
+
+fn random_string(rng: &mut impl rand::Rng) -> String {
+    // Pools chosen to hit every encoder branch: safe bytes, subject metacharacters,
+    // '%' itself, whitespace/control, multi-byte UTF-8.
+    const POOL: &[char] = &[
+        'a', 'Z', '0', '9', '_', '-', '.', '*', '>', '%', ' ', '\t', '\r', '\n', '\0', '/', ':',
+        'é', 'ß', '中', '🦀', '\u{7f}', '\u{ffff}',
+    ];
+    let len = rng.random_range(0..12);
+    (0..len)
+        .map(|_| {
+            if rng.random_bool(0.2) {
+                char::from_u32(rng.random_range(0..0x11_0000)).unwrap_or('x')
+            } else {
+                POOL[rng.random_range(0..POOL.len())]
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn token_encoding_round_trips_random_strings() {
+    let mut rng = rand::rng();
+    for _ in 0..20_000 {
+        let s = random_string(&mut rng);
+        let t = encode_token(&s);
+        assert!(!t.is_empty());
+        assert!(
+            t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-%".contains(&b)),
+            "{s:?} -> {t:?} is not subject-safe"
+        );
+        assert_eq!(decode_token(&t).unwrap(), s, "token {t:?}");
+        // The whole subject must parse back to the same run.
+        let addr = RunAddr::new(&random_string(&mut rng), &s, DEFAULT_PARTITIONS);
+        assert_eq!(RunAddr::parse_subject(&addr.raw_subject()).unwrap(), addr);
+    }
+}
+
+#[test]
+fn decoding_is_canonical_on_random_tokens() {
+    let mut rng = rand::rng();
+    const ALPHABET: &[u8] = b"aZ09_-%AFaf.";
+    for _ in 0..50_000 {
+        let len = rng.random_range(0..8);
+        let t: String = (0..len)
+            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+            .collect();
+        if let Ok(s) = decode_token(&t) {
+            assert_eq!(encode_token(&s), t, "{t:?} decoded to {s:?}");
+        }
+    }
+}
+
+#[test]
+fn partitions_are_stable() {
+    // FNV-1a 64 reference vectors: "" = cbf29ce484222325, "a" = af63dc4c8601ec8c,
+    // "foobar" = 85944171f73967e8. Values mod 32 and mod 7 pin the function for producers
+    // written in other languages.
+    assert_eq!(partition_of("", 32), 0x25 % 32);
+    assert_eq!(partition_of("a", 32), 12);
+    assert_eq!(partition_of("foobar", 32), 8);
+    assert_eq!(
+        partition_of("foobar", 7),
+        (0x8594_4171_f739_67e8_u64 % 7) as u32
+    );
+    assert_eq!(partition_of("a", 1), 0);
+    assert_eq!(partition_of("a", 0), 0);
+    assert_eq!(subject::raw_partition_filter(3), "sg.raw.*.3.*");
+    assert_eq!(subject::events_partition_filter(31), "sg.evt.*.31.*");
+}
+
+async fn setup() -> (NatsServer, jetstream::Context) {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.client().await);
+    ensure_streams(&js, &StreamSettings::default())
+        .await
+        .unwrap();
+    (server, js)
+}
+
+async fn message_count(js: &jetstream::Context, stream: &str) -> u64 {
+    js.get_stream(stream)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages
+}
+
+fn data_chunk(addr: &RunAddr, chunk: u64, body: &'static [u8]) -> RawChunk {
+    RawChunk {
+        addr: addr.clone(),
+        session_key: Some("telegram:42".into()),
+        family: "f1".into(),
+        dialect: None,
+        chunk,
+        ingest_ts_ms: 1_700_000_000_000 + chunk as i64,
+        close: None,
+        body: Bytes::from_static(body),
+    }
+}
+
+fn close_marker(addr: &RunAddr, chunk: u64, kind: CloseKind) -> RawChunk {
+    RawChunk {
+        close: Some(kind),
+        body: Bytes::new(),
+        ..data_chunk(addr, chunk, b"")
+    }
+}
+
+#[tokio::test]
+async fn ensure_streams_is_idempotent_and_applies_changes() {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.client().await);
+    let defaults = StreamSettings::default();
+    ensure_streams(&js, &defaults).await.unwrap();
+    ensure_streams(&js, &defaults).await.unwrap();
+    let raw = js.get_stream(RAW_STREAM).await.unwrap();
+    let cfg = &raw.cached_info().config;
+    assert_eq!(cfg.subjects, vec!["sg.raw.>".to_owned()]);
+    assert_eq!(cfg.storage, jetstream::stream::StorageType::File);
+    assert_eq!(cfg.max_age, Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(cfg.duplicate_window, Duration::from_secs(120));
+
+    let changed = StreamSettings {
+        raw_max_bytes: 64 << 20,
+        events_max_age: Duration::from_secs(3600),
+        duplicate_window: Duration::from_secs(30),
+        ..defaults.clone()
+    };
+    ensure_streams(&js, &changed).await.unwrap();
+    ensure_streams(&js, &changed).await.unwrap();
+    let raw = js.get_stream(RAW_STREAM).await.unwrap();
+    assert_eq!(raw.cached_info().config.max_bytes, 64 << 20);
+    assert_eq!(
+        raw.cached_info().config.duplicate_window,
+        Duration::from_secs(30)
+    );
+    let evt = js.get_stream(EVENTS_STREAM).await.unwrap();
+    assert_eq!(evt.cached_info().config.max_age, Duration::from_secs(3600));
+    assert_eq!(
+        evt.cached_info().config.subjects,
+        vec!["sg.evt.>".to_owned()]
+    );
+
+    // A stream someone created with memory storage cannot be fixed in place: say so.
+    js.delete_stream(EVENTS_STREAM).await.unwrap();
+    js.create_stream(jetstream::stream::Config {
+        name: EVENTS_STREAM.into(),
+        subjects: vec!["sg.evt.>".into()],
+        storage: jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = ensure_streams(&js, &defaults).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BusError::ImmutableSetting {
+                setting: "storage",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_all_succeed() {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.client().await);
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let js = js.clone();
+            tokio::spawn(async move { ensure_streams(&js, &StreamSettings::default()).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(message_count(&js, RAW_STREAM).await, 0);
+}
+
+#[tokio::test]
+async fn publish_raw_dedupes_on_msg_id() {
+    let (_server, js) = setup().await;
+    let addr = RunAddr::new("acme", "run-dedupe", DEFAULT_PARTITIONS);
+    let c = data_chunk(&addr, 0, b"data: hello\n\n");
+    let first = raw::publish_raw(&js, &c).await.unwrap();
+    let again = raw::publish_raw_with(&js, &c, None).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.sequence, first);
+    assert_eq!(message_count(&js, RAW_STREAM).await, 1);
+}
+
+#[tokio::test]
+async fn only_one_close_marker_per_run() {
+    let (_server, js) = setup().await;
+    let addr = RunAddr::new("acme", "run-close", DEFAULT_PARTITIONS);
+    raw::publish_raw(&js, &data_chunk(&addr, 0, b"x"))
+        .await
+        .unwrap();
+    raw::publish_raw(&js, &close_marker(&addr, 1, CloseKind::Normal))
+        .await
+        .unwrap();
+    // A reaper racing the producer: different kind, same fixed id → dropped.
+    let late = raw::publish_raw_with(&js, &close_marker(&addr, 1, CloseKind::Timeout), None)
+        .await
+        .unwrap();
+    assert!(late.duplicate);
+    let msgs = consume::read_subject(&js, RAW_STREAM, &addr.raw_subject())
+        .await
+        .unwrap();
+    let chunks: Vec<RawChunk> = msgs
+        .iter()
+        .map(|m| RawChunk::from_message(m).unwrap())
+        .collect();
+    assert_eq!(chunks.len(), 2);
+    assert_eq!(chunks[1].close, Some(CloseKind::Normal));
+
+    // A close marker with a body is refused before it reaches the bus.
+    let mut bad = close_marker(&addr, 1, CloseKind::Abnormal);
+    bad.body = Bytes::from_static(b"lost");
+    assert!(matches!(
+        raw::publish_raw(&js, &bad).await,
+        Err(BusError::CloseWithBody(_))
+    ));
+}
+
+fn run_events(tenant: &str, run_id: &str) -> Vec<RunEvent> {
+    let envelope = |ts_ms| Envelope {
+        tenant: tenant.into(),
+        session_key: Some("s1".into()),
+        run_id: run_id.into(),
+        ts_ms,
+    };
+    let start = Lifecycle {
+        provider: Some("anthropic".into()),
+        model: Some("claude".into()),
+        ..Lifecycle::new(LifecyclePhase::Start)
+    };
+    let end = Lifecycle {
+        reason: Some(StopReason::Completed),
+        status: Some(RunStatus::Completed),
+        ..Lifecycle::new(LifecyclePhase::End)
+    };
+    let datas = vec![
+        EventData::Lifecycle(start),
+        EventData::Assistant(Assistant {
+            delta: Some("Hel".into()),
+            ..Default::default()
+        }),
+        EventData::Assistant(Assistant {
+            delta: Some("lo".into()),
+            ..Default::default()
+        }),
+        EventData::Assistant(Assistant {
+            phase: Some(AssistantPhase::FinalAnswer),
+            text: Some("Hello".into()),
+            ..Default::default()
+        }),
+        EventData::Lifecycle(end),
+    ];
+    datas
+        .into_iter()
+        .enumerate()
+        .map(|(i, data)| RunEvent {
+            envelope: envelope(1_700_000_000_000 + i as i64),
+            event: Event {
+                seq: i as u64 + 1,
+                data,
+            },
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn events_round_trip_through_a_durable_pull_consumer() {
+    let (_server, js) = setup().await;
+    let addr = RunAddr::new("acme", "run-events", DEFAULT_PARTITIONS);
+    let evs = run_events("acme", "run-events");
+    events::publish_events(&js, &addr, &evs).await.unwrap();
+    // Re-publishing (a normalizer replaying after a crash) adds nothing.
+    events::publish_events(&js, &addr, &evs).await.unwrap();
+    assert_eq!(message_count(&js, EVENTS_STREAM).await, evs.len() as u64);
+
+    let filters = vec![subject::events_partition_filter(addr.partition)];
+    let ack_wait = Duration::from_secs(30);
+    // Idempotent: a second replica gets the same consumer.
+    consume::durable_pull(
+        &js,
+        EVENTS_STREAM,
+        "archiver",
+        filters.clone(),
+        ack_wait,
+        1000,
+    )
+    .await
+    .unwrap();
+    let consumer = consume::durable_pull(&js, EVENTS_STREAM, "archiver", filters, ack_wait, 1000)
+        .await
+        .unwrap();
+    let mut batch = consumer
+        .fetch()
+        .max_messages(100)
+        .expires(Duration::from_secs(2))
+        .messages()
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(msg) = batch.next().await {
+        let msg = msg.unwrap();
+        let ev = events::decode_event(&msg.payload).unwrap();
+        assert_eq!(
+            events::stream_of(msg.headers.as_ref()),
+            Some(ev.event.stream())
+        );
+        assert_eq!(msg.subject.as_str(), addr.events_subject());
+        msg.ack().await.unwrap();
+        got.push(ev);
+    }
+    assert_eq!(got, evs);
+
+    // Multi-filter consumers (one replica owning several partitions) work too.
+    let multi = consume::durable_pull(
+        &js,
+        EVENTS_STREAM,
+        "projector",
+        vec![
+            subject::events_partition_filter(addr.partition),
+            subject::events_partition_filter((addr.partition + 1) % DEFAULT_PARTITIONS),
+        ],
+        ack_wait,
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!(multi.cached_info().config.filter_subjects.len(), 2);
+
+    // Events of another run cannot be published under this address.
+    let other = run_events("acme", "someone-else");
+    assert!(matches!(
+        events::publish_events(&js, &addr, &other).await,
+        Err(BusError::RunMismatch { .. })
+    ));
+    assert!(events::decode_event(b"\xff\xff").is_err());
+}
+
+#[tokio::test]
+async fn read_subject_returns_exactly_the_runs_messages_in_order() {
+    let (_server, js) = setup().await;
+    // Same tenant and (by construction) same partition, interleaved publishes.
+    let a = RunAddr::new("acme", "run-a", 1);
+    let b = RunAddr::new("acme", "run-b", 1);
+    for i in 0..20u64 {
+        raw::publish_raw(&js, &data_chunk(&a, i, b"a"))
+            .await
+            .unwrap();
+        raw::publish_raw(&js, &data_chunk(&b, i, b"b"))
+            .await
+            .unwrap();
+    }
+    raw::publish_raw(&js, &close_marker(&a, 20, CloseKind::Normal))
+        .await
+        .unwrap();
+    let msgs = consume::read_subject(&js, RAW_STREAM, &a.raw_subject())
+        .await
+        .unwrap();
+    assert_eq!(msgs.len(), 21);
+    for (i, m) in msgs.iter().enumerate() {
+        let c = RawChunk::from_message(m).unwrap();
+        assert_eq!(c.addr, a);
+        assert_eq!(c.chunk, i as u64);
+    }
+    let none = consume::read_subject(&js, RAW_STREAM, "sg.raw.acme.0.nobody")
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+#[tokio::test]
+async fn messages_survive_a_server_kill_and_restart() {
+    let (mut server, js) = setup().await;
+    let addr = RunAddr::new("t", "run-crash", DEFAULT_PARTITIONS);
+    for i in 0..5 {
+        raw::publish_raw(&js, &data_chunk(&addr, i, b"payload"))
+            .await
+            .unwrap();
+    }
+    let evs = run_events("t", "run-crash");
+    events::publish_events(&js, &addr, &evs).await.unwrap();
+
+    server.kill();
+    server.restart();
+
+    let js = jetstream::new(server.client().await);
+    // Every replica calls this at start; after a crash it must find the streams intact.
+    ensure_streams(&js, &StreamSettings::default())
+        .await
+        .unwrap();
+    let raw_msgs = consume::read_subject(&js, RAW_STREAM, &addr.raw_subject())
+        .await
+        .unwrap();
+    assert_eq!(raw_msgs.len(), 5);
+    let ev_msgs = consume::read_subject(&js, EVENTS_STREAM, &addr.events_subject())
+        .await
+        .unwrap();
+    let got: Vec<RunEvent> = ev_msgs
+        .iter()
+        .map(|m| events::decode_event(&m.payload).unwrap())
+        .collect();
+    assert_eq!(got, evs);
+}
+
+#[tokio::test]
+async fn a_foreign_client_can_ingest_with_plain_headers() {
+    // What the `nats pub` example in docs/raw-messages.md sends, subject spelled out by
+    // hand: no Sg-Ingest-Ts on the close marker, a token-encoded session, lowercase name.
+    let (_server, js) = setup().await;
+    assert_eq!(partition_of("run-42", DEFAULT_PARTITIONS), 3);
+    let subject = "sg.raw.acme.3.run-42";
+    let publish = |h: async_nats::HeaderMap, body: &'static [u8]| {
+        let js = js.clone();
+        async move {
+            js.publish_with_headers(subject, h, Bytes::from_static(body))
+                .await
+                .unwrap()
+                .await
+                .unwrap()
+        }
+    };
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Nats-Msg-Id", "run-42/raw/0");
+    h.insert("sg-chunk", "0");
+    h.insert("Sg-Family", "f1");
+    h.insert("Sg-Ingest-Ts", "1700000000000");
+    h.insert("Sg-Session", "telegram%3A12345");
+    publish(h, b"event: ping\n\n").await;
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Nats-Msg-Id", "run-42/raw/close");
+    h.insert("Sg-Chunk", "1");
+    h.insert("Sg-Close", "normal");
+    publish(h, b"").await;
+
+    let msgs = consume::read_subject(&js, RAW_STREAM, subject)
+        .await
+        .unwrap();
+    let c: Vec<RawChunk> = msgs
+        .iter()
+        .map(|m| RawChunk::from_message(m).unwrap())
+        .collect();
+    assert_eq!(
+        c[0].addr,
+        RunAddr::new("acme", "run-42", DEFAULT_PARTITIONS)
+    );
+    assert_eq!((c[0].family.as_str(), c[0].chunk), ("f1", 0));
+    assert_eq!(c[0].session_key.as_deref(), Some("telegram:12345"));
+    assert_eq!(c[0].ingest_ts_ms, 1_700_000_000_000);
+    assert_eq!(c[0].msg_id(), "run-42/raw/0");
+    assert_eq!(
+        (c[1].close, c[1].family.as_str()),
+        (Some(CloseKind::Normal), "auto")
+    );
+    assert_eq!(c[1].msg_id(), "run-42/raw/close");
+    // No Sg-Ingest-Ts: JetStream's stored time stands in.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        (now_ms - c[1].ingest_ts_ms).abs() < 60_000,
+        "{}",
+        c[1].ingest_ts_ms
+    );
+}
