@@ -56,7 +56,7 @@ pub trait Adapter: Send {
 }
 
 /// Emits the synthetic terminal event for a stream that ended with no terminal frame.
-pub fn stream_closed(out: &mut Emitter) -> u64 {
+pub fn stream_closed(out: &mut Emitter) -> Option<u64> {
     out.emit(Lifecycle {
         reason: Some(StopReason::StreamClosed),
         status: Some(RunStatus::Incomplete),

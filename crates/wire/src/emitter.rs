@@ -49,6 +49,10 @@ pub struct Emitter {
     account: FrameAccount,
     /// Outputs recorded since the current frame began (events, transcript, drops).
     frame_outputs: u64,
+    /// A terminal lifecycle event was emitted: nothing may follow it (invariant I7).
+    terminated: bool,
+    /// Events refused because they came after the terminal event.
+    after_terminal: u64,
 }
 
 impl Emitter {
@@ -60,15 +64,20 @@ impl Emitter {
         }
     }
 
-    /// Emits an event; returns its seq.
-    pub fn emit(&mut self, data: impl Into<EventData>) -> u64 {
+    /// Emits an event; returns its seq, or `None` when the run already ended.
+    ///
+    /// Once a terminal lifecycle event is out, later events (a diagnostic for bytes that
+    /// trail the provider's stop, say) are refused and counted instead: a run has exactly
+    /// one terminal event and it is the last one, whatever the input.
+    pub fn emit(&mut self, data: impl Into<EventData>) -> Option<u64> {
+        let data = data.into();
+        self.frame_outputs += 1;
+        if !self.admit(&data) {
+            return None;
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.frame_outputs += 1;
-        let event = Event {
-            seq,
-            data: data.into(),
-        };
+        let event = Event { seq, data };
         if self.queue.is_empty() {
             self.ready.push(event);
         } else {
@@ -77,16 +86,38 @@ impl Emitter {
                 self.release_oldest();
             }
         }
-        seq
+        Some(seq)
+    }
+
+    /// True when the run has not ended yet; records a terminal event as the end.
+    fn admit(&mut self, data: &EventData) -> bool {
+        if self.terminated {
+            self.after_terminal += 1;
+            return false;
+        }
+        if matches!(data, EventData::Lifecycle(l) if l.is_terminal()) {
+            self.terminated = true;
+        }
+        true
+    }
+
+    /// True once a terminal lifecycle event was emitted.
+    pub fn is_terminated(&self) -> bool {
+        self.terminated
+    }
+
+    /// Events refused because they came after the terminal event.
+    pub fn after_terminal(&self) -> u64 {
+        self.after_terminal
     }
 
     /// Emits a `lifecycle/update` diagnostic.
-    pub fn diagnostic(&mut self, code: &str, detail: Option<Json>) -> u64 {
+    pub fn diagnostic(&mut self, code: &str, detail: Option<Json>) -> Option<u64> {
         self.emit(Lifecycle::diagnostic(code, detail))
     }
 
     /// Emits an `unknown_frame` diagnostic carrying (a bounded prefix of) the frame.
-    pub fn unknown_frame(&mut self, what: &str, data: &str) -> u64 {
+    pub fn unknown_frame(&mut self, what: &str, data: &str) -> Option<u64> {
         const MAX_ECHO: usize = 512;
         let mut end = data.len().min(MAX_ECHO);
         while !data.is_char_boundary(end) {
@@ -96,16 +127,19 @@ impl Emitter {
         self.diagnostic("unknown_frame", Some(Json::from_value(&detail)))
     }
 
-    /// Emits an event that later frames will complete; see the module docs.
+    /// Emits an event that later frames will complete; see the module docs. After the
+    /// terminal event the hold is refused like [`emit`](Emitter::emit) (its handle then
+    /// points at nothing).
     pub fn hold(&mut self, data: impl Into<EventData>) -> Hold {
+        let data = data.into();
+        self.frame_outputs += 1;
+        if !self.admit(&data) {
+            return Hold(0);
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.frame_outputs += 1;
         self.queue.push_back(Queued {
-            event: Event {
-                seq,
-                data: data.into(),
-            },
+            event: Event { seq, data },
             held: true,
         });
         Hold(seq)
@@ -233,6 +267,16 @@ mod tests {
         let rest: Vec<_> = e.drain().collect();
         assert_eq!(rest.iter().map(|ev| ev.seq).collect::<Vec<_>>(), vec![2, 3]);
         assert!(matches!(&rest[0].data, EventData::Thinking(t) if t.tokens == Some(7)));
+    }
+
+    #[test]
+    fn nothing_follows_the_terminal_event() {
+        let mut e = Emitter::new();
+        e.emit(Lifecycle::new(streamgate_grammar::LifecyclePhase::End));
+        assert_eq!(e.diagnostic("late", None), None);
+        assert!(e.is_terminated());
+        assert_eq!(e.after_terminal(), 1);
+        assert_eq!(e.drain().count(), 1);
     }
 
     #[test]
