@@ -33,6 +33,49 @@ pub struct TranscriptEntry {
     pub material: String,
 }
 
+/// What a diagnostic may say about a frame without quoting it.
+struct FrameShape<'a> {
+    bytes: usize,
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> FrameShape<'a> {
+    /// Longest `type` tag echoed; longer values are not tags.
+    const MAX_TAG: usize = 64;
+
+    fn of(data: &'a str) -> FrameShape<'a> {
+        #[derive(serde::Deserialize)]
+        struct Tagged<'b> {
+            #[serde(rename = "type", borrow, default)]
+            kind: Option<std::borrow::Cow<'b, str>>,
+        }
+        let kind = serde_json::from_str::<Tagged<'a>>(data)
+            .ok()
+            .and_then(|t| t.kind)
+            .filter(|k| {
+                k.len() <= Self::MAX_TAG
+                    && k.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b))
+            });
+        FrameShape {
+            bytes: data.len(),
+            kind,
+        }
+    }
+
+    fn detail(&self, what: Option<&str>) -> Json {
+        let mut detail = serde_json::Map::new();
+        if let Some(w) = what {
+            detail.insert("frame".into(), w.into());
+        }
+        detail.insert("bytes".into(), self.bytes.into());
+        if let Some(k) = &self.kind {
+            detail.insert("type".into(), k.as_ref().into());
+        }
+        Json::from_value(&detail)
+    }
+}
+
 #[derive(Debug)]
 struct Queued {
     event: Event,
@@ -116,15 +159,20 @@ impl Emitter {
         self.emit(Lifecycle::diagnostic(code, detail))
     }
 
-    /// Emits an `unknown_frame` diagnostic carrying (a bounded prefix of) the frame.
+    /// Emits an `unknown_frame` diagnostic: which frame, its size and (when it has one) its
+    /// short `type` tag — never its values. A frame nobody recognises may still carry
+    /// opaque material (signatures, encrypted reasoning), and nothing opaque may reach the
+    /// bus (spec §2); the bytes themselves stay in SG_RAW, the provider-native transcript.
     pub fn unknown_frame(&mut self, what: &str, data: &str) -> Option<u64> {
-        const MAX_ECHO: usize = 512;
-        let mut end = data.len().min(MAX_ECHO);
-        while !data.is_char_boundary(end) {
-            end -= 1;
-        }
-        let detail = serde_json::json!({ "frame": what, "data": &data[..end] });
-        self.diagnostic("unknown_frame", Some(Json::from_value(&detail)))
+        let detail = FrameShape::of(data).detail(Some(what));
+        self.diagnostic("unknown_frame", Some(detail))
+    }
+
+    /// Emits a `malformed_frame` diagnostic for a frame that is not the JSON its family
+    /// promises (reported like [`unknown_frame`](Emitter::unknown_frame): shape only).
+    pub fn malformed_frame(&mut self, data: &str) -> Option<u64> {
+        let detail = FrameShape::of(data).detail(None);
+        self.diagnostic("malformed_frame", Some(detail))
     }
 
     /// Emits an event that later frames will complete; see the module docs. After the
@@ -267,6 +315,21 @@ mod tests {
         let rest: Vec<_> = e.drain().collect();
         assert_eq!(rest.iter().map(|ev| ev.seq).collect::<Vec<_>>(), vec![2, 3]);
         assert!(matches!(&rest[0].data, EventData::Thinking(t) if t.tokens == Some(7)));
+    }
+
+    #[test]
+    fn frame_diagnostics_never_quote_values() {
+        let mut e = Emitter::new();
+        e.unknown_frame(
+            "x",
+            r#"{"type":"response.audio.delta","signature":"SECRETSECRET"}"#,
+        );
+        e.malformed_frame(r#"{"encrypted_content":"SECRETSECRET"#);
+        let out: Vec<String> = e.drain().map(|ev| ev.to_json()).collect();
+        assert!(out
+            .iter()
+            .all(|l| !l.contains("SECRET") && !l.contains("signature")));
+        assert!(out[0].contains("response.audio.delta"));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! `rawResponseItem/completed` mirrors the F3 items: reasoning items (encrypted replay
 //! state) go to the transcript as `codex_raw_reasoning`, the rest is a consumed mirror.
 
-use super::f3::{commentary_delta, final_answer, malformed, terminal, unsupported, RawItem};
+use super::f3::{commentary_delta, final_answer, terminal, unsupported, RawItem};
 use crate::adapter::{stream_closed, Adapter, Close};
 use crate::emitter::Emitter;
 use crate::framing::Frame;
@@ -226,7 +226,7 @@ impl Adapter for CodexAppServerAdapter {
         let mut msg: Message<'_> = match serde_json::from_str(frame.data) {
             Ok(m) => m,
             Err(_) => {
-                malformed(out, frame.data);
+                out.malformed_frame(frame.data);
                 return;
             }
         };
@@ -435,7 +435,7 @@ impl CodexAppServerAdapter {
     fn on_item_started(&mut self, raw: Option<&RawValue>, data: &str, out: &mut Emitter) {
         let Some(item) = raw.and_then(|r| serde_json::from_str::<ThreadItem<'_>>(r.get()).ok())
         else {
-            malformed(out, data);
+            out.malformed_frame(data);
             return;
         };
         let id = item.id.as_deref().unwrap_or("").to_owned();
@@ -471,7 +471,7 @@ impl CodexAppServerAdapter {
     fn on_item_completed(&mut self, raw: Option<&RawValue>, data: &str, out: &mut Emitter) {
         let Some(item) = raw.and_then(|r| serde_json::from_str::<ThreadItem<'_>>(r.get()).ok())
         else {
-            malformed(out, data);
+            out.malformed_frame(data);
             return;
         };
         let id = item.id.as_deref().unwrap_or("").to_owned();

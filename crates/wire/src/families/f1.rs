@@ -293,14 +293,6 @@ pub fn emit_error(body: Option<&RawValue>, usage: Option<Json>, out: &mut Emitte
     });
 }
 
-/// Emits a `malformed_frame` diagnostic. Only the frame's size is reported: a frame
-/// that failed to parse may still hold opaque material (a cut signature), and nothing
-/// opaque may reach the bus (spec §2).
-pub fn malformed(out: &mut Emitter, data: &str) {
-    let detail = serde_json::json!({ "bytes": data.len() });
-    out.diagnostic("malformed_frame", Some(Json::from_value(&detail)));
-}
-
 /// Options that differ between plain F1 and the claude-cli envelope.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MachineOptions {
@@ -449,7 +441,7 @@ impl MessageMachine {
         let block: Block<'_> = match serde_json::from_str(stub.get()) {
             Ok(b) => b,
             Err(_) => {
-                malformed(out, raw);
+                out.malformed_frame(raw);
                 return;
             }
         };
@@ -891,7 +883,7 @@ impl Adapter for F1Adapter {
         let ev: WireEvent<'_> = match serde_json::from_str(frame.data) {
             Ok(ev) => ev,
             Err(_) => {
-                malformed(out, frame.data);
+                out.malformed_frame(frame.data);
                 return;
             }
         };
@@ -955,90 +947,6 @@ pub(crate) mod tests {
 
     const START: &str =
         r#"{"type":"message_start","message":{"id":"m","model":"x","usage":{"input_tokens":1}}}"#;
-
-    /// Runs `fixtures/<family>/index.tsv` (the golden test's own-fixture runner reads a
-    /// single top-level index; this keeps the per-family folder checked regardless).
-    pub(crate) fn check_fixture_dir(family: &str) {
-        use crate::conformance::{case_problems, parse_index};
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures")
-            .join(family);
-        let index = std::fs::read_to_string(dir.join("index.tsv")).expect("index.tsv");
-        let mut failures = Vec::new();
-        for case in parse_index(&index).expect("valid index") {
-            let choice: crate::FamilyChoice = case.adapter.parse().expect("family");
-            let capture = std::fs::read(dir.join(&case.capture)).expect("capture");
-            let expected = std::fs::read_to_string(dir.join(&case.expected)).expect("expected");
-            let kinds: Vec<&str> = case.transcript_kinds.iter().map(String::as_str).collect();
-            for chunk in [0, 1, 5] {
-                let produced = normalize_bytes(choice, &capture, chunk);
-                let problems = case_problems(&expected, &kinds, &produced);
-                if !problems.is_empty() {
-                    failures.push(format!(
-                        "{} (chunk {chunk}): {}",
-                        case.name,
-                        problems.join("\n  ")
-                    ));
-                    break;
-                }
-            }
-        }
-        assert!(failures.is_empty(), "{}", failures.join("\n"));
-    }
-
-    #[test]
-    fn own_fixtures() {
-        check_fixture_dir("f1");
-    }
-
-    /// Every prefix of every fixture (a stream cut anywhere, even mid-frame) still
-    /// satisfies the invariants: one terminal event, last; no final answer when cut.
-    pub(crate) fn check_cut_anywhere(family: &str) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures")
-            .join(family);
-        let choice: crate::FamilyChoice = family.parse().expect("family");
-        for entry in std::fs::read_dir(&dir).expect("fixtures dir") {
-            let path = entry.expect("entry").path();
-            let name = path.to_string_lossy().into_owned();
-            if name.ends_with(".tsv") || name.ends_with(".expected.jsonl") {
-                continue;
-            }
-            let bytes = std::fs::read(&path).expect("capture");
-            cut_everywhere(choice, &name, &bytes);
-        }
-    }
-
-    fn cut_everywhere(choice: crate::FamilyChoice, name: &str, bytes: &[u8]) {
-        for cut in 0..=bytes.len() {
-            let n = normalize_bytes(choice, &bytes[..cut], 0);
-            let opaque: Vec<&str> = n.transcript.iter().map(|t| t.material.as_str()).collect();
-            let problems = streamgate_grammar::check(&n.events, &opaque, Some(n.account));
-            assert!(problems.is_empty(), "{name} cut at {cut}: {problems:?}");
-        }
-    }
-
-    /// The same over the shared corpus captures of F1/F1e, when it is available.
-    #[test]
-    fn corpus_cut_anywhere_keeps_invariants() {
-        let Some(corpus) = std::env::var_os("STREAMGATE_CORPUS") else {
-            return;
-        };
-        let dir = std::path::Path::new(&corpus);
-        let index = std::fs::read_to_string(dir.join("index.tsv")).expect("index");
-        for case in crate::conformance::parse_index(&index).expect("index") {
-            if case.adapter != "f1" && case.adapter != "f1e" {
-                continue;
-            }
-            let bytes = std::fs::read(dir.join(&case.capture)).expect("capture");
-            cut_everywhere(case.adapter.parse().expect("family"), &case.name, &bytes);
-        }
-    }
-
-    #[test]
-    fn cut_anywhere_keeps_invariants() {
-        check_cut_anywhere("f1");
-    }
 
     #[test]
     fn thinking_end_waits_for_tokens_but_keeps_position() {

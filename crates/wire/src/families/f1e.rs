@@ -8,8 +8,8 @@
 //! arrives in a `user` frame.
 
 use super::f1::{
-    emit_error, error_diagnostic, malformed, Block, Dispatch, MachineOptions, MessageMachine, Step,
-    WireEvent, REDACTED_KIND,
+    emit_error, error_diagnostic, Block, Dispatch, MachineOptions, MessageMachine, Step, WireEvent,
+    REDACTED_KIND,
 };
 use crate::adapter::{stream_closed, Adapter, Close};
 use crate::emitter::Emitter;
@@ -137,7 +137,7 @@ impl Adapter for F1eAdapter {
         let line: Line<'_> = match serde_json::from_str(frame.data) {
             Ok(l) => l,
             Err(_) => {
-                malformed(out, frame.data);
+                out.malformed_frame(frame.data);
                 return;
             }
         };
@@ -421,18 +421,5 @@ impl F1eAdapter {
             }
         };
         dispatch.settle(final_text, usage, out);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn own_fixtures() {
-        super::super::f1::tests::check_fixture_dir("f1e");
-    }
-
-    #[test]
-    fn cut_anywhere_keeps_invariants() {
-        super::super::f1::tests::check_cut_anywhere("f1e");
     }
 }

@@ -173,22 +173,6 @@ pub(crate) fn args_json(text: &str) -> Json {
     Json::parse(text).unwrap_or_else(|| Json::string(text))
 }
 
-/// A bounded prefix of frame text, for diagnostics.
-pub(crate) fn bounded(data: &str) -> &str {
-    const MAX_ECHO: usize = 512;
-    let mut end = data.len().min(MAX_ECHO);
-    while !data.is_char_boundary(end) {
-        end -= 1;
-    }
-    data.get(..end).unwrap_or("")
-}
-
-/// Reports a frame that is not the JSON the family promises.
-pub(crate) fn malformed(out: &mut Emitter, data: &str) {
-    let detail = Json::string(bounded(data));
-    out.diagnostic("malformed_frame", Some(detail));
-}
-
 /// Reports a catalogued frame that Phase 1 does not map (spec §6 "out of scope").
 pub(crate) fn unsupported(out: &mut Emitter, what: &str) {
     out.diagnostic("unsupported_frame", Some(Json::string(what)));
@@ -376,7 +360,9 @@ impl Adapter for F3Adapter {
                         let name = t.ty.as_deref().or(frame.event).unwrap_or("frame");
                         out.unknown_frame(name, data);
                     }
-                    Err(_) => malformed(out, data),
+                    Err(_) => {
+                        out.malformed_frame(data);
+                    }
                 }
                 return;
             }
@@ -775,7 +761,7 @@ impl F3Adapter {
 
     fn on_item_added(&mut self, ev: &Ev<'_>, data: &str, out: &mut Emitter) {
         let Some(item) = ev.item.and_then(RawItem::parse) else {
-            malformed(out, data);
+            out.malformed_frame(data);
             return;
         };
         let output_index = ev.output_index.unwrap_or(self.items.len() as u64);
@@ -815,11 +801,11 @@ impl F3Adapter {
 
     fn on_item_done(&mut self, ev: &Ev<'_>, data: &str, out: &mut Emitter) {
         let Some(raw) = ev.item else {
-            malformed(out, data);
+            out.malformed_frame(data);
             return;
         };
         let Some(item) = RawItem::parse(raw) else {
-            malformed(out, data);
+            out.malformed_frame(data);
             return;
         };
         if classify(&item).is_none() {

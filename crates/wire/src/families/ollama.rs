@@ -137,7 +137,7 @@ impl Adapter for OllamaNativeAdapter {
         let chunk: Chunk<'_> = match serde_json::from_str(frame.data.trim()) {
             Ok(c) => c,
             Err(_) => {
-                malformed_frame(out, frame.data);
+                out.malformed_frame(frame.data);
                 return;
             }
         };
@@ -345,19 +345,6 @@ impl OllamaNativeAdapter {
         });
         self.ended = true;
     }
-}
-
-/// Reports a frame that is not JSON (or not this family's shape) with a bounded prefix of
-/// its text; the detail stays stable across serde versions, unlike its error messages.
-fn malformed_frame(out: &mut Emitter, data: &str) {
-    const MAX_ECHO: usize = 256;
-    let mut end = data.len().min(MAX_ECHO);
-    while !data.is_char_boundary(end) {
-        end -= 1;
-    }
-    let prefix = data.get(..end).unwrap_or_default();
-    let detail = serde_json::json!({ "data": prefix });
-    out.diagnostic("malformed_frame", Some(Json::from_value(&detail)));
 }
 
 #[cfg(test)]

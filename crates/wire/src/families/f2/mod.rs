@@ -98,9 +98,8 @@ impl Adapter for F2Adapter {
         }
         let chunk: Chunk<'_> = match serde_json::from_str(data) {
             Ok(c) => c,
-            Err(e) => {
-                let detail = Json::from_value(&e.to_string());
-                out.diagnostic("malformed_frame", Some(detail));
+            Err(_) => {
+                out.malformed_frame(data);
                 return;
             }
         };

@@ -1,10 +1,8 @@
-//! Unit tests for the F2 state machine's tricky rules, plus a runner for this family's
-//! own fixtures (`fixtures/f2/`).
+//! Unit tests for the F2 state machine's tricky rules (the fixtures run in
+//! `tests/golden.rs`).
 
 use crate::adapter::{Close, Family};
-use crate::conformance::{case_problems, parse_index};
 use crate::normalizer::{normalize_bytes, Normalizer};
-use std::path::Path;
 use streamgate_grammar::Event;
 
 fn run(capture: &str) -> (Vec<String>, Vec<&'static str>) {
@@ -16,31 +14,6 @@ fn run(capture: &str) -> (Vec<String>, Vec<&'static str>) {
 
 fn sse(chunks: &[&str]) -> String {
     chunks.iter().map(|c| format!("data: {c}\n\n")).collect()
-}
-
-#[test]
-fn own_fixtures_match() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/f2");
-    let index = std::fs::read_to_string(dir.join("index.tsv")).unwrap();
-    let mut failures = Vec::new();
-    for case in parse_index(&index).unwrap() {
-        let capture = std::fs::read(dir.join(&case.capture)).unwrap();
-        let expected = std::fs::read_to_string(dir.join(&case.expected)).unwrap();
-        let kinds: Vec<&str> = case.transcript_kinds.iter().map(String::as_str).collect();
-        // Byte-at-a-time chunking must not change anything.
-        for chunk in [0, 1, 7] {
-            let produced = normalize_bytes(Family::F2.into(), &capture, chunk);
-            let problems = case_problems(&expected, &kinds, &produced);
-            if !problems.is_empty() {
-                failures.push(format!(
-                    "{} (chunk {chunk}):\n  {}",
-                    case.name,
-                    problems.join("\n  ")
-                ));
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
