@@ -35,7 +35,7 @@ use streamgate_grammar::{Json, RunEvent};
 
 pub use error::ArchiveError;
 pub use postgres::PostgresStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteDurability, SqliteOptions, SqliteStore};
 
 /// An archived event: the grammar event with its envelope and its `SG_EVENTS` stream
 /// sequence (the global journal position).
@@ -233,18 +233,40 @@ pub trait Store: Send + Sync + 'static {
 
 /// Opens a store by URL: `sqlite:///abs/path.db`, `sqlite:relative.db` or a plain path →
 /// SQLite; `postgres://…` or `postgresql://…` → PostgreSQL. Migrations run at open.
+/// A SQLite URL may end in `?synchronous=normal` (or `full`, the default); see
+/// [`SqliteDurability`].
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, ArchiveError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(PostgresStore::connect(url).await?));
     }
-    let path = url
+    let rest = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
         .unwrap_or(url);
+    let (path, query) = match url.starts_with("sqlite:") {
+        true => rest.split_once('?').unwrap_or((rest, "")),
+        // A plain path is taken literally ('?' is a valid file name character).
+        false => (rest, ""),
+    };
     if path.is_empty() {
         return Err(ArchiveError::Config(format!("no database path in {url:?}")));
     }
+    let mut options = SqliteOptions::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("synchronous", v)) => {
+                options.durability = SqliteDurability::parse(v).ok_or_else(|| {
+                    ArchiveError::Config(format!("synchronous must be full or normal, not {v:?}"))
+                })?;
+            }
+            _ => {
+                return Err(ArchiveError::Config(format!(
+                    "unknown sqlite URL parameter {pair:?}"
+                )))
+            }
+        }
+    }
     Ok(Arc::new(
-        SqliteStore::open(std::path::Path::new(path)).await?,
+        SqliteStore::open_with(std::path::Path::new(path), options).await?,
     ))
 }

@@ -38,9 +38,10 @@ const INSERT_RAW: &str = "INSERT INTO raw_chunks \
 
 /// The embedded archive: one SQLite file, WAL, one writer thread, pooled readers.
 ///
-/// Commits use `synchronous=FULL`: the archiver acks JetStream after `insert_batch`
-/// returns, so a commit must survive power loss, not only a process crash. Batching
-/// amortizes the fsync.
+/// Commits use `synchronous=FULL` by default ([`SqliteDurability`]): the archiver acks
+/// JetStream after `insert_batch` returns, so a commit must survive power loss, not only a
+/// process crash. Batching, group commit (batches queued behind a commit share the next
+/// one) and checkpointing on a separate thread amortize the fsync.
 pub struct SqliteStore {
     writer: mpsc::Sender<WriteJob>,
     readers: Arc<Readers>,
@@ -58,10 +59,55 @@ enum WriteJob {
     },
 }
 
+/// How hard a commit is pushed to disk before `insert_batch` returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SqliteDurability {
+    /// `synchronous=FULL`: every commit is fsynced; it survives power loss. The default,
+    /// because the archiver acks JetStream after the commit.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: a commit survives a crash of the process but an OS crash or
+    /// power loss may lose the last commits. Much faster where fsync is slow.
+    Normal,
+}
+
+impl SqliteDurability {
+    /// Parses `full` / `normal` (the `synchronous` URL parameter of [`crate::open_store`]).
+    pub fn parse(s: &str) -> Option<SqliteDurability> {
+        match s.to_ascii_lowercase().as_str() {
+            "full" => Some(SqliteDurability::Full),
+            "normal" => Some(SqliteDurability::Normal),
+            _ => None,
+        }
+    }
+
+    fn pragma(self) -> &'static str {
+        match self {
+            SqliteDurability::Full => "FULL",
+            SqliteDurability::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Options for [`SqliteStore::open_with`].
+#[derive(Debug, Clone, Default)]
+pub struct SqliteOptions {
+    /// Commit durability; [`SqliteDurability::Full`] by default.
+    pub durability: SqliteDurability,
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) the database file, applies missing migrations and
-    /// starts the writer thread.
+    /// Opens (creating if needed) the database file with default options, applies
+    /// missing migrations and starts the writer thread.
     pub async fn open(path: &Path) -> Result<SqliteStore, ArchiveError> {
+        SqliteStore::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Like [`SqliteStore::open`], with options.
+    pub async fn open_with(
+        path: &Path,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, ArchiveError> {
         let path = path.to_path_buf();
         let conflicts = Arc::new(AtomicU64::new(0));
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
@@ -70,10 +116,18 @@ impl SqliteStore {
         let thread_conflicts = conflicts.clone();
         std::thread::Builder::new()
             .name("sg-archive-sqlite".into())
-            .spawn(move || match open_writer(&thread_path) {
+            .spawn(move || match open_writer(&thread_path, &options) {
                 Ok(conn) => {
                     let _ = ready_tx.send(Ok(()));
-                    writer_loop(conn, rx, &thread_conflicts);
+                    let (ckpt_tx, ckpt_rx) = std::sync::mpsc::sync_channel(1);
+                    let ckpt_path = thread_path.clone();
+                    let started = std::thread::Builder::new()
+                        .name("sg-archive-ckpt".into())
+                        .spawn(move || checkpointer(ckpt_path, ckpt_rx));
+                    if let Err(e) = started {
+                        tracing::warn!(error = %e, "no sqlite checkpointer thread; writer auto-checkpoints");
+                    }
+                    writer_loop(conn, rx, &thread_conflicts, ckpt_tx);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -123,11 +177,15 @@ impl SqliteStore {
     }
 }
 
-fn open_writer(path: &Path) -> Result<Connection, ArchiveError> {
+fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, ArchiveError> {
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "synchronous", options.durability.pragma())?;
+    // Checkpoints run on their own thread; this is only the backstop.
+    conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?;
+    // After a checkpoint resets the WAL, shrink the file back to this size.
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
     // A bigger page cache keeps the upper levels of the events B-tree in memory while
     // batches from many concurrent runs insert all over it.
     conn.pragma_update(None, "cache_size", -65536)?;
@@ -165,112 +223,239 @@ fn migrate(conn: &mut Connection) -> Result<(), ArchiveError> {
     Ok(())
 }
 
-fn writer_loop(mut conn: Connection, mut rx: mpsc::Receiver<WriteJob>, conflicts: &AtomicU64) {
+/// Queued event batches that the writer may merge into one transaction (one fsync).
+const GROUP_MAX_ROWS: usize = 20_000;
+/// Minimum pause between background checkpoints; each one fsyncs the database file, so
+/// one per interval absorbs the commits in between.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+/// WAL size (pages) past which the checkpointer stops being polite and waits for the
+/// writer (`RESTART`), so a write burst cannot grow the WAL without bound.
+const WAL_HARD_LIMIT_PAGES: i64 = 100_000;
+/// Backstop auto-checkpoint on the writer (pages) in case the checkpointer is gone.
+const WRITER_AUTOCHECKPOINT_PAGES: i64 = 50_000;
+
+type EventsReply = oneshot::Sender<Result<InsertOutcome, ArchiveError>>;
+
+fn writer_loop(
+    mut conn: Connection,
+    mut rx: mpsc::Receiver<WriteJob>,
+    conflicts: &AtomicU64,
+    checkpoint: std::sync::mpsc::SyncSender<()>,
+) {
+    let mut next: Option<WriteJob> = None;
     // Ends when the store (every sender) is dropped; the connection closes with it.
-    while let Some(job) = rx.blocking_recv() {
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match rx.blocking_recv() {
+                Some(job) => job,
+                None => break,
+            },
+        };
         match job {
             WriteJob::Events { rows, reply } => {
-                let _ = reply.send(write_events(&mut conn, &rows, conflicts));
+                // Group commit: batches that queued up while the previous commit was
+                // fsyncing share the next transaction.
+                let mut total = rows.len();
+                let mut group = vec![(rows, reply)];
+                while total < GROUP_MAX_ROWS {
+                    match rx.try_recv() {
+                        Ok(WriteJob::Events { rows, reply }) => {
+                            total += rows.len();
+                            group.push((rows, reply));
+                        }
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                commit_group(&mut conn, group, conflicts);
             }
             WriteJob::Raw { chunks, reply } => {
                 let _ = reply.send(write_raw(&mut conn, &chunks));
             }
         }
+        // Full channel = a checkpoint is already pending.
+        let _ = checkpoint.try_send(());
+    }
+}
+
+/// Commits a group of batches in one transaction; if that fails, commits them one by one
+/// so a bad batch only fails its own caller.
+fn commit_group(
+    conn: &mut Connection,
+    group: Vec<(Vec<EventRow>, EventsReply)>,
+    conflicts_total: &AtomicU64,
+) {
+    if group.len() > 1 {
+        let batches: Vec<&[EventRow]> = group.iter().map(|(rows, _)| rows.as_slice()).collect();
+        match write_events(conn, &batches) {
+            Ok(results) => {
+                drop(batches);
+                for ((rows, reply), result) in group.into_iter().zip(results) {
+                    finish(&rows, &result, conflicts_total);
+                    let _ = reply.send(Ok(result.outcome));
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "group commit failed; committing batches one by one");
+            }
+        }
+    }
+    for (rows, reply) in group {
+        let result = write_events(conn, &[rows.as_slice()]).map(|mut results| {
+            let result = results.pop().unwrap_or_default();
+            finish(&rows, &result, conflicts_total);
+            result.outcome
+        });
+        let _ = reply.send(result);
+    }
+}
+
+/// What one batch of a committed transaction did.
+#[derive(Default)]
+struct BatchResult {
+    outcome: InsertOutcome,
+    /// `(row index, stored payload)` of each conflict.
+    conflicts: Vec<(usize, String)>,
+}
+
+/// Counts and logs conflicts, only once committed: a failed batch is retried and would
+/// otherwise be counted twice.
+fn finish(rows: &[EventRow], result: &BatchResult, conflicts_total: &AtomicU64) {
+    conflicts_total.fetch_add(result.outcome.conflicts, Ordering::Relaxed);
+    for (i, stored) in &result.conflicts {
+        rows::log_conflict(&rows[*i], stored);
     }
 }
 
 fn write_events(
     conn: &mut Connection,
-    rows: &[EventRow],
-    conflicts_total: &AtomicU64,
-) -> Result<InsertOutcome, ArchiveError> {
-    let mut outcome = InsertOutcome::default();
-    let mut inserted = vec![false; rows.len()];
-    let mut conflicts: Vec<(&EventRow, StoredContent)> = Vec::new();
+    batches: &[&[EventRow]],
+) -> Result<Vec<BatchResult>, ArchiveError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    {
-        let mut insert = tx.prepare_cached(INSERT_EVENT)?;
-        for (row, was_inserted) in rows.iter().zip(inserted.iter_mut()) {
-            let n = insert.execute(params![
-                row.run_id,
-                row.seq,
-                row.journal_seq,
-                row.tenant,
-                row.session_key,
-                row.stream,
-                row.phase,
-                row.ts_ms,
-                row.payload,
-            ])?;
-            if n == 1 {
-                *was_inserted = true;
-                outcome.inserted += 1;
-                continue;
-            }
-            // Rare path (redelivery): compare with what is stored.
-            let stored = tx.prepare_cached(SELECT_CONTENT)?.query_row(
-                params![row.run_id, row.seq],
-                |r| {
+    let mut results = Vec::with_capacity(batches.len());
+    for rows in batches {
+        results.push(write_batch(&tx, rows)?);
+    }
+    tx.commit()?;
+    Ok(results)
+}
+
+fn write_batch(
+    tx: &rusqlite::Transaction<'_>,
+    rows: &[EventRow],
+) -> Result<BatchResult, ArchiveError> {
+    let mut result = BatchResult::default();
+    let mut inserted = vec![false; rows.len()];
+    let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+    for (i, (row, was_inserted)) in rows.iter().zip(inserted.iter_mut()).enumerate() {
+        let n = insert.execute(params![
+            row.run_id,
+            row.seq,
+            row.journal_seq,
+            row.tenant,
+            row.session_key,
+            row.stream,
+            row.phase,
+            row.ts_ms,
+            row.payload,
+        ])?;
+        if n == 1 {
+            *was_inserted = true;
+            result.outcome.inserted += 1;
+            continue;
+        }
+        // Rare path (redelivery): compare with what is stored.
+        let stored =
+            tx.prepare_cached(SELECT_CONTENT)?
+                .query_row(params![row.run_id, row.seq], |r| {
                     Ok(StoredContent {
                         tenant: r.get(0)?,
                         session_key: r.get(1)?,
                         ts_ms: r.get(2)?,
                         payload: r.get(3)?,
                     })
-                },
-            )?;
-            if row.same_content(&stored) {
-                outcome.duplicates += 1;
-            } else {
-                outcome.conflicts += 1;
-                conflicts.push((row, stored));
+                })?;
+        if row.same_content(&stored) {
+            result.outcome.duplicates += 1;
+        } else {
+            result.outcome.conflicts += 1;
+            result.conflicts.push((i, stored.payload));
+        }
+    }
+    let deltas = rows::run_deltas(
+        rows.iter()
+            .zip(&inserted)
+            .filter(|(_, ins)| **ins)
+            .map(|(r, _)| r),
+    );
+    let upsert = format!(
+        "INSERT INTO runs ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, \
+         ?13, ?14, ?15) ON CONFLICT (run_id) DO UPDATE SET {}",
+        rows::RUN_INSERT_COLUMNS,
+        rows::RUN_UPSERT_SET
+    );
+    let mut upsert = tx.prepare_cached(&upsert)?;
+    for d in &deltas {
+        let status = d
+            .terminal
+            .as_ref()
+            .map_or(crate::RunStatusKind::Open, |t| t.status);
+        upsert.execute(params![
+            d.run_id,
+            d.tenant,
+            d.session_key,
+            d.provider,
+            d.model,
+            status.as_str(),
+            d.terminal.as_ref().and_then(|t| t.reason.as_deref()),
+            d.terminal.as_ref().map(|t| t.seq),
+            d.usage.as_ref().map(|u| u.1.as_str()),
+            d.usage.as_ref().map(|u| u.0),
+            d.first_seq,
+            d.last_seq,
+            d.first_ts_ms,
+            d.last_ts_ms,
+            d.count,
+        ])?;
+    }
+    Ok(result)
+}
+
+/// Background WAL checkpoints on their own connection, so the writer never stalls on
+/// copying pages into the database file and fsyncing it. Woken by the writer after
+/// commits; exits when the writer does.
+fn checkpointer(path: PathBuf, signals: std::sync::mpsc::Receiver<()>) {
+    let conn = match Connection::open(&path).and_then(|c| c.busy_timeout(BUSY_TIMEOUT).map(|()| c))
+    {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::warn!(error = %e, "sqlite checkpointer unavailable; writer auto-checkpoints");
+            return;
+        }
+    };
+    let run = |mode: &str| {
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        })
+    };
+    while signals.recv().is_ok() {
+        std::thread::sleep(CHECKPOINT_INTERVAL);
+        while signals.try_recv().is_ok() {}
+        match run("PASSIVE") {
+            Ok((log, done)) if log > WAL_HARD_LIMIT_PAGES && done < log => {
+                if let Err(e) = run("RESTART") {
+                    tracing::warn!(error = %e, "sqlite WAL restart checkpoint failed");
+                }
             }
-        }
-        let deltas = rows::run_deltas(
-            rows.iter()
-                .zip(&inserted)
-                .filter(|(_, ins)| **ins)
-                .map(|(r, _)| r),
-        );
-        let upsert = format!(
-            "INSERT INTO runs ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, \
-             ?13, ?14, ?15) ON CONFLICT (run_id) DO UPDATE SET {}",
-            rows::RUN_INSERT_COLUMNS,
-            rows::RUN_UPSERT_SET
-        );
-        let mut upsert = tx.prepare_cached(&upsert)?;
-        for d in &deltas {
-            let status = d
-                .terminal
-                .as_ref()
-                .map_or(crate::RunStatusKind::Open, |t| t.status);
-            upsert.execute(params![
-                d.run_id,
-                d.tenant,
-                d.session_key,
-                d.provider,
-                d.model,
-                status.as_str(),
-                d.terminal.as_ref().and_then(|t| t.reason.as_deref()),
-                d.terminal.as_ref().map(|t| t.seq),
-                d.usage.as_ref().map(|u| u.1.as_str()),
-                d.usage.as_ref().map(|u| u.0),
-                d.first_seq,
-                d.last_seq,
-                d.first_ts_ms,
-                d.last_ts_ms,
-                d.count,
-            ])?;
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "sqlite WAL checkpoint failed"),
         }
     }
-    tx.commit()?;
-    // Counted and logged only once committed: a failed batch is retried and would
-    // otherwise be counted twice.
-    conflicts_total.fetch_add(outcome.conflicts, Ordering::Relaxed);
-    for (row, stored) in conflicts {
-        rows::log_conflict(row, &stored.payload);
-    }
-    Ok(outcome)
 }
 
 fn write_raw(conn: &mut Connection, chunks: &[RawChunkRecord]) -> Result<u64, ArchiveError> {

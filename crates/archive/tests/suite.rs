@@ -601,3 +601,28 @@ async fn concurrent_overlapping_batches_count_each_event_once(backend: Backend) 
     }
     assert_eq!(store.journal_after(0, 0).await.unwrap().len() as u64, total);
 }
+
+/// SQLite-only: URL parameters of `open_store`.
+#[tokio::test]
+async fn sqlite_url_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let url = format!("sqlite://{}?synchronous=normal", db.display());
+    let store = open_store(&url).await.expect("normal durability");
+    store
+        .insert_batch(&whole_run("t", "run-u", 0, 1, 1))
+        .await
+        .unwrap();
+    drop(store);
+    // The file is the one named before '?', and a plain path works too.
+    let plain = open_store(db.to_str().unwrap()).await.unwrap();
+    assert_eq!(plain.events_after("run-u", 0, 0).await.unwrap().len(), 3);
+    for bad in ["?synchronous=off", "?journal=wal"] {
+        let r = open_store(&format!("sqlite://{}{bad}", db.display())).await;
+        assert!(matches!(r, Err(ArchiveError::Config(_))), "{bad}");
+    }
+    assert!(matches!(
+        open_store("sqlite://").await,
+        Err(ArchiveError::Config(_))
+    ));
+}
