@@ -1,1 +1,272 @@
-//! Placeholder (being written).
+//! The streamgate event archive (DESIGN §5): the system of record for every canonical
+//! event, behind one [`Store`] trait with an embedded SQLite backend (the default for
+//! `streamgate up`) and a PostgreSQL backend for deployments.
+//!
+//! Both backends keep the same schema and the same semantics:
+//!
+//! - `events` is keyed by `(run_id, seq)`. Inserting is idempotent: an identical duplicate
+//!   (a JetStream redelivery, a re-normalization) is counted, never re-written; the same
+//!   key with different bytes is a *conflict*: the original row is kept, the newcomer is
+//!   counted and logged. The event's canonical JSON line (`Event::to_json`) is stored
+//!   verbatim in `payload` so a replay is byte-identical to what the normalizer published.
+//! - `runs` holds one row per run and is updated in the same transaction as the events,
+//!   once per run per batch, and in a way that does not depend on batch order (archiver
+//!   replicas share one durable consumer, so batches of one run may commit out of order).
+//! - `raw_chunks` optionally keeps the provider bytes of `SG_RAW`.
+//!
+//! # Layout
+//! - this file: the public data types, the [`Store`] trait and [`open_store`].
+//! - [`error`] — [`ArchiveError`].
+//! - `rows` (private): turning events into rows and per-run deltas, shared by both
+//!   backends, plus the list cursor format.
+//! - `migrations` (private): the versioned schema of both backends.
+//! - [`sqlite`]: [`SqliteStore`], one writer thread plus pooled reader connections.
+//! - [`postgres`]: [`PostgresStore`], a deadpool pool, `UNNEST` batch inserts.
+#![forbid(unsafe_code)]
+
+pub mod error;
+mod migrations;
+pub mod postgres;
+mod rows;
+pub mod sqlite;
+
+use std::sync::Arc;
+use streamgate_grammar::{Json, RunEvent};
+
+pub use error::ArchiveError;
+pub use postgres::PostgresStore;
+pub use sqlite::{SqliteDurability, SqliteOptions, SqliteStore};
+
+/// An archived event: the grammar event with its envelope and its `SG_EVENTS` stream
+/// sequence (the global journal position).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchivedEvent {
+    /// The event and its envelope.
+    pub event: RunEvent,
+    /// The `SG_EVENTS` stream sequence the event was consumed at.
+    pub journal_seq: u64,
+}
+
+/// Where a run stands, as the archive has seen it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunStatusKind {
+    /// No terminal lifecycle event archived yet.
+    Open,
+    /// A `lifecycle/end` was archived.
+    Ended,
+    /// A `lifecycle/error` was archived.
+    Failed,
+}
+
+impl RunStatusKind {
+    /// The stored name: `open`, `ended` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatusKind::Open => "open",
+            RunStatusKind::Ended => "ended",
+            RunStatusKind::Failed => "failed",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<RunStatusKind> {
+        Some(match s {
+            "open" => RunStatusKind::Open,
+            "ended" => RunStatusKind::Ended,
+            "failed" => RunStatusKind::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// One row of `runs`, kept current in the same transaction as the events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    /// Tenant that owns the run.
+    pub tenant: String,
+    /// The run id.
+    pub run_id: String,
+    /// Chat session, when the envelope carried one.
+    pub session_key: Option<String>,
+    /// Provider, from `lifecycle/start`.
+    pub provider: Option<String>,
+    /// Model, from `lifecycle/start`.
+    pub model: Option<String>,
+    /// Open until a terminal lifecycle event is archived.
+    pub status: RunStatusKind,
+    /// Stop reason of the terminal lifecycle event (wire name).
+    pub stop_reason: Option<String>,
+    /// The usage of the highest-seq lifecycle event that carried one (verbatim).
+    pub usage: Option<Json>,
+    /// Lowest archived seq.
+    pub first_seq: u64,
+    /// Highest archived seq.
+    pub last_seq: u64,
+    /// Lowest archived envelope timestamp (ms).
+    pub first_ts_ms: i64,
+    /// Highest archived envelope timestamp (ms).
+    pub last_ts_ms: i64,
+    /// Number of archived events (duplicates and conflicts not counted).
+    pub event_count: u64,
+}
+
+/// Filters for listing runs; results ordered by `(first_ts_ms desc, run_id)`, paginated
+/// with an opaque cursor.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only this tenant.
+    pub tenant: Option<String>,
+    /// Only this session.
+    pub session_key: Option<String>,
+    /// Only runs in this status.
+    pub status: Option<RunStatusKind>,
+    /// Only this provider.
+    pub provider: Option<String>,
+    /// Only this model.
+    pub model: Option<String>,
+    /// Only runs with `first_ts_ms >= since_ts_ms`.
+    pub since_ts_ms: Option<i64>,
+    /// Only runs with `first_ts_ms < until_ts_ms`.
+    pub until_ts_ms: Option<i64>,
+    /// Page size: 0 means 100, values above 1000 are clamped to 1000.
+    pub limit: u32,
+    /// `next_cursor` of the previous page; `None` for the first page.
+    pub cursor: Option<String>,
+}
+
+impl RunFilter {
+    /// The page size after applying the default and the maximum.
+    pub fn effective_limit(&self) -> u32 {
+        match self.limit {
+            0 => 100,
+            n => n.min(1000),
+        }
+    }
+}
+
+/// One page of [`Store::list_runs`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPage {
+    /// The runs of this page, in list order.
+    pub runs: Vec<RunRecord>,
+    /// Cursor for the next page; `None` when this page is the last.
+    pub next_cursor: Option<String>,
+}
+
+/// What one batch insert did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InsertOutcome {
+    /// New rows written.
+    pub inserted: u64,
+    /// Events whose key was already archived with identical content.
+    pub duplicates: u64,
+    /// Events whose key was already archived with different content (original kept).
+    pub conflicts: u64,
+}
+
+/// A raw chunk kept in the optional raw archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChunkRecord {
+    /// Tenant that owns the run.
+    pub tenant: String,
+    /// The run id.
+    pub run_id: String,
+    /// 0-based chunk index within the run.
+    pub chunk: u64,
+    /// Adapter family (`f1`, …, or `auto`).
+    pub family: String,
+    /// Ingest time, ms since the Unix epoch.
+    pub ingest_ts_ms: i64,
+    /// Close marker kind (`normal`, `abnormal`, `timeout`) for close markers.
+    pub close: Option<String>,
+    /// The provider bytes (empty for close markers).
+    pub body: Vec<u8>,
+}
+
+/// The archive: batch inserts for the archiver, queries for replay and the operator API.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Inserts a batch in ONE transaction, idempotent on `(run_id, seq)`: an identical
+    /// duplicate is counted as duplicate; the same key with different content is never
+    /// overwritten — counted as conflict and logged (`tracing::warn`). Updates `runs` in
+    /// the same transaction (provider/model from lifecycle start, status/stop_reason from
+    /// terminal lifecycle, usage from the highest-seq lifecycle event carrying one,
+    /// first/last seq and ts, event_count). Returns after commit.
+    ///
+    /// "Same content" compares the canonical JSON line, tenant, session key and ts; the
+    /// journal_seq is not compared (a re-publish after the dedupe window gets a new stream
+    /// sequence but is the same event).
+    async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError>;
+
+    /// Events of a run with `seq > after_seq`, ascending, at most `limit` (0 = no limit).
+    async fn events_after(
+        &self,
+        run_id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError>;
+
+    /// The global journal: events with `journal_seq > after_journal_seq`, ascending (ties
+    /// by run id and seq), at most `limit` (0 = no limit).
+    async fn journal_after(
+        &self,
+        after_journal_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError>;
+
+    /// The `runs` row of a run.
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError>;
+
+    /// Runs matching `filter`, one page at a time.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, ArchiveError>;
+
+    /// Inserts raw chunks in one transaction, idempotent on `(run_id, chunk)` (an existing
+    /// chunk is kept). Returns how many were new.
+    async fn insert_raw(&self, chunks: &[RawChunkRecord]) -> Result<u64, ArchiveError>;
+
+    /// The raw chunks of a run, by ascending chunk index.
+    async fn raw_chunks(&self, run_id: &str) -> Result<Vec<RawChunkRecord>, ArchiveError>;
+
+    /// Conflicts seen since this store was opened, for metrics.
+    fn conflicts_total(&self) -> u64;
+}
+
+/// Opens a store by URL: `sqlite:///abs/path.db`, `sqlite:relative.db` or a plain path →
+/// SQLite; `postgres://…` or `postgresql://…` → PostgreSQL. Migrations run at open.
+/// A SQLite URL may end in `?synchronous=normal` (or `full`, the default); see
+/// [`SqliteDurability`].
+pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, ArchiveError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(PostgresStore::connect(url).await?));
+    }
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let (path, query) = match url.starts_with("sqlite:") {
+        true => rest.split_once('?').unwrap_or((rest, "")),
+        // A plain path is taken literally ('?' is a valid file name character).
+        false => (rest, ""),
+    };
+    if path.is_empty() {
+        return Err(ArchiveError::Config(format!("no database path in {url:?}")));
+    }
+    let mut options = SqliteOptions::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("synchronous", v)) => {
+                options.durability = SqliteDurability::parse(v).ok_or_else(|| {
+                    ArchiveError::Config(format!("synchronous must be full or normal, not {v:?}"))
+                })?;
+            }
+            _ => {
+                return Err(ArchiveError::Config(format!(
+                    "unknown sqlite URL parameter {pair:?}"
+                )))
+            }
+        }
+    }
+    Ok(Arc::new(
+        SqliteStore::open_with(std::path::Path::new(path), options).await?,
+    ))
+}

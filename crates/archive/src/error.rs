@@ -1,0 +1,48 @@
+//! Errors of the archive.
+
+/// Everything that can go wrong talking to a store.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// The store URL or path is unusable.
+    #[error("archive configuration: {0}")]
+    Config(String),
+    /// SQLite reported an error.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL reported an error.
+    #[error("postgres: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// No PostgreSQL connection could be taken from the pool.
+    #[error("postgres pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// The database holds a schema newer than this build knows.
+    #[error("database schema version {found} is newer than this build's {known}")]
+    SchemaTooNew {
+        /// Highest version recorded in `schema_migrations`.
+        found: i64,
+        /// Highest version this build can apply.
+        known: i64,
+    },
+    /// A stored row cannot be turned back into an event or record.
+    #[error("corrupt archive row {what}: {detail}")]
+    Corrupt {
+        /// Which row (`run/seq`, `run`, …).
+        what: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A value does not fit the database's signed 64-bit integers.
+    #[error("{what} {value} is out of range (max {max})", max = i64::MAX)]
+    OutOfRange {
+        /// Which field.
+        what: &'static str,
+        /// The offending value.
+        value: u64,
+    },
+    /// A list cursor was not produced by this store.
+    #[error("invalid list cursor {0:?}")]
+    BadCursor(String),
+    /// The SQLite writer thread or a blocking reader task stopped unexpectedly.
+    #[error("sqlite worker stopped: {0}")]
+    WorkerGone(String),
+}

@@ -1,0 +1,470 @@
+//! PostgreSQL backend: a deadpool pool of tokio-postgres connections.
+//!
+//! A batch is a handful of round trips whatever its size: one `INSERT … SELECT FROM
+//! UNNEST(arrays) ON CONFLICT DO NOTHING RETURNING` for the events, one keyed `SELECT`
+//! only when some rows were not inserted (to tell duplicates from conflicts), and one
+//! `UNNEST` upsert for the runs touched by the batch.
+
+use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
+use crate::{
+    migrations, ArchiveError, ArchivedEvent, InsertOutcome, RawChunkRecord, RunFilter, RunPage,
+    RunRecord, RunStatusKind, Store,
+};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::NoTls;
+
+/// Connections in the pool. Writers hold one per batch; readers one per query.
+const POOL_SIZE: usize = 16;
+/// `pg_advisory_xact_lock` key serializing migrations across replicas ("sgarch01").
+const MIGRATION_LOCK: i64 = 0x7367_6172_6368_3031;
+
+const INSERT_EVENTS: &str = "INSERT INTO events \
+     (run_id, seq, journal_seq, tenant, session_key, stream, phase, ts_ms, payload) \
+     SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], \
+                          $6::text[], $7::text[], $8::int8[], $9::text[]) \
+     ON CONFLICT (run_id, seq) DO NOTHING RETURNING run_id, seq";
+const SELECT_CONTENT: &str = "SELECT e.run_id, e.seq, e.tenant, e.session_key, e.ts_ms, \
+     e.payload FROM events e JOIN UNNEST($1::text[], $2::int8[]) AS k(run_id, seq) \
+     ON e.run_id = k.run_id AND e.seq = k.seq";
+const EVENT_COLUMNS: &str = "run_id, journal_seq, tenant, session_key, ts_ms, payload";
+const INSERT_RAW: &str = "INSERT INTO raw_chunks \
+     (run_id, chunk, tenant, family, ingest_ts_ms, close, body) \
+     SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::int8[], \
+                          $6::text[], $7::bytea[]) \
+     ON CONFLICT (run_id, chunk) DO NOTHING";
+
+/// The PostgreSQL archive: a connection pool, `UNNEST` batch inserts, the same schema
+/// and semantics as [`crate::SqliteStore`].
+pub struct PostgresStore {
+    pool: Pool,
+    conflicts: AtomicU64,
+}
+
+impl PostgresStore {
+    /// Connects (`postgres://user@host:port/db`, no TLS), applies missing migrations
+    /// under an advisory lock (so replicas starting together are safe).
+    pub async fn connect(url: &str) -> Result<PostgresStore, ArchiveError> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| ArchiveError::Config(format!("bad postgres url: {e}")))?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .map_err(|e| ArchiveError::Config(format!("postgres pool: {e}")))?;
+        let mut client = pool.get().await?;
+        migrate(&mut client).await?;
+        drop(client);
+        Ok(PostgresStore {
+            pool,
+            conflicts: AtomicU64::new(0),
+        })
+    }
+
+    async fn read_events(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(sql).await?;
+        let found = client.query(&stmt, params).await?;
+        let mut out = Vec::with_capacity(found.len());
+        for r in found {
+            let payload: &str = r.try_get(5)?;
+            out.push(rows::decode_event(
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get(2)?,
+                r.try_get(3)?,
+                r.try_get(4)?,
+                payload,
+            )?);
+        }
+        Ok(out)
+    }
+}
+
+async fn migrate(client: &mut deadpool_postgres::Client) -> Result<(), ArchiveError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(migrations::CREATE_SCHEMA_MIGRATIONS)
+        .await?;
+    let current: i64 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0)::int8 FROM schema_migrations",
+            &[],
+        )
+        .await?
+        .try_get(0)?;
+    let known = migrations::POSTGRES.last().map_or(0, |m| m.0);
+    if current > known {
+        return Err(ArchiveError::SchemaTooNew {
+            found: current,
+            known,
+        });
+    }
+    for (version, sql) in migrations::POSTGRES.iter().filter(|m| m.0 > current) {
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at_ms) VALUES ($1, $2)",
+            &[version, &migrations::now_ms()],
+        )
+        .await?;
+        tracing::info!(version, "applied postgres archive migration");
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+fn stored_run(r: &tokio_postgres::Row) -> Result<StoredRun, ArchiveError> {
+    Ok(StoredRun {
+        tenant: r.try_get(0)?,
+        run_id: r.try_get(1)?,
+        session_key: r.try_get(2)?,
+        provider: r.try_get(3)?,
+        model: r.try_get(4)?,
+        status: r.try_get(5)?,
+        stop_reason: r.try_get(6)?,
+        usage: r.try_get(7)?,
+        first_seq: r.try_get(8)?,
+        last_seq: r.try_get(9)?,
+        first_ts_ms: r.try_get(10)?,
+        last_ts_ms: r.try_get(11)?,
+        event_count: r.try_get(12)?,
+    })
+}
+
+/// PostgreSQL's "no limit": `LIMIT NULL`.
+fn pg_limit(limit: u32) -> Option<i64> {
+    (limit != 0).then_some(i64::from(limit))
+}
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError> {
+        if events.is_empty() {
+            return Ok(InsertOutcome::default());
+        }
+        let rows = rows::to_rows(events)?;
+        // Rows are sorted by key, so a key repeated inside the batch is adjacent. Only
+        // its first occurrence goes into the INSERT; the repeats are judged afterwards
+        // against whatever row won, like any other duplicate.
+        let first: Vec<bool> = (0..rows.len())
+            .map(|i| {
+                i == 0 || rows[i].run_id != rows[i - 1].run_id || rows[i].seq != rows[i - 1].seq
+            })
+            .collect();
+        let main: Vec<&EventRow> = rows
+            .iter()
+            .zip(&first)
+            .filter(|(_, f)| **f)
+            .map(|(r, _)| r)
+            .collect();
+
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let insert = tx.prepare_cached(INSERT_EVENTS).await?;
+        let returned = tx
+            .query(
+                &insert,
+                &[
+                    &main.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
+                    &main.iter().map(|r| r.seq).collect::<Vec<_>>(),
+                    &main.iter().map(|r| r.journal_seq).collect::<Vec<_>>(),
+                    &main.iter().map(|r| r.tenant.as_str()).collect::<Vec<_>>(),
+                    &main
+                        .iter()
+                        .map(|r| r.session_key.as_deref())
+                        .collect::<Vec<_>>(),
+                    &main.iter().map(|r| r.stream).collect::<Vec<_>>(),
+                    &main.iter().map(|r| r.phase).collect::<Vec<_>>(),
+                    &main.iter().map(|r| r.ts_ms).collect::<Vec<_>>(),
+                    &main.iter().map(|r| r.payload.as_str()).collect::<Vec<_>>(),
+                ],
+            )
+            .await?;
+
+        let mut inserted = vec![false; rows.len()];
+        if returned.len() == main.len() {
+            // Fast path: everything new.
+            for (ins, f) in inserted.iter_mut().zip(&first) {
+                *ins = *f;
+            }
+        } else {
+            let keys = returned
+                .iter()
+                .map(|r| Ok((r.try_get::<_, &str>(0)?, r.try_get::<_, i64>(1)?)))
+                .collect::<Result<HashSet<_>, tokio_postgres::Error>>()?;
+            for ((ins, f), row) in inserted.iter_mut().zip(&first).zip(&rows) {
+                *ins = *f && keys.contains(&(row.run_id.as_str(), row.seq));
+            }
+        }
+
+        let mut outcome = InsertOutcome {
+            inserted: returned.len() as u64,
+            ..InsertOutcome::default()
+        };
+        let mut conflicts: Vec<(&EventRow, String)> = Vec::new();
+        let pending: Vec<&EventRow> = rows
+            .iter()
+            .zip(&inserted)
+            .filter(|(_, ins)| !**ins)
+            .map(|(r, _)| r)
+            .collect();
+        if !pending.is_empty() {
+            let select = tx.prepare_cached(SELECT_CONTENT).await?;
+            let found = tx
+                .query(
+                    &select,
+                    &[
+                        &pending
+                            .iter()
+                            .map(|r| r.run_id.as_str())
+                            .collect::<Vec<_>>(),
+                        &pending.iter().map(|r| r.seq).collect::<Vec<_>>(),
+                    ],
+                )
+                .await?;
+            let mut stored: HashMap<(String, i64), StoredContent> = HashMap::new();
+            for r in found {
+                stored.insert(
+                    (r.try_get(0)?, r.try_get(1)?),
+                    StoredContent {
+                        tenant: r.try_get(2)?,
+                        session_key: r.try_get(3)?,
+                        ts_ms: r.try_get(4)?,
+                        payload: r.try_get(5)?,
+                    },
+                );
+            }
+            for row in pending {
+                let s = stored.get(&(row.run_id.clone(), row.seq)).ok_or_else(|| {
+                    ArchiveError::Corrupt {
+                        what: format!("event {}/{}", row.run_id, row.seq),
+                        detail: "neither inserted nor found".into(),
+                    }
+                })?;
+                if row.same_content(s) {
+                    outcome.duplicates += 1;
+                } else {
+                    outcome.conflicts += 1;
+                    conflicts.push((row, s.payload.clone()));
+                }
+            }
+        }
+
+        let deltas = rows::run_deltas(
+            rows.iter()
+                .zip(&inserted)
+                .filter(|(_, ins)| **ins)
+                .map(|(r, _)| r),
+        );
+        if !deltas.is_empty() {
+            let upsert = tx
+                .prepare_cached(&format!(
+                    "INSERT INTO runs ({}) SELECT * FROM UNNEST($1::text[], $2::text[], \
+                     $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[], \
+                     $9::text[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], \
+                     $14::int8[], $15::int8[]) ON CONFLICT (run_id) DO UPDATE SET {}",
+                    rows::RUN_INSERT_COLUMNS,
+                    rows::RUN_UPSERT_SET
+                ))
+                .await?;
+            let status = |d: &rows::RunDelta| {
+                d.terminal
+                    .as_ref()
+                    .map_or(RunStatusKind::Open, |t| t.status)
+                    .as_str()
+            };
+            tx.execute(
+                &upsert,
+                &[
+                    &deltas.iter().map(|d| d.run_id.as_str()).collect::<Vec<_>>(),
+                    &deltas.iter().map(|d| d.tenant.as_str()).collect::<Vec<_>>(),
+                    &deltas
+                        .iter()
+                        .map(|d| d.session_key.as_deref())
+                        .collect::<Vec<_>>(),
+                    &deltas
+                        .iter()
+                        .map(|d| d.provider.as_deref())
+                        .collect::<Vec<_>>(),
+                    &deltas
+                        .iter()
+                        .map(|d| d.model.as_deref())
+                        .collect::<Vec<_>>(),
+                    &deltas.iter().map(status).collect::<Vec<_>>(),
+                    &deltas
+                        .iter()
+                        .map(|d| d.terminal.as_ref().and_then(|t| t.reason.as_deref()))
+                        .collect::<Vec<_>>(),
+                    &deltas
+                        .iter()
+                        .map(|d| d.terminal.as_ref().map(|t| t.seq))
+                        .collect::<Vec<_>>(),
+                    &deltas
+                        .iter()
+                        .map(|d| d.usage.as_ref().map(|u| u.1.as_str()))
+                        .collect::<Vec<_>>(),
+                    &deltas
+                        .iter()
+                        .map(|d| d.usage.as_ref().map(|u| u.0))
+                        .collect::<Vec<_>>(),
+                    &deltas.iter().map(|d| d.first_seq).collect::<Vec<_>>(),
+                    &deltas.iter().map(|d| d.last_seq).collect::<Vec<_>>(),
+                    &deltas.iter().map(|d| d.first_ts_ms).collect::<Vec<_>>(),
+                    &deltas.iter().map(|d| d.last_ts_ms).collect::<Vec<_>>(),
+                    &deltas.iter().map(|d| d.count).collect::<Vec<_>>(),
+                ],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        // Counted and logged only once committed (a failed batch is retried).
+        self.conflicts
+            .fetch_add(outcome.conflicts, Ordering::Relaxed);
+        for (row, stored) in conflicts {
+            rows::log_conflict(row, &stored);
+        }
+        Ok(outcome)
+    }
+
+    async fn events_after(
+        &self,
+        run_id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
+        let after = rows::to_i64("after_seq", after_seq)?;
+        self.read_events(
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE run_id = $1 AND seq > $2 \
+                 ORDER BY seq LIMIT $3"
+            ),
+            &[&run_id, &after, &pg_limit(limit)],
+        )
+        .await
+    }
+
+    async fn journal_after(
+        &self,
+        after_journal_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
+        let after = rows::to_i64("after_journal_seq", after_journal_seq)?;
+        self.read_events(
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE journal_seq > $1 \
+                 ORDER BY journal_seq, run_id, seq LIMIT $2"
+            ),
+            &[&after, &pg_limit(limit)],
+        )
+        .await
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {
+        let client = self.pool.get().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {} FROM runs WHERE run_id = $1",
+                rows::RUN_COLUMNS
+            ))
+            .await?;
+        match client.query_opt(&stmt, &[&run_id]).await? {
+            Some(r) => Ok(Some(stored_run(&r)?.into_record()?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, ArchiveError> {
+        let (sql, params) = rows::list_query(filter, |n| format!("${n}"))?;
+        let boxed: Vec<Box<dyn ToSql + Sync + Send>> = params
+            .into_iter()
+            .map(|p| -> Box<dyn ToSql + Sync + Send> {
+                match p {
+                    Param::Text(s) => Box::new(s),
+                    Param::Int(i) => Box::new(i),
+                }
+            })
+            .collect();
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            boxed.iter().map(|b| &**b as &(dyn ToSql + Sync)).collect();
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(&sql).await?;
+        let runs = client
+            .query(&stmt, &refs)
+            .await?
+            .iter()
+            .map(stored_run)
+            .collect::<Result<Vec<_>, _>>()?;
+        rows::into_page(runs, filter)
+    }
+
+    async fn insert_raw(&self, chunks: &[RawChunkRecord]) -> Result<u64, ArchiveError> {
+        if chunks.is_empty() {
+            return Ok(0);
+        }
+        let chunk_ids = chunks
+            .iter()
+            .map(|c| rows::to_i64("chunk", c.chunk))
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(INSERT_RAW).await?;
+        // One statement is one transaction: all chunks or none.
+        Ok(client
+            .execute(
+                &stmt,
+                &[
+                    &chunks.iter().map(|c| c.run_id.as_str()).collect::<Vec<_>>(),
+                    &chunk_ids,
+                    &chunks.iter().map(|c| c.tenant.as_str()).collect::<Vec<_>>(),
+                    &chunks.iter().map(|c| c.family.as_str()).collect::<Vec<_>>(),
+                    &chunks.iter().map(|c| c.ingest_ts_ms).collect::<Vec<_>>(),
+                    &chunks
+                        .iter()
+                        .map(|c| c.close.as_deref())
+                        .collect::<Vec<_>>(),
+                    &chunks.iter().map(|c| c.body.as_slice()).collect::<Vec<_>>(),
+                ],
+            )
+            .await?)
+    }
+
+    async fn raw_chunks(&self, run_id: &str) -> Result<Vec<RawChunkRecord>, ArchiveError> {
+        let client = self.pool.get().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT tenant, run_id, chunk, family, ingest_ts_ms, close, body \
+                 FROM raw_chunks WHERE run_id = $1 ORDER BY chunk",
+            )
+            .await?;
+        let mut out = Vec::new();
+        for r in client.query(&stmt, &[&run_id]).await? {
+            out.push(RawChunkRecord {
+                tenant: r.try_get(0)?,
+                run_id: r.try_get(1)?,
+                chunk: rows::to_u64("raw chunk index", r.try_get(2)?)?,
+                family: r.try_get(3)?,
+                ingest_ts_ms: r.try_get(4)?,
+                close: r.try_get(5)?,
+                body: r.try_get(6)?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn conflicts_total(&self) -> u64 {
+        self.conflicts.load(Ordering::Relaxed)
+    }
+}

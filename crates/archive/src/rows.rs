@@ -1,0 +1,476 @@
+//! Backend-independent row handling: events → rows, rows → per-run deltas, stored rows →
+//! events, the list query and its cursor. Both backends use these so that they agree on
+//! every derived value.
+
+use crate::{ArchiveError, ArchivedEvent, RunFilter, RunStatusKind};
+use streamgate_grammar::{
+    AssistantPhase, Envelope, Event, EventData, ItemPhase, LifecyclePhase, RunEvent, SegmentPhase,
+};
+
+/// One `events` row, ready to bind. Built on the caller's task (the JSON encoding is the
+/// expensive part) so that the SQLite writer thread only does SQLite work.
+#[derive(Debug, Clone)]
+pub(crate) struct EventRow {
+    pub run_id: String,
+    pub seq: i64,
+    pub journal_seq: i64,
+    pub tenant: String,
+    pub session_key: Option<String>,
+    pub stream: &'static str,
+    pub phase: Option<&'static str>,
+    pub ts_ms: i64,
+    pub payload: String,
+    /// What a lifecycle event contributes to `runs`.
+    pub life: Option<LifeFacts>,
+}
+
+/// The `runs`-relevant parts of a lifecycle event.
+#[derive(Debug, Clone)]
+pub(crate) struct LifeFacts {
+    pub phase: LifecyclePhase,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub reason: Option<String>,
+    pub usage: Option<String>,
+}
+
+/// The stored columns compared to decide duplicate vs conflict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredContent {
+    pub tenant: String,
+    pub session_key: Option<String>,
+    pub ts_ms: i64,
+    pub payload: String,
+}
+
+impl EventRow {
+    /// True when the stored row is the same event (journal_seq deliberately ignored).
+    pub fn same_content(&self, stored: &StoredContent) -> bool {
+        self.payload == stored.payload
+            && self.ts_ms == stored.ts_ms
+            && self.tenant == stored.tenant
+            && self.session_key == stored.session_key
+    }
+}
+
+/// Logs one conflict (shared by both backends).
+pub(crate) fn log_conflict(row: &EventRow, stored_payload: &str) {
+    tracing::warn!(
+        run_id = %row.run_id,
+        seq = row.seq,
+        journal_seq = row.journal_seq,
+        stored = %stored_payload,
+        incoming = %row.payload,
+        "archive conflict: same (run_id, seq) with different content; original kept"
+    );
+}
+
+/// Checked u64 → BIGINT.
+pub(crate) fn to_i64(what: &'static str, value: u64) -> Result<i64, ArchiveError> {
+    i64::try_from(value).map_err(|_| ArchiveError::OutOfRange { what, value })
+}
+
+/// Checked BIGINT → u64 (stored values were u64, so a negative one means corruption).
+pub(crate) fn to_u64(what: &str, value: i64) -> Result<u64, ArchiveError> {
+    u64::try_from(value).map_err(|_| ArchiveError::Corrupt {
+        what: what.to_owned(),
+        detail: format!("negative value {value}"),
+    })
+}
+
+/// Rows for a batch, sorted by `(run_id, seq)`; the sort is stable so repeated keys inside
+/// one batch keep their order (the first one is the one that gets inserted). Sorting also
+/// gives every transaction the same lock order, which keeps concurrent archiver replicas
+/// on PostgreSQL from deadlocking on each other.
+pub(crate) fn to_rows(events: &[ArchivedEvent]) -> Result<Vec<EventRow>, ArchiveError> {
+    let mut rows = Vec::with_capacity(events.len());
+    for ae in events {
+        let RunEvent { envelope, event } = &ae.event;
+        let life = match &event.data {
+            EventData::Lifecycle(l) => Some(LifeFacts {
+                phase: l.phase,
+                provider: l.provider.clone(),
+                model: l.model.clone(),
+                reason: l.reason.as_ref().map(|r| r.as_str().to_owned()),
+                usage: l.usage.as_ref().map(|u| u.get().to_owned()),
+            }),
+            _ => None,
+        };
+        rows.push(EventRow {
+            run_id: envelope.run_id.clone(),
+            seq: to_i64("seq", event.seq)?,
+            journal_seq: to_i64("journal_seq", ae.journal_seq)?,
+            tenant: envelope.tenant.clone(),
+            session_key: envelope.session_key.clone(),
+            stream: event.stream().as_str(),
+            phase: phase_of(&event.data),
+            ts_ms: envelope.ts_ms,
+            payload: event.to_json(),
+            life,
+        });
+    }
+    rows.sort_by(|a, b| (a.run_id.as_str(), a.seq).cmp(&(b.run_id.as_str(), b.seq)));
+    Ok(rows)
+}
+
+/// The `phase` column: the payload's own phase word, whatever the stream.
+fn phase_of(data: &EventData) -> Option<&'static str> {
+    match data {
+        EventData::Assistant(a) => a.phase.map(|p| match p {
+            AssistantPhase::Commentary => "commentary",
+            AssistantPhase::FinalAnswer => "final_answer",
+        }),
+        EventData::Thinking(t) => t.phase.map(|p| match p {
+            SegmentPhase::Start => "start",
+            SegmentPhase::End => "end",
+        }),
+        EventData::Item(i) => Some(match i.phase {
+            ItemPhase::Start => "start",
+            ItemPhase::Update => "update",
+            ItemPhase::End => "end",
+        }),
+        EventData::Lifecycle(l) => Some(match l.phase {
+            LifecyclePhase::Start => "start",
+            LifecyclePhase::Update => "update",
+            LifecyclePhase::End => "end",
+            LifecyclePhase::Error => "error",
+        }),
+    }
+}
+
+/// The terminal lifecycle event of a run seen in a batch.
+#[derive(Debug, Clone)]
+pub(crate) struct Terminal {
+    pub seq: i64,
+    pub status: RunStatusKind,
+    pub reason: Option<String>,
+}
+
+/// What one batch adds to one `runs` row. The upsert merges it with min/max/sum and
+/// "higher seq wins" rules, so the result does not depend on the order batches commit.
+#[derive(Debug, Clone)]
+pub(crate) struct RunDelta {
+    pub run_id: String,
+    pub tenant: String,
+    pub session_key: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub terminal: Option<Terminal>,
+    pub usage: Option<(i64, String)>,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub first_ts_ms: i64,
+    pub last_ts_ms: i64,
+    pub count: i64,
+}
+
+impl RunDelta {
+    fn new(row: &EventRow) -> RunDelta {
+        RunDelta {
+            run_id: row.run_id.clone(),
+            tenant: row.tenant.clone(),
+            session_key: None,
+            provider: None,
+            model: None,
+            terminal: None,
+            usage: None,
+            first_seq: row.seq,
+            last_seq: row.seq,
+            first_ts_ms: row.ts_ms,
+            last_ts_ms: row.ts_ms,
+            count: 0,
+        }
+    }
+
+    fn add(&mut self, row: &EventRow) {
+        self.count += 1;
+        self.first_seq = self.first_seq.min(row.seq);
+        self.last_seq = self.last_seq.max(row.seq);
+        self.first_ts_ms = self.first_ts_ms.min(row.ts_ms);
+        self.last_ts_ms = self.last_ts_ms.max(row.ts_ms);
+        if self.session_key.is_none() {
+            self.session_key.clone_from(&row.session_key);
+        }
+        let Some(life) = &row.life else { return };
+        if life.phase == LifecyclePhase::Start {
+            if self.provider.is_none() {
+                self.provider.clone_from(&life.provider);
+            }
+            if self.model.is_none() {
+                self.model.clone_from(&life.model);
+            }
+        }
+        let status = match life.phase {
+            LifecyclePhase::End => Some(RunStatusKind::Ended),
+            LifecyclePhase::Error => Some(RunStatusKind::Failed),
+            _ => None,
+        };
+        if let Some(status) = status {
+            if self.terminal.as_ref().is_none_or(|t| row.seq > t.seq) {
+                self.terminal = Some(Terminal {
+                    seq: row.seq,
+                    status,
+                    reason: life.reason.clone(),
+                });
+            }
+        }
+        if let Some(usage) = &life.usage {
+            if self.usage.as_ref().is_none_or(|(seq, _)| row.seq > *seq) {
+                self.usage = Some((row.seq, usage.clone()));
+            }
+        }
+    }
+}
+
+/// Per-run deltas of the rows that were actually inserted. `rows` must be sorted by run
+/// id (as [`to_rows`] leaves them), so grouping is a single pass without a map; the
+/// deltas come out sorted by run id, which is the lock order of the `runs` upsert.
+pub(crate) fn run_deltas<'a>(rows: impl IntoIterator<Item = &'a EventRow>) -> Vec<RunDelta> {
+    let mut out: Vec<RunDelta> = Vec::new();
+    for row in rows {
+        match out.last_mut() {
+            Some(d) if d.run_id == row.run_id => d.add(row),
+            _ => {
+                let mut d = RunDelta::new(row);
+                d.add(row);
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// Rebuilds an archived event from its stored columns.
+pub(crate) fn decode_event(
+    run_id: String,
+    journal_seq: i64,
+    tenant: String,
+    session_key: Option<String>,
+    ts_ms: i64,
+    payload: &str,
+) -> Result<ArchivedEvent, ArchiveError> {
+    let event = Event::from_json(payload).map_err(|e| ArchiveError::Corrupt {
+        what: format!("event of run {run_id:?}"),
+        detail: e.to_string(),
+    })?;
+    Ok(ArchivedEvent {
+        journal_seq: to_u64("journal_seq", journal_seq)?,
+        event: RunEvent {
+            envelope: Envelope {
+                tenant,
+                session_key,
+                run_id,
+                ts_ms,
+            },
+            event,
+        },
+    })
+}
+
+/// A bound parameter of a dynamically built query.
+#[derive(Debug, Clone)]
+pub(crate) enum Param {
+    Text(String),
+    Int(i64),
+}
+
+/// The `runs` columns in the order every backend reads them.
+pub(crate) const RUN_COLUMNS: &str = "tenant, run_id, session_key, provider, model, status, \
+     stop_reason, usage, first_seq, last_seq, first_ts_ms, last_ts_ms, event_count";
+
+/// Builds the list query for `filter`. `placeholder(n)` spells the n-th (1-based) bind
+/// parameter in the backend's syntax. The query fetches one row more than the page size,
+/// which tells whether there is a next page.
+pub(crate) fn list_query(
+    filter: &RunFilter,
+    placeholder: impl Fn(usize) -> String,
+) -> Result<(String, Vec<Param>), ArchiveError> {
+    let mut conds: Vec<String> = Vec::new();
+    let mut params: Vec<Param> = Vec::new();
+    let bind = |params: &mut Vec<Param>, p: Param| {
+        params.push(p);
+        placeholder(params.len())
+    };
+    let text_filters = [
+        ("tenant", &filter.tenant),
+        ("session_key", &filter.session_key),
+        ("provider", &filter.provider),
+        ("model", &filter.model),
+    ];
+    for (column, value) in text_filters {
+        if let Some(v) = value {
+            let ph = bind(&mut params, Param::Text(v.clone()));
+            conds.push(format!("{column} = {ph}"));
+        }
+    }
+    if let Some(status) = filter.status {
+        let ph = bind(&mut params, Param::Text(status.as_str().to_owned()));
+        conds.push(format!("status = {ph}"));
+    }
+    if let Some(since) = filter.since_ts_ms {
+        let ph = bind(&mut params, Param::Int(since));
+        conds.push(format!("first_ts_ms >= {ph}"));
+    }
+    if let Some(until) = filter.until_ts_ms {
+        let ph = bind(&mut params, Param::Int(until));
+        conds.push(format!("first_ts_ms < {ph}"));
+    }
+    if let Some(cursor) = &filter.cursor {
+        let (ts, run_id) = decode_cursor(cursor)?;
+        let ts1 = bind(&mut params, Param::Int(ts));
+        let ts2 = bind(&mut params, Param::Int(ts));
+        let rid = bind(&mut params, Param::Text(run_id));
+        // Keyset pagination on (first_ts_ms desc, run_id asc).
+        conds.push(format!(
+            "(first_ts_ms < {ts1} OR (first_ts_ms = {ts2} AND run_id > {rid}))"
+        ));
+    }
+    let limit = bind(
+        &mut params,
+        Param::Int(i64::from(filter.effective_limit()) + 1),
+    );
+    let where_clause = if conds.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conds.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} FROM runs{where_clause} \
+         ORDER BY first_ts_ms DESC, run_id ASC LIMIT {limit}"
+    );
+    Ok((sql, params))
+}
+
+/// The cursor after the last run of a page. Versioned so its format can change.
+pub(crate) fn encode_cursor(first_ts_ms: i64, run_id: &str) -> String {
+    format!("v1:{first_ts_ms}:{run_id}")
+}
+
+fn decode_cursor(cursor: &str) -> Result<(i64, String), ArchiveError> {
+    let bad = || ArchiveError::BadCursor(cursor.to_owned());
+    let rest = cursor.strip_prefix("v1:").ok_or_else(bad)?;
+    let (ts, run_id) = rest.split_once(':').ok_or_else(bad)?;
+    Ok((ts.parse().map_err(|_| bad())?, run_id.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_round_trips_run_ids_with_colons() {
+        let c = encode_cursor(-5, "a:b:c");
+        assert_eq!(decode_cursor(&c).unwrap(), (-5, "a:b:c".to_owned()));
+        assert!(decode_cursor("v2:1:a").is_err());
+        assert!(decode_cursor("v1:x:a").is_err());
+    }
+}
+
+/// A `runs` row as stored, before validation (read in [`RUN_COLUMNS`] order).
+#[derive(Debug, Clone)]
+pub(crate) struct StoredRun {
+    pub tenant: String,
+    pub run_id: String,
+    pub session_key: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub status: String,
+    pub stop_reason: Option<String>,
+    pub usage: Option<String>,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub first_ts_ms: i64,
+    pub last_ts_ms: i64,
+    pub event_count: i64,
+}
+
+impl StoredRun {
+    /// Validates and converts into the public record.
+    pub fn into_record(self) -> Result<crate::RunRecord, ArchiveError> {
+        let what = format!("run {:?}", self.run_id);
+        let corrupt = |detail: String| ArchiveError::Corrupt {
+            what: what.clone(),
+            detail,
+        };
+        let status = RunStatusKind::parse(&self.status)
+            .ok_or_else(|| corrupt(format!("unknown status {:?}", self.status)))?;
+        let usage = match self.usage {
+            None => None,
+            Some(text) => Some(
+                streamgate_grammar::Json::parse(&text)
+                    .ok_or_else(|| corrupt("usage is not JSON".to_owned()))?,
+            ),
+        };
+        Ok(crate::RunRecord {
+            first_seq: to_u64(&what, self.first_seq)?,
+            last_seq: to_u64(&what, self.last_seq)?,
+            event_count: to_u64(&what, self.event_count)?,
+            tenant: self.tenant,
+            run_id: self.run_id,
+            session_key: self.session_key,
+            provider: self.provider,
+            model: self.model,
+            status,
+            stop_reason: self.stop_reason,
+            usage,
+            first_ts_ms: self.first_ts_ms,
+            last_ts_ms: self.last_ts_ms,
+        })
+    }
+}
+
+/// Turns the fetched `limit + 1` rows into a page and its cursor.
+pub(crate) fn into_page(
+    mut runs: Vec<StoredRun>,
+    filter: &RunFilter,
+) -> Result<crate::RunPage, ArchiveError> {
+    let limit = filter.effective_limit() as usize;
+    let more = runs.len() > limit;
+    runs.truncate(limit);
+    let next_cursor = match (more, runs.last()) {
+        (true, Some(last)) => Some(encode_cursor(last.first_ts_ms, &last.run_id)),
+        _ => None,
+    };
+    Ok(crate::RunPage {
+        runs: runs
+            .into_iter()
+            .map(StoredRun::into_record)
+            .collect::<Result<_, _>>()?,
+        next_cursor,
+    })
+}
+
+/// Column list of the `runs` upsert, in bind order.
+pub(crate) const RUN_INSERT_COLUMNS: &str = "run_id, tenant, session_key, provider, model, \
+     status, stop_reason, terminal_seq, usage, usage_seq, first_seq, last_seq, first_ts_ms, \
+     last_ts_ms, event_count";
+
+/// The merge rules of the `runs` upsert, valid SQL for both backends (CASE rather than
+/// MIN/MAX or LEAST/GREATEST, which the two spell differently and treat NULL differently).
+/// Every rule is commutative, so batches may commit in any order:
+/// provider/model/session: first non-null wins (only `lifecycle/start` sets them);
+/// status/stop_reason: the terminal event with the highest seq wins; usage: the lifecycle
+/// event with the highest seq that carried one wins; seq/ts ranges: min/max; count: sum.
+pub(crate) const RUN_UPSERT_SET: &str = "
+    session_key  = COALESCE(runs.session_key, excluded.session_key),
+    provider     = COALESCE(runs.provider, excluded.provider),
+    model        = COALESCE(runs.model, excluded.model),
+    status       = CASE WHEN excluded.terminal_seq > COALESCE(runs.terminal_seq, -1)
+                        THEN excluded.status ELSE runs.status END,
+    stop_reason  = CASE WHEN excluded.terminal_seq > COALESCE(runs.terminal_seq, -1)
+                        THEN excluded.stop_reason ELSE runs.stop_reason END,
+    terminal_seq = CASE WHEN excluded.terminal_seq > COALESCE(runs.terminal_seq, -1)
+                        THEN excluded.terminal_seq ELSE runs.terminal_seq END,
+    usage        = CASE WHEN excluded.usage_seq > COALESCE(runs.usage_seq, -1)
+                        THEN excluded.usage ELSE runs.usage END,
+    usage_seq    = CASE WHEN excluded.usage_seq > COALESCE(runs.usage_seq, -1)
+                        THEN excluded.usage_seq ELSE runs.usage_seq END,
+    first_seq    = CASE WHEN excluded.first_seq < runs.first_seq
+                        THEN excluded.first_seq ELSE runs.first_seq END,
+    last_seq     = CASE WHEN excluded.last_seq > runs.last_seq
+                        THEN excluded.last_seq ELSE runs.last_seq END,
+    first_ts_ms  = CASE WHEN excluded.first_ts_ms < runs.first_ts_ms
+                        THEN excluded.first_ts_ms ELSE runs.first_ts_ms END,
+    last_ts_ms   = CASE WHEN excluded.last_ts_ms > runs.last_ts_ms
+                        THEN excluded.last_ts_ms ELSE runs.last_ts_ms END,
+    event_count  = runs.event_count + excluded.event_count";

@@ -1,0 +1,683 @@
+//! SQLite backend: one database file in WAL mode.
+//!
+//! rusqlite is synchronous, so nothing here runs on the async runtime: all writes go to
+//! one dedicated writer thread that owns the only read-write connection (SQLite allows
+//! one writer at a time anyway, and a single owner keeps its prepared-statement cache
+//! warm), and reads run on `spawn_blocking` with pooled read-only connections, which WAL
+//! lets proceed while the writer commits.
+
+use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
+use crate::{
+    migrations, ArchiveError, ArchivedEvent, InsertOutcome, RawChunkRecord, RunFilter, RunPage,
+    RunRecord, Store,
+};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Jobs queued to the writer thread. The bound gives callers backpressure instead of an
+/// unbounded queue when the disk is slower than the bus.
+const WRITER_QUEUE: usize = 16;
+/// Idle read connections kept for reuse.
+const MAX_IDLE_READERS: usize = 8;
+/// How long a statement waits for a lock held by another process before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+const INSERT_EVENT: &str = "INSERT INTO events \
+     (run_id, seq, journal_seq, tenant, session_key, stream, phase, ts_ms, payload) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (run_id, seq) DO NOTHING";
+const SELECT_CONTENT: &str =
+    "SELECT tenant, session_key, ts_ms, payload FROM events WHERE run_id = ?1 AND seq = ?2";
+const EVENT_COLUMNS: &str = "run_id, journal_seq, tenant, session_key, ts_ms, payload";
+const INSERT_RAW: &str = "INSERT INTO raw_chunks \
+     (run_id, chunk, tenant, family, ingest_ts_ms, close, body) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (run_id, chunk) DO NOTHING";
+
+/// The embedded archive: one SQLite file, WAL, one writer thread, pooled readers.
+///
+/// Commits use `synchronous=FULL` by default ([`SqliteDurability`]): the archiver acks
+/// JetStream after `insert_batch` returns, so a commit must survive power loss, not only a
+/// process crash. Batching, group commit (batches queued behind a commit share the next
+/// one) and checkpointing on a separate thread amortize the fsync.
+pub struct SqliteStore {
+    writer: mpsc::Sender<WriteJob>,
+    readers: Arc<Readers>,
+    conflicts: Arc<AtomicU64>,
+}
+
+enum WriteJob {
+    Events {
+        rows: Vec<EventRow>,
+        reply: oneshot::Sender<Result<InsertOutcome, ArchiveError>>,
+    },
+    Raw {
+        chunks: Vec<RawChunkRecord>,
+        reply: oneshot::Sender<Result<u64, ArchiveError>>,
+    },
+}
+
+/// How hard a commit is pushed to disk before `insert_batch` returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SqliteDurability {
+    /// `synchronous=FULL`: every commit is fsynced; it survives power loss. The default,
+    /// because the archiver acks JetStream after the commit.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: a commit survives a crash of the process but an OS crash or
+    /// power loss may lose the last commits. Much faster where fsync is slow.
+    Normal,
+}
+
+impl SqliteDurability {
+    /// Parses `full` / `normal` (the `synchronous` URL parameter of [`crate::open_store`]).
+    pub fn parse(s: &str) -> Option<SqliteDurability> {
+        match s.to_ascii_lowercase().as_str() {
+            "full" => Some(SqliteDurability::Full),
+            "normal" => Some(SqliteDurability::Normal),
+            _ => None,
+        }
+    }
+
+    fn pragma(self) -> &'static str {
+        match self {
+            SqliteDurability::Full => "FULL",
+            SqliteDurability::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Options for [`SqliteStore::open_with`].
+#[derive(Debug, Clone, Default)]
+pub struct SqliteOptions {
+    /// Commit durability; [`SqliteDurability::Full`] by default.
+    pub durability: SqliteDurability,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file with default options, applies
+    /// missing migrations and starts the writer thread.
+    pub async fn open(path: &Path) -> Result<SqliteStore, ArchiveError> {
+        SqliteStore::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Like [`SqliteStore::open`], with options.
+    pub async fn open_with(
+        path: &Path,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, ArchiveError> {
+        let path = path.to_path_buf();
+        let conflicts = Arc::new(AtomicU64::new(0));
+        let (tx, rx) = mpsc::channel(WRITER_QUEUE);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let thread_path = path.clone();
+        let thread_conflicts = conflicts.clone();
+        std::thread::Builder::new()
+            .name("sg-archive-sqlite".into())
+            .spawn(move || match open_writer(&thread_path, &options) {
+                Ok(conn) => {
+                    let _ = ready_tx.send(Ok(()));
+                    let (ckpt_tx, ckpt_rx) = std::sync::mpsc::sync_channel(1);
+                    let ckpt_path = thread_path.clone();
+                    let started = std::thread::Builder::new()
+                        .name("sg-archive-ckpt".into())
+                        .spawn(move || checkpointer(ckpt_path, ckpt_rx));
+                    if let Err(e) = started {
+                        tracing::warn!(error = %e, "no sqlite checkpointer thread; writer auto-checkpoints");
+                    }
+                    writer_loop(conn, rx, &thread_conflicts, ckpt_tx);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| ArchiveError::WorkerGone(format!("cannot start writer thread: {e}")))?;
+        ready_rx
+            .await
+            .map_err(|_| ArchiveError::WorkerGone("writer thread died while opening".into()))??;
+        Ok(SqliteStore {
+            writer: tx,
+            readers: Arc::new(Readers {
+                path,
+                idle: Mutex::new(Vec::new()),
+            }),
+            conflicts,
+        })
+    }
+
+    async fn read<R, F>(&self, f: F) -> Result<R, ArchiveError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, ArchiveError> + Send + 'static,
+    {
+        let readers = self.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = readers.take()?;
+            let result = f(&conn);
+            readers.give(conn);
+            result
+        })
+        .await
+        .map_err(|e| ArchiveError::WorkerGone(e.to_string()))?
+    }
+
+    async fn submit<R>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<R, ArchiveError>>) -> WriteJob,
+    ) -> Result<R, ArchiveError> {
+        let (reply, rx) = oneshot::channel();
+        self.writer
+            .send(make(reply))
+            .await
+            .map_err(|_| ArchiveError::WorkerGone("writer thread stopped".into()))?;
+        rx.await
+            .map_err(|_| ArchiveError::WorkerGone("writer thread dropped the job".into()))?
+    }
+}
+
+fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, ArchiveError> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", options.durability.pragma())?;
+    // Checkpoints run on their own thread; this is only the backstop.
+    conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?;
+    // After a checkpoint resets the WAL, shrink the file back to this size.
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
+    // A bigger page cache keeps the upper levels of the events B-tree in memory while
+    // batches from many concurrent runs insert all over it.
+    conn.pragma_update(None, "cache_size", -65536)?;
+    conn.set_prepared_statement_cache_capacity(32);
+    migrate(&mut conn)?;
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), ArchiveError> {
+    conn.execute(migrations::CREATE_SCHEMA_MIGRATIONS, [])?;
+    // IMMEDIATE takes the write lock up front, so two processes opening the same file
+    // cannot both decide to apply the same version.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [],
+        |r| r.get(0),
+    )?;
+    let known = migrations::SQLITE.last().map_or(0, |m| m.0);
+    if current > known {
+        return Err(ArchiveError::SchemaTooNew {
+            found: current,
+            known,
+        });
+    }
+    for (version, sql) in migrations::SQLITE.iter().filter(|m| m.0 > current) {
+        tx.execute_batch(sql)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?1, ?2)",
+            params![version, migrations::now_ms()],
+        )?;
+        tracing::info!(version, "applied sqlite archive migration");
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Queued event batches that the writer may merge into one transaction (one fsync).
+const GROUP_MAX_ROWS: usize = 20_000;
+/// Minimum pause between background checkpoints; each one fsyncs the database file, so
+/// one per interval absorbs the commits in between.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+/// WAL size (pages) past which the checkpointer stops being polite and waits for the
+/// writer (`RESTART`), so a write burst cannot grow the WAL without bound.
+const WAL_HARD_LIMIT_PAGES: i64 = 100_000;
+/// Backstop auto-checkpoint on the writer (pages) in case the checkpointer is gone.
+const WRITER_AUTOCHECKPOINT_PAGES: i64 = 50_000;
+
+type EventsReply = oneshot::Sender<Result<InsertOutcome, ArchiveError>>;
+
+fn writer_loop(
+    mut conn: Connection,
+    mut rx: mpsc::Receiver<WriteJob>,
+    conflicts: &AtomicU64,
+    checkpoint: std::sync::mpsc::SyncSender<()>,
+) {
+    let mut next: Option<WriteJob> = None;
+    // Ends when the store (every sender) is dropped; the connection closes with it.
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match rx.blocking_recv() {
+                Some(job) => job,
+                None => break,
+            },
+        };
+        match job {
+            WriteJob::Events { rows, reply } => {
+                // Group commit: batches that queued up while the previous commit was
+                // fsyncing share the next transaction.
+                let mut total = rows.len();
+                let mut group = vec![(rows, reply)];
+                while total < GROUP_MAX_ROWS {
+                    match rx.try_recv() {
+                        Ok(WriteJob::Events { rows, reply }) => {
+                            total += rows.len();
+                            group.push((rows, reply));
+                        }
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                commit_group(&mut conn, group, conflicts);
+            }
+            WriteJob::Raw { chunks, reply } => {
+                let _ = reply.send(write_raw(&mut conn, &chunks));
+            }
+        }
+        // Full channel = a checkpoint is already pending.
+        let _ = checkpoint.try_send(());
+    }
+}
+
+/// Commits a group of batches in one transaction; if that fails, commits them one by one
+/// so a bad batch only fails its own caller.
+fn commit_group(
+    conn: &mut Connection,
+    group: Vec<(Vec<EventRow>, EventsReply)>,
+    conflicts_total: &AtomicU64,
+) {
+    if group.len() > 1 {
+        let batches: Vec<&[EventRow]> = group.iter().map(|(rows, _)| rows.as_slice()).collect();
+        match write_events(conn, &batches) {
+            Ok(results) => {
+                drop(batches);
+                for ((rows, reply), result) in group.into_iter().zip(results) {
+                    finish(&rows, &result, conflicts_total);
+                    let _ = reply.send(Ok(result.outcome));
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "group commit failed; committing batches one by one");
+            }
+        }
+    }
+    for (rows, reply) in group {
+        let result = write_events(conn, &[rows.as_slice()]).map(|mut results| {
+            let result = results.pop().unwrap_or_default();
+            finish(&rows, &result, conflicts_total);
+            result.outcome
+        });
+        let _ = reply.send(result);
+    }
+}
+
+/// What one batch of a committed transaction did.
+#[derive(Default)]
+struct BatchResult {
+    outcome: InsertOutcome,
+    /// `(row index, stored payload)` of each conflict.
+    conflicts: Vec<(usize, String)>,
+}
+
+/// Counts and logs conflicts, only once committed: a failed batch is retried and would
+/// otherwise be counted twice.
+fn finish(rows: &[EventRow], result: &BatchResult, conflicts_total: &AtomicU64) {
+    conflicts_total.fetch_add(result.outcome.conflicts, Ordering::Relaxed);
+    for (i, stored) in &result.conflicts {
+        rows::log_conflict(&rows[*i], stored);
+    }
+}
+
+fn write_events(
+    conn: &mut Connection,
+    batches: &[&[EventRow]],
+) -> Result<Vec<BatchResult>, ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut results = Vec::with_capacity(batches.len());
+    for rows in batches {
+        results.push(write_batch(&tx, rows)?);
+    }
+    tx.commit()?;
+    Ok(results)
+}
+
+fn write_batch(
+    tx: &rusqlite::Transaction<'_>,
+    rows: &[EventRow],
+) -> Result<BatchResult, ArchiveError> {
+    let mut result = BatchResult::default();
+    let mut inserted = vec![false; rows.len()];
+    let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+    for (i, (row, was_inserted)) in rows.iter().zip(inserted.iter_mut()).enumerate() {
+        let n = insert.execute(params![
+            row.run_id,
+            row.seq,
+            row.journal_seq,
+            row.tenant,
+            row.session_key,
+            row.stream,
+            row.phase,
+            row.ts_ms,
+            row.payload,
+        ])?;
+        if n == 1 {
+            *was_inserted = true;
+            result.outcome.inserted += 1;
+            continue;
+        }
+        // Rare path (redelivery): compare with what is stored.
+        let stored =
+            tx.prepare_cached(SELECT_CONTENT)?
+                .query_row(params![row.run_id, row.seq], |r| {
+                    Ok(StoredContent {
+                        tenant: r.get(0)?,
+                        session_key: r.get(1)?,
+                        ts_ms: r.get(2)?,
+                        payload: r.get(3)?,
+                    })
+                })?;
+        if row.same_content(&stored) {
+            result.outcome.duplicates += 1;
+        } else {
+            result.outcome.conflicts += 1;
+            result.conflicts.push((i, stored.payload));
+        }
+    }
+    let deltas = rows::run_deltas(
+        rows.iter()
+            .zip(&inserted)
+            .filter(|(_, ins)| **ins)
+            .map(|(r, _)| r),
+    );
+    let upsert = format!(
+        "INSERT INTO runs ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, \
+         ?13, ?14, ?15) ON CONFLICT (run_id) DO UPDATE SET {}",
+        rows::RUN_INSERT_COLUMNS,
+        rows::RUN_UPSERT_SET
+    );
+    let mut upsert = tx.prepare_cached(&upsert)?;
+    for d in &deltas {
+        let status = d
+            .terminal
+            .as_ref()
+            .map_or(crate::RunStatusKind::Open, |t| t.status);
+        upsert.execute(params![
+            d.run_id,
+            d.tenant,
+            d.session_key,
+            d.provider,
+            d.model,
+            status.as_str(),
+            d.terminal.as_ref().and_then(|t| t.reason.as_deref()),
+            d.terminal.as_ref().map(|t| t.seq),
+            d.usage.as_ref().map(|u| u.1.as_str()),
+            d.usage.as_ref().map(|u| u.0),
+            d.first_seq,
+            d.last_seq,
+            d.first_ts_ms,
+            d.last_ts_ms,
+            d.count,
+        ])?;
+    }
+    Ok(result)
+}
+
+/// Background WAL checkpoints on their own connection, so the writer never stalls on
+/// copying pages into the database file and fsyncing it. Woken by the writer after
+/// commits; exits when the writer does.
+fn checkpointer(path: PathBuf, signals: std::sync::mpsc::Receiver<()>) {
+    let conn = match Connection::open(&path).and_then(|c| c.busy_timeout(BUSY_TIMEOUT).map(|()| c))
+    {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::warn!(error = %e, "sqlite checkpointer unavailable; writer auto-checkpoints");
+            return;
+        }
+    };
+    let run = |mode: &str| {
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        })
+    };
+    while signals.recv().is_ok() {
+        std::thread::sleep(CHECKPOINT_INTERVAL);
+        while signals.try_recv().is_ok() {}
+        match run("PASSIVE") {
+            Ok((log, done)) if log > WAL_HARD_LIMIT_PAGES && done < log => {
+                if let Err(e) = run("RESTART") {
+                    tracing::warn!(error = %e, "sqlite WAL restart checkpoint failed");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "sqlite WAL checkpoint failed"),
+        }
+    }
+}
+
+fn write_raw(conn: &mut Connection, chunks: &[RawChunkRecord]) -> Result<u64, ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut inserted = 0u64;
+    {
+        let mut insert = tx.prepare_cached(INSERT_RAW)?;
+        for c in chunks {
+            inserted += insert.execute(params![
+                c.run_id,
+                rows::to_i64("chunk", c.chunk)?,
+                c.tenant,
+                c.family,
+                c.ingest_ts_ms,
+                c.close,
+                c.body,
+            ])? as u64;
+        }
+    }
+    tx.commit()?;
+    Ok(inserted)
+}
+
+/// Pooled read-only connections.
+struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    fn take(&self) -> Result<Connection, ArchiveError> {
+        // A poisoned lock only means another reader panicked; the Vec is still valid.
+        if let Some(conn) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(conn);
+        }
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.set_prepared_statement_cache_capacity(32);
+        Ok(conn)
+    }
+
+    fn give(&self, conn: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+    }
+}
+
+fn read_events(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<ArchivedEvent>, ArchiveError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query(params)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let payload: String = r.get(5)?;
+        out.push(rows::decode_event(
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            &payload,
+        )?);
+    }
+    Ok(out)
+}
+
+fn stored_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRun> {
+    Ok(StoredRun {
+        tenant: r.get(0)?,
+        run_id: r.get(1)?,
+        session_key: r.get(2)?,
+        provider: r.get(3)?,
+        model: r.get(4)?,
+        status: r.get(5)?,
+        stop_reason: r.get(6)?,
+        usage: r.get(7)?,
+        first_seq: r.get(8)?,
+        last_seq: r.get(9)?,
+        first_ts_ms: r.get(10)?,
+        last_ts_ms: r.get(11)?,
+        event_count: r.get(12)?,
+    })
+}
+
+impl rusqlite::ToSql for Param {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Param::Text(s) => s.to_sql(),
+            Param::Int(i) => i.to_sql(),
+        }
+    }
+}
+
+/// SQLite's "no limit".
+fn sqlite_limit(limit: u32) -> i64 {
+    if limit == 0 {
+        -1
+    } else {
+        i64::from(limit)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError> {
+        if events.is_empty() {
+            return Ok(InsertOutcome::default());
+        }
+        // Encoding happens here, on the caller's task, in parallel with the writer
+        // thread committing the previous batch.
+        let rows = rows::to_rows(events)?;
+        self.submit(|reply| WriteJob::Events { rows, reply }).await
+    }
+
+    async fn events_after(
+        &self,
+        run_id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
+        let run_id = run_id.to_owned();
+        let after = rows::to_i64("after_seq", after_seq)?;
+        self.read(move |conn| {
+            read_events(
+                conn,
+                &format!(
+                    "SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 AND seq > ?2 \
+                     ORDER BY seq LIMIT ?3"
+                ),
+                params![run_id, after, sqlite_limit(limit)],
+            )
+        })
+        .await
+    }
+
+    async fn journal_after(
+        &self,
+        after_journal_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
+        let after = rows::to_i64("after_journal_seq", after_journal_seq)?;
+        self.read(move |conn| {
+            read_events(
+                conn,
+                &format!(
+                    "SELECT {EVENT_COLUMNS} FROM events WHERE journal_seq > ?1 \
+                     ORDER BY journal_seq, run_id, seq LIMIT ?2"
+                ),
+                params![after, sqlite_limit(limit)],
+            )
+        })
+        .await
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {
+        let run_id = run_id.to_owned();
+        self.read(move |conn| {
+            let sql = format!("SELECT {} FROM runs WHERE run_id = ?1", rows::RUN_COLUMNS);
+            conn.prepare_cached(&sql)?
+                .query_row([run_id], stored_run)
+                .optional()?
+                .map(StoredRun::into_record)
+                .transpose()
+        })
+        .await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, ArchiveError> {
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let (sql, params) = rows::list_query(&filter, |n| format!("?{n}"))?;
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let runs = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), stored_run)?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows::into_page(runs, &filter)
+        })
+        .await
+    }
+
+    async fn insert_raw(&self, chunks: &[RawChunkRecord]) -> Result<u64, ArchiveError> {
+        if chunks.is_empty() {
+            return Ok(0);
+        }
+        let chunks = chunks.to_vec();
+        self.submit(|reply| WriteJob::Raw { chunks, reply }).await
+    }
+
+    async fn raw_chunks(&self, run_id: &str) -> Result<Vec<RawChunkRecord>, ArchiveError> {
+        let run_id = run_id.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT tenant, run_id, chunk, family, ingest_ts_ms, close, body \
+                 FROM raw_chunks WHERE run_id = ?1 ORDER BY chunk",
+            )?;
+            let mut rows = stmt.query([run_id])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(RawChunkRecord {
+                    tenant: r.get(0)?,
+                    run_id: r.get(1)?,
+                    chunk: rows::to_u64("raw chunk index", r.get(2)?)?,
+                    family: r.get(3)?,
+                    ingest_ts_ms: r.get(4)?,
+                    close: r.get(5)?,
+                    body: r.get(6)?,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    fn conflicts_total(&self) -> u64 {
+        self.conflicts.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,628 @@
+//! One behavioural suite, run against both backends: a fresh SQLite file in a temp dir
+//! and a fresh PostgreSQL database on the local server (127.0.0.1:5432, or
+//! `$STREAMGATE_PG_URL`). Every test exists once per backend (`sqlite::*`,
+//! `postgres::*`), so the backends cannot drift apart.
+
+mod common;
+
+use common::*;
+use std::sync::Arc;
+use streamgate_archive::{
+    open_store, ArchiveError, ArchivedEvent, InsertOutcome, RawChunkRecord, RunFilter,
+    RunStatusKind, Store,
+};
+use streamgate_grammar::StopReason;
+
+/// Where a test's store lives; `open` may be called again to test reopening.
+enum Backend {
+    Sqlite(tempfile::TempDir),
+    Postgres(PgDb),
+}
+
+impl Backend {
+    fn sqlite() -> Backend {
+        Backend::Sqlite(tempfile::tempdir().expect("tempdir"))
+    }
+
+    async fn postgres() -> Backend {
+        Backend::Postgres(PgDb::create().await)
+    }
+
+    /// Opens through `open_store`, so the URL dispatch is exercised too.
+    async fn open(&self) -> Arc<dyn Store> {
+        let url = match self {
+            Backend::Sqlite(dir) => format!("sqlite://{}", dir.path().join("archive.db").display()),
+            Backend::Postgres(db) => db.url().to_owned(),
+        };
+        open_store(&url).await.expect("open store")
+    }
+}
+
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::sqlite()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::postgres().await).await
+                }
+            )*
+        }
+    };
+}
+
+both_backends!(
+    idempotent_reinsert,
+    conflict_is_counted_and_original_kept,
+    runs_row_follows_start_to_end,
+    runs_row_is_independent_of_batch_order,
+    events_after_and_journal_after_order_and_limit,
+    list_runs_filters_and_cursor_pagination,
+    raw_chunks_round_trip_and_idempotent,
+    reopen_persists_everything,
+    concurrent_overlapping_batches_count_each_event_once,
+);
+
+fn outcome(inserted: u64, duplicates: u64, conflicts: u64) -> InsertOutcome {
+    InsertOutcome {
+        inserted,
+        duplicates,
+        conflicts,
+    }
+}
+
+async fn idempotent_reinsert(backend: Backend) {
+    let store = backend.open().await;
+    let run = whole_run("t1", "run-a", 1_000, 3, 1);
+    assert_eq!(store.insert_batch(&run).await.unwrap(), outcome(5, 0, 0));
+    assert_eq!(store.insert_batch(&run).await.unwrap(), outcome(0, 5, 0));
+
+    // A re-publish after the dedupe window has a new stream sequence: same event.
+    let republished: Vec<ArchivedEvent> = run
+        .iter()
+        .map(|e| ArchivedEvent {
+            journal_seq: e.journal_seq + 100,
+            ..e.clone()
+        })
+        .collect();
+    assert_eq!(
+        store.insert_batch(&republished).await.unwrap(),
+        outcome(0, 5, 0)
+    );
+
+    // A key repeated inside one batch: first inserted, second a duplicate.
+    let extra = archived(env("t1", Some("chat-1"), "run-b", 7), 1, delta("x"), 50);
+    let batch = vec![extra.clone(), extra.clone()];
+    assert_eq!(store.insert_batch(&batch).await.unwrap(), outcome(1, 1, 0));
+
+    assert_eq!(store.insert_batch(&[]).await.unwrap(), outcome(0, 0, 0));
+    assert_eq!(store.events_after("run-a", 0, 0).await.unwrap(), run);
+    assert_eq!(
+        store.get_run("run-a").await.unwrap().unwrap().event_count,
+        5
+    );
+    assert_eq!(
+        store.get_run("run-b").await.unwrap().unwrap().event_count,
+        1
+    );
+    assert_eq!(store.conflicts_total(), 0);
+}
+
+async fn conflict_is_counted_and_original_kept(backend: Backend) {
+    let store = backend.open().await;
+    let e = |text: &str, ts: i64| archived(env("t1", None, "run-c", ts), 2, delta(text), 10);
+    let original = e("hello", 100);
+    assert_eq!(
+        store
+            .insert_batch(std::slice::from_ref(&original))
+            .await
+            .unwrap(),
+        outcome(1, 0, 0)
+    );
+
+    // Different payload, same key.
+    assert_eq!(
+        store.insert_batch(&[e("HELLO", 100)]).await.unwrap(),
+        outcome(0, 0, 1)
+    );
+    // Same payload, different envelope timestamp: also not the same event.
+    assert_eq!(
+        store.insert_batch(&[e("hello", 101)]).await.unwrap(),
+        outcome(0, 0, 1)
+    );
+    // A conflict inside a batch does not stop the rest of it.
+    let fresh = archived(env("t1", None, "run-c", 100), 3, delta(" world"), 11);
+    assert_eq!(
+        store
+            .insert_batch(&[e("bye", 100), fresh.clone()])
+            .await
+            .unwrap(),
+        outcome(1, 0, 1)
+    );
+    // Two versions of a new key in one batch: the first wins, the second conflicts.
+    let v1 = archived(env("t1", None, "run-c", 100), 4, delta("v1"), 12);
+    let v2 = archived(env("t1", None, "run-c", 100), 4, delta("v2"), 13);
+    assert_eq!(
+        store.insert_batch(&[v1.clone(), v2]).await.unwrap(),
+        outcome(1, 0, 1)
+    );
+
+    assert_eq!(store.conflicts_total(), 4);
+    assert_eq!(
+        store.events_after("run-c", 0, 0).await.unwrap(),
+        vec![original, fresh, v1]
+    );
+    let run = store.get_run("run-c").await.unwrap().unwrap();
+    assert_eq!((run.event_count, run.first_seq, run.last_seq), (3, 2, 4));
+}
+
+async fn runs_row_follows_start_to_end(backend: Backend) {
+    let store = backend.open().await;
+    assert_eq!(store.get_run("run-d").await.unwrap(), None);
+    let e = |seq: u64| env("t1", Some("chat-9"), "run-d", 5_000 + seq as i64);
+
+    store
+        .insert_batch(&[archived(e(1), 1, start("openai", "gpt-x"), 1)])
+        .await
+        .unwrap();
+    let run = store.get_run("run-d").await.unwrap().unwrap();
+    assert_eq!(run.tenant, "t1");
+    assert_eq!(run.session_key.as_deref(), Some("chat-9"));
+    assert_eq!(run.provider.as_deref(), Some("openai"));
+    assert_eq!(run.model.as_deref(), Some("gpt-x"));
+    assert_eq!(run.status, RunStatusKind::Open);
+    assert_eq!(run.stop_reason, None);
+    assert_eq!(run.usage, None);
+    assert_eq!((run.first_seq, run.last_seq, run.event_count), (1, 1, 1));
+    assert_eq!((run.first_ts_ms, run.last_ts_ms), (5_001, 5_001));
+
+    store
+        .insert_batch(&[
+            archived(e(2), 2, delta("a"), 2),
+            archived(e(3), 3, delta("b"), 3),
+        ])
+        .await
+        .unwrap();
+    let run = store.get_run("run-d").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatusKind::Open);
+    assert_eq!((run.first_seq, run.last_seq, run.event_count), (1, 3, 3));
+
+    let usage = r#"{"input_tokens":3,"cost":0.0026784,"n":1.0}"#;
+    store
+        .insert_batch(&[archived(
+            e(4),
+            4,
+            end(StopReason::Truncated, Some(usage)),
+            4,
+        )])
+        .await
+        .unwrap();
+    let run = store.get_run("run-d").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatusKind::Ended);
+    assert_eq!(run.stop_reason.as_deref(), Some("truncated"));
+    // Provider JSON comes back byte for byte (no float re-formatting).
+    assert_eq!(run.usage.as_ref().map(|u| u.get()), Some(usage));
+    assert_eq!((run.first_seq, run.last_seq, run.event_count), (1, 4, 4));
+    assert_eq!((run.first_ts_ms, run.last_ts_ms), (5_001, 5_004));
+
+    // A run that dies.
+    let f = |seq: u64| env("t1", None, "run-e", seq as i64);
+    store
+        .insert_batch(&[
+            archived(f(1), 1, start("google", "gemini-x"), 5),
+            archived(f(2), 2, error(StopReason::StreamClosed), 6),
+        ])
+        .await
+        .unwrap();
+    let run = store.get_run("run-e").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatusKind::Failed);
+    assert_eq!(run.stop_reason.as_deref(), Some("stream_closed"));
+    assert_eq!(run.session_key, None);
+}
+
+async fn runs_row_is_independent_of_batch_order(backend: Backend) {
+    let store = backend.open().await;
+    let run = whole_run("t2", "run-f", 10_000, 4, 1); // seq 1..=6, end at 6
+                                                      // The end first, then the middle, then the start (archiver replicas commit batches
+                                                      // of one run in any order).
+    store.insert_batch(&run[5..]).await.unwrap();
+    let r = store.get_run("run-f").await.unwrap().unwrap();
+    assert_eq!(r.status, RunStatusKind::Ended);
+    assert_eq!(r.provider, None);
+    assert_eq!((r.first_seq, r.last_seq), (6, 6));
+    store.insert_batch(&run[2..5]).await.unwrap();
+    store.insert_batch(&run[..2]).await.unwrap();
+    let r = store.get_run("run-f").await.unwrap().unwrap();
+    assert_eq!(r.status, RunStatusKind::Ended);
+    assert_eq!(r.stop_reason.as_deref(), Some("completed"));
+    assert_eq!(r.provider.as_deref(), Some("anthropic"));
+    assert_eq!(r.model.as_deref(), Some("claude-x"));
+    assert_eq!((r.first_seq, r.last_seq, r.event_count), (1, 6, 6));
+    assert_eq!((r.first_ts_ms, r.last_ts_ms), (10_001, 10_006));
+    assert!(r.usage.is_some());
+}
+
+async fn events_after_and_journal_after_order_and_limit(backend: Backend) {
+    let store = backend.open().await;
+    // Two runs interleaved on the journal: run-g on odd journal seqs, run-h on even.
+    let mut all = Vec::new();
+    for seq in 1..=5u64 {
+        all.push(archived(
+            env("t", None, "run-g", seq as i64),
+            seq,
+            delta(&format!("g{seq}")),
+            2 * seq - 1,
+        ));
+        all.push(archived(
+            env("t", None, "run-h", seq as i64),
+            seq,
+            delta(&format!("h{seq}")),
+            2 * seq,
+        ));
+    }
+    // Inserted in reverse, split over two batches: order must come from the queries.
+    let mut reversed = all.clone();
+    reversed.reverse();
+    store.insert_batch(&reversed[..4]).await.unwrap();
+    store.insert_batch(&reversed[4..]).await.unwrap();
+
+    let g: Vec<_> = all
+        .iter()
+        .filter(|e| e.event.envelope.run_id == "run-g")
+        .cloned()
+        .collect();
+    assert_eq!(store.events_after("run-g", 0, 0).await.unwrap(), g);
+    let seqs = |v: &[ArchivedEvent]| v.iter().map(|e| e.event.event.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(&store.events_after("run-g", 2, 2).await.unwrap()),
+        vec![3, 4]
+    );
+    assert_eq!(
+        seqs(&store.events_after("run-g", 4, 10).await.unwrap()),
+        vec![5]
+    );
+    assert!(store.events_after("run-g", 5, 0).await.unwrap().is_empty());
+    assert!(store.events_after("nope", 0, 0).await.unwrap().is_empty());
+
+    assert_eq!(store.journal_after(0, 0).await.unwrap(), all);
+    let journal = |v: &[ArchivedEvent]| v.iter().map(|e| e.journal_seq).collect::<Vec<_>>();
+    assert_eq!(
+        journal(&store.journal_after(3, 2).await.unwrap()),
+        vec![4, 5]
+    );
+    assert_eq!(
+        journal(&store.journal_after(8, 100).await.unwrap()),
+        vec![9, 10]
+    );
+    assert!(store.journal_after(10, 0).await.unwrap().is_empty());
+}
+
+async fn list_runs_filters_and_cursor_pagination(backend: Backend) {
+    let store = backend.open().await;
+    // 23 runs: tenants a/b, sessions s0..s2, providers p0/p1, every third run ended,
+    // first_ts in pairs so the run_id tie-break is exercised.
+    let mut batch = Vec::new();
+    for i in 0..23u64 {
+        let tenant = if i % 2 == 0 { "a" } else { "b" };
+        let session = format!("s{}", i % 3);
+        let run = format!("run-{i:02}");
+        let ts = 1_000 + (i / 2) as i64;
+        let e = env(tenant, Some(&session), &run, ts);
+        batch.push(archived(
+            e.clone(),
+            1,
+            start(&format!("p{}", i % 2), &format!("m{}", i % 4)),
+            0,
+        ));
+        if i % 3 == 0 {
+            batch.push(archived(e, 2, end(StopReason::Completed, None), 0));
+        }
+    }
+    store.insert_batch(&batch).await.unwrap();
+
+    // Expected global order: first_ts desc, run_id asc.
+    let mut expected: Vec<(i64, String)> = (0..23u64)
+        .map(|i| (1_000 + (i / 2) as i64, format!("run-{i:02}")))
+        .collect();
+    expected.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
+    let expected: Vec<String> = expected.into_iter().map(|x| x.1).collect();
+
+    // Walk every page of 5.
+    let mut seen = Vec::new();
+    let mut filter = RunFilter {
+        limit: 5,
+        ..RunFilter::default()
+    };
+    let mut pages = 0;
+    loop {
+        let page = store.list_runs(&filter).await.unwrap();
+        pages += 1;
+        assert!(page.runs.len() <= 5);
+        seen.extend(page.runs.iter().map(|r| r.run_id.clone()));
+        match page.next_cursor {
+            Some(c) => filter.cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 5);
+    assert_eq!(seen, expected);
+
+    // An exact multiple of the page size ends without an empty trailing page.
+    let page = store
+        .list_runs(&RunFilter {
+            limit: 23,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.runs.len(), 23);
+    assert_eq!(page.next_cursor, None);
+    // limit 0 means 100.
+    assert_eq!(
+        store
+            .list_runs(&RunFilter::default())
+            .await
+            .unwrap()
+            .runs
+            .len(),
+        23
+    );
+
+    let ids = |f: RunFilter| {
+        let store = store.clone();
+        async move {
+            let mut v: Vec<String> = store
+                .list_runs(&f)
+                .await
+                .unwrap()
+                .runs
+                .into_iter()
+                .map(|r| r.run_id)
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    let expect = |pred: &dyn Fn(u64) -> bool| -> Vec<String> {
+        (0..23u64)
+            .filter(|i| pred(*i))
+            .map(|i| format!("run-{i:02}"))
+            .collect()
+    };
+    assert_eq!(
+        ids(RunFilter {
+            tenant: Some("a".into()),
+            ..Default::default()
+        })
+        .await,
+        expect(&|i| i % 2 == 0)
+    );
+    assert_eq!(
+        ids(RunFilter {
+            session_key: Some("s1".into()),
+            ..Default::default()
+        })
+        .await,
+        expect(&|i| i % 3 == 1)
+    );
+    assert_eq!(
+        ids(RunFilter {
+            status: Some(RunStatusKind::Ended),
+            ..Default::default()
+        })
+        .await,
+        expect(&|i| i % 3 == 0)
+    );
+    assert_eq!(
+        ids(RunFilter {
+            status: Some(RunStatusKind::Open),
+            ..Default::default()
+        })
+        .await,
+        expect(&|i| i % 3 != 0)
+    );
+    assert!(ids(RunFilter {
+        status: Some(RunStatusKind::Failed),
+        ..Default::default()
+    })
+    .await
+    .is_empty());
+    assert_eq!(
+        ids(RunFilter {
+            provider: Some("p1".into()),
+            ..Default::default()
+        })
+        .await,
+        expect(&|i| i % 2 == 1)
+    );
+    assert_eq!(
+        ids(RunFilter {
+            model: Some("m2".into()),
+            ..Default::default()
+        })
+        .await,
+        expect(&|i| i % 4 == 2)
+    );
+    assert_eq!(
+        ids(RunFilter {
+            since_ts_ms: Some(1_005),
+            until_ts_ms: Some(1_007),
+            ..Default::default()
+        })
+        .await,
+        expect(&|i| (10..14).contains(&i))
+    );
+    // Filters combine, and pagination works under a filter.
+    let f = RunFilter {
+        tenant: Some("b".into()),
+        status: Some(RunStatusKind::Open),
+        limit: 2,
+        ..Default::default()
+    };
+    let mut got = Vec::new();
+    let mut f2 = f.clone();
+    loop {
+        let page = store.list_runs(&f2).await.unwrap();
+        got.extend(page.runs.into_iter().map(|r| r.run_id));
+        match page.next_cursor {
+            Some(c) => f2.cursor = Some(c),
+            None => break,
+        }
+    }
+    got.sort();
+    assert_eq!(got, expect(&|i| i % 2 == 1 && i % 3 != 0));
+
+    let bad = store
+        .list_runs(&RunFilter {
+            cursor: Some("garbage".into()),
+            ..Default::default()
+        })
+        .await;
+    assert!(matches!(bad, Err(ArchiveError::BadCursor(_))), "{bad:?}");
+}
+
+async fn raw_chunks_round_trip_and_idempotent(backend: Backend) {
+    let store = backend.open().await;
+    let chunk = |n: u64, body: &[u8], close: Option<&str>| RawChunkRecord {
+        tenant: "t".into(),
+        run_id: "run-raw".into(),
+        chunk: n,
+        family: "f1".into(),
+        ingest_ts_ms: 1_700_000_000_000 + n as i64,
+        close: close.map(str::to_owned),
+        body: body.to_vec(),
+    };
+    let c0 = chunk(0, b"event: message_start\ndata: {}\n\n", None);
+    let c1 = chunk(1, &[0, 159, 146, 150, 255, 10], None);
+    let c2 = chunk(2, b"", Some("normal"));
+    assert_eq!(
+        store.insert_raw(&[c2.clone(), c0.clone()]).await.unwrap(),
+        2
+    );
+    // Re-delivery of chunk 0 with other bytes keeps the original; chunk 1 is new.
+    assert_eq!(
+        store
+            .insert_raw(&[chunk(0, b"other", None), c1.clone()])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.insert_raw(&[]).await.unwrap(), 0);
+    assert_eq!(store.raw_chunks("run-raw").await.unwrap(), vec![c0, c1, c2]);
+    assert!(store.raw_chunks("other").await.unwrap().is_empty());
+}
+
+async fn reopen_persists_everything(backend: Backend) {
+    let run = whole_run("t", "run-p", 42, 2, 7);
+    {
+        let store = backend.open().await;
+        store.insert_batch(&run).await.unwrap();
+        store
+            .insert_raw(&[RawChunkRecord {
+                tenant: "t".into(),
+                run_id: "run-p".into(),
+                chunk: 0,
+                family: "f2".into(),
+                ingest_ts_ms: 42,
+                close: None,
+                body: b"{}".to_vec(),
+            }])
+            .await
+            .unwrap();
+    }
+    // Reopening re-runs the (idempotent) migrations on an existing schema.
+    let store = backend.open().await;
+    let again = backend.open().await;
+    assert_eq!(store.events_after("run-p", 0, 0).await.unwrap(), run);
+    assert_eq!(again.journal_after(0, 0).await.unwrap(), run);
+    let r = store.get_run("run-p").await.unwrap().unwrap();
+    assert_eq!((r.event_count, r.status), (4, RunStatusKind::Ended));
+    assert_eq!(store.raw_chunks("run-p").await.unwrap().len(), 1);
+    // Dedupe state survives too.
+    assert_eq!(store.insert_batch(&run).await.unwrap(), outcome(0, 4, 0));
+}
+
+async fn concurrent_overlapping_batches_count_each_event_once(backend: Backend) {
+    let store = backend.open().await;
+    // 8 runs of 50 events; four writers insert overlapping halves concurrently.
+    let events: Vec<ArchivedEvent> = (0..8)
+        .flat_map(|r| whole_run("t", &format!("run-{r}"), r * 1_000, 48, (r as u64) * 50 + 1))
+        .collect();
+    let total = events.len() as u64;
+    let mut tasks = Vec::new();
+    for w in 0..4usize {
+        let store = store.clone();
+        let mine: Vec<ArchivedEvent> = events
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (i / 25 + w) % 2 == 0)
+            .map(|(_, e)| e.clone())
+            .collect();
+        tasks.push(tokio::spawn(async move {
+            let mut sum = InsertOutcome::default();
+            for chunk in mine.chunks(40) {
+                // Deadlocks or serialization failures are retryable by contract.
+                let o = loop {
+                    match store.insert_batch(chunk).await {
+                        Ok(o) => break o,
+                        Err(ArchiveError::Postgres(e)) if e.code().is_some() => continue,
+                        Err(e) => panic!("{e}"),
+                    }
+                };
+                sum.inserted += o.inserted;
+                sum.duplicates += o.duplicates;
+                sum.conflicts += o.conflicts;
+            }
+            sum
+        }));
+    }
+    let mut sum = InsertOutcome::default();
+    for t in tasks {
+        let o = t.await.unwrap();
+        sum.inserted += o.inserted;
+        sum.duplicates += o.duplicates;
+        sum.conflicts += o.conflicts;
+    }
+    assert_eq!(sum.inserted, total);
+    assert_eq!(sum.duplicates, total);
+    assert_eq!(sum.conflicts, 0);
+    for r in 0..8 {
+        let run = store.get_run(&format!("run-{r}")).await.unwrap().unwrap();
+        assert_eq!((run.event_count, run.first_seq, run.last_seq), (50, 1, 50));
+        assert_eq!(run.status, RunStatusKind::Ended);
+    }
+    assert_eq!(store.journal_after(0, 0).await.unwrap().len() as u64, total);
+}
+
+/// SQLite-only: URL parameters of `open_store`.
+#[tokio::test]
+async fn sqlite_url_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let url = format!("sqlite://{}?synchronous=normal", db.display());
+    let store = open_store(&url).await.expect("normal durability");
+    store
+        .insert_batch(&whole_run("t", "run-u", 0, 1, 1))
+        .await
+        .unwrap();
+    drop(store);
+    // The file is the one named before '?', and a plain path works too.
+    let plain = open_store(db.to_str().unwrap()).await.unwrap();
+    assert_eq!(plain.events_after("run-u", 0, 0).await.unwrap().len(), 3);
+    for bad in ["?synchronous=off", "?journal=wal"] {
+        let r = open_store(&format!("sqlite://{}{bad}", db.display())).await;
+        assert!(matches!(r, Err(ArchiveError::Config(_))), "{bad}");
+    }
+    assert!(matches!(
+        open_store("sqlite://").await,
+        Err(ArchiveError::Config(_))
+    ));
+}
