@@ -88,7 +88,8 @@ pub async fn run_events(
         loop {
             match store.insert_batch(&events).await {
                 Ok(outcome) => {
-                    metrics::counter!("sg_archiver_events_inserted_total").increment(outcome.inserted);
+                    metrics::counter!("sg_archiver_events_inserted_total")
+                        .increment(outcome.inserted);
                     metrics::counter!("sg_archiver_duplicates_total").increment(outcome.duplicates);
                     metrics::counter!("sg_archiver_conflicts_total").increment(outcome.conflicts);
                     break;
@@ -145,7 +146,9 @@ pub async fn run_raw(
         let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
         let records: Vec<RawChunkRecord> = msgs
             .iter()
-            .filter_map(|m| RawChunk::from_parts(&m.subject, m.headers.as_ref(), m.payload.clone()).ok())
+            .filter_map(|m| {
+                RawChunk::from_parts(&m.subject, m.headers.as_ref(), m.payload.clone()).ok()
+            })
             .map(|c| RawChunkRecord {
                 tenant: c.addr.tenant,
                 run_id: c.addr.run_id,

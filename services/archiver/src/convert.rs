@@ -47,8 +47,12 @@ pub fn raw(c: RawChunkRecord) -> v1::RawChunk {
 pub fn state(run_id: &str, s: &RunState) -> v1::RunState {
     let (status, stop_reason) = match &s.progress {
         RunProgress::Open => ("open", None),
-        RunProgress::Ended { reason, .. } => ("ended", reason.as_ref().map(|r| r.as_str().to_owned())),
-        RunProgress::Failed { reason, .. } => ("failed", reason.as_ref().map(|r| r.as_str().to_owned())),
+        RunProgress::Ended { reason, .. } => {
+            ("ended", reason.as_ref().map(|r| r.as_str().to_owned()))
+        }
+        RunProgress::Failed { reason, .. } => {
+            ("failed", reason.as_ref().map(|r| r.as_str().to_owned()))
+        }
     };
     v1::RunState {
         run_id: run_id.to_owned(),

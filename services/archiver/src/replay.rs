@@ -36,7 +36,11 @@ pub struct Replay {
 
 impl Replay {
     /// Replays from `store`; follows live events on `js`.
-    pub fn new(store: Arc<dyn Store>, js: async_nats::jetstream::Context, partitions: u32) -> Replay {
+    pub fn new(
+        store: Arc<dyn Store>,
+        js: async_nats::jetstream::Context,
+        partitions: u32,
+    ) -> Replay {
         Replay {
             store,
             js,
@@ -114,7 +118,10 @@ impl ArchiveService for Replay {
         }))
     }
 
-    async fn get_run(&self, request: Request<v1::GetRunRequest>) -> Result<Response<v1::Run>, Status> {
+    async fn get_run(
+        &self,
+        request: Request<v1::GetRunRequest>,
+    ) -> Result<Response<v1::Run>, Status> {
         let id = request.into_inner().run_id;
         match self.store.get_run(&id).await.map_err(internal)? {
             Some(r) => Ok(Response::new(convert::run(&r))),
@@ -135,7 +142,10 @@ impl ArchiveService for Replay {
         let (tx, rx) = mpsc::channel(256);
         let this = self.clone();
         tokio::spawn(async move {
-            if let Err(status) = this.replay_into(&r.run_id, r.after_seq, r.follow, &tx).await {
+            if let Err(status) = this
+                .replay_into(&r.run_id, r.after_seq, r.follow, &tx)
+                .await
+            {
                 let _ = tx.send(Err(status)).await;
             }
         });
@@ -153,9 +163,16 @@ impl ArchiveService for Replay {
         let store = self.store.clone();
         tokio::spawn(async move {
             let mut after = r.after_journal_seq;
-            let mut left = if r.limit == 0 { u64::MAX } else { u64::from(r.limit) };
+            let mut left = if r.limit == 0 {
+                u64::MAX
+            } else {
+                u64::from(r.limit)
+            };
             while left > 0 {
-                let page = match store.journal_after(after, PAGE.min(left.min(u64::from(PAGE)) as u32)).await {
+                let page = match store
+                    .journal_after(after, PAGE.min(left.min(u64::from(PAGE)) as u32))
+                    .await
+                {
                     Ok(p) => p,
                     Err(e) => {
                         let _ = tx.send(Err(internal(e))).await;
@@ -184,7 +201,10 @@ impl ArchiveService for Replay {
         let r = request.into_inner();
         let events = self.all_events(&r.run_id).await?;
         if events.is_empty() {
-            return Err(Status::not_found(format!("no run `{}` in the archive", r.run_id)));
+            return Err(Status::not_found(format!(
+                "no run `{}` in the archive",
+                r.run_id
+            )));
         }
         let upto = if r.at_seq == 0 { u64::MAX } else { r.at_seq };
         let state = RunState::fold(
@@ -208,9 +228,15 @@ impl ArchiveService for Replay {
             .map(|e| e.event)
             .collect();
         if events.is_empty() {
-            return Err(Status::not_found(format!("no run `{}` in the archive", r.run_id)));
+            return Err(Status::not_found(format!(
+                "no run `{}` in the archive",
+                r.run_id
+            )));
         }
-        Ok(Response::new(convert::timeline(&r.run_id, &timeline(&events))))
+        Ok(Response::new(convert::timeline(
+            &r.run_id,
+            &timeline(&events),
+        )))
     }
 
     type RawChunksStream = Stream<v1::RawChunk>;
@@ -228,13 +254,22 @@ impl ArchiveService for Replay {
                 partition_of(&run_id, self.partitions),
                 encode_token(&run_id)
             );
-            let msgs = streamgate_bus::consume::read_subject(&self.js, streamgate_bus::RAW_STREAM, &subject)
-                .await
-                .map_err(|e| Status::unavailable(e.to_string()))?;
+            let msgs = streamgate_bus::consume::read_subject(
+                &self.js,
+                streamgate_bus::RAW_STREAM,
+                &subject,
+            )
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
             chunks = msgs
                 .iter()
                 .filter_map(|m| {
-                    streamgate_bus::raw::RawChunk::from_parts(&m.subject, m.headers.as_ref(), m.payload.clone()).ok()
+                    streamgate_bus::raw::RawChunk::from_parts(
+                        &m.subject,
+                        m.headers.as_ref(),
+                        m.payload.clone(),
+                    )
+                    .ok()
                 })
                 .map(|c| streamgate_archive::RawChunkRecord {
                     tenant: c.addr.tenant,
@@ -247,7 +282,8 @@ impl ArchiveService for Replay {
                 })
                 .collect();
         }
-        let items: Vec<Result<v1::RawChunk, Status>> = chunks.into_iter().map(|c| Ok(convert::raw(c))).collect();
+        let items: Vec<Result<v1::RawChunk, Status>> =
+            chunks.into_iter().map(|c| Ok(convert::raw(c))).collect();
         Ok(Response::new(Box::pin(futures::stream::iter(items))))
     }
 }
@@ -352,7 +388,10 @@ impl Replay {
             last = seq;
             let terminal = is_terminal(&ev);
             if tx
-                .send(Ok(convert::event(&ArchivedEvent { event: ev, journal_seq })))
+                .send(Ok(convert::event(&ArchivedEvent {
+                    event: ev,
+                    journal_seq,
+                })))
                 .await
                 .is_err()
             {

@@ -17,7 +17,11 @@ struct Args {
     #[arg(long, env = "STREAMGATE_CONFIG")]
     config: Option<std::path::PathBuf>,
     /// NATS server URL.
-    #[arg(long, env = "STREAMGATE_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    #[arg(
+        long,
+        env = "STREAMGATE_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
     nats: String,
     /// Partitions of the deployment (fixed for its lifetime).
     #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]

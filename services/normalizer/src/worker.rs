@@ -98,17 +98,17 @@ async fn process_batch(
     let mut out: BTreeMap<(String, String), (RunAddr, Vec<RunEvent>)> = BTreeMap::new();
     let mut chunks_applied = 0u64;
     for msg in &msgs {
-        let chunk = match RawChunk::from_parts(&msg.subject, msg.headers.as_ref(), msg.payload.clone())
-        {
-            Ok(c) => c,
-            Err(e) => {
-                // A message nobody can read is acknowledged (it would loop forever) and
-                // counted; the raw bytes stay in SG_RAW for inspection.
-                warn!(error = %e, subject = %msg.subject, "unreadable raw message");
-                metrics::counter!("sg_normalizer_bad_raw_total").increment(1);
-                continue;
-            }
-        };
+        let chunk =
+            match RawChunk::from_parts(&msg.subject, msg.headers.as_ref(), msg.payload.clone()) {
+                Ok(c) => c,
+                Err(e) => {
+                    // A message nobody can read is acknowledged (it would loop forever) and
+                    // counted; the raw bytes stay in SG_RAW for inspection.
+                    warn!(error = %e, subject = %msg.subject, "unreadable raw message");
+                    metrics::counter!("sg_normalizer_bad_raw_total").increment(1);
+                    continue;
+                }
+            };
         let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
         let mut events = match table.apply(&chunk) {
             Applied::Events(evs) => evs,

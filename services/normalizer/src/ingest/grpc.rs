@@ -142,7 +142,11 @@ async fn handle(
     };
     let seq = ingestor.put(&spec, chunk.chunk, body, close).await?;
     *resume = Some(super::ResumePoint {
-        next_chunk: if close.is_some() { chunk.chunk } else { chunk.chunk + 1 },
+        next_chunk: if close.is_some() {
+            chunk.chunk
+        } else {
+            chunk.chunk + 1
+        },
         closed: close.is_some(),
     });
     Ok(IngestAck {

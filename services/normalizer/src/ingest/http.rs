@@ -78,7 +78,10 @@ async fn ingest(
     if let Err(e) = Ingestor::check(&spec) {
         return error(StatusCode::BAD_REQUEST, e.to_string());
     }
-    let chunk_bytes = q.chunk_bytes.unwrap_or(DEFAULT_CHUNK_BYTES).clamp(1, 4 << 20);
+    let chunk_bytes = q
+        .chunk_bytes
+        .unwrap_or(DEFAULT_CHUNK_BYTES)
+        .clamp(1, 4 << 20);
     let point = match st.ingestor.resume_point(&spec.tenant, &spec.run_id).await {
         Ok(p) => p,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
@@ -120,7 +123,11 @@ async fn ingest(
         }
         next += 1;
     }
-    if let Err(e) = st.ingestor.put(&spec, next, Bytes::new(), Some(close)).await {
+    if let Err(e) = st
+        .ingestor
+        .put(&spec, next, Bytes::new(), Some(close))
+        .await
+    {
         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     }
     Json(serde_json::json!({

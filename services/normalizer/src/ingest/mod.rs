@@ -69,7 +69,9 @@ impl Ingestor {
     /// Validates a run spec.
     pub fn check(spec: &RunSpec) -> Result<(), IngestError> {
         if spec.tenant.is_empty() || spec.run_id.is_empty() {
-            return Err(IngestError::Invalid("tenant and run_id are required".into()));
+            return Err(IngestError::Invalid(
+                "tenant and run_id are required".into(),
+            ));
         }
         spec.family
             .parse::<streamgate_wire::FamilyChoice>()
@@ -104,20 +106,23 @@ impl Ingestor {
     }
 
     /// Where a run's ingest stands, from the last raw message stored for it.
-    pub async fn resume_point(&self, tenant: &str, run_id: &str) -> Result<ResumePoint, IngestError> {
+    pub async fn resume_point(
+        &self,
+        tenant: &str,
+        run_id: &str,
+    ) -> Result<ResumePoint, IngestError> {
         let addr = RunAddr::new(tenant, run_id, self.partitions);
         let stream = self
             .js
             .get_stream(RAW_STREAM)
             .await
             .map_err(|e| IngestError::Broker(e.to_string()))?;
-        match stream.get_last_raw_message_by_subject(&addr.raw_subject()).await {
+        match stream
+            .get_last_raw_message_by_subject(&addr.raw_subject())
+            .await
+        {
             Ok(msg) => {
-                let header = |name: &str| {
-                    msg.headers
-                        .get(name)
-                        .map(|v| v.as_str().to_owned())
-                };
+                let header = |name: &str| msg.headers.get(name).map(|v| v.as_str().to_owned());
                 let chunk: u64 = header(HDR_CHUNK).and_then(|c| c.parse().ok()).unwrap_or(0);
                 let closed = header(HDR_CLOSE).is_some();
                 Ok(ResumePoint {
@@ -125,7 +130,10 @@ impl Ingestor {
                     closed,
                 })
             }
-            Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {
+            Err(e)
+                if e.kind()
+                    == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+            {
                 Ok(ResumePoint {
                     next_chunk: 0,
                     closed: false,

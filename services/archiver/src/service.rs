@@ -1,0 +1,84 @@
+//! Starts the archive consumer(s) and the ArchiveService gRPC server together (used by
+//! the service binary and by `streamgate up`).
+
+use crate::consumer::{run_events, run_raw, ConsumerConfig};
+use crate::replay::Replay;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use streamgate_archive::Store;
+use streamgate_proto::v1::archive_service_server::ArchiveServiceServer;
+use streamgate_runtime::rpc::{reflection, RequireBearer};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Where and how the ArchiveService listens.
+#[derive(Debug, Clone)]
+pub struct ArchiverListen {
+    /// gRPC address (port 0 picks a free port); `None` runs the consumer only.
+    pub grpc: Option<SocketAddr>,
+    /// The operator bearer token every ArchiveService call must carry. Required: the
+    /// archive holds raw reasoning and is operator-only.
+    pub operator_token: String,
+    /// Partition count of the deployment (to find a run's subject when following).
+    pub partitions: u32,
+}
+
+/// A started archiver.
+pub struct Running {
+    /// Bound gRPC address.
+    pub grpc: Option<SocketAddr>,
+    /// The tasks; they end after shutdown once drained.
+    pub tasks: JoinSet<anyhow::Result<()>>,
+}
+
+/// Starts the consumer(s) and the gRPC server; they stop when `shutdown` fires.
+pub async fn start(
+    nats: async_nats::Client,
+    store: Arc<dyn Store>,
+    cfg: ConsumerConfig,
+    listen: ArchiverListen,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Running> {
+    anyhow::ensure!(
+        !listen.operator_token.is_empty(),
+        "the archive is operator-only: an operator token is required"
+    );
+    let js = async_nats::jetstream::new(nats);
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let mut tasks = JoinSet::new();
+    {
+        let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());
+        tasks.spawn(async move { run_events(js, store, cfg, stop).await });
+    }
+    if cfg.archive_raw {
+        let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());
+        tasks.spawn(async move { run_raw(js, store, cfg, stop).await });
+    }
+    let grpc = match listen.grpc {
+        None => None,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let bound = listener.local_addr()?;
+            let (reporter, health) = tonic_health::server::health_reporter();
+            reporter.set_serving::<ArchiveServiceServer<Replay>>().await;
+            let service = tonic::service::interceptor::InterceptedService::new(
+                ArchiveServiceServer::new(Replay::new(store, js, listen.partitions)),
+                RequireBearer::new(&listen.operator_token),
+            );
+            let reflect = reflection()?;
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .add_service(health)
+                    .add_service(reflect)
+                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                    .await?;
+                Ok(())
+            });
+            Some(bound)
+        }
+    };
+    Ok(Running { grpc, tasks })
+}
