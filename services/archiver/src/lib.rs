@@ -3,12 +3,14 @@
 //! operator-only `ArchiveService` that replays what it holds.
 //!
 //! # Layout
+//! - [`cli`]: the service's flags and `run` (binary and `streamgate archiver`).
 //! - [`consumer`]: SG_EVENTS (and SG_RAW) → store, ack after commit.
 //! - [`replay`]: the `ArchiveService` gRPC implementation.
 //! - [`convert`]: archive records and folds → protobuf replies.
 //! - [`service`]: consumer and gRPC server started together.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod consumer;
 pub mod convert;
 pub mod replay;

@@ -4,81 +4,9 @@
 //! `STREAMGATE_*=value` lines (flag > environment > file).
 
 use clap::Parser;
-use std::net::SocketAddr;
-use streamgate_archiver::{start, ArchiverListen, ConsumerConfig};
-use streamgate_runtime::{init_telemetry, TelemetryConfig};
-
-/// Archiver service: SG_EVENTS into the archive, operator-only gRPC replay.
-#[derive(Debug, Parser)]
-#[command(name = "streamgate-archiver", version)]
-struct Args {
-    /// Config file of STREAMGATE_*=value lines.
-    #[arg(long, env = "STREAMGATE_CONFIG")]
-    config: Option<std::path::PathBuf>,
-    /// NATS server URL.
-    #[arg(
-        long,
-        env = "STREAMGATE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    nats: String,
-    /// Archive: a SQLite path (`sqlite:///var/lib/streamgate/archive.db`) or a PostgreSQL
-    /// URL (`postgres://user@host/db`).
-    #[arg(long, env = "STREAMGATE_ARCHIVE_URL", hide_env_values = true)]
-    archive: String,
-    /// Also archive raw chunks from SG_RAW.
-    #[arg(long, env = "STREAMGATE_ARCHIVE_RAW")]
-    archive_raw: bool,
-    /// Partitions of the deployment.
-    #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
-    partitions: u32,
-    /// ArchiveService listen address.
-    #[arg(long, env = "STREAMGATE_ARCHIVE_GRPC", default_value = "0.0.0.0:7320")]
-    grpc: SocketAddr,
-    /// Operator bearer token (required).
-    #[arg(long, env = "STREAMGATE_OPERATOR_TOKEN", hide_env_values = true)]
-    operator_token: String,
-    /// Events per archive transaction at most.
-    #[arg(long, env = "STREAMGATE_ARCHIVE_BATCH", default_value_t = 1024)]
-    batch: usize,
-    /// Prometheus metrics listen address.
-    #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
-    metrics: Option<SocketAddr>,
-    /// Log JSON lines.
-    #[arg(long, env = "STREAMGATE_LOG_JSON")]
-    log_json: bool,
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     streamgate_runtime::config::load_env_file_from_args()?;
-    let args = Args::parse();
-    init_telemetry(&TelemetryConfig {
-        log_json: args.log_json,
-        metrics_addr: args.metrics,
-    })?;
-    let shutdown = streamgate_runtime::shutdown::on_signal();
-    let nats = async_nats::connect(&args.nats).await?;
-    let store = streamgate_archive::open_store(&args.archive).await?;
-    let mut running = start(
-        nats,
-        store,
-        ConsumerConfig {
-            batch: args.batch,
-            archive_raw: args.archive_raw,
-            ..ConsumerConfig::default()
-        },
-        ArchiverListen {
-            grpc: Some(args.grpc),
-            operator_token: args.operator_token,
-            partitions: args.partitions,
-        },
-        shutdown,
-    )
-    .await?;
-    tracing::info!(grpc = ?running.grpc, "archiver listening");
-    while let Some(done) = running.tasks.join_next().await {
-        done??;
-    }
-    Ok(())
+    streamgate_archiver::cli::run(streamgate_archiver::cli::Args::parse()).await
 }

@@ -2,6 +2,7 @@
 //! SG_RAW; the worker turns each run's chunks into canonical events on SG_EVENTS.
 //!
 //! # Layout
+//! - [`cli`]: the service's flags and `run` (binary and `streamgate normalizer`).
 //! - [`config`]: worker settings.
 //! - [`runs`]: the in-flight run table (one adapter per run, rebuilt from SG_RAW when
 //!   needed).
@@ -10,6 +11,7 @@
 //! - [`service`]: everything above started together, with health and reflection.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod config;
 pub mod ingest;
 pub mod runs;

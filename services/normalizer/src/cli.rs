@@ -1,0 +1,85 @@
+//! The normalizer service's command line: flags with `STREAMGATE_*` environment fallbacks
+//! (and `--config` files, see `streamgate_runtime::config`). Shared by the service binary
+//! and `streamgate normalizer`.
+
+use crate::{start, Listeners, NormalizerConfig};
+use clap::Parser;
+use std::net::SocketAddr;
+use std::time::Duration;
+use streamgate_runtime::{init_telemetry, TelemetryConfig};
+
+/// Normalizer service: ingest front doors and the SG_RAW → SG_EVENTS worker.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "streamgate-normalizer", version)]
+pub struct Args {
+    /// Config file of STREAMGATE_*=value lines.
+    #[arg(long, env = "STREAMGATE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// NATS server URL.
+    #[arg(
+        long,
+        env = "STREAMGATE_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub nats: String,
+    /// Partitions of the deployment (fixed for its lifetime).
+    #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
+    pub partitions: u32,
+    /// JetStream replicas for SG_RAW and SG_EVENTS.
+    #[arg(long, env = "STREAMGATE_REPLICAS", default_value_t = 1)]
+    pub replicas: usize,
+    /// gRPC ingest listen address.
+    #[arg(long, env = "STREAMGATE_INGEST_GRPC", default_value = "0.0.0.0:7310")]
+    pub grpc: SocketAddr,
+    /// HTTP ingest listen address.
+    #[arg(long, env = "STREAMGATE_INGEST_HTTP", default_value = "0.0.0.0:7311")]
+    pub http: SocketAddr,
+    /// Bearer token required by the ingest front doors.
+    #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
+    pub ingest_token: Option<String>,
+    /// Seconds without a chunk before a run is closed with a timeout marker.
+    #[arg(long, env = "STREAMGATE_IDLE_TIMEOUT_SECS", default_value_t = 120)]
+    pub idle_timeout_secs: u64,
+    /// Runs whose adapter state stays in memory.
+    #[arg(long, env = "STREAMGATE_MAX_OPEN_RUNS", default_value_t = 10_000)]
+    pub max_open_runs: usize,
+    /// Prometheus metrics listen address.
+    #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Log JSON lines.
+    #[arg(long, env = "STREAMGATE_LOG_JSON")]
+    pub log_json: bool,
+}
+
+/// Runs the service until SIGINT/SIGTERM, draining in-flight work.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    init_telemetry(&TelemetryConfig {
+        log_json: args.log_json,
+        metrics_addr: args.metrics,
+    })?;
+    let shutdown = streamgate_runtime::shutdown::on_signal();
+    let nats = async_nats::connect(&args.nats).await?;
+    let mut cfg = NormalizerConfig {
+        idle_timeout: Duration::from_secs(args.idle_timeout_secs),
+        max_open_runs: args.max_open_runs,
+        ..NormalizerConfig::default()
+    };
+    cfg.streams.replicas = args.replicas;
+    let mut running = start(
+        nats,
+        cfg,
+        Listeners {
+            grpc: Some(args.grpc),
+            http: Some(args.http),
+            ingest_token: args.ingest_token,
+            partitions: args.partitions,
+        },
+        shutdown,
+    )
+    .await?;
+    tracing::info!(grpc = ?running.grpc, http = ?running.http, "normalizer listening");
+    while let Some(done) = running.tasks.join_next().await {
+        done??;
+    }
+    Ok(())
+}
