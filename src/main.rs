@@ -4,9 +4,14 @@
 //! - `cli::normalize`: offline normalization of a capture file to canonical JSONL.
 //! - `cli::conform`: golden conformance over a corpus folder (`index.tsv`).
 //! - `cli::synth`: large single-run captures for benchmarks.
+//! - `cli::up`: the whole pipeline in one process (`streamgate up`).
+//! - `cli::ingest`, `cli::archive_client`: clients of the ingest and archive services.
+//! - `cli::discover`: how clients find a local `streamgate up`.
+//! - `terminal`: the plain terminal channel.
 #![forbid(unsafe_code)]
 
 mod cli;
+mod terminal;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -39,6 +44,19 @@ enum Command {
         #[arg(long)]
         corpus: PathBuf,
     },
+    /// Run the whole pipeline locally: nats-server, normalizer, archiver (SQLite), and a
+    /// terminal channel.
+    Up(cli::up::UpArgs),
+    /// Send a capture to the ingest service as one run.
+    Ingest(cli::ingest::IngestArgs),
+    /// List archived runs (operator).
+    Runs(cli::archive_client::RunsArgs),
+    /// Replay a run from the archive (operator).
+    Replay(cli::archive_client::ReplayArgs),
+    /// Run the normalizer service (same flags as `streamgate-normalizer`).
+    Normalizer(streamgate_normalizer::cli::Args),
+    /// Run the archiver service (same flags as `streamgate-archiver`).
+    Archiver(streamgate_archiver::cli::Args),
     /// Grow a capture into a large single-run capture (for benchmarks and load tests).
     Synth {
         /// The capture to grow.
@@ -52,9 +70,30 @@ enum Command {
     },
 }
 
+/// Runs an async subcommand on a fresh runtime; the offline commands need none.
+fn block_on(
+    fut: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(fut)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
+    if let Err(e) = streamgate_runtime::config::load_env_file_from_args() {
+        eprintln!("streamgate: {e}");
+        return ExitCode::FAILURE;
+    }
     let args = Args::parse();
     let result = match args.command {
+        Command::Up(a) => block_on(cli::up::run(a)),
+        Command::Ingest(a) => block_on(cli::ingest::run(a)),
+        Command::Runs(a) => block_on(cli::archive_client::runs(a)),
+        Command::Replay(a) => block_on(cli::archive_client::replay(a)),
+        Command::Normalizer(a) => block_on(streamgate_normalizer::cli::run(a)),
+        Command::Archiver(a) => block_on(streamgate_archiver::cli::run(a)),
         Command::Normalize {
             family,
             transcript,

@@ -1,5 +1,9 @@
 //! Subcommands.
 
+pub mod archive_client;
 pub mod conform;
+pub mod discover;
+pub mod ingest;
 pub mod normalize;
 pub mod synth;
+pub mod up;

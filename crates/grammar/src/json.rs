@@ -138,6 +138,15 @@ fn compact(text: &str) -> String {
     out
 }
 
+/// Deserializes an optional provider object so that an explicit `null` stays `Some(null)`
+/// (the provider said null; that differs from the field being absent).
+pub fn deserialize_present<'de, D>(d: D) -> Result<Option<Json>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Json::deserialize(d).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,13 +172,4 @@ mod tests {
         assert!(Json::parse("{").is_none());
         assert!(Json::parse("1 2").is_none());
     }
-}
-
-/// Deserializes an optional provider object so that an explicit `null` stays `Some(null)`
-/// (the provider said null; that differs from the field being absent).
-pub fn deserialize_present<'de, D>(d: D) -> Result<Option<Json>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    Json::deserialize(d).map(Some)
 }

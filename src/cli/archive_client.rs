@@ -1,0 +1,213 @@
+//! `streamgate runs` and `streamgate replay`: operator clients of the ArchiveService.
+
+use super::discover::{endpoint, Instance};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use streamgate_grammar::RunEvent;
+use streamgate_proto::v1::archive_service_client::ArchiveServiceClient;
+use streamgate_proto::v1::{
+    ListRunsRequest, ReplayEventsRequest, ReplayStateRequest, ReplayTimelineRequest,
+};
+use streamgate_runtime::rpc::SendBearer;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// How to reach the archive.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ArchiveTarget {
+    /// ArchiveService address (default: the local `streamgate up`).
+    #[arg(long, env = "STREAMGATE_ARCHIVE_ADDR")]
+    pub addr: Option<String>,
+    /// Operator bearer token (default: the local instance's).
+    #[arg(long, env = "STREAMGATE_OPERATOR_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Data dir of the local instance to find.
+    #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+}
+
+type Client = ArchiveServiceClient<InterceptedService<Channel, SendBearer>>;
+
+impl ArchiveTarget {
+    async fn connect(&self) -> Result<Client> {
+        let (addr, token) = match (&self.addr, &self.token) {
+            (Some(a), t) => (a.clone(), t.clone()),
+            (None, t) => {
+                let inst = Instance::read(&self.data_dir)?;
+                (inst.archive_grpc, t.clone().or(Some(inst.operator_token)))
+            }
+        };
+        let channel = Channel::from_shared(endpoint(&addr))?
+            .connect()
+            .await
+            .with_context(|| format!("cannot reach the archive at {addr}"))?;
+        Ok(
+            ArchiveServiceClient::with_interceptor(channel, SendBearer::new(token.as_deref()))
+                .max_decoding_message_size(64 << 20),
+        )
+    }
+}
+
+/// Flags of `streamgate runs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunsArgs {
+    /// Only this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only runs in this state: open, ended, failed.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// At most this many runs.
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    target: ArchiveTarget,
+}
+
+/// Runs `streamgate runs`.
+pub async fn runs(args: RunsArgs) -> Result<()> {
+    let mut client = args.target.connect().await?;
+    let reply = client
+        .list_runs(ListRunsRequest {
+            tenant: args.tenant,
+            session_key: args.session,
+            status: args.status,
+            limit: args.limit,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    for r in reply.runs {
+        if args.json {
+            let v = serde_json::json!({
+                "tenant": r.tenant, "run_id": r.run_id, "session_key": r.session_key,
+                "provider": r.provider, "model": r.model, "status": r.status,
+                "stop_reason": r.stop_reason, "first_seq": r.first_seq, "last_seq": r.last_seq,
+                "first_ts_ms": r.first_ts_ms, "last_ts_ms": r.last_ts_ms, "event_count": r.event_count,
+                "usage": r.usage_json.as_deref().and_then(|u| serde_json::from_str::<serde_json::Value>(u).ok()),
+            });
+            println!("{v}");
+        } else {
+            println!(
+                "{:<28} {:<10} {:<7} {:<14} {:>5} events  {}",
+                r.run_id,
+                r.tenant,
+                r.status,
+                r.stop_reason.unwrap_or_default(),
+                r.event_count,
+                r.model.unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Flags of `streamgate replay`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// The run.
+    pub run: String,
+    /// Only events after this seq.
+    #[arg(long, default_value_t = 0)]
+    pub after: u64,
+    /// Keep following live events until the run ends.
+    #[arg(long)]
+    pub follow: bool,
+    /// Print the folded state instead of events.
+    #[arg(long, conflicts_with_all = ["timeline", "follow"])]
+    pub state: bool,
+    /// Print the timeline instead of events.
+    #[arg(long, conflicts_with = "follow")]
+    pub timeline: bool,
+    /// Machine-readable output (events: the golden line shape plus envelope fields).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    target: ArchiveTarget,
+}
+
+/// Runs `streamgate replay`.
+pub async fn replay(args: ReplayArgs) -> Result<()> {
+    let mut client = args.target.connect().await?;
+    if args.state {
+        let s = client
+            .replay_state(ReplayStateRequest {
+                run_id: args.run.clone(),
+                at_seq: 0,
+            })
+            .await?
+            .into_inner();
+        let v = serde_json::json!({
+            "run_id": s.run_id, "at_seq": s.at_seq, "provider": s.provider, "model": s.model,
+            "status": s.status, "stop_reason": s.stop_reason, "final_text": s.final_text,
+            "final_truncated": s.final_truncated,
+            "thinking": s.thinking.iter().map(|t| serde_json::json!({
+                "id": t.id, "variant": t.variant, "text": t.text, "tokens": t.tokens,
+                "first_seq": t.first_seq, "last_seq": t.last_seq})).collect::<Vec<_>>(),
+            "items": s.items.iter().map(|i| serde_json::json!({
+                "id": i.id, "kind": i.kind, "name": i.name, "status": i.status,
+                "arguments": i.arguments_json.as_deref().and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok()),
+                "first_seq": i.first_seq, "last_seq": i.last_seq})).collect::<Vec<_>>(),
+            "usage": s.usage_json.as_deref().and_then(|u| serde_json::from_str::<serde_json::Value>(u).ok()),
+        });
+        if args.json {
+            println!("{v}");
+        } else {
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        return Ok(());
+    }
+    if args.timeline {
+        let t = client
+            .replay_timeline(ReplayTimelineRequest {
+                run_id: args.run.clone(),
+            })
+            .await?
+            .into_inner();
+        for e in t.entries {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"kind": e.kind, "id": e.id, "label": e.label,
+                        "start_seq": e.start_seq, "end_seq": e.end_seq,
+                        "start_ts_ms": e.start_ts_ms, "end_ts_ms": e.end_ts_ms, "duration_ms": e.duration_ms})
+                );
+            } else {
+                println!(
+                    "{:>5}..{:<5} {:<13} {:<20} {:>6} ms",
+                    e.start_seq, e.end_seq, e.kind, e.label, e.duration_ms
+                );
+            }
+        }
+        return Ok(());
+    }
+    let mut events = client
+        .replay_events(ReplayEventsRequest {
+            run_id: args.run.clone(),
+            after_seq: args.after,
+            follow: args.follow,
+        })
+        .await?
+        .into_inner();
+    let mut any = false;
+    while let Some(e) = events.message().await? {
+        any = true;
+        let Some(ev) = e.event else { continue };
+        let ev = RunEvent::try_from(ev)?;
+        if args.json {
+            println!("{}", ev.to_json());
+        } else {
+            println!("{}", crate::terminal::line(&ev));
+        }
+    }
+    if !any && args.after == 0 {
+        anyhow::bail!("no events for run `{}` in the archive", args.run);
+    }
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! How CLI clients find a local `streamgate up`: it writes `<data dir>/up.json` (mode
+//! 0600: it holds the operator token) with every address it listens on.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Default data directory of a local instance.
+pub const DEFAULT_DATA_DIR: &str = ".streamgate";
+
+/// What a running `streamgate up` publishes about itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Instance {
+    /// Process id of `streamgate up`.
+    pub pid: u32,
+    /// The broker.
+    pub nats_url: String,
+    /// gRPC IngestService.
+    pub ingest_grpc: String,
+    /// HTTP ingest.
+    pub ingest_http: String,
+    /// gRPC ArchiveService.
+    pub archive_grpc: String,
+    /// Operator bearer token for the ArchiveService.
+    pub operator_token: String,
+    /// Partition count.
+    pub partitions: u32,
+}
+
+fn path(data_dir: &Path) -> PathBuf {
+    data_dir.join("up.json")
+}
+
+impl Instance {
+    /// Writes `up.json` readable by the owner only.
+    pub fn write(&self, data_dir: &Path) -> Result<()> {
+        let p = path(data_dir);
+        let text = serde_json::to_string_pretty(self)?;
+        #[cfg(unix)]
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&p)
+                .with_context(|| format!("cannot write {}", p.display()))?;
+            f.write_all(text.as_bytes())?;
+        }
+        #[cfg(not(unix))]
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+        Ok(())
+    }
+
+    /// Reads the instance of `data_dir`.
+    pub fn read(data_dir: &Path) -> Result<Instance> {
+        let p = path(data_dir);
+        let text = std::fs::read_to_string(&p).with_context(|| {
+            format!(
+                "no running `streamgate up` found ({} missing); start one, or pass the address and token",
+                p.display()
+            )
+        })?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not valid", p.display()))
+    }
+
+    /// Removes `up.json` (on shutdown).
+    pub fn remove(data_dir: &Path) {
+        let _ = std::fs::remove_file(path(data_dir));
+    }
+}
+
+/// An address as a gRPC endpoint URL.
+pub fn endpoint(addr: &str) -> String {
+    if addr.starts_with("http://") || addr.starts_with("https://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    }
+}

@@ -1,0 +1,178 @@
+//! `streamgate ingest`: sends a capture to the gRPC IngestService chunk by chunk, waits
+//! for each durable ack, and resumes from the last acknowledged chunk if the connection
+//! breaks.
+
+use super::discover::{endpoint, Instance};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use streamgate_proto::v1::ingest_service_client::IngestServiceClient;
+use streamgate_proto::v1::{IngestChunk, ResumePointRequest};
+use streamgate_runtime::rpc::SendBearer;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// How fast chunks are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pace {
+    /// As fast as the acks come back.
+    Fast,
+    /// Like a live provider: one chunk every 25 ms.
+    Recorded,
+}
+
+/// Flags of `streamgate ingest`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IngestArgs {
+    /// The capture file.
+    pub capture: PathBuf,
+    /// Wire family: f1, f1e, f2, f3, f5, ollama-native, codex-appserver, or auto.
+    #[arg(long, default_value = "auto")]
+    pub family: String,
+    /// Run id.
+    #[arg(long)]
+    pub run: String,
+    /// Tenant.
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// Chat session the run belongs to.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Bytes per chunk.
+    #[arg(long, default_value_t = 4096)]
+    pub chunk_bytes: usize,
+    /// Sending pace.
+    #[arg(long, value_enum, default_value_t = Pace::Fast)]
+    pub pace: Pace,
+    /// IngestService address (default: the local `streamgate up`).
+    #[arg(long, env = "STREAMGATE_INGEST_ADDR")]
+    pub addr: Option<String>,
+    /// Ingest bearer token, when the front door requires one.
+    #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Data dir of the local instance to find.
+    #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+}
+
+type Client = IngestServiceClient<InterceptedService<Channel, SendBearer>>;
+
+async fn connect(addr: &str, token: Option<&str>) -> Result<Client> {
+    let channel = Channel::from_shared(endpoint(addr))?
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the ingest service at {addr}"))?;
+    Ok(IngestServiceClient::with_interceptor(
+        channel,
+        SendBearer::new(token),
+    ))
+}
+
+/// Runs the subcommand.
+pub async fn run(args: IngestArgs) -> Result<()> {
+    let bytes = std::fs::read(&args.capture)
+        .with_context(|| format!("cannot read {}", args.capture.display()))?;
+    args.family
+        .parse::<streamgate_wire::FamilyChoice>()
+        .map_err(anyhow::Error::msg)?;
+    let addr = match &args.addr {
+        Some(a) => a.clone(),
+        None => Instance::read(&args.data_dir)?.ingest_grpc,
+    };
+    let chunks: Vec<&[u8]> = bytes.chunks(args.chunk_bytes.max(1)).collect();
+    let mut attempts = 0;
+    loop {
+        match send(&addr, &args, &chunks).await {
+            Ok(sent) => {
+                eprintln!(
+                    "ingested {} ({} bytes, {} chunks) as run {}",
+                    display(&args.capture),
+                    bytes.len(),
+                    sent,
+                    args.run
+                );
+                return Ok(());
+            }
+            Err(e) if attempts < 5 => {
+                attempts += 1;
+                eprintln!("ingest interrupted ({e:#}); resuming");
+                tokio::time::sleep(Duration::from_millis(200 * attempts)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn display(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Sends every chunk not yet durable, then the close marker; returns chunks sent.
+async fn send(addr: &str, args: &IngestArgs, chunks: &[&[u8]]) -> Result<u64> {
+    let mut client = connect(addr, args.token.as_deref()).await?;
+    let point = client
+        .resume_point(ResumePointRequest {
+            tenant: args.tenant.clone(),
+            run_id: args.run.clone(),
+        })
+        .await?
+        .into_inner();
+    if point.closed {
+        bail!("run {} was already ingested and closed", args.run);
+    }
+    let start = point.next_chunk as usize;
+    let total = chunks.len() as u64;
+    let template = IngestChunk {
+        tenant: args.tenant.clone(),
+        run_id: args.run.clone(),
+        session_key: args.session.clone(),
+        family: args.family.clone(),
+        dialect: None,
+        chunk: 0,
+        body: Vec::new(),
+        close: None,
+    };
+    let mut messages: Vec<IngestChunk> = chunks
+        .iter()
+        .enumerate()
+        .skip(start)
+        .map(|(i, c)| IngestChunk {
+            chunk: i as u64,
+            body: c.to_vec(),
+            ..template.clone()
+        })
+        .collect();
+    messages.push(IngestChunk {
+        chunk: total,
+        close: Some("normal".into()),
+        ..template
+    });
+    let expected = messages.len();
+    let pace = args.pace;
+    let outbound = async_stream(messages, pace);
+    let mut acks = client.ingest(outbound).await?.into_inner();
+    let mut acked = 0;
+    while let Some(ack) = acks.message().await? {
+        acked += 1;
+        if ack.close {
+            break;
+        }
+    }
+    if acked < expected {
+        bail!("the ingest service acknowledged {acked} of {expected} messages");
+    }
+    Ok(total - start as u64)
+}
+
+fn async_stream(
+    messages: Vec<IngestChunk>,
+    pace: Pace,
+) -> impl futures::Stream<Item = IngestChunk> + Send + 'static {
+    futures::stream::unfold(messages.into_iter(), move |mut it| async move {
+        let next = it.next()?;
+        if pace == Pace::Recorded {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        Some((next, it))
+    })
+}
