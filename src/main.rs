@@ -57,6 +57,9 @@ enum Command {
     Normalizer(streamgate_normalizer::cli::Args),
     /// Run the archiver service (same flags as `streamgate-archiver`).
     Archiver(streamgate_archiver::cli::Args),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Grow a capture into a large single-run capture (for benchmarks and load tests).
     Synth {
         /// The capture to grow.
@@ -81,6 +84,13 @@ fn block_on(
     Ok(ExitCode::SUCCESS)
 }
 
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// N concurrent runs through the whole pipeline: events/s and ingest→commit latency,
+    /// next to a raw JetStream publish baseline.
+    Pipeline(cli::bench::PipelineArgs),
+}
+
 fn main() -> ExitCode {
     if let Err(e) = streamgate_runtime::config::load_env_file_from_args() {
         eprintln!("streamgate: {e}");
@@ -89,6 +99,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
         Command::Up(a) => block_on(cli::up::run(a)),
+        Command::Bench(BenchCommand::Pipeline(a)) => block_on(cli::bench::pipeline(a)),
         Command::Ingest(a) => block_on(cli::ingest::run(a)),
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),

@@ -1,6 +1,7 @@
 //! Subcommands.
 
 pub mod archive_client;
+pub mod bench;
 pub mod conform;
 pub mod discover;
 pub mod ingest;

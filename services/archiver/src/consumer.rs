@@ -14,6 +14,17 @@ use streamgate_bus::{EVENTS_STREAM, RAW_STREAM};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// Called with every batch right after it is committed (before the ack): the hook
+/// benchmarks and tests use to observe commit latency.
+#[derive(Clone)]
+pub struct CommitHook(pub Arc<dyn Fn(&[ArchivedEvent]) + Send + Sync>);
+
+impl std::fmt::Debug for CommitHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommitHook")
+    }
+}
+
 /// Consumer settings.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -27,6 +38,8 @@ pub struct ConsumerConfig {
     pub max_ack_pending: i64,
     /// Also archive raw chunks from SG_RAW.
     pub archive_raw: bool,
+    /// Observer of committed batches.
+    pub on_commit: Option<CommitHook>,
 }
 
 impl Default for ConsumerConfig {
@@ -37,6 +50,7 @@ impl Default for ConsumerConfig {
             ack_wait: Duration::from_secs(30),
             max_ack_pending: 50_000,
             archive_raw: false,
+            on_commit: None,
         }
     }
 }
@@ -92,6 +106,9 @@ pub async fn run_events(
                         .increment(outcome.inserted);
                     metrics::counter!("sg_archiver_duplicates_total").increment(outcome.duplicates);
                     metrics::counter!("sg_archiver_conflicts_total").increment(outcome.conflicts);
+                    if let Some(hook) = &cfg.on_commit {
+                        (hook.0)(&events);
+                    }
                     break;
                 }
                 Err(e) => {

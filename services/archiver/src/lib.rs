@@ -16,5 +16,5 @@ pub mod convert;
 pub mod replay;
 pub mod service;
 
-pub use consumer::ConsumerConfig;
+pub use consumer::{CommitHook, ConsumerConfig};
 pub use service::{start, ArchiverListen, Running};

@@ -1,0 +1,243 @@
+//! `streamgate bench pipeline`: the whole pipeline under load on this machine.
+//!
+//! It starts a private nats-server, the normalizer and the archiver (SQLite in a temp dir
+//! unless `--archive` names a store), measures a raw JetStream publish baseline, then has
+//! N producers replay a capture concurrently at full speed through the NATS front door
+//! and reports events/s archived and ingest→archive-commit latency (p50/p99, from each
+//! event's ingest time to the commit of its batch).
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use streamgate_archiver::{ArchiverListen, CommitHook, ConsumerConfig};
+use streamgate_bus::local::{free_port, nats_server_binary, LocalNats};
+use streamgate_bus::raw::CloseKind;
+use streamgate_normalizer::ingest::{Ingestor, RunSpec};
+use streamgate_normalizer::{Listeners, NormalizerConfig};
+
+/// Flags of `streamgate bench pipeline`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PipelineArgs {
+    /// Concurrent runs (producers).
+    #[arg(long, default_value_t = 32)]
+    pub runs: usize,
+    /// Runs each producer replays, one after another.
+    #[arg(long, default_value_t = 4)]
+    pub rounds: usize,
+    /// Capture each run replays (default: a bundled reasoning capture grown to ~64 KiB).
+    #[arg(long)]
+    pub capture: Option<PathBuf>,
+    /// Family of `--capture`.
+    #[arg(long, default_value = "auto")]
+    pub family: String,
+    /// Bytes per raw chunk.
+    #[arg(long, default_value_t = 1024)]
+    pub chunk_bytes: usize,
+    /// Archive URL (default: SQLite in a temp dir).
+    #[arg(long)]
+    pub archive: Option<String>,
+    /// Messages for the raw JetStream publish baseline.
+    #[arg(long, default_value_t = 100_000)]
+    pub baseline_messages: usize,
+}
+
+const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
+
+/// Runs the benchmark and prints its figures.
+pub async fn pipeline(args: PipelineArgs) -> Result<()> {
+    let tmp = std::env::temp_dir().join(format!("sg-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let nats_server = LocalNats::spawn(&nats_server_binary(), free_port()?, &tmp.join("nats"))?;
+    let nats = async_nats::connect(nats_server.url()).await?;
+    let js = async_nats::jetstream::new(nats.clone());
+
+    let (capture, family) = match &args.capture {
+        Some(p) => (
+            std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+            args.family.clone(),
+        ),
+        None => (
+            streamgate_wire::synth::inflate(DEFAULT_CAPTURE, 64 << 10),
+            "f2".to_owned(),
+        ),
+    };
+    let choice: streamgate_wire::FamilyChoice = family.parse().map_err(anyhow::Error::msg)?;
+    let events_per_run = streamgate_wire::normalize_bytes(choice, &capture, 0)
+        .events
+        .len();
+    let total_runs = args.runs * args.rounds;
+    let total_events = events_per_run * total_runs;
+    println!(
+        "capture: {} bytes, {events_per_run} events per run; {} producers × {} rounds = {total_runs} runs, {total_events} events",
+        capture.len(),
+        args.runs,
+        args.rounds
+    );
+
+    // 1. Baseline: raw JetStream publishes of chunk-sized messages, acks pipelined.
+    let baseline = publish_baseline(&js, args.baseline_messages, args.chunk_bytes).await?;
+    println!("baseline  JetStream publish (file store, acked): {baseline:.0} msgs/s");
+
+    // 2. The pipeline.
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let archive_url = args
+        .archive
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", tmp.join("archive.db").display()));
+    let store = streamgate_archive::open_store(&archive_url).await?;
+    let latencies = Arc::new(Mutex::new(Vec::<i64>::with_capacity(total_events)));
+    let hook = {
+        let latencies = latencies.clone();
+        CommitHook(Arc::new(move |batch| {
+            let now = crate::cli::bench::now_ms();
+            if let Ok(mut l) = latencies.lock() {
+                l.extend(batch.iter().map(|e| now - e.event.envelope.ts_ms));
+            }
+        }))
+    };
+    let normalizer = streamgate_normalizer::start(
+        nats.clone(),
+        NormalizerConfig::default(),
+        Listeners {
+            grpc: None,
+            http: None,
+            ingest_token: None,
+            partitions: streamgate_bus::DEFAULT_PARTITIONS,
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    let archiver = streamgate_archiver::start(
+        nats.clone(),
+        store,
+        ConsumerConfig {
+            on_commit: Some(hook),
+            ..ConsumerConfig::default()
+        },
+        ArchiverListen {
+            grpc: None,
+            operator_token: "bench".into(),
+            partitions: streamgate_bus::DEFAULT_PARTITIONS,
+        },
+        shutdown.clone(),
+    )
+    .await?;
+
+    let ingestor = Ingestor::new(js.clone(), streamgate_bus::DEFAULT_PARTITIONS);
+    let capture = Bytes::from(capture);
+    let started = Instant::now();
+    let mut producers = tokio::task::JoinSet::new();
+    for p in 0..args.runs {
+        let (ingestor, capture, family) = (ingestor.clone(), capture.clone(), family.clone());
+        let (rounds, chunk_bytes) = (args.rounds, args.chunk_bytes.max(1));
+        producers.spawn(async move {
+            for r in 0..rounds {
+                let spec = RunSpec {
+                    tenant: "bench".into(),
+                    run_id: format!("bench-{p}-{r}"),
+                    session_key: None,
+                    family: family.clone(),
+                    dialect: None,
+                };
+                let mut chunk = 0u64;
+                for start in (0..capture.len()).step_by(chunk_bytes) {
+                    let end = (start + chunk_bytes).min(capture.len());
+                    ingestor
+                        .put(&spec, chunk, capture.slice(start..end), None)
+                        .await?;
+                    chunk += 1;
+                }
+                ingestor
+                    .put(&spec, chunk, Bytes::new(), Some(CloseKind::Normal))
+                    .await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = producers.join_next().await {
+        r??;
+    }
+    let ingested = started.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let done = latencies.lock().map(|l| l.len()).unwrap_or(0);
+        if done >= total_events {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {done} of {total_events} events archived after 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed();
+    shutdown.cancel();
+    for mut t in [normalizer.tasks, archiver.tasks] {
+        while let Some(r) = t.join_next().await {
+            r??;
+        }
+    }
+    let mut l = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    l.sort_unstable();
+    let pct = |p: f64| {
+        l.get(((l.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    let secs = elapsed.as_secs_f64();
+    println!(
+        "pipeline  {:.0} events/s archived ({total_events} events in {secs:.2} s; ingest took {:.2} s; {:.1} MB/s raw)",
+        total_events as f64 / secs,
+        ingested.as_secs_f64(),
+        (capture.len() * total_runs) as f64 / secs / 1e6
+    );
+    println!(
+        "latency   ingest→archive-commit p50 {} ms, p99 {} ms, max {} ms",
+        pct(0.50),
+        pct(0.99),
+        l.last().copied().unwrap_or(0)
+    );
+    drop(nats_server);
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch (the clock ingest times are stamped with).
+pub fn now_ms() -> i64 {
+    streamgate_normalizer::worker::now_ms()
+}
+
+async fn publish_baseline(
+    js: &async_nats::jetstream::Context,
+    n: usize,
+    size: usize,
+) -> Result<f64> {
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "SG_BENCH".into(),
+        subjects: vec!["sg.bench.>".into()],
+        ..Default::default()
+    })
+    .await?;
+    let payload = Bytes::from(vec![b'x'; size]);
+    let started = Instant::now();
+    let mut pending = Vec::with_capacity(1024);
+    for i in 0..n {
+        pending.push(
+            js.publish(format!("sg.bench.{}", i % 32), payload.clone())
+                .await?,
+        );
+        if pending.len() == 1024 {
+            for ack in pending.drain(..) {
+                ack.await?;
+            }
+        }
+    }
+    for ack in pending {
+        ack.await?;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    js.delete_stream("SG_BENCH").await?;
+    Ok(rate)
+}
