@@ -278,7 +278,12 @@ impl RunProjection {
                 out.push(notice);
             }
         }
-        if matches!(op, Op::Draft { .. }) {
+        // Drafts are latest-wins, and a settle or dismissal supersedes the draft
+        // entirely: a reconnecting subscriber needs only the newest of them.
+        if matches!(
+            op,
+            Op::Draft { .. } | Op::Settle { .. } | Op::Dismiss { .. }
+        ) {
             self.log.retain(|(_, o)| !matches!(o, Op::Draft { .. }));
         }
         self.log.push((seq, op.clone()));

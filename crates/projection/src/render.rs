@@ -539,31 +539,39 @@ fn fit(pieces: Vec<Piece>, max: usize) -> String {
             .sum::<usize>()
             + n.saturating_sub(1)
     };
-    // 1. thinking: tighten the currently longest block, one level at a time.
-    while total(&level, 0) > max {
-        let candidate = (0..pieces.len())
-            .filter(|&i| pieces[i].lane == Lane::Thinking && level[i] + 1 < pieces[i].levels.len())
-            .max_by_key(|&i| cur(i, &level).chars().count());
-        match candidate {
-            Some(i) => level[i] += 1,
-            None => break,
-        }
-    }
-    // 2. item rows: name + status.
-    if total(&level, 0) > max {
-        for (i, p) in pieces.iter().enumerate() {
-            if p.lane == Lane::Item {
-                level[i] = p.levels.len().saturating_sub(1);
+    let last = |p: &Piece| p.levels.len().saturating_sub(1);
+    // 1. thinking: tighten the currently longest block, one level at a time, down to the
+    //    floor (the last head+tail level; "all omitted" comes later).
+    let shrink_thinking = |level: &mut Vec<usize>, floor_gap: usize| {
+        while total(level, 0) > max {
+            let candidate = (0..pieces.len())
+                .filter(|&i| {
+                    pieces[i].lane == Lane::Thinking && level[i] + floor_gap < last(&pieces[i])
+                })
+                .max_by_key(|&i| cur(i, level).chars().count());
+            match candidate {
+                Some(i) => level[i] += 1,
+                None => break,
             }
         }
+    };
+    shrink_thinking(&mut level, 1);
+    // 2. item rows drop to name + status; thinking gets the room back and shrinks again.
+    if total(&level, 0) > max {
+        for (i, p) in pieces.iter().enumerate() {
+            level[i] = if p.lane == Lane::Item { last(p) } else { 0 };
+        }
+        shrink_thinking(&mut level, 1);
     }
+    // Then thinking may go down to "… [N chars omitted]".
+    shrink_thinking(&mut level, 0);
     // 3. commentary, oldest first.
     for (i, p) in pieces.iter().enumerate() {
         if total(&level, 0) <= max {
             break;
         }
         if p.lane == Lane::Commentary {
-            level[i] = p.levels.len().saturating_sub(1);
+            level[i] = last(p);
         }
     }
     // 4. drop the oldest rows behind one marker line.
