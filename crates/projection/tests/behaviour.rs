@@ -235,7 +235,7 @@ fn silent_runs_produce_nothing() {
 
 #[test]
 fn final_is_delivered_exactly_once_under_replay() {
-    let events = vec![
+    let events = [
         start(1),
         say(2, "0", "Hi"),
         final_answer(3, "0", "Hi there", false),
