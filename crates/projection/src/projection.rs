@@ -64,6 +64,8 @@ pub struct RunProjection {
     done: bool,
     /// Whether the last call ran with a draft (for [`RunProjection::interrupted`]).
     drafts: bool,
+    /// Draft budget of the last call (for [`RunProjection::interrupted`]).
+    draft_max_chars: usize,
     first_ts_ms: Option<i64>,
     last_ts_ms: Option<i64>,
     /// Ops for [`RunProjection::ops_since`]: every op but `Typing`, with only the latest
@@ -90,6 +92,7 @@ impl RunProjection {
             clamp_declared: false,
             done: false,
             drafts: false,
+            draft_max_chars: usize::MAX,
             first_ts_ms: None,
             last_ts_ms: None,
             log: Vec::new(),
@@ -161,6 +164,7 @@ impl RunProjection {
         }
         let mode = Mode::of(settings, tier);
         self.drafts = mode.drafts;
+        self.draft_max_chars = settings.budgets.draft_max_chars;
         self.last_seq = ev.seq;
         self.events += 1;
         let mut out = Vec::new();
@@ -200,6 +204,7 @@ impl RunProjection {
         }
         let mode = Mode::of(settings, tier);
         self.drafts = mode.drafts;
+        self.draft_max_chars = settings.budgets.draft_max_chars;
         let mut out = Vec::new();
         if mode.drafts {
             self.refresh_draft(settings, tier, &mut out);
@@ -219,7 +224,7 @@ impl RunProjection {
         let op = if self.drafts && self.draft_text.is_some() {
             Op::Settle {
                 key: self.key.clone(),
-                text: INTERRUPTED.to_owned(),
+                text: truncate_chars(INTERRUPTED, self.draft_max_chars),
                 seq,
             }
         } else {
