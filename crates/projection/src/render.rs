@@ -528,9 +528,11 @@ fn status_line(state: &RunState, last_commentary: Option<&str>, view: &View) -> 
 /// guarantees the bound. The draft never splits.
 fn fit(pieces: Vec<Piece>, max: usize) -> String {
     let mut level = vec![0usize; pieces.len()];
+    // Every piece has at least one level; `get` keeps a malformed one from panicking.
     let cur = |i: usize, level: &[usize]| -> &str {
         let p = &pieces[i];
-        &p.levels[level[i].min(p.levels.len().saturating_sub(1))]
+        let l = level[i].min(p.levels.len().saturating_sub(1));
+        p.levels.get(l).map_or("", String::as_str)
     };
     let total = |level: &[usize], from: usize| -> usize {
         let n = pieces.len().saturating_sub(from);

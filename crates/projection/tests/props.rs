@@ -302,3 +302,30 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Redaction never panics, and a key embedded anywhere in arbitrary text is masked
+    /// (the text around it is separated by a space, as in a shell command or a log line).
+    #[test]
+    fn secrets_never_survive_display_safe(
+        before in "\\PC{0,40}",
+        after in "\\PC{0,40}",
+        tail in "[A-Za-z0-9]{20,40}",
+        kind in 0..5usize,
+        cap in proptest::option::of(0..200usize),
+    ) {
+        let secret = match kind {
+            0 => format!("sk-ant-{tail}"),
+            1 => format!("ghp_{tail}"),
+            2 => format!("xoxb-{tail}"),
+            3 => format!("password={tail}"),
+            _ => format!("Bearer {tail}"),
+        };
+        let text = format!("{before} {secret} {after}");
+        let out = streamgate_projection::redact::display_safe(&text, cap);
+        prop_assert!(!out.contains(&tail), "{out}");
+        if let Some(c) = cap {
+            prop_assert!(out.chars().count() <= c);
+        }
+    }
+}
