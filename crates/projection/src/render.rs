@@ -1,0 +1,655 @@
+//! Draft rendering: the folded run state, seen through the effective settings, as one
+//! message of at most `budgets.draft_max_chars` chars (spec §4.3, §7.2).
+//!
+//! Rendering is a pure function of the fold, so flipping `/reasoning` or `/verbose`
+//! mid-turn re-renders from the same state (DESIGN §6) and a replayed run renders the
+//! same text as the live one.
+
+use crate::redact::{display_safe, truncate_chars};
+use crate::settings::{Budgets, Reasoning, Settings, Tier, Verbose};
+use serde_json::Value;
+use streamgate_grammar::fold::{ItemState, TextSegment, ThinkingSegment};
+use streamgate_grammar::{RunState, ThinkingVariant};
+
+/// Final-answer texts that mean "say nothing": OpenClaw's silent-reply token and its
+/// heartbeat acknowledgement. The spec corpus names the silent/heartbeat machinery
+/// (`silentExpected`, heartbeat runner) but not the tokens; these are OpenClaw's.
+pub const SILENT_TOKENS: [&str; 2] = ["NO_REPLY", "HEARTBEAT_OK"];
+
+/// True when a final answer is a silent-run token (trimmed, exact).
+pub fn is_silent(text: &str) -> bool {
+    SILENT_TOKENS.contains(&text.trim())
+}
+
+/// True while commentary could still be a silent token being streamed (`NO_`,
+/// `HEARTBEAT`): rendering it would flash the token into the chat.
+fn looks_silent(text: &str) -> bool {
+    let t = text.trim();
+    t.len() >= 3 && SILENT_TOKENS.iter().any(|tok| tok.starts_with(t))
+}
+
+/// The settings as the tier can show them (the tier's ceiling applied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct View {
+    pub reasoning: Reasoning,
+    pub verbose: Verbose,
+    /// `[raw]`/`[summary]` labels on thinking blocks.
+    pub tags: bool,
+    /// Per-lane budgets (thinking head+tail, item detail) apply.
+    pub lane_budgets: bool,
+    /// Tier C: thinking blocks plus one status line instead of rows.
+    pub status_line: bool,
+    pub budgets: Budgets,
+    pub suppress_repeats: bool,
+}
+
+impl View {
+    /// The view of `settings` on `tier`. T0 has no draft; its view renders nothing.
+    pub fn of(settings: &Settings, tier: Tier) -> View {
+        let base = View {
+            reasoning: settings.reasoning,
+            verbose: settings.verbose,
+            tags: settings.show_variant_tags,
+            lane_budgets: true,
+            status_line: false,
+            budgets: settings.budgets,
+            suppress_repeats: settings.suppress_repeats,
+        };
+        match tier {
+            Tier::T1 => base,
+            // A rich surface collapses and scrolls by itself: no per-lane cut, and raw vs
+            // summary must stay distinguishable (spec §7.2 "variant labels").
+            Tier::T2 { status_line: false } => View {
+                tags: true,
+                lane_budgets: false,
+                ..base
+            },
+            Tier::T2 { status_line: true } => View {
+                reasoning: match settings.reasoning {
+                    Reasoning::Stream => Reasoning::On,
+                    r => r,
+                },
+                verbose: match settings.verbose {
+                    Verbose::Full => Verbose::On,
+                    v => v,
+                },
+                status_line: true,
+                ..base
+            },
+            Tier::T0 => View {
+                reasoning: Reasoning::Off,
+                verbose: Verbose::Off,
+                ..base
+            },
+        }
+    }
+}
+
+/// The notice that declares a clamp, when `settings` exceed what `tier` can show
+/// (spec §7.1: "declaredly, not silently").
+pub(crate) fn clamp_notice(settings: &Settings, tier: Tier) -> Option<String> {
+    let view = View::of(settings, tier);
+    let mut parts = Vec::new();
+    if view.reasoning != settings.reasoning {
+        parts.push(format!(
+            "/reasoning {} → {}",
+            reasoning_name(settings.reasoning),
+            reasoning_name(view.reasoning)
+        ));
+    }
+    if view.verbose != settings.verbose {
+        parts.push(format!(
+            "/verbose {} → {}",
+            verbose_name(settings.verbose),
+            verbose_name(view.verbose)
+        ));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let why = match tier {
+        Tier::T0 => "this channel shows only final answers and errors",
+        _ => "this channel shows a single status line",
+    };
+    Some(format!("ℹ️ {why}: {}", parts.join(", ")))
+}
+
+fn reasoning_name(r: Reasoning) -> &'static str {
+    match r {
+        Reasoning::Off => "off",
+        Reasoning::On => "on",
+        Reasoning::Stream => "stream",
+    }
+}
+
+fn verbose_name(v: Verbose) -> &'static str {
+    match v {
+        Verbose::Off => "off",
+        Verbose::On => "on",
+        Verbose::Full => "full",
+    }
+}
+
+/// Commentary segments that must not render: the one the final answer replaced.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Hidden {
+    pub final_segment: Option<usize>,
+}
+
+/// A rendered draft and what it counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Rendered {
+    /// The draft text, within `draft_max_chars`.
+    pub text: String,
+    /// Thinking segments shown.
+    pub thinking: usize,
+    /// Tool rows shown.
+    pub tools: usize,
+    /// Commentary shown.
+    pub commentary: usize,
+}
+
+impl Rendered {
+    /// Degenerate-draft rule (spec §4.3): nothing worth keeping.
+    pub fn is_content_free(&self) -> bool {
+        self.thinking == 0 && self.tools == 0 && self.commentary == 0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Thinking,
+    Item,
+    Commentary,
+    Status,
+}
+
+/// One row (or block) of the draft, with its renderings from fullest to smallest.
+#[derive(Debug)]
+struct Piece {
+    lane: Lane,
+    levels: Vec<String>,
+}
+
+enum Entry<'a> {
+    Thinking(&'a ThinkingSegment),
+    Item(&'a ItemState),
+    Commentary(usize, &'a TextSegment),
+}
+
+impl Entry<'_> {
+    fn seq(&self) -> u64 {
+        match self {
+            Entry::Thinking(t) => t.first_seq,
+            Entry::Item(i) => i.first_seq,
+            Entry::Commentary(_, c) => c.first_seq,
+        }
+    }
+}
+
+/// Renders the draft for `state` under `view`.
+pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View) -> Rendered {
+    let mut entries: Vec<Entry<'_>> = Vec::new();
+    entries.extend(state.thinking.iter().map(Entry::Thinking));
+    entries.extend(state.items.iter().map(Entry::Item));
+    entries.extend(
+        state
+            .commentary
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Entry::Commentary(i, c)),
+    );
+    // Interleave by seq (spec §4.3 always-on rows); the sort is stable, so equal seqs
+    // keep lane order.
+    entries.sort_by_key(Entry::seq);
+
+    let mut out = Rendered::default();
+    let mut pieces = Vec::new();
+    let mut last_commentary: Option<String> = None;
+    for entry in &entries {
+        match entry {
+            Entry::Thinking(seg) => {
+                if let Some(p) = thinking_piece(seg, view) {
+                    out.thinking += 1;
+                    pieces.push(p);
+                }
+            }
+            Entry::Item(item) => {
+                if view.verbose == Verbose::Off {
+                    continue;
+                }
+                out.tools += 1;
+                if !view.status_line {
+                    pieces.push(item_piece(item, view));
+                }
+            }
+            Entry::Commentary(i, seg) => {
+                if hidden.final_segment == Some(*i) {
+                    continue;
+                }
+                let text = seg.text.trim_end().trim_start_matches(['\n', '\r']);
+                if text.trim().is_empty() || looks_silent(text) {
+                    continue;
+                }
+                if view.suppress_repeats && last_commentary.as_deref() == Some(text.trim()) {
+                    continue;
+                }
+                last_commentary = Some(text.trim().to_owned());
+                out.commentary += 1;
+                if !view.status_line {
+                    let n = text.chars().count();
+                    pieces.push(Piece {
+                        lane: Lane::Commentary,
+                        levels: vec![text.to_owned(), format!("… [{n} chars omitted]")],
+                    });
+                }
+            }
+        }
+    }
+    if view.status_line {
+        if let Some(line) = status_line(state, last_commentary.as_deref(), view) {
+            pieces.push(Piece {
+                lane: Lane::Status,
+                levels: vec![line],
+            });
+        }
+    }
+    out.text = fit(pieces, view.budgets.draft_max_chars);
+    out
+}
+
+/// The one-line summary a content-bearing draft settles to (spec §7.2:
+/// "🧠 n segments · m tools · k s"); `k` only when the run's timing is known.
+pub(crate) fn summary(r: &Rendered, elapsed_secs: Option<u64>) -> String {
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let mut s = format!(
+        "🧠 {} · {}",
+        plural(r.thinking, "segment", "segments"),
+        plural(r.tools, "tool", "tools")
+    );
+    if let Some(k) = elapsed_secs {
+        s.push_str(&format!(" · {k} s"));
+    }
+    s
+}
+
+fn thinking_piece(seg: &ThinkingSegment, view: &View) -> Option<Piece> {
+    let shown = match (view.reasoning, seg.variant) {
+        (Reasoning::Off, _) => false,
+        // A marker has nothing to stream: both `on` and `stream` show it once closed.
+        (_, ThinkingVariant::Redacted) => seg.closed,
+        (Reasoning::On, _) => seg.closed && !seg.text.trim().is_empty(),
+        (Reasoning::Stream, _) => !seg.text.trim().is_empty(),
+    };
+    if !shown {
+        return None;
+    }
+    if seg.variant == ThinkingVariant::Redacted {
+        let tok = seg
+            .tokens
+            .map(|n| format!(" ({n} tok)"))
+            .unwrap_or_default();
+        return Some(Piece {
+            lane: Lane::Thinking,
+            levels: vec![format!("> 🧠 thought privately{tok}")],
+        });
+    }
+    let tag = if view.tags {
+        format!("[{}] ", seg.variant.as_str())
+    } else {
+        String::new()
+    };
+    let text = seg.text.trim();
+    let n = text.chars().count();
+    let first = if view.lane_budgets {
+        view.budgets.thinking_chars
+    } else {
+        n
+    };
+    // Progressively tighter head+tail caps under draft pressure, ending at "all omitted".
+    let mut caps = vec![first];
+    for cap in [240, 120, 60, 24, 0] {
+        if cap < *caps.last().unwrap_or(&0) {
+            caps.push(cap);
+        }
+    }
+    let mut levels: Vec<String> = Vec::new();
+    for cap in caps {
+        let body = elide_middle(text, cap);
+        let block = quote(&format!("🧠 {tag}{body}"));
+        if levels.last() != Some(&block) {
+            levels.push(block);
+        }
+    }
+    Some(Piece {
+        lane: Lane::Thinking,
+        levels,
+    })
+}
+
+/// Head + tail of `text` with the middle replaced by "… [N chars omitted]".
+pub(crate) fn elide_middle(text: &str, cap: usize) -> String {
+    let n = text.chars().count();
+    if n <= cap {
+        return text.to_owned();
+    }
+    if cap == 0 {
+        return format!("… [{n} chars omitted]");
+    }
+    let head = cap.div_ceil(2);
+    let tail = cap - head;
+    let h: String = text.chars().take(head).collect();
+    let t: String = text.chars().skip(n - tail).collect();
+    format!(
+        "{} … [{} chars omitted] {}",
+        h.trim_end(),
+        n - cap,
+        t.trim_start()
+    )
+}
+
+/// A Markdown blockquote: every line prefixed with `> `.
+fn quote(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.is_empty() {
+                ">".to_owned()
+            } else {
+                format!("> {l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Emoji for a tool, from its kind and name (first match wins; edits before reads so
+/// `write_file` is an edit).
+pub(crate) fn item_emoji(item: &ItemState) -> &'static str {
+    let hay = format!(
+        "{} {}",
+        item.kind.to_ascii_lowercase(),
+        item.name.as_deref().unwrap_or("").to_ascii_lowercase()
+    );
+    let has = |words: &[&str]| words.iter().any(|w| hay.contains(w));
+    if has(&["edit", "write", "patch", "replace", "create"]) {
+        "✏️"
+    } else if has(&["bash", "shell", "command", "exec", "terminal"]) {
+        "💻"
+    } else if has(&["fetch", "http", "curl", "download"]) {
+        "🌐"
+    } else if has(&["search", "web", "grep", "find", "glob"]) {
+        "🔍"
+    } else if has(&["read", "file", "open", "view", "cat"]) {
+        "📄"
+    } else {
+        "🔧"
+    }
+}
+
+fn item_name(item: &ItemState) -> String {
+    let name = item.name.as_deref().filter(|s| !s.trim().is_empty());
+    let label = name.unwrap_or(if item.kind.is_empty() {
+        "tool"
+    } else {
+        &item.kind
+    });
+    display_safe(label, Some(60))
+}
+
+/// ⏳ running, ✅ done, ❌ failed.
+pub(crate) fn item_status(item: &ItemState) -> &'static str {
+    let status = item.status.as_deref().unwrap_or("").to_ascii_lowercase();
+    let failed = [
+        "fail",
+        "error",
+        "cancel",
+        "declin",
+        "reject",
+        "denied",
+        "incomplete",
+    ]
+    .iter()
+    .any(|w| status.contains(w));
+    if failed {
+        "❌"
+    } else if item.ended {
+        "✅"
+    } else {
+        "⏳"
+    }
+}
+
+fn item_piece(item: &ItemState, view: &View) -> Piece {
+    let short = format!(
+        "{} {} {}",
+        item_emoji(item),
+        item_name(item),
+        item_status(item)
+    );
+    let mut levels = Vec::new();
+    if view.verbose == Verbose::Full {
+        let cap = view.lane_budgets.then_some(view.budgets.item_detail_chars);
+        let detail = display_safe(&item_detail(item), cap);
+        if !detail.is_empty() {
+            levels.push(format!("{short} — {detail}"));
+        }
+    }
+    levels.push(short);
+    Piece {
+        lane: Lane::Item,
+        levels,
+    }
+}
+
+/// Argument summary, then (once ended) the first line of the result: `ls -la → 3 files`.
+/// Raw text: [`display_safe`] redacts and shortens it afterwards.
+fn item_detail(item: &ItemState) -> String {
+    let args = item
+        .arguments
+        .as_ref()
+        .or(item.input.as_ref())
+        .map(|j| summarize_json(&j.to_value()))
+        .unwrap_or_else(|| item.input_text.clone());
+    let result = item
+        .result
+        .as_ref()
+        .map(|j| summarize_json(&j.to_value()))
+        .unwrap_or_else(|| item.output_text.clone());
+    let result = result
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_owned();
+    match (args.trim().is_empty(), result.is_empty()) {
+        (false, false) => format!("{} → {result}", args.trim()),
+        (false, true) => args.trim().to_owned(),
+        (true, false) => format!("→ {result}"),
+        (true, true) => String::new(),
+    }
+}
+
+/// The salient field of a tool's arguments (`command`, `path`, `query`, …), else compact
+/// JSON; strings as themselves.
+fn summarize_json(v: &Value) -> String {
+    const SALIENT: [&str; 12] = [
+        "command",
+        "cmd",
+        "path",
+        "file_path",
+        "filePath",
+        "file",
+        "query",
+        "q",
+        "pattern",
+        "url",
+        "uri",
+        "output",
+    ];
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Object(map) => SALIENT
+            .iter()
+            .find_map(|k| match map.get(*k) {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Array(a)) if a.iter().all(Value::is_string) => Some(
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+                _ => None,
+            })
+            .unwrap_or_else(|| v.to_string()),
+        other => other.to_string(),
+    }
+}
+
+/// Tier C: spinner + current item title + last commentary line.
+fn status_line(state: &RunState, last_commentary: Option<&str>, view: &View) -> Option<String> {
+    let mut parts = Vec::new();
+    if view.verbose != Verbose::Off {
+        if let Some(item) = state.items.iter().rev().find(|i| !i.ended) {
+            parts.push(format!("{} {}", item_emoji(item), item_name(item)));
+        }
+    }
+    if let Some(line) = last_commentary.and_then(|c| c.lines().rev().find(|l| !l.trim().is_empty()))
+    {
+        parts.push(line.trim().to_owned());
+    }
+    (!parts.is_empty()).then(|| format!("⏳ {}", parts.join(" · ")))
+}
+
+/// Joins the pieces within `max` chars (spec §7.2 overflow): thinking shrinks first
+/// (head and tail, tighter and tighter), then item rows drop to name + status, then commentary is
+/// elided oldest first; if that is still too long the oldest rows go, and a last hard cut
+/// guarantees the bound. The draft never splits.
+fn fit(pieces: Vec<Piece>, max: usize) -> String {
+    let mut level = vec![0usize; pieces.len()];
+    // Every piece has at least one level; `get` keeps a malformed one from panicking.
+    let cur = |i: usize, level: &[usize]| -> &str {
+        let p = &pieces[i];
+        let l = level[i].min(p.levels.len().saturating_sub(1));
+        p.levels.get(l).map_or("", String::as_str)
+    };
+    let total = |level: &[usize], from: usize| -> usize {
+        let n = pieces.len().saturating_sub(from);
+        (from..pieces.len())
+            .map(|i| cur(i, level).chars().count())
+            .sum::<usize>()
+            + n.saturating_sub(1)
+    };
+    let last = |p: &Piece| p.levels.len().saturating_sub(1);
+    // 1. thinking: tighten the currently longest block, one level at a time, down to the
+    //    floor (the last head+tail level; "all omitted" comes later).
+    let shrink_thinking = |level: &mut Vec<usize>, floor_gap: usize| {
+        while total(level, 0) > max {
+            let candidate = (0..pieces.len())
+                .filter(|&i| {
+                    pieces[i].lane == Lane::Thinking && level[i] + floor_gap < last(&pieces[i])
+                })
+                .max_by_key(|&i| cur(i, level).chars().count());
+            match candidate {
+                Some(i) => level[i] += 1,
+                None => break,
+            }
+        }
+    };
+    shrink_thinking(&mut level, 1);
+    // 2. item rows drop to name + status; thinking gets the room back and shrinks again.
+    if total(&level, 0) > max {
+        for (i, p) in pieces.iter().enumerate() {
+            level[i] = if p.lane == Lane::Item { last(p) } else { 0 };
+        }
+        shrink_thinking(&mut level, 1);
+    }
+    // Then thinking may go down to "… [N chars omitted]".
+    shrink_thinking(&mut level, 0);
+    // 3. commentary, oldest first.
+    for (i, p) in pieces.iter().enumerate() {
+        if total(&level, 0) <= max {
+            break;
+        }
+        if p.lane == Lane::Commentary {
+            level[i] = last(p);
+        }
+    }
+    // 4. drop the oldest rows behind one marker line.
+    let mut from = 0;
+    let marker = |dropped: usize| format!("… [{dropped} earlier rows omitted]");
+    while from < pieces.len() && total(&level, from) > max {
+        from += 1;
+        if from < pieces.len() && total(&level, from) + marker(from).chars().count() < max {
+            break;
+        }
+    }
+    let mut lines: Vec<String> = Vec::new();
+    if from > 0 && from < pieces.len() {
+        lines.push(marker(from));
+    }
+    lines.extend((from..pieces.len()).map(|i| cur(i, &level).to_owned()));
+    // 5. the hard bound, whatever the budget.
+    truncate_chars(&lines.join("\n"), max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(lane: Lane, levels: &[&str]) -> Piece {
+        Piece {
+            lane,
+            levels: levels.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn elision_keeps_head_and_tail() {
+        assert_eq!(elide_middle("abcdefghij", 4), "ab … [6 chars omitted] ij");
+        assert_eq!(elide_middle("abc", 4), "abc");
+        assert_eq!(elide_middle("abcdef", 0), "… [6 chars omitted]");
+    }
+
+    #[test]
+    fn fit_shrinks_thinking_before_items_before_commentary() {
+        let pieces = vec![
+            piece(Lane::Commentary, &["cccccccccc", "… [10 chars omitted]"]),
+            piece(Lane::Thinking, &["tttttttttttttttttttt", "t…t"]),
+            piece(Lane::Item, &["🔧 x ✅ — detail detail", "🔧 x ✅"]),
+        ];
+        let out = fit(pieces, 30);
+        assert!(out.chars().count() <= 30, "{out}");
+        assert!(out.contains("cccccccccc"), "{out}");
+        assert!(out.contains("t…t"), "{out}");
+        assert!(out.ends_with("🔧 x ✅"), "{out}");
+    }
+
+    #[test]
+    fn fit_never_exceeds_tiny_budgets() {
+        for max in 0..30 {
+            let pieces = vec![
+                piece(Lane::Commentary, &["hello world", "… [11 chars omitted]"]),
+                piece(Lane::Item, &["🔧 x ✅"]),
+            ];
+            assert!(fit(pieces, max).chars().count() <= max);
+        }
+    }
+
+    #[test]
+    fn emoji_per_tool_kind() {
+        let it = |kind: &str, name: &str| ItemState {
+            kind: kind.into(),
+            name: Some(name.into()),
+            ..ItemState::default()
+        };
+        assert_eq!(item_emoji(&it("tool", "bash")), "💻");
+        assert_eq!(item_emoji(&it("command", "x")), "💻");
+        assert_eq!(item_emoji(&it("tool", "web_search")), "🔍");
+        assert_eq!(item_emoji(&it("tool", "read_file")), "📄");
+        assert_eq!(item_emoji(&it("tool", "write_file")), "✏️");
+        assert_eq!(item_emoji(&it("tool", "web_fetch")), "🌐");
+        assert_eq!(item_emoji(&it("tool", "get_weather")), "🔧");
+    }
+}
