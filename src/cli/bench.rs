@@ -41,6 +41,10 @@ pub struct PipelineArgs {
     /// Messages for the raw JetStream publish baseline.
     #[arg(long, default_value_t = 100_000)]
     pub baseline_messages: usize,
+    /// Offered load in events/s across all producers (0 = full speed). Latency is only
+    /// meaningful below saturation: at full speed it measures the backlog.
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
 }
 
 const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
@@ -127,12 +131,24 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
 
     let ingestor = Ingestor::new(js.clone(), streamgate_bus::DEFAULT_PARTITIONS);
     let capture = Bytes::from(capture);
+    let chunks_per_run = capture.len().div_ceil(args.chunk_bytes.max(1)) + 1;
+    // Each producer sends one chunk per tick; the tick makes the producers together
+    // offer `rate` events/s.
+    let tick = (args.rate > 0).then(|| {
+        let chunks_per_sec = args.rate as f64 * chunks_per_run as f64 / events_per_run.max(1) as f64;
+        Duration::from_secs_f64(args.runs as f64 / chunks_per_sec)
+    });
     let started = Instant::now();
     let mut producers = tokio::task::JoinSet::new();
     for p in 0..args.runs {
         let (ingestor, capture, family) = (ingestor.clone(), capture.clone(), family.clone());
         let (rounds, chunk_bytes) = (args.rounds, args.chunk_bytes.max(1));
         producers.spawn(async move {
+            let mut pace = tick.map(|t| {
+                let mut i = tokio::time::interval(t);
+                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                i
+            });
             for r in 0..rounds {
                 let spec = RunSpec {
                     tenant: "bench".into(),
@@ -143,6 +159,9 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
                 };
                 let mut chunk = 0u64;
                 for start in (0..capture.len()).step_by(chunk_bytes) {
+                    if let Some(p) = pace.as_mut() {
+                        p.tick().await;
+                    }
                     let end = (start + chunk_bytes).min(capture.len());
                     ingestor
                         .put(&spec, chunk, capture.slice(start..end), None)
@@ -187,6 +206,9 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             .unwrap_or(0)
     };
     let secs = elapsed.as_secs_f64();
+    if args.rate > 0 {
+        println!("offered   {} events/s", args.rate);
+    }
     println!(
         "pipeline  {:.0} events/s archived ({total_events} events in {secs:.2} s; ingest took {:.2} s; {:.1} MB/s raw)",
         total_events as f64 / secs,
