@@ -1,0 +1,1 @@
+//! Engine tests on paused time with in-process sinks.
