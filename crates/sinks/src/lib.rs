@@ -36,6 +36,8 @@ pub mod sink;
 pub mod slack;
 mod t1;
 pub mod telegram;
+#[cfg(test)]
+mod testutil;
 pub mod text;
 pub mod webhook;
 
