@@ -392,11 +392,14 @@ impl Inner {
                 let b = &mut q.bucket;
                 b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(burst);
                 b.at = now;
-                if b.tokens >= 1.0 {
-                    b.tokens -= 1.0;
+                // The epsilon and the 1 ms floor matter: float refill can leave
+                // 0.999… tokens, and a wait rounded to 0 ns would spin without the clock
+                // moving (forever under paused time).
+                if b.tokens >= 1.0 - 1e-9 {
+                    b.tokens = (b.tokens - 1.0).max(0.0);
                     return;
                 }
-                Duration::from_secs_f64((1.0 - b.tokens) / rate)
+                Duration::from_secs_f64((1.0 - b.tokens) / rate).max(Duration::from_millis(1))
             };
             sleep(wait).await;
         }
