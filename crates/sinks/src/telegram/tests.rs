@@ -158,3 +158,37 @@ async fn rate_limited_third_of_calls_long_final_split_exactly_once(
     assert_eq!(st.final_message_ids.len(), 3);
     Ok(())
 }
+
+#[tokio::test]
+async fn lost_response_is_the_documented_at_least_once_window(
+) -> Result<(), Box<dyn std::error::Error>> {
+    // Telegram applies the final, the response arrives after our client timeout. Bot
+    // API sends take no idempotency key and a bot cannot read chat history, so the
+    // retry sends it again. This pins the residual window documented in `delivery`;
+    // close it (e.g. reserve-then-edit) and this test must change.
+    let behavior = Behavior {
+        delay_first: 1,
+        delay: Duration::from_millis(1500),
+        ..Behavior::default()
+    };
+    let fake = FakeServer::telegram(TOKEN, behavior).await?;
+    let mut c = TelegramConfig::new("tg", TOKEN);
+    c.base_url = fake.base_url.clone();
+    c.timeout_secs = 0.3;
+    let (delivery, _) = fast_engine(Arc::new(TelegramSink::new(c)?));
+    let chat = ChatTarget::new("tg", "5");
+    delivery
+        .submit(chat.clone(), final_op("r", "answer", 1))
+        .await?;
+    delivery
+        .submit(chat.clone(), final_op("r", "answer", 1))
+        .await?;
+    tokio::time::timeout(Duration::from_secs(20), delivery.flush()).await?;
+    let copies = fake
+        .live_messages()
+        .iter()
+        .filter(|m| m.text == "answer")
+        .count();
+    assert_eq!(copies, 2, "one lost response = one duplicate, never more");
+    Ok(())
+}
