@@ -1,0 +1,285 @@
+//! Engine tests on paused tokio time with an in-process scripted sink (the HTTP paths
+//! are covered per sink against the fakes).
+
+use super::{BreakerState, Delivery, DeliveryConfig, DeliveryError, MemoryStore};
+use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
+use crate::testutil::{draft, final_op};
+use futures::future::BoxFuture;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use streamgate_projection::{Op, Tier};
+use tokio::time::{sleep, Instant};
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Ok,
+    RateLimited(Duration),
+    Transient,
+    /// Apply the final (record it in the state, as a sink does once the API
+    /// confirmed), then hang until the engine's attempt timeout cuts the call.
+    ApplyThenHang,
+}
+
+#[derive(Default)]
+struct Script {
+    steps: Mutex<VecDeque<Step>>,
+    calls: Mutex<Vec<(Instant, Op)>>,
+    finals_applied: Mutex<u32>,
+}
+
+struct ScriptSink(Arc<Script>);
+
+impl Script {
+    fn new(steps: &[Step]) -> Arc<Script> {
+        let s = Script::default();
+        s.steps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(steps);
+        Arc::new(s)
+    }
+    fn calls(&self) -> Vec<(Instant, Op)> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn finals(&self) -> u32 {
+        *self
+            .finals_applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Sink for ScriptSink {
+    fn channel(&self) -> &str {
+        "chan"
+    }
+    fn kind(&self) -> &'static str {
+        "script"
+    }
+    fn tier(&self) -> Tier {
+        Tier::T1
+    }
+    fn execute<'a>(
+        &'a self,
+        _chat: &'a ChatTarget,
+        op: &'a Op,
+        state: &'a mut DeliveryState,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(async move {
+            let s = &self.0;
+            s.calls
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((Instant::now(), op.clone()));
+            let step = s
+                .steps
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front()
+                .unwrap_or(Step::Ok);
+            let apply = |state: &mut DeliveryState| {
+                if matches!(op, Op::Final { .. }) && !state.final_delivered {
+                    *s.finals_applied.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                    state.final_delivered = true;
+                }
+            };
+            match step {
+                Step::Ok => {
+                    apply(state);
+                    Ok(())
+                }
+                Step::RateLimited(retry_after) => Err(SinkError::RateLimited { retry_after }),
+                Step::Transient => Err(SinkError::Transient("boom".into())),
+                Step::ApplyThenHang => {
+                    apply(state);
+                    sleep(Duration::from_secs(3600)).await;
+                    Ok(())
+                }
+            }
+        })
+    }
+}
+
+fn engine(script: &Arc<Script>, config: DeliveryConfig) -> Delivery {
+    let sink: Arc<dyn Sink> = Arc::new(ScriptSink(Arc::clone(script)));
+    Delivery::new(config, Arc::new(MemoryStore::new()), [sink])
+}
+
+fn chat() -> ChatTarget {
+    ChatTarget::new("chan", "c1")
+}
+
+fn draft_texts(calls: &[(Instant, Op)]) -> Vec<String> {
+    calls
+        .iter()
+        .filter_map(|(_, op)| match op {
+            Op::Draft { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn drafts_coalesce_latest_wins() -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    let config = DeliveryConfig {
+        rate_per_sec: 1.0,
+        burst: 1,
+        ..DeliveryConfig::default()
+    };
+    let d = engine(&script, config);
+    for i in 1..=50u64 {
+        d.submit(chat(), draft("r", &format!("draft {i}"), i))
+            .await?;
+        sleep(Duration::from_millis(20)).await;
+    }
+    d.flush().await;
+    let sent = draft_texts(&script.calls());
+    assert!(
+        sent.len() <= 3,
+        "50 drafts in 1 s at 1/s → a few sends: {sent:?}"
+    );
+    assert_eq!(sent.last().map(String::as_str), Some("draft 50"));
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn coalescing_never_jumps_a_queued_final() -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    let config = DeliveryConfig {
+        rate_per_sec: 1.0,
+        burst: 1,
+        ..DeliveryConfig::default()
+    };
+    let d = engine(&script, config);
+    d.submit(chat(), draft("r", "a", 1)).await?;
+    d.submit(chat(), draft("r", "b", 2)).await?;
+    d.submit(chat(), final_op("r", "answer", 3)).await?;
+    d.submit(chat(), draft("r2", "other run", 1)).await?;
+    d.flush().await;
+    // "a" was replaced by "b" before the lane ran; the final stays after the run's
+    // draft, and the other run's draft does not merge into it.
+    let calls = script.calls();
+    let names: Vec<_> = calls.iter().map(|(_, op)| op.name()).collect();
+    assert_eq!(names, ["draft", "final", "draft"]);
+    assert_eq!(draft_texts(&calls), ["b", "other run"]);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_pauses_the_lane() -> Result<(), DeliveryError> {
+    let script = Script::new(&[Step::RateLimited(Duration::from_secs(5))]);
+    let d = engine(&script, DeliveryConfig::default());
+    let t0 = Instant::now();
+    d.submit(chat(), draft("r", "a", 1)).await?;
+    d.submit(chat(), final_op("r", "answer", 2)).await?;
+    d.flush().await;
+    let calls = script.calls();
+    assert_eq!(calls.len(), 3, "draft (429), draft again, final");
+    assert!(calls[0].0 - t0 < Duration::from_millis(10));
+    assert!(
+        calls[1].0 - calls[0].0 >= Duration::from_secs(5),
+        "no request before retry_after expired"
+    );
+    assert_eq!(script.finals(), 1);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn breaker_opens_then_half_opens_with_one_probe() -> Result<(), DeliveryError> {
+    use Step::{Ok as Good, Transient as Bad};
+    let script = Script::new(&[Bad, Bad, Bad, Bad, Good]);
+    let config = DeliveryConfig {
+        breaker_threshold: 3,
+        breaker_cooldown: Duration::from_secs(10),
+        retry_base: Duration::from_millis(100),
+        retry_max: Duration::from_secs(1),
+        ..DeliveryConfig::default()
+    };
+    let d = engine(&script, config);
+    d.submit(chat(), final_op("r", "answer", 1)).await?;
+    sleep(Duration::from_secs(2)).await;
+    assert_eq!(script.calls().len(), 3);
+    assert_eq!(d.breaker_state("chan"), Some(BreakerState::Open));
+    d.flush().await;
+    let at: Vec<Instant> = script.calls().iter().map(|c| c.0).collect();
+    assert_eq!(at.len(), 5);
+    assert!(
+        at[3] - at[2] >= Duration::from_secs(10),
+        "cooldown before the probe"
+    );
+    assert!(
+        at[4] - at[3] >= Duration::from_secs(10),
+        "failed probe reopens"
+    );
+    assert_eq!(d.breaker_state("chan"), Some(BreakerState::Closed));
+    assert_eq!(script.finals(), 1);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn final_exactly_once_on_double_submit_and_timeout_after_apply() -> Result<(), DeliveryError>
+{
+    let script = Script::new(&[Step::ApplyThenHang]);
+    let config = DeliveryConfig {
+        attempt_timeout: Duration::from_secs(2),
+        ..DeliveryConfig::default()
+    };
+    let d = engine(&script, config);
+    d.submit(chat(), final_op("r", "answer", 7)).await?;
+    d.submit(chat(), final_op("r", "answer", 7)).await?;
+    d.flush().await;
+    assert_eq!(script.finals(), 1);
+    assert_eq!(
+        script.calls().len(),
+        1,
+        "the retry and the second submission saw final_delivered in the state"
+    );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn final_is_never_dropped_but_drafts_give_up() -> Result<(), DeliveryError> {
+    use Step::Transient as Bad;
+    let script = Script::new(&[Bad, Bad, Bad, Bad, Bad, Bad, Bad, Bad]);
+    let config = DeliveryConfig {
+        max_attempts: 2,
+        breaker_threshold: 100,
+        retry_base: Duration::from_millis(100),
+        ..DeliveryConfig::default()
+    };
+    let d = engine(&script, config);
+    d.submit(chat(), draft("r", "a", 1)).await?;
+    d.submit(chat(), final_op("r", "answer", 2)).await?;
+    d.flush().await;
+    let names: Vec<_> = script.calls().iter().map(|(_, op)| op.name()).collect();
+    assert_eq!(names.iter().filter(|n| **n == "draft").count(), 2);
+    assert_eq!(names.iter().filter(|n| **n == "final").count(), 7);
+    assert_eq!(script.finals(), 1);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn typing_is_throttled_per_chat() -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    let d = engine(&script, DeliveryConfig::default());
+    for _ in 0..10 {
+        d.submit(chat(), Op::Typing).await?;
+        d.submit(ChatTarget::new("chan", "c2"), Op::Typing).await?;
+        sleep(Duration::from_secs(1)).await;
+    }
+    d.flush().await;
+    let n = script.calls().len();
+    // 10 s at one per 4 s, two chats: 3 each.
+    assert_eq!(n, 6, "{n} typing calls");
+    Ok(())
+}
+
+#[tokio::test]
+async fn unknown_channel_is_refused() {
+    let script = Script::new(&[]);
+    let d = engine(&script, DeliveryConfig::default());
+    let r = d.submit(ChatTarget::new("nope", "x"), Op::Typing).await;
+    assert_eq!(r, Err(DeliveryError::UnknownChannel("nope".into())));
+}

@@ -1,0 +1,120 @@
+//! Tests against the local fake Discord server.
+
+use super::{DiscordConfig, DiscordSink};
+use crate::fakes::{Behavior, FakeServer};
+use crate::testutil::{draft, fast_engine, final_op, settle};
+use crate::{ChatTarget, DeliveryState, Sink, SinkError};
+use std::sync::Arc;
+use std::time::Duration;
+use streamgate_projection::{DraftKey, Op};
+
+fn sink(fake: &FakeServer, token: &str) -> Result<DiscordSink, SinkError> {
+    let mut c = DiscordConfig::new("dc", "1234", token);
+    c.base_url = fake.base_url.clone();
+    DiscordSink::new(c)
+}
+
+#[tokio::test]
+async fn happy_path_and_2000_limit() -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::discord("1234", "tok", Behavior::default()).await?;
+    let dc = sink(&fake, "tok")?;
+    let chat = ChatTarget::new("dc", "");
+    let mut st = DeliveryState::default();
+    let answer = "word ".repeat(900); // 4500 chars: 3 messages
+    let over_budget_draft = "y".repeat(2500);
+    for op in [
+        Op::Typing,
+        draft("r", "> 🧠 thinking", 1),
+        draft("r", &over_budget_draft, 2),
+        settle("r", "🧠 1 segment · 2 s", 3),
+        final_op("r", &answer, 4),
+    ] {
+        dc.execute(&chat, &op, &mut st).await?;
+    }
+    let msgs = fake.live_messages();
+    assert_eq!(msgs.len(), 4, "draft + 3 final parts: {msgs:?}");
+    assert!(msgs.iter().all(|m| m.text.chars().count() <= 2000));
+    assert_eq!(msgs[0].text, "🧠 1 segment · 2 s");
+    assert_eq!(
+        msgs[1..]
+            .iter()
+            .map(|m| m.text.as_str())
+            .collect::<String>(),
+        answer
+    );
+    assert!(fake.calls().iter().all(|c| c.status < 300));
+    // The over-budget draft was cut to the limit, not split.
+    let cut = fake
+        .calls()
+        .iter()
+        .filter(|c| c.api == "edit")
+        .filter_map(|c| {
+            c.body
+                .get("content")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        })
+        .find(|t| t.starts_with('y'))
+        .unwrap_or_default();
+    assert_eq!(cut.chars().count(), 2000);
+    assert!(cut.ends_with('…'));
+    // Retract withdraws the delivered answer: one placeholder remains.
+    let placeholder = "⛔ response withdrawn (provider safety stop)";
+    let retract = Op::Retract {
+        key: DraftKey { run_id: "r".into() },
+        placeholder: placeholder.into(),
+        seq: 5,
+    };
+    dc.execute(&chat, &retract, &mut st).await?;
+    let msgs = fake.live_messages();
+    assert_eq!(msgs.len(), 2);
+    assert_eq!(msgs[1].text, placeholder);
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_token_is_permanent_and_never_printed() -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::discord("1234", "tok", Behavior::default()).await?;
+    let dc = sink(&fake, "WRONG-SECRET")?;
+    let mut st = DeliveryState::default();
+    let err = dc
+        .execute(&ChatTarget::new("dc", ""), &final_op("r", "hi", 1), &mut st)
+        .await;
+    let Err(e) = err else {
+        panic!("expected an error");
+    };
+    assert!(matches!(e, SinkError::Permanent(_)), "{e:?}");
+    assert!(!e.to_string().contains("WRONG-SECRET"));
+    assert!(!format!("{dc:?}").contains("WRONG-SECRET"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn rate_limit_float_retry_after_is_honoured() -> Result<(), Box<dyn std::error::Error>> {
+    let behavior = Behavior {
+        rate_limit_every: Some(2),
+        retry_after_secs: 0.3,
+        ..Behavior::default()
+    };
+    let fake = FakeServer::discord("1234", "tok", behavior).await?;
+    let (delivery, _) = fast_engine(Arc::new(sink(&fake, "tok")?));
+    let chat = ChatTarget::new("dc", "thread-9");
+    for i in 1..=4u64 {
+        delivery
+            .submit(chat.clone(), draft("r", &format!("step {i}"), i))
+            .await?;
+    }
+    delivery
+        .submit(chat.clone(), final_op("r", "answer", 5))
+        .await?;
+    tokio::time::timeout(Duration::from_secs(20), delivery.flush()).await?;
+    assert!(fake.calls().iter().any(|c| c.status == 429));
+    assert_eq!(fake.early_calls(), 0);
+    let finals = fake
+        .live_messages()
+        .into_iter()
+        .filter(|m| m.text == "answer" && m.chat == "thread-9")
+        .count();
+    assert_eq!(finals, 1);
+    Ok(())
+}

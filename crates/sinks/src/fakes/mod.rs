@@ -1,0 +1,271 @@
+//! Local fake chat-API servers (axum on `127.0.0.1:0`) that behave like the real APIs
+//! where the sinks depend on it: size limits answered with the real 400-style errors,
+//! deterministic 429s with `retry_after`, "not modified"/"not found" edge cases, and a
+//! transcript (messages by id with current text and a deleted flag) so tests can
+//! assert what a person in the chat would see.
+//!
+//! Each server records every call. Shut down when dropped.
+
+mod discord;
+mod slack;
+mod telegram;
+mod webhook;
+
+use axum::Router;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// How a fake misbehaves, deterministically.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Behavior {
+    /// Answer every n-th call (1-based: calls n, 2n, …) with a 429.
+    pub rate_limit_every: Option<u64>,
+    /// The `retry_after` of those 429s, in seconds (Telegram rounds up to whole seconds
+    /// like the real API).
+    pub retry_after_secs: f64,
+    /// Apply the first `delay_first` message-creating calls, then hold the response for
+    /// `delay` (to make a client time out after the server acted).
+    pub delay_first: usize,
+    /// See `delay_first`.
+    pub delay: Duration,
+}
+
+/// One recorded request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// API method (`sendMessage`, `execute`, `chat.update`, `final`, …).
+    pub api: String,
+    /// Parsed JSON body (`Null` when none).
+    pub body: Value,
+    /// HTTP status answered.
+    pub status: u16,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+/// A message in the fake chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Id as the API returned it.
+    pub id: String,
+    /// Chat (Telegram chat id, Discord thread id or "", Slack channel).
+    pub chat: String,
+    /// What a person sees: tags stripped, entities decoded.
+    pub text: String,
+    /// The text as sent on the wire (HTML / mrkdwn).
+    pub raw: String,
+    /// Deleted since.
+    pub deleted: bool,
+    /// Number of applied edits.
+    pub edits: u32,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Recorder {
+    calls: Vec<Call>,
+    messages: Vec<Message>,
+    events: Vec<Value>,
+    seen_keys: std::collections::HashSet<String>,
+    duplicates: u32,
+    counter: u64,
+    blocked_until: Option<Instant>,
+    early_calls: u32,
+    delayed: usize,
+    next_id: u64,
+}
+
+/// Shared state of one fake server.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    pub(crate) behavior: Behavior,
+    pub(crate) rec: Arc<Mutex<Recorder>>,
+}
+
+/// What the gate decided for one call.
+pub(crate) enum Gate {
+    Proceed,
+    RateLimited(f64),
+}
+
+impl Shared {
+    fn new(behavior: Behavior) -> Shared {
+        Shared {
+            behavior,
+            rec: Arc::new(Mutex::new(Recorder::default())),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Recorder> {
+        self.rec.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Rate limiting: a call inside a previous 429's window is counted as early (and
+    /// refused, like the real APIs); every n-th call is refused.
+    pub(crate) fn gate(&self, retry_after_secs: f64) -> Gate {
+        let now = Instant::now();
+        let mut r = self.lock();
+        r.counter += 1;
+        if let Some(until) = r.blocked_until {
+            if now < until {
+                r.early_calls += 1;
+                return Gate::RateLimited((until - now).as_secs_f64());
+            }
+        }
+        match self.behavior.rate_limit_every {
+            Some(n) if n > 0 && r.counter.is_multiple_of(n) => {
+                r.blocked_until = Some(now + Duration::from_secs_f64(retry_after_secs));
+                Gate::RateLimited(retry_after_secs)
+            }
+            _ => Gate::Proceed,
+        }
+    }
+
+    pub(crate) fn record(&self, api: &str, body: &Value, status: u16) {
+        self.lock().calls.push(Call {
+            api: api.to_owned(),
+            body: body.clone(),
+            status,
+            at: Instant::now(),
+        });
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        let mut r = self.lock();
+        r.next_id += 1;
+        r.next_id
+    }
+
+    pub(crate) fn push_message(&self, m: Message) {
+        self.lock().messages.push(m);
+    }
+
+    /// Find a live message; `f` edits it in place.
+    pub(crate) fn with_message<T>(
+        &self,
+        chat: &str,
+        id: &str,
+        f: impl FnOnce(&mut Message) -> T,
+    ) -> Option<T> {
+        let mut r = self.lock();
+        r.messages
+            .iter_mut()
+            .find(|m| m.id == id && m.chat == chat && !m.deleted)
+            .map(f)
+    }
+
+    /// Whether this created message's response should be held back.
+    pub(crate) fn take_delay(&self) -> Option<Duration> {
+        let mut r = self.lock();
+        if r.delayed < self.behavior.delay_first {
+            r.delayed += 1;
+            Some(self.behavior.delay)
+        } else {
+            None
+        }
+    }
+}
+
+/// A running fake server.
+#[derive(Debug)]
+pub struct FakeServer {
+    /// Base URL to configure the sink with (`base_url`, or the webhook `url`).
+    pub base_url: String,
+    shared: Shared,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl FakeServer {
+    async fn start(router: Router, shared: Shared, path: &str) -> std::io::Result<FakeServer> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Ok(FakeServer {
+            base_url: format!("http://{addr}{path}"),
+            shared,
+            shutdown: Some(tx),
+        })
+    }
+
+    /// A fake Telegram Bot API for `token`; `base_url` is the API root.
+    pub async fn telegram(token: &str, behavior: Behavior) -> std::io::Result<FakeServer> {
+        let shared = Shared::new(behavior);
+        let router = telegram::router(shared.clone(), token.to_owned());
+        FakeServer::start(router, shared, "").await
+    }
+
+    /// A fake Discord API serving webhook `id`/`token`; `base_url` is the API root.
+    pub async fn discord(id: &str, token: &str, behavior: Behavior) -> std::io::Result<FakeServer> {
+        let shared = Shared::new(behavior);
+        let router = discord::router(shared.clone(), id.to_owned(), token.to_owned());
+        FakeServer::start(router, shared, "").await
+    }
+
+    /// A fake Slack Web API for bot `token`; `base_url` ends in `/api`.
+    pub async fn slack(token: &str, behavior: Behavior) -> std::io::Result<FakeServer> {
+        let shared = Shared::new(behavior);
+        let router = slack::router(shared.clone(), token.to_owned());
+        FakeServer::start(router, shared, "/api").await
+    }
+
+    /// A webhook receiver checking signatures with `secret` and deduping on
+    /// `Idempotency-Key`; `base_url` is the URL to POST to.
+    pub async fn webhook(secret: &str, behavior: Behavior) -> std::io::Result<FakeServer> {
+        let shared = Shared::new(behavior);
+        let router = webhook::router(shared.clone(), secret.to_owned());
+        FakeServer::start(router, shared, "/hook").await
+    }
+
+    /// Every call so far, in arrival order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.shared.lock().calls.clone()
+    }
+
+    /// Every message ever created, in creation order (deleted ones flagged).
+    pub fn messages(&self) -> Vec<Message> {
+        self.shared.lock().messages.clone()
+    }
+
+    /// Messages not deleted, in creation order.
+    pub fn live_messages(&self) -> Vec<Message> {
+        self.messages().into_iter().filter(|m| !m.deleted).collect()
+    }
+
+    /// Calls that arrived while a 429's `retry_after` was still running.
+    pub fn early_calls(&self) -> u32 {
+        self.shared.lock().early_calls
+    }
+
+    /// Webhook: applied (deduplicated) op objects, in order.
+    pub fn events(&self) -> Vec<Value> {
+        self.shared.lock().events.clone()
+    }
+
+    /// Webhook: requests refused as repeats of an already applied `Idempotency-Key`.
+    pub fn duplicates(&self) -> u32 {
+        self.shared.lock().duplicates
+    }
+}
+
+/// Hold a response when the behaviour says so (after the effect was applied).
+pub(crate) async fn maybe_delay(shared: &Shared) {
+    if let Some(d) = shared.take_delay() {
+        tokio::time::sleep(d).await;
+    }
+}

@@ -1,0 +1,146 @@
+//! The sink contract: one [`Op`] for one chat, with the per channel+chat+run facts the
+//! delivery engine persists between attempts.
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+use streamgate_projection::{Op, Tier};
+
+/// Where an op goes: which configured channel (sink instance) and which chat in it.
+///
+/// `chat_id` is the channel's own address: a Telegram chat id, a Slack channel id, a
+/// Discord thread id (empty = the webhook's channel), a webhook's logical chat name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ChatTarget {
+    /// Name of the configured channel; selects the sink.
+    pub channel: String,
+    /// The chat inside that channel.
+    pub chat_id: String,
+}
+
+impl ChatTarget {
+    /// A target from its two parts.
+    pub fn new(channel: impl Into<String>, chat_id: impl Into<String>) -> ChatTarget {
+        ChatTarget {
+            channel: channel.into(),
+            chat_id: chat_id.into(),
+        }
+    }
+}
+
+impl fmt::Display for ChatTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.channel, self.chat_id)
+    }
+}
+
+/// What a sink has already done for one run in one chat. The delivery engine loads it
+/// before every attempt and saves it after every attempt — successful or not — so a
+/// retry resumes instead of repeating (e.g. the parts of a split final already sent).
+///
+/// Serializable so the projector can keep it in a JetStream KV bucket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryState {
+    /// Id of the run's draft message once created (Telegram message id, Discord
+    /// snowflake, Slack `ts`).
+    pub draft_message_id: Option<String>,
+    /// Text last applied to the draft; an identical upsert is skipped.
+    pub draft_text: Option<String>,
+    /// Highest event seq rendered into the draft (the reconnect protocol's
+    /// `lastRenderedSeq`, spec §7.3).
+    pub last_rendered_seq: Option<u64>,
+    /// The draft was settled; later drafts of the run are stale.
+    pub settled: bool,
+    /// The draft was dismissed (deleted).
+    pub dismissed: bool,
+    /// Message ids of the final answer's parts sent so far, in order.
+    pub final_message_ids: Vec<String>,
+    /// The whole final answer was delivered: a repeated `Final` is a no-op.
+    pub final_delivered: bool,
+    /// The rendered text was withdrawn (Reject path).
+    pub retracted: bool,
+    /// Seqs of notices already sent (a notice is sent once per seq).
+    pub notices_sent: BTreeSet<u64>,
+}
+
+/// Why an op failed. The delivery engine's reaction is chosen by variant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SinkError {
+    /// The chat API asked us to wait; the engine pauses the chat's lane that long.
+    #[error("rate limited; retry after {retry_after:?}")]
+    RateLimited {
+        /// How long the API asked us to wait.
+        retry_after: Duration,
+    },
+    /// The API refused the message as too long. Not retried.
+    #[error("message too large: {0}")]
+    TooLarge(String),
+    /// Network trouble, a timeout, a 5xx: retried with backoff; counts toward the
+    /// circuit breaker.
+    #[error("transient failure: {0}")]
+    Transient(String),
+    /// The API refused the request for good (bad token, unknown chat): not retried.
+    #[error("permanent failure: {0}")]
+    Permanent(String),
+}
+
+impl SinkError {
+    /// Whether the engine should try the op again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            SinkError::RateLimited { .. } | SinkError::Transient(_)
+        )
+    }
+}
+
+/// A chat channel's executor.
+///
+/// Contract:
+/// - `execute` performs one op for one chat and records what it did in `state` **as it
+///   goes** (e.g. after each part of a split final), so that if the future is cancelled
+///   or fails midway, the state the engine saves reflects every effect that the API
+///   confirmed.
+/// - `execute` must be idempotent given `state`: called again with the state it left,
+///   it does only the work not yet confirmed (a `Final` with `final_delivered` set is a
+///   no-op, a draft with the same text is a no-op, a dismiss of a deleted draft is a
+///   no-op).
+/// - `Typing` ops get a scratch state: they have no run.
+///
+/// The trait is object safe (boxed futures) so the engine can hold `Arc<dyn Sink>`.
+pub trait Sink: Send + Sync {
+    /// Name of the configured channel this sink serves (matches [`ChatTarget::channel`]).
+    fn channel(&self) -> &str;
+
+    /// Registered kind (`telegram`, `discord`, `slack`, `webhook`, `plain`).
+    fn kind(&self) -> &'static str;
+
+    /// The channel's capability tier (what the projection should produce for it).
+    fn tier(&self) -> Tier;
+
+    /// Execute one op for one chat.
+    fn execute<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        op: &'a Op,
+        state: &'a mut DeliveryState,
+    ) -> BoxFuture<'a, Result<(), SinkError>>;
+}
+
+/// Text of a final answer as shown in a chat: the answer verbatim, then the suffix line.
+pub(crate) fn final_display_text(text: &str, suffix: Option<&str>) -> String {
+    match suffix {
+        Some(s) if !s.is_empty() => {
+            if text.is_empty() {
+                s.to_owned()
+            } else if text.ends_with('\n') {
+                format!("{text}{s}")
+            } else {
+                format!("{text}\n{s}")
+            }
+        }
+        _ => text.to_owned(),
+    }
+}

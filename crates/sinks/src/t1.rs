@@ -1,0 +1,195 @@
+//! The tier-T1 (editable draft + durable messages) op semantics, written once over four
+//! message primitives. Telegram, Discord and Slack differ only in those primitives.
+
+use crate::sink::{final_display_text, ChatTarget, DeliveryState, SinkError};
+use crate::text::{split, truncate, Unit};
+use futures::future::BoxFuture;
+use streamgate_projection::Op;
+
+/// Result of an edit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Edited {
+    /// The message now shows the text (including "not modified": it already did).
+    Applied,
+    /// The message is gone (deleted by a user or an admin).
+    NotFound,
+}
+
+/// The primitives of an editable-message chat API. Texts are projection text (plain,
+/// `> ` blockquotes); the implementation renders/escapes for its wire format.
+pub(crate) trait MessageApi: Send + Sync {
+    /// Message size limit, in `unit()`s of the projection text.
+    fn limit(&self) -> usize;
+    /// How a char counts toward `limit`.
+    fn unit(&self) -> Unit;
+    /// Post a new message; returns its id.
+    fn send<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<String, SinkError>>;
+    /// Replace a message's text.
+    fn edit<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Edited, SinkError>>;
+    /// Delete a message; an already deleted one is success.
+    fn delete<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), SinkError>>;
+    /// Show the native typing indicator (no-op where the API has none).
+    fn typing<'a>(&'a self, chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>>;
+}
+
+/// Create the draft or replace its text; records id and text as soon as confirmed.
+async fn upsert_draft<A: MessageApi>(
+    api: &A,
+    chat: &ChatTarget,
+    text: &str,
+    state: &mut DeliveryState,
+) -> Result<(), SinkError> {
+    if state.draft_text.as_deref() == Some(text) && state.draft_message_id.is_some() {
+        return Ok(());
+    }
+    if let Some(id) = state.draft_message_id.clone() {
+        match api.edit(chat, &id, text).await? {
+            Edited::Applied => {
+                state.draft_text = Some(text.to_owned());
+                return Ok(());
+            }
+            // Someone deleted the draft: recreate it rather than lose the rendering.
+            Edited::NotFound => {
+                state.draft_message_id = None;
+                state.draft_text = None;
+            }
+        }
+    }
+    let id = api.send(chat, text).await?;
+    state.draft_message_id = Some(id);
+    state.draft_text = Some(text.to_owned());
+    Ok(())
+}
+
+/// Execute `op` with T1 semantics. Idempotent given `state` (see [`crate::Sink`]).
+pub(crate) async fn execute<A: MessageApi>(
+    api: &A,
+    chat: &ChatTarget,
+    op: &Op,
+    state: &mut DeliveryState,
+) -> Result<(), SinkError> {
+    let (limit, unit) = (api.limit(), api.unit());
+    match op {
+        Op::Typing => api.typing(chat).await,
+        Op::Draft { text, seq, .. } => {
+            // A draft after the run's draft ended, or older than what is shown, is stale
+            // (reconnect replay, a coalesced duplicate): nothing to do.
+            if state.settled || state.dismissed || state.final_delivered || state.retracted {
+                return Ok(());
+            }
+            if state.last_rendered_seq.is_some_and(|s| *seq < s) {
+                return Ok(());
+            }
+            // Drafts are budgeted by the projection and never split; the truncation is
+            // only a guard so that nothing over the limit is ever sent.
+            let text = truncate(text, limit, unit);
+            if text.trim().is_empty() {
+                return Ok(());
+            }
+            upsert_draft(api, chat, &text, state).await?;
+            state.last_rendered_seq = Some(*seq);
+            Ok(())
+        }
+        Op::Settle { text, seq, .. } => {
+            if state.settled || state.dismissed {
+                return Ok(());
+            }
+            let text = truncate(text, limit, unit);
+            if text.trim().is_empty() {
+                if let Some(id) = state.draft_message_id.clone() {
+                    api.delete(chat, &id).await?;
+                }
+                state.draft_message_id = None;
+                state.dismissed = true;
+            } else {
+                upsert_draft(api, chat, &text, state).await?;
+            }
+            state.settled = true;
+            state.last_rendered_seq = Some(state.last_rendered_seq.unwrap_or(0).max(*seq));
+            Ok(())
+        }
+        Op::Dismiss { .. } => {
+            if let Some(id) = state.draft_message_id.clone() {
+                api.delete(chat, &id).await?;
+            }
+            state.draft_message_id = None;
+            state.draft_text = None;
+            state.dismissed = true;
+            Ok(())
+        }
+        Op::Final { text, suffix, .. } => {
+            if state.final_delivered {
+                return Ok(());
+            }
+            let full = final_display_text(text, suffix.as_deref());
+            if full.trim().is_empty() {
+                return Err(SinkError::Permanent("empty final answer".into()));
+            }
+            // Split deterministically so a retry resumes at the first unsent part.
+            let parts: Vec<String> = split(&full, limit, unit)
+                .into_iter()
+                .filter(|p| !p.trim().is_empty())
+                .collect();
+            for part in parts.iter().skip(state.final_message_ids.len()) {
+                let id = api.send(chat, part).await?;
+                state.final_message_ids.push(id);
+            }
+            state.final_delivered = true;
+            Ok(())
+        }
+        Op::Retract { placeholder, .. } => {
+            if state.retracted {
+                return Ok(());
+            }
+            let placeholder = truncate(placeholder, limit, unit);
+            if let Some(first) = state.final_message_ids.first().cloned() {
+                // The withdrawn text is the delivered answer: first part becomes the
+                // placeholder, the other parts go.
+                while state.final_message_ids.len() > 1 {
+                    let Some(id) = state.final_message_ids.last().cloned() else {
+                        break;
+                    };
+                    api.delete(chat, &id).await?;
+                    state.final_message_ids.pop();
+                }
+                if api.edit(chat, &first, &placeholder).await? == Edited::NotFound {
+                    let id = api.send(chat, &placeholder).await?;
+                    state.final_message_ids = vec![id];
+                }
+            } else if state.draft_message_id.is_some() {
+                state.draft_text = None;
+                upsert_draft(api, chat, &placeholder, state).await?;
+            } else {
+                let id = api.send(chat, &placeholder).await?;
+                state.draft_message_id = Some(id);
+                state.draft_text = Some(placeholder.clone());
+            }
+            state.retracted = true;
+            Ok(())
+        }
+        Op::Notice { text, seq, .. } => {
+            if state.notices_sent.contains(seq) {
+                return Ok(());
+            }
+            let text = truncate(text, limit, unit);
+            if !text.trim().is_empty() {
+                api.send(chat, &text).await?;
+            }
+            state.notices_sent.insert(*seq);
+            Ok(())
+        }
+    }
+}

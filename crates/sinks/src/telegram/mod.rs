@@ -1,0 +1,13 @@
+//! Telegram Bot API sink: `sendMessage` / `editMessageText` / `deleteMessage` with
+//! `parse_mode=HTML`, `sendChatAction` for typing; 4096-unit messages.
+
+mod config;
+mod runtime;
+#[cfg(all(test, feature = "fakes"))]
+mod tests;
+
+pub use config::TelegramConfig;
+pub use runtime::TelegramSink;
+
+/// Registered kind name.
+pub const KIND: &str = "telegram";

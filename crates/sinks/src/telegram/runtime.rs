@@ -1,0 +1,224 @@
+//! Telegram sink runtime.
+
+use super::config::TelegramConfig;
+use crate::http::{self, Secret};
+use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
+use crate::t1::{self, Edited, MessageApi};
+use crate::text::{telegram_html, utf16_unit, Unit};
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+use streamgate_projection::{Op, Tier};
+
+/// Telegram's message text limit (after entity parsing), in UTF-16 units.
+pub const TELEGRAM_LIMIT: usize = 4096;
+
+/// Telegram Bot API sink.
+#[derive(Debug)]
+pub struct TelegramSink {
+    name: String,
+    base_url: String,
+    token: Secret,
+    client: reqwest::Client,
+}
+
+/// How a failed call ended, before the op semantics decide what it means.
+enum Fail {
+    NotModified,
+    NotFound,
+    Sink(SinkError),
+}
+
+impl TelegramSink {
+    /// Build the sink (and its HTTP client).
+    pub fn new(config: TelegramConfig) -> Result<TelegramSink, SinkError> {
+        let timeout = http::secs(config.timeout_secs).unwrap_or(http::DEFAULT_TIMEOUT);
+        Ok(TelegramSink {
+            name: config.name,
+            base_url: config.base_url.trim_end_matches('/').to_owned(),
+            token: config.bot_token,
+            client: http::client(timeout)?,
+        })
+    }
+
+    async fn call(&self, method: &str, body: Value) -> Result<Value, Fail> {
+        // The token is in the path; errors below never include the URL.
+        let url = format!("{}/bot{}/{method}", self.base_url, self.token.expose());
+        let resp = self
+            .client
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| Fail::Sink(http::transport_error(e)))?;
+        let status = resp.status();
+        let header_retry = http::retry_after_header(resp.headers());
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| Fail::Sink(http::transport_error(e)))?;
+        let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
+            return Err(Fail::Sink(http::status_error(status, method)));
+        };
+        if v.get("ok").and_then(Value::as_bool) == Some(true) {
+            return Ok(v.get("result").cloned().unwrap_or(Value::Null));
+        }
+        let code = v
+            .get("error_code")
+            .and_then(Value::as_u64)
+            .unwrap_or(u64::from(status.as_u16()));
+        let desc = v
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let lower = desc.to_ascii_lowercase();
+        if code == 429 {
+            let retry_after = v
+                .pointer("/parameters/retry_after")
+                .and_then(Value::as_f64)
+                .and_then(http::secs)
+                .or(header_retry)
+                .unwrap_or(http::DEFAULT_RETRY_AFTER);
+            return Err(Fail::Sink(SinkError::RateLimited { retry_after }));
+        }
+        if lower.contains("message is not modified") {
+            return Err(Fail::NotModified);
+        }
+        if lower.contains("message to edit not found")
+            || lower.contains("message to delete not found")
+            || lower.contains("message_id_invalid")
+        {
+            return Err(Fail::NotFound);
+        }
+        let msg = format!("telegram {method}: {code} {desc}");
+        Err(Fail::Sink(if lower.contains("too long") {
+            SinkError::TooLarge(msg)
+        } else if code >= 500 {
+            SinkError::Transient(msg)
+        } else {
+            SinkError::Permanent(msg)
+        }))
+    }
+}
+
+/// Telegram takes numeric ids as numbers and `@channel` names as strings.
+fn chat_id(chat: &ChatTarget) -> Value {
+    match chat.chat_id.parse::<i64>() {
+        Ok(n) => json!(n),
+        Err(_) => json!(chat.chat_id),
+    }
+}
+
+fn message_id(id: &str) -> Result<i64, SinkError> {
+    id.parse::<i64>()
+        .map_err(|_| SinkError::Permanent(format!("not a telegram message id: {id}")))
+}
+
+fn plain(f: Fail) -> SinkError {
+    match f {
+        Fail::Sink(e) => e,
+        Fail::NotModified => SinkError::Permanent("unexpected `not modified`".into()),
+        Fail::NotFound => SinkError::Permanent("message not found".into()),
+    }
+}
+
+impl MessageApi for TelegramSink {
+    fn limit(&self) -> usize {
+        TELEGRAM_LIMIT
+    }
+
+    fn unit(&self) -> Unit {
+        utf16_unit
+    }
+
+    fn send<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<String, SinkError>> {
+        Box::pin(async move {
+            let body = json!({
+                "chat_id": chat_id(chat),
+                "text": telegram_html(text),
+                "parse_mode": "HTML",
+                "link_preview_options": {"is_disabled": true},
+            });
+            let result = self.call("sendMessage", body).await.map_err(plain)?;
+            result
+                .get("message_id")
+                .and_then(Value::as_i64)
+                .map(|id| id.to_string())
+                .ok_or_else(|| SinkError::Permanent("sendMessage: no message_id".into()))
+        })
+    }
+
+    fn edit<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        id: &'a str,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<Edited, SinkError>> {
+        Box::pin(async move {
+            let body = json!({
+                "chat_id": chat_id(chat),
+                "message_id": message_id(id)?,
+                "text": telegram_html(text),
+                "parse_mode": "HTML",
+                "link_preview_options": {"is_disabled": true},
+            });
+            match self.call("editMessageText", body).await {
+                // "message is not modified": it already shows this text, i.e. success.
+                Ok(_) | Err(Fail::NotModified) => Ok(Edited::Applied),
+                Err(Fail::NotFound) => Ok(Edited::NotFound),
+                Err(Fail::Sink(e)) => Err(e),
+            }
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(async move {
+            let body = json!({"chat_id": chat_id(chat), "message_id": message_id(id)?});
+            match self.call("deleteMessage", body).await {
+                Ok(_) | Err(Fail::NotFound) => Ok(()),
+                Err(f) => Err(plain(f)),
+            }
+        })
+    }
+
+    fn typing<'a>(&'a self, chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(async move {
+            let body = json!({"chat_id": chat_id(chat), "action": "typing"});
+            self.call("sendChatAction", body)
+                .await
+                .map(|_| ())
+                .map_err(plain)
+        })
+    }
+}
+
+impl Sink for TelegramSink {
+    fn channel(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        super::KIND
+    }
+
+    fn tier(&self) -> Tier {
+        Tier::T1
+    }
+
+    fn execute<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        op: &'a Op,
+        state: &'a mut DeliveryState,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(t1::execute(self, chat, op, state))
+    }
+}

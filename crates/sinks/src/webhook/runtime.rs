@@ -1,0 +1,215 @@
+//! Webhook sink runtime.
+
+use super::config::WebhookConfig;
+use crate::http::{self, Secret};
+use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
+use futures::future::BoxFuture;
+use hmac::{Hmac, Mac};
+use reqwest::StatusCode;
+use serde_json::{json, Map, Value};
+use sha2::Sha256;
+use streamgate_projection::{Op, Tier};
+
+/// Header carrying `sha256=<hex HMAC-SHA256 of the body>`.
+pub const SIGNATURE_HEADER: &str = "X-Streamgate-Signature";
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// `sha256=<hex>` signature of `body` under `secret`.
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    // HMAC accepts keys of any length, so this cannot fail; fall back to an empty
+    // signature rather than panic if a future `hmac` changes that.
+    match HmacSha256::new_from_slice(secret) {
+        Ok(mut mac) => {
+            mac.update(body);
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+        }
+        Err(_) => String::new(),
+    }
+}
+
+/// Check a signature header value in constant time (for receivers and the fake).
+pub fn verify(secret: &[u8], body: &[u8], header: &str) -> bool {
+    let Some(hex_sig) = header.strip_prefix("sha256=") else {
+        return false;
+    };
+    let Ok(sig) = hex::decode(hex_sig) else {
+        return false;
+    };
+    match HmacSha256::new_from_slice(secret) {
+        Ok(mut mac) => {
+            mac.update(body);
+            mac.verify_slice(&sig).is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
+fn run_and_seq(op: &Op) -> (Option<&str>, Option<u64>) {
+    match op {
+        Op::Typing => (None, None),
+        Op::Dismiss { key } => (Some(&key.run_id), None),
+        Op::Draft { key, seq, .. }
+        | Op::Settle { key, seq, .. }
+        | Op::Final { key, seq, .. }
+        | Op::Retract { key, seq, .. }
+        | Op::Notice { key, seq, .. } => (Some(&key.run_id), Some(*seq)),
+    }
+}
+
+/// `<channel>/<run>/<op>/<seq>`: the same op always gets the same key (retries
+/// included). A run has one dismiss (seq `0`); typing has no run (`-`) and no seq — it
+/// is never retried, so it gets the current time in ms to stay distinct.
+pub fn idempotency_key(channel: &str, op: &Op) -> String {
+    let (run, seq) = run_and_seq(op);
+    let seq = match (op, seq) {
+        (_, Some(s)) => s,
+        (Op::Typing, None) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0),
+        _ => 0,
+    };
+    format!("{channel}/{}/{}/{seq}", run.unwrap_or("-"), op.name())
+}
+
+/// The JSON object POSTed for `op`: `op`, `channel`, `chat`, `run_id`, `seq`, `key`
+/// (the idempotency key) and the op's own fields (`text`, `truncated`, `suffix`,
+/// `placeholder`). A final's `text` is the answer exactly as the event had it.
+pub fn payload(channel: &str, chat: &ChatTarget, op: &Op, key: &str) -> Value {
+    let (run, seq) = run_and_seq(op);
+    let mut m = Map::new();
+    m.insert("op".into(), json!(op.name()));
+    m.insert("channel".into(), json!(channel));
+    m.insert("chat".into(), json!(chat.chat_id));
+    m.insert("run_id".into(), json!(run));
+    m.insert("seq".into(), json!(seq));
+    m.insert("key".into(), json!(key));
+    match op {
+        Op::Typing | Op::Dismiss { .. } => {}
+        Op::Draft { text, .. } | Op::Settle { text, .. } | Op::Notice { text, .. } => {
+            m.insert("text".into(), json!(text));
+        }
+        Op::Final {
+            text,
+            truncated,
+            suffix,
+            ..
+        } => {
+            m.insert("text".into(), json!(text));
+            m.insert("truncated".into(), json!(truncated));
+            m.insert("suffix".into(), json!(suffix));
+        }
+        Op::Retract { placeholder, .. } => {
+            m.insert("text".into(), json!(placeholder));
+            m.insert("placeholder".into(), json!(placeholder));
+        }
+    }
+    Value::Object(m)
+}
+
+/// Generic webhook sink.
+#[derive(Debug)]
+pub struct WebhookSink {
+    name: String,
+    url: String,
+    secret: Secret,
+    tier: Tier,
+    client: reqwest::Client,
+}
+
+impl WebhookSink {
+    /// Build the sink (and its HTTP client).
+    pub fn new(config: WebhookConfig) -> Result<WebhookSink, SinkError> {
+        let timeout = http::secs(config.timeout_secs).unwrap_or(http::DEFAULT_TIMEOUT);
+        Ok(WebhookSink {
+            name: config.name,
+            url: config.url,
+            secret: config.secret,
+            tier: config.tier,
+            client: http::client(timeout)?,
+        })
+    }
+
+    async fn post(&self, chat: &ChatTarget, op: &Op) -> Result<(), SinkError> {
+        let key = idempotency_key(&self.name, op);
+        let body = serde_json::to_vec(&payload(&self.name, chat, op, &key))
+            .map_err(|e| SinkError::Permanent(format!("webhook payload: {e}")))?;
+        let signature = sign(self.secret.expose().as_bytes(), &body);
+        let resp = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(SIGNATURE_HEADER, signature)
+            .header("Idempotency-Key", &key)
+            .body(body)
+            .send()
+            .await
+            .map_err(http::transport_error)?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            let retry_after =
+                http::retry_after_header(resp.headers()).unwrap_or(http::DEFAULT_RETRY_AFTER);
+            return Err(SinkError::RateLimited { retry_after });
+        }
+        Err(http::status_error(status, "webhook"))
+    }
+}
+
+impl Sink for WebhookSink {
+    fn channel(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        super::KIND
+    }
+
+    fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    fn execute<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        op: &'a Op,
+        state: &'a mut DeliveryState,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(async move {
+            // Same local idempotency as the chat sinks; the receiver's dedupe on the
+            // Idempotency-Key closes the lost-response window that state cannot.
+            match op {
+                Op::Final { .. } if state.final_delivered => return Ok(()),
+                Op::Settle { .. } if state.settled => return Ok(()),
+                Op::Notice { seq, .. } if state.notices_sent.contains(seq) => return Ok(()),
+                Op::Draft { seq, .. }
+                    if state.settled
+                        || state.final_delivered
+                        || state.last_rendered_seq.is_some_and(|s| *seq < s) =>
+                {
+                    return Ok(())
+                }
+                _ => {}
+            }
+            self.post(chat, op).await?;
+            match op {
+                Op::Final { .. } => state.final_delivered = true,
+                Op::Settle { seq, .. } => {
+                    state.settled = true;
+                    state.last_rendered_seq = Some(*seq);
+                }
+                Op::Draft { seq, .. } => state.last_rendered_seq = Some(*seq),
+                Op::Dismiss { .. } => state.dismissed = true,
+                Op::Retract { .. } => state.retracted = true,
+                Op::Notice { seq, .. } => {
+                    state.notices_sent.insert(*seq);
+                }
+                Op::Typing => {}
+            }
+            Ok(())
+        })
+    }
+}

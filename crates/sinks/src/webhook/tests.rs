@@ -1,0 +1,120 @@
+//! Tests against the local fake webhook receiver.
+
+use super::{idempotency_key, sign, verify, WebhookConfig, WebhookSink};
+use crate::fakes::{Behavior, FakeServer};
+use crate::testutil::{draft, fast_engine, final_op};
+use crate::{ChatTarget, DeliveryState, Sink, SinkError};
+use std::sync::Arc;
+use std::time::Duration;
+use streamgate_projection::{DraftKey, Op};
+
+const SECRET: &str = "hook-secret";
+
+fn sink(fake: &FakeServer, secret: &str, timeout_secs: f64) -> Result<WebhookSink, SinkError> {
+    let mut c = WebhookConfig::new("hook", fake.base_url.clone(), secret);
+    c.timeout_secs = timeout_secs;
+    WebhookSink::new(c)
+}
+
+#[test]
+fn signature_round_trips() {
+    let body = br#"{"op":"final"}"#;
+    let sig = sign(SECRET.as_bytes(), body);
+    assert!(sig.starts_with("sha256=") && sig.len() == 7 + 64);
+    assert!(verify(SECRET.as_bytes(), body, &sig));
+    assert!(!verify(b"other", body, &sig));
+    assert!(!verify(SECRET.as_bytes(), b"{}", &sig));
+}
+
+#[test]
+fn idempotency_key_is_stable() {
+    let op = final_op("run-1", "x", 42);
+    assert_eq!(idempotency_key("hook", &op), "hook/run-1/final/42");
+    assert_eq!(idempotency_key("hook", &op), idempotency_key("hook", &op));
+    let dismiss = Op::Dismiss {
+        key: DraftKey {
+            run_id: "run-1".into(),
+        },
+    };
+    assert_eq!(idempotency_key("hook", &dismiss), "hook/run-1/dismiss/0");
+}
+
+#[tokio::test]
+async fn happy_path_signed_and_deduped() -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::webhook(SECRET, Behavior::default()).await?;
+    let hook = sink(&fake, SECRET, 5.0)?;
+    let chat = ChatTarget::new("hook", "room");
+    let answer = "exact <answer> & \"quotes\"\n";
+    let fin = Op::Final {
+        key: DraftKey { run_id: "r".into() },
+        text: answer.into(),
+        truncated: true,
+        suffix: Some("⚠️ truncated (token limit)".into()),
+        seq: 9,
+    };
+    let mut st = DeliveryState::default();
+    hook.execute(&chat, &Op::Typing, &mut st).await?;
+    hook.execute(&chat, &draft("r", "d", 1), &mut st).await?;
+    hook.execute(&chat, &fin, &mut st).await?;
+    // A second process without our state sends the same op: the receiver dedupes.
+    hook.execute(&chat, &fin, &mut DeliveryState::default())
+        .await?;
+    let events = fake.events();
+    assert_eq!(events.len(), 3);
+    assert_eq!(fake.duplicates(), 1);
+    let f = &events[2];
+    assert_eq!(f["op"], "final");
+    assert_eq!(f["text"], answer, "final text exactly as the event had it");
+    assert_eq!(f["truncated"], true);
+    assert_eq!(f["key"], "hook/r/final/9");
+    assert_eq!(f["run_id"], "r");
+    assert_eq!(f["seq"], 9);
+    assert_eq!(f["channel"], "hook");
+    Ok(())
+}
+
+#[tokio::test]
+async fn wrong_secret_is_rejected() -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::webhook(SECRET, Behavior::default()).await?;
+    let hook = sink(&fake, "not-the-secret", 5.0)?;
+    let r = hook
+        .execute(
+            &ChatTarget::new("hook", "room"),
+            &final_op("r", "a", 1),
+            &mut DeliveryState::default(),
+        )
+        .await;
+    assert!(matches!(r, Err(SinkError::Permanent(_))), "{r:?}");
+    assert!(fake.events().is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn final_exactly_once_when_first_attempt_times_out_after_apply(
+) -> Result<(), Box<dyn std::error::Error>> {
+    // The receiver applies the first final, then answers too late: the client times
+    // out, the engine retries with the same Idempotency-Key, the receiver dedupes.
+    let behavior = Behavior {
+        delay_first: 1,
+        delay: Duration::from_millis(1500),
+        ..Behavior::default()
+    };
+    let fake = FakeServer::webhook(SECRET, behavior).await?;
+    let (delivery, _) = fast_engine(Arc::new(sink(&fake, SECRET, 0.3)?));
+    let chat = ChatTarget::new("hook", "room");
+    delivery
+        .submit(chat.clone(), final_op("r", "once", 3))
+        .await?;
+    delivery
+        .submit(chat.clone(), final_op("r", "once", 3))
+        .await?;
+    tokio::time::timeout(Duration::from_secs(20), delivery.flush()).await?;
+    let finals = fake
+        .events()
+        .into_iter()
+        .filter(|e| e["op"] == "final")
+        .count();
+    assert_eq!(finals, 1);
+    assert!(fake.duplicates() >= 1, "the retry reached the receiver");
+    Ok(())
+}
