@@ -135,7 +135,8 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     // Each producer sends one chunk per tick; the tick makes the producers together
     // offer `rate` events/s.
     let tick = (args.rate > 0).then(|| {
-        let chunks_per_sec = args.rate as f64 * chunks_per_run as f64 / events_per_run.max(1) as f64;
+        let chunks_per_sec =
+            args.rate as f64 * chunks_per_run as f64 / events_per_run.max(1) as f64;
         Duration::from_secs_f64(args.runs as f64 / chunks_per_sec)
     });
     let started = Instant::now();
