@@ -17,7 +17,10 @@ use tracing::{info, warn};
 /// Called with every batch right after it is committed (before the ack): the hook
 /// benchmarks and tests use to observe commit latency.
 #[derive(Clone)]
-pub struct CommitHook(pub Arc<dyn Fn(&[ArchivedEvent]) + Send + Sync>);
+pub struct CommitHook(pub Arc<CommitFn>);
+
+/// The function a [`CommitHook`] calls.
+pub type CommitFn = dyn Fn(&[ArchivedEvent]) + Send + Sync;
 
 impl std::fmt::Debug for CommitHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
