@@ -121,7 +121,10 @@ pub fn expected(family: &str, bytes: &[u8]) -> Vec<Value> {
 pub fn expected_closed(family: &str, bytes: &[u8], close: Close) -> Vec<Value> {
     let mut n = Normalizer::new(choice(family));
     n.feed(bytes);
-    let mut out: Vec<Value> = n.drain().map(|e| serde_json::to_value(e).unwrap()).collect();
+    let mut out: Vec<Value> = n
+        .drain()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect();
     n.close(close);
     out.extend(n.drain().map(|e| serde_json::to_value(e).unwrap()));
     out
@@ -394,7 +397,10 @@ pub async fn wait_quiet(js: &async_nats::jetstream::Context) {
     let mut stable = 0;
     loop {
         let mut idle = true;
-        for (stream, durable) in [(RAW_STREAM, "sg-normalizer"), (EVENTS_STREAM, "sg-archiver")] {
+        for (stream, durable) in [
+            (RAW_STREAM, "sg-normalizer"),
+            (EVENTS_STREAM, "sg-archiver"),
+        ] {
             let info = js
                 .get_stream(stream)
                 .await
