@@ -203,6 +203,60 @@ async fn duplicate_ingest_changes_nothing() {
     assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), first);
 }
 
+/// DESIGN §3: "do not rely on JetStream's dedupe window". A restarted normalizer that gets
+/// late copies of a closed run's middle chunks (after the window) must not treat the run
+/// as open again: no timeout close marker, no second terminal event, no conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_duplicates_do_not_reopen_a_closed_run() {
+    let seed = seed("late_duplicates_do_not_reopen_a_closed_run");
+    let mut rng = rng(seed);
+    let mut cfg = NormalizerConfig {
+        idle_timeout: Duration::from_secs(1),
+        idle_check: Duration::from_millis(100),
+        ..NormalizerConfig::default()
+    };
+    // A short window stands for "long after the run closed".
+    cfg.streams.duplicate_window = Duration::from_secs(1);
+    let mut p = Pipeline::start_with(Backend::Sqlite, cfg).await;
+    let bytes = fixture("f1/tool-use.sse");
+    let want = expected("f1", &bytes);
+    let chunks = split(&bytes, &mut rng, 96);
+    assert!(chunks.len() >= 3);
+    let run = "late-dup";
+    let raws = raw_chunks(&spec(run, "f1"), &chunks, 1_700_000_000_000);
+    publish_all(&p.js, &raws).await;
+    let first = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+    assert_archive_eq(run, &first, &want, &format!("first ingest, seed {seed}"));
+
+    p.restart_normalizer().await;
+    // Past the dedupe window, then the middle chunks again (no chunk 0, no close).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(publish_all(&p.js, &raws[1..raws.len() - 1]).await, 0);
+    // Longer than the idle timeout: a reaper that thinks the run is open fires now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_quiet(&p.js).await;
+
+    let mut client = archive_client(p.archive_grpc, Some(TOKEN)).await;
+    let mut raw = client
+        .raw_chunks(v1::RawChunksRequest { run_id: run.into() })
+        .await
+        .expect("RawChunks")
+        .into_inner();
+    let mut markers = Vec::new();
+    while let Some(c) = raw.message().await.expect("raw stream") {
+        if let Some(k) = c.close {
+            markers.push(k);
+        }
+    }
+    assert_eq!(markers, ["normal"], "close markers in SG_RAW (seed {seed})");
+    assert_eq!(
+        p.store.conflicts_total(),
+        0,
+        "conflicting events (seed {seed})"
+    );
+    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), first);
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. crashes
 // ---------------------------------------------------------------------------------------
