@@ -55,11 +55,23 @@ use tonic::Code;
 // ---------------------------------------------------------------------------------------
 
 async fn every_capture(backend: Backend) {
-    let seed = seed("every_capture");
-    let mut rng = rng(seed);
     let cases = all_cases();
     assert!(cases.len() >= 10, "only {} captures found", cases.len());
-    let p = Pipeline::start(backend).await;
+    through_nats(
+        backend,
+        cases,
+        NormalizerConfig::default(),
+        &[1, 7, 64, 512, 4096],
+    )
+    .await;
+}
+
+/// Ingests every case as its own run, all at once, in random chunks whose maximum size is
+/// picked per run from `sizes`; checks each archived run against `normalize`.
+async fn through_nats(backend: Backend, cases: Vec<Case>, cfg: NormalizerConfig, sizes: &[usize]) {
+    let seed = seed("through_nats");
+    let mut rng = rng(seed);
+    let p = Pipeline::start_with(backend, cfg).await;
     let started = Instant::now();
     let runs: Vec<(String, Case, Vec<Bytes>)> = cases
         .into_iter()
@@ -67,7 +79,7 @@ async fn every_capture(backend: Backend) {
         .map(|(i, case)| {
             // Chunk sizes from single bytes to whole frames, capped so no run needs more
             // than ~1500 publishes.
-            let max = [1usize, 7, 64, 512, 4096][rand::Rng::random_range(&mut rng, 0..5)]
+            let max = sizes[rand::Rng::random_range(&mut rng, 0..sizes.len())]
                 .max(case.bytes.len() / 1500);
             let chunks = split(&case.bytes, &mut rng, max);
             (format!("case-{i:03}"), case, chunks)
@@ -108,6 +120,22 @@ async fn every_capture_is_archived_as_normalized_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_capture_is_archived_as_normalized_postgres() {
     every_capture(Backend::Postgres).await;
+}
+
+/// More runs in flight than the normalizer keeps in memory: runs are evicted and rebuilt
+/// from SG_RAW over and over, and still archive exactly as normalized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicted_runs_are_rebuilt_exactly() {
+    let cases: Vec<Case> = all_cases()
+        .into_iter()
+        .filter(|c| c.name.starts_with("fixture"))
+        .take(16)
+        .collect();
+    let cfg = NormalizerConfig {
+        max_open_runs: 3,
+        ..NormalizerConfig::default()
+    };
+    through_nats(Backend::Sqlite, cases, cfg, &[64, 256]).await;
 }
 
 // ---------------------------------------------------------------------------------------
