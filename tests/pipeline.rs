@@ -44,9 +44,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use streamgate_archive::{InsertOutcome, RunStatusKind};
 use streamgate_bus::raw::CloseKind;
+use streamgate_bus::StreamSettings;
 use streamgate_normalizer::NormalizerConfig;
 use streamgate_proto::v1;
 use streamgate_proto::v1::ingest_service_client::IngestServiceClient;
+use streamgate_testkit::NatsServer;
 use streamgate_wire::Close;
 use tonic::Code;
 
@@ -663,6 +665,46 @@ async fn archive_requires_the_operator_token() {
                 "{rpc} with token {token:?}"
             );
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// stream settings
+// ---------------------------------------------------------------------------------------
+
+/// The normalizer provisions SG_RAW and SG_EVENTS with the deployment's settings; an
+/// archiver (re)starting later must not reset them to its own defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archiver_start_keeps_the_deployment_stream_settings() {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    let custom = StreamSettings {
+        raw_max_age: Duration::from_secs(3600),
+        events_max_age: Duration::from_secs(7200),
+        duplicate_window: Duration::from_secs(30),
+        ..StreamSettings::default()
+    };
+    streamgate_bus::ensure_streams(&js, &custom).await.unwrap();
+    let store = TestStore::new(Backend::Sqlite).await;
+    let logs = tempfile::tempdir().unwrap();
+    let mut archiver = Service::spawn(
+        "archiver",
+        &archiver_args(&nats.url(), &store.url),
+        logs.path(),
+    );
+    wait_consumer(&js, streamgate_bus::EVENTS_STREAM, "sg-archiver").await;
+    archiver.assert_running();
+    for (name, wanted) in [
+        (streamgate_bus::RAW_STREAM, custom.raw_config()),
+        (streamgate_bus::EVENTS_STREAM, custom.events_config()),
+    ] {
+        let mut stream = js.get_stream(name).await.unwrap();
+        let cfg = stream.info().await.unwrap().config.clone();
+        assert_eq!(
+            (cfg.max_age, cfg.duplicate_window),
+            (wanted.max_age, wanted.duplicate_window),
+            "{name} settings changed by the archiver"
+        );
     }
 }
 
