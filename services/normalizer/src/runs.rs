@@ -168,6 +168,16 @@ impl RunTable {
         events
     }
 
+    /// Drops everything known about a run (its state got ahead of what was published):
+    /// its next chunk, redelivered or new, rebuilds it from SG_RAW.
+    pub fn forget(&mut self, key: &RunKey) {
+        self.open.remove(key);
+        self.dormant.remove(key);
+        if self.closed.remove(key) {
+            self.closed_order.retain(|k| k != key);
+        }
+    }
+
     /// Runs idle for longer than `idle`, whose timeout close marker has not been asked
     /// for yet: returns the close markers to publish (and remembers they were asked).
     pub fn idle_closes(&mut self, idle: Duration, now_ms: i64) -> Vec<RawChunk> {
