@@ -9,17 +9,26 @@
 //!   chunk sizes (seeded; the seed is printed), many runs at once, ends in the archive
 //!   exactly equal (seq, stream, data as JSON values) to what `streamgate normalize`
 //!   prints for the capture — on both archive backends.
+//! - `evicted_runs_are_rebuilt_exactly`: with more runs in flight than the normalizer
+//!   keeps in memory (`max_open_runs`), runs are evicted and rebuilt from `SG_RAW` again
+//!   and again, and still archive exactly as normalized.
 //! - `duplicate_ingest_changes_nothing`: a closed run's identical raw messages published
 //!   again (inside the dedupe window; without message ids, as after the window; to a
 //!   restarted normalizer that forgot the run) and re-sent through the gRPC
 //!   IngestService from chunk 0 add no event: every gRPC ack says duplicate, the archive
 //!   rows are unchanged, and re-inserting the archived batch is counted as duplicates
 //!   with no conflict.
+//! - `late_duplicates_do_not_reopen_a_closed_run`: late copies of a closed run's middle
+//!   chunks (after the dedupe window) reaching a restarted normalizer leave SG_RAW with
+//!   one close marker and the archive without conflicts (DESIGN §3: do not rely on the
+//!   dedupe window).
 //! - `normalizer_sigkill_mid_run`, `archiver_sigkill_mid_batch_{sqlite,postgres}`,
 //!   `nats_server_killed_mid_run`: a large run is ingested while the normalizer process,
 //!   the archiver process or nats-server is SIGKILLed after the first events were
 //!   archived and started again; the archive ends complete, equal to the normalize
-//!   output, every seq exactly once.
+//!   output, every seq exactly once. (After an archiver or normalizer SIGKILL, what the
+//!   dead process held unacknowledged comes back only after the consumers' 30 s ack wait;
+//!   the archiver tests therefore take ~30 s.)
 //! - `abandoned_run_is_closed_once_by_timeout`: a run whose producer vanishes (no close
 //!   marker) gets exactly one terminal event, `lifecycle/error` with reason
 //!   `stream_closed`; the timeout close marker is in `SG_RAW`, so replaying the raw chunks
@@ -29,6 +38,8 @@
 //!   later seq exactly once, in order, ending with the terminal event.
 //! - `archive_requires_the_operator_token`: every ArchiveService RPC without a token or
 //!   with a wrong one is `UNAUTHENTICATED`.
+//! - `archiver_start_keeps_the_deployment_stream_settings`: starting the archiver does
+//!   not reset the stream settings (limits, dedupe window) the deployment provisioned.
 //! - `up_demo_smoke`: `streamgate up --demo --exit-after-demo` (the README run command's
 //!   pipeline) exits 0 and prints every demo run's final answer.
 //! - `up_ingest_replay_cli`: `streamgate up`, then `streamgate ingest` and
