@@ -148,7 +148,7 @@ async fn evicted_runs_are_rebuilt_exactly() {
         max_open_runs: 3,
         ..NormalizerConfig::default()
     };
-    through_nats(Backend::Sqlite, cases, cfg, &[64, 256]).await;
+    through_nats(Backend::Sqlite, cases, cfg, &[16, 64]).await;
 }
 
 // ---------------------------------------------------------------------------------------
