@@ -44,7 +44,19 @@ pub async fn start(
         "the archive is operator-only: an operator token is required"
     );
     let js = async_nats::jetstream::new(nats);
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    // The streams' settings belong to the deployment (the normalizer provisions them from
+    // its config); the archiver has none of its own. It creates a missing stream with the
+    // defaults so it can start first, but never rewrites an existing one: calling
+    // `ensure_streams` with defaults here reset replicas, limits and the dedupe window at
+    // every archiver start.
+    let defaults = streamgate_bus::StreamSettings::default();
+    for config in [defaults.raw_config(), defaults.events_config()] {
+        let name = config.name.clone();
+        if let Err(e) = js.get_or_create_stream(config).await {
+            // Another service may have created it between the lookup and the create.
+            js.get_stream(&name).await.map_err(|_| e)?;
+        }
+    }
     let mut tasks = JoinSet::new();
     {
         let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());

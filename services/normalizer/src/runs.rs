@@ -121,15 +121,24 @@ impl RunTable {
     }
 
     /// Rebuilds a run from its chunks in SG_RAW (any order, duplicates allowed) up to but
-    /// excluding `upto`, and returns every event they yield (to be re-published).
+    /// excluding `upto` — or through its close marker when one is stored, which closes the
+    /// run — and returns every event they yield (to be re-published).
     pub fn rebuild(&mut self, upto: &RawChunk, history: Vec<RawChunk>) -> Vec<RunEvent> {
         let key = (upto.addr.tenant.clone(), upto.addr.run_id.clone());
         self.open.remove(&key);
         self.dormant.remove(&key);
-        let mut earlier: Vec<RawChunk> = history
-            .into_iter()
-            .filter(|c| c.chunk < upto.chunk)
-            .collect();
+        // A close marker already in SG_RAW means the run is over, even when it sits after
+        // `upto` (a late copy of a middle chunk, e.g. re-published after the dedupe
+        // window). Rebuild through the marker so `upto` is then seen as a duplicate;
+        // stopping before it would leave the run open and let the idle reaper write a
+        // second close marker and a second, conflicting terminal event.
+        let limit = history
+            .iter()
+            .filter(|c| c.close.is_some())
+            .map(|c| c.chunk)
+            .min()
+            .map_or(upto.chunk, |closed_at| upto.chunk.max(closed_at + 1));
+        let mut earlier: Vec<RawChunk> = history.into_iter().filter(|c| c.chunk < limit).collect();
         earlier.sort_by_key(|c| c.chunk);
         earlier.dedup_by_key(|c| c.chunk);
         let first = earlier.first().unwrap_or(upto).clone();
@@ -152,10 +161,21 @@ impl RunTable {
             }
         }
         if let Some(run) = self.open.get_mut(&key) {
-            // Whatever is missing before `upto` is gone for good; continue from it.
-            run.next_chunk = upto.chunk;
+            // Whatever is missing before `upto` is gone for good; continue from it (but
+            // never step back over chunks the rebuild already fed).
+            run.next_chunk = run.next_chunk.max(upto.chunk);
         }
         events
+    }
+
+    /// Drops everything known about a run (its state got ahead of what was published):
+    /// its next chunk, redelivered or new, rebuilds it from SG_RAW.
+    pub fn forget(&mut self, key: &RunKey) {
+        self.open.remove(key);
+        self.dormant.remove(key);
+        if self.closed.remove(key) {
+            self.closed_order.retain(|k| k != key);
+        }
     }
 
     /// Runs idle for longer than `idle`, whose timeout close marker has not been asked

@@ -94,10 +94,39 @@ async fn process_batch(
     table: &mut RunTable,
     msgs: Vec<async_nats::jetstream::Message>,
 ) -> anyhow::Result<()> {
+    let mut touched = Vec::new();
+    if let Err(e) = apply_and_publish(js, table, &msgs, &mut touched).await {
+        // The table already holds these runs' state past this batch, but (some of) the
+        // batch's events never reached SG_EVENTS. Forget the runs: their redelivered
+        // chunks, or their next ones, rebuild them from SG_RAW and publish every event
+        // again. Keeping the state would make the redelivered chunks look like
+        // duplicates and lose those events for good (a gap in the run).
+        for key in &touched {
+            table.forget(key);
+        }
+        return Err(e);
+    }
+    for msg in &msgs {
+        if let Err(e) = msg.ack().await {
+            warn!(error = %e, "raw ack failed; the chunk will be redelivered (idempotent)");
+        }
+    }
+    Ok(())
+}
+
+/// Publish attempts per run and batch before the batch is given up (and redelivered).
+const PUBLISH_ATTEMPTS: usize = 3;
+
+async fn apply_and_publish(
+    js: &async_nats::jetstream::Context,
+    table: &mut RunTable,
+    msgs: &[async_nats::jetstream::Message],
+    touched: &mut Vec<(String, String)>,
+) -> anyhow::Result<()> {
     // Events per run, in seq order; runs are published concurrently.
     let mut out: BTreeMap<(String, String), (RunAddr, Vec<RunEvent>)> = BTreeMap::new();
     let mut chunks_applied = 0u64;
-    for msg in &msgs {
+    for msg in msgs {
         let chunk =
             match RawChunk::from_parts(&msg.subject, msg.headers.as_ref(), msg.payload.clone()) {
                 Ok(c) => c,
@@ -110,6 +139,7 @@ async fn process_batch(
                 }
             };
         let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
+        touched.push(key.clone());
         let mut events = match table.apply(&chunk) {
             Applied::Events(evs) => evs,
             Applied::Duplicate => {
@@ -140,21 +170,34 @@ async fn process_batch(
             .or_insert_with(|| (chunk.addr.clone(), Vec::new()));
         entry.1.append(&mut events);
     }
-    let publishes = out
-        .values()
-        .filter(|(_, evs)| !evs.is_empty())
-        .map(|(addr, evs)| publish_events(js, addr, evs));
-    let results = futures::future::join_all(publishes).await;
-    for r in results {
-        r?;
+    // Re-publishing is harmless (message ids), so a run whose publish failed (e.g. acks
+    // lost across a broker reconnect) is retried a few times before the batch fails.
+    let mut pending: Vec<&(RunAddr, Vec<RunEvent>)> =
+        out.values().filter(|(_, evs)| !evs.is_empty()).collect();
+    for attempt in 1..=PUBLISH_ATTEMPTS {
+        let results = futures::future::join_all(
+            pending
+                .iter()
+                .map(|(addr, evs)| publish_events(js, addr, evs)),
+        )
+        .await;
+        let mut failed = Vec::new();
+        let mut last_error = None;
+        for (run, result) in pending.into_iter().zip(results) {
+            if let Err(e) = result {
+                failed.push(run);
+                last_error = Some(e);
+            }
+        }
+        pending = failed;
+        match last_error {
+            None => break,
+            Some(e) if attempt == PUBLISH_ATTEMPTS => return Err(e.into()),
+            Some(e) => warn!(error = %e, attempt, "publishing events failed; retrying"),
+        }
     }
     let published: usize = out.values().map(|(_, e)| e.len()).sum();
     metrics::counter!("sg_normalizer_events_published_total").increment(published as u64);
     metrics::counter!("sg_normalizer_chunks_total").increment(chunks_applied);
-    for msg in &msgs {
-        if let Err(e) = msg.ack().await {
-            warn!(error = %e, "raw ack failed; the chunk will be redelivered (idempotent)");
-        }
-    }
     Ok(())
 }

@@ -1,0 +1,891 @@
+//! End-to-end acceptance tests of the streamgate pipeline: provider bytes → NATS JetStream
+//! `SG_RAW` → normalizer → `SG_EVENTS` → archiver (SQLite or PostgreSQL) → operator gRPC
+//! replay. Everything is real: a `nats-server` per test (file store), a PostgreSQL
+//! database per test, the services either in this process or as `streamgate` child
+//! processes that are SIGKILLed on purpose. What each test proves:
+//!
+//! - `every_capture_is_archived_as_normalized_{sqlite,postgres}`: every own fixture and
+//!   every shared-corpus capture (`$STREAMGATE_CORPUS`), ingested through NATS in random
+//!   chunk sizes (seeded; the seed is printed), many runs at once, ends in the archive
+//!   exactly equal (seq, stream, data as JSON values) to what `streamgate normalize`
+//!   prints for the capture — on both archive backends.
+//! - `evicted_runs_are_rebuilt_exactly`: with more runs in flight than the normalizer
+//!   keeps in memory (`max_open_runs`), runs are evicted and rebuilt from `SG_RAW` again
+//!   and again, and still archive exactly as normalized.
+//! - `duplicate_ingest_changes_nothing`: a closed run's identical raw messages published
+//!   again (inside the dedupe window; without message ids, as after the window; to a
+//!   restarted normalizer that forgot the run) and re-sent through the gRPC
+//!   IngestService from chunk 0 add no event: every gRPC ack says duplicate, the archive
+//!   rows are unchanged, and re-inserting the archived batch is counted as duplicates
+//!   with no conflict.
+//! - `late_duplicates_do_not_reopen_a_closed_run`: late copies of a closed run's middle
+//!   chunks (after the dedupe window) reaching a restarted normalizer leave SG_RAW with
+//!   one close marker and the archive without conflicts (DESIGN §3: do not rely on the
+//!   dedupe window).
+//! - `normalizer_sigkill_mid_run`, `archiver_sigkill_mid_batch_{sqlite,postgres}`,
+//!   `nats_server_killed_mid_run`: a large run is ingested while the normalizer process,
+//!   the archiver process or nats-server is SIGKILLed after the first events were
+//!   archived and started again; the archive ends complete, equal to the normalize
+//!   output, every seq exactly once. (After an archiver or normalizer SIGKILL, what the
+//!   dead process held unacknowledged comes back only after the consumers' 30 s ack wait;
+//!   the archiver tests therefore take ~30 s.)
+//! - `abandoned_run_is_closed_once_by_timeout`: a run whose producer vanishes (no close
+//!   marker) gets exactly one terminal event, `lifecycle/error` with reason
+//!   `stream_closed`; the timeout close marker is in `SG_RAW`, so replaying the raw chunks
+//!   reproduces the archived run.
+//! - `follow_replay_is_gapless_while_ingesting`: `ReplayEvents` with `follow`, started
+//!   while the run is still open (from seq 0 and from a seq in the middle), delivers every
+//!   later seq exactly once, in order, ending with the terminal event.
+//! - `archive_requires_the_operator_token`: every ArchiveService RPC without a token or
+//!   with a wrong one is `UNAUTHENTICATED`.
+//! - `archiver_start_keeps_the_deployment_stream_settings`: starting the archiver does
+//!   not reset the stream settings (limits, dedupe window) the deployment provisioned.
+//! - `up_demo_smoke`: `streamgate up --demo --exit-after-demo` (the README run command's
+//!   pipeline) exits 0 and prints every demo run's final answer.
+//! - `up_ingest_replay_cli`: `streamgate up`, then `streamgate ingest` and
+//!   `streamgate replay --json` found through the data dir's `up.json`, print the same
+//!   events as `streamgate normalize`.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use serde_json::Value;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use streamgate_archive::{InsertOutcome, RunStatusKind};
+use streamgate_bus::raw::CloseKind;
+use streamgate_bus::StreamSettings;
+use streamgate_normalizer::NormalizerConfig;
+use streamgate_proto::v1;
+use streamgate_proto::v1::ingest_service_client::IngestServiceClient;
+use streamgate_testkit::NatsServer;
+use streamgate_wire::Close;
+use tonic::Code;
+
+// ---------------------------------------------------------------------------------------
+// 1. every capture, through NATS, equals the offline normalizer
+// ---------------------------------------------------------------------------------------
+
+async fn every_capture(backend: Backend) {
+    let cases = all_cases();
+    assert!(cases.len() >= 10, "only {} captures found", cases.len());
+    through_nats(
+        backend,
+        cases,
+        NormalizerConfig::default(),
+        &[1, 7, 64, 512, 4096],
+    )
+    .await;
+}
+
+/// Ingests every case as its own run, all at once, in random chunks whose maximum size is
+/// picked per run from `sizes`; checks each archived run against `normalize`.
+async fn through_nats(backend: Backend, cases: Vec<Case>, cfg: NormalizerConfig, sizes: &[usize]) {
+    let seed = seed("through_nats");
+    let mut rng = rng(seed);
+    let p = Pipeline::start_with(backend, cfg).await;
+    let started = Instant::now();
+    let runs: Vec<(String, Case, Vec<Bytes>)> = cases
+        .into_iter()
+        .enumerate()
+        .map(|(i, case)| {
+            // Chunk sizes from single bytes to whole frames, capped so no run needs more
+            // than ~1500 publishes.
+            let max = sizes[rand::Rng::random_range(&mut rng, 0..sizes.len())]
+                .max(case.bytes.len() / 1500);
+            let chunks = split(&case.bytes, &mut rng, max);
+            (format!("case-{i:03}"), case, chunks)
+        })
+        .collect();
+    let ingests = runs.iter().map(|(run, case, chunks)| {
+        let ingestor = p.ingestor.clone();
+        let sp = spec(run, &case.family);
+        async move { put_run(&ingestor, &sp, chunks).await }
+    });
+    futures::future::join_all(ingests).await;
+    for (run, case, chunks) in &runs {
+        let want = expected(&case.family, &case.bytes);
+        let got = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+        assert_archive_eq(
+            run,
+            &got,
+            &want,
+            &format!(
+                "{} ({} chunks, seed {seed}, {backend:?})",
+                case.name,
+                chunks.len()
+            ),
+        );
+    }
+    eprintln!(
+        "{} runs archived and checked in {:?} ({backend:?})",
+        runs.len(),
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_capture_is_archived_as_normalized_sqlite() {
+    every_capture(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_capture_is_archived_as_normalized_postgres() {
+    every_capture(Backend::Postgres).await;
+}
+
+/// More runs in flight than the normalizer keeps in memory: runs are evicted and rebuilt
+/// from SG_RAW over and over, and still archive exactly as normalized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicted_runs_are_rebuilt_exactly() {
+    let cases: Vec<Case> = all_cases()
+        .into_iter()
+        .filter(|c| c.name.starts_with("fixture"))
+        .take(16)
+        .collect();
+    let cfg = NormalizerConfig {
+        max_open_runs: 3,
+        ..NormalizerConfig::default()
+    };
+    through_nats(Backend::Sqlite, cases, cfg, &[16, 64]).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. duplicates
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_ingest_changes_nothing() {
+    let seed = seed("duplicate_ingest_changes_nothing");
+    let mut rng = rng(seed);
+    let mut p = Pipeline::start(Backend::Sqlite).await;
+    let bytes = fixture("f1/tool-use.sse");
+    let want = expected("f1", &bytes);
+    let chunks = split(&bytes, &mut rng, 96);
+    let run = "dup-run";
+    let sp = spec(run, "f1");
+    let raws = raw_chunks(&sp, &chunks, 1_700_000_000_000);
+
+    assert_eq!(publish_all(&p.js, &raws).await, 0, "first ingest");
+    let first = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+    assert_archive_eq(run, &first, &want, &format!("first ingest, seed {seed}"));
+    let row = p.store.get_run(run).await.unwrap().unwrap();
+
+    // The identical messages again: JetStream's dedupe window drops every one.
+    assert_eq!(
+        publish_all(&p.js, &raws).await,
+        raws.len(),
+        "every re-published raw message is a duplicate"
+    );
+    // As after the dedupe window: the broker stores the copies; the normalizer knows
+    // the run is closed.
+    publish_without_msg_id(&p.js, &raws).await;
+    wait_quiet(&p.js).await;
+    // A normalizer that never saw the run gets it all again from chunk 0.
+    p.restart_normalizer().await;
+    publish_without_msg_id(&p.js, &raws).await;
+    wait_quiet(&p.js).await;
+
+    // The gRPC front door, re-sent from chunk 0 with the close.
+    let mut ingest = IngestServiceClient::connect(format!("http://{}", p.ingest_grpc))
+        .await
+        .expect("connect IngestService");
+    let msgs: Vec<v1::IngestChunk> = raws
+        .iter()
+        .map(|r| v1::IngestChunk {
+            tenant: TENANT.into(),
+            run_id: run.into(),
+            session_key: sp.session_key.clone(),
+            family: "f1".into(),
+            dialect: None,
+            chunk: r.chunk,
+            body: r.body.to_vec(),
+            close: r.close.map(|c| c.as_str().to_owned()),
+        })
+        .collect();
+    let mut acks = ingest
+        .ingest(futures::stream::iter(msgs.clone()))
+        .await
+        .expect("ingest call")
+        .into_inner();
+    let mut got_acks = Vec::new();
+    while let Some(a) = acks.message().await.expect("ack stream") {
+        got_acks.push(a);
+    }
+    assert_eq!(got_acks.len(), msgs.len(), "one ack per message");
+    for a in &got_acks {
+        assert!(a.duplicate, "re-sent chunk acknowledged as new: {a:?}");
+        assert_eq!(a.stream_seq, 0, "re-sent chunk stored: {a:?}");
+    }
+    assert!(got_acks.last().unwrap().close, "last ack is the close");
+    wait_quiet(&p.js).await;
+
+    let after = p.store.events_after(run, 0, 0).await.unwrap();
+    assert_eq!(
+        after, first,
+        "archive rows changed by duplicates (seed {seed})"
+    );
+    let row_after = p.store.get_run(run).await.unwrap().unwrap();
+    assert_eq!(row_after, row, "runs row changed by duplicates");
+    assert_eq!(row_after.event_count as usize, want.len());
+    assert_eq!(p.store.conflicts_total(), 0, "conflicts");
+
+    // The store itself: the whole batch again is all duplicates.
+    let outcome = p.store.insert_batch(&first).await.unwrap();
+    assert_eq!(
+        outcome,
+        InsertOutcome {
+            inserted: 0,
+            duplicates: first.len() as u64,
+            conflicts: 0
+        }
+    );
+    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), first);
+}
+
+/// DESIGN §3: "do not rely on JetStream's dedupe window". A restarted normalizer that gets
+/// late copies of a closed run's middle chunks (after the window) must not treat the run
+/// as open again: no timeout close marker, no second terminal event, no conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_duplicates_do_not_reopen_a_closed_run() {
+    let seed = seed("late_duplicates_do_not_reopen_a_closed_run");
+    let mut rng = rng(seed);
+    let mut cfg = NormalizerConfig {
+        idle_timeout: Duration::from_secs(1),
+        idle_check: Duration::from_millis(100),
+        ..NormalizerConfig::default()
+    };
+    // A short window stands for "long after the run closed".
+    cfg.streams.duplicate_window = Duration::from_secs(1);
+    let mut p = Pipeline::start_with(Backend::Sqlite, cfg).await;
+    let bytes = fixture("f1/tool-use.sse");
+    let want = expected("f1", &bytes);
+    let chunks = split(&bytes, &mut rng, 96);
+    assert!(chunks.len() >= 3);
+    let run = "late-dup";
+    let raws = raw_chunks(&spec(run, "f1"), &chunks, 1_700_000_000_000);
+    publish_all(&p.js, &raws).await;
+    let first = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+    assert_archive_eq(run, &first, &want, &format!("first ingest, seed {seed}"));
+
+    p.restart_normalizer().await;
+    // Past the dedupe window, then the middle chunks again (no chunk 0, no close).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(publish_all(&p.js, &raws[1..raws.len() - 1]).await, 0);
+    // Longer than the idle timeout: a reaper that thinks the run is open fires now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_quiet(&p.js).await;
+
+    let mut client = archive_client(p.archive_grpc, Some(TOKEN)).await;
+    let mut raw = client
+        .raw_chunks(v1::RawChunksRequest { run_id: run.into() })
+        .await
+        .expect("RawChunks")
+        .into_inner();
+    let mut markers = Vec::new();
+    while let Some(c) = raw.message().await.expect("raw stream") {
+        if let Some(k) = c.close {
+            markers.push(k);
+        }
+    }
+    assert_eq!(markers, ["normal"], "close markers in SG_RAW (seed {seed})");
+    assert_eq!(
+        p.store.conflicts_total(),
+        0,
+        "conflicting events (seed {seed})"
+    );
+    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), first);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. crashes
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    Normalizer,
+    Archiver,
+    Nats,
+}
+
+/// A single run big enough that it is still in flight when the first events land.
+fn big_capture() -> (&'static str, Vec<u8>) {
+    let bytes = streamgate_wire::synth::inflate(&fixture("f2/deepseek-thinking.sse"), 384 * 1024);
+    ("f2", bytes)
+}
+
+async fn crash_mid_run(backend: Backend, victim: Victim) {
+    let seed = seed(&format!("crash {victim:?}"));
+    let mut rng = rng(seed);
+    let (family, bytes) = big_capture();
+    let want = expected(family, &bytes);
+    assert!(
+        want.len() > 1000,
+        "capture too small: {} events",
+        want.len()
+    );
+    let chunks = split(&bytes, &mut rng, 4096);
+    let mut p = ProcPipeline::start(backend).await;
+    let run = "crash-run";
+    let sp = spec(run, family);
+    let third = chunks.len() / 3;
+    let started = Instant::now();
+
+    // The first third, then wait for the first archived events: the run is in flight.
+    put_range(&p.ingestor, &sp, &chunks, 0, third).await;
+    wait_some(&*p.store, run, 1).await;
+    let before = p.store.get_run(run).await.unwrap().unwrap();
+    assert_eq!(before.status, RunStatusKind::Open);
+    match victim {
+        Victim::Normalizer => p.normalizer.kill(),
+        Victim::Archiver => p.archiver.kill(),
+        Victim::Nats => p.nats.kill(),
+    }
+    eprintln!(
+        "killed {victim:?} with {} of {} events archived",
+        before.event_count,
+        want.len()
+    );
+    match victim {
+        Victim::Nats => {
+            // Let the services see the broken connection before the broker is back.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            p.nats.restart();
+            put_range(&p.ingestor, &sp, &chunks, third, chunks.len()).await;
+        }
+        Victim::Normalizer | Victim::Archiver => {
+            // The second third lands while the victim is down; the rest after.
+            put_range(&p.ingestor, &sp, &chunks, third, 2 * third).await;
+            match victim {
+                Victim::Normalizer => p.normalizer.start(),
+                _ => p.archiver.start(),
+            }
+            put_range(&p.ingestor, &sp, &chunks, 2 * third, chunks.len()).await;
+        }
+    }
+    put(
+        &p.ingestor,
+        &sp,
+        chunks.len() as u64,
+        Bytes::new(),
+        Some(CloseKind::Normal),
+    )
+    .await;
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        p.normalizer.assert_running();
+        p.archiver.assert_running();
+        let rec = p.store.get_run(run).await.unwrap();
+        if rec.as_ref().is_some_and(|r| {
+            r.status != RunStatusKind::Open && r.event_count as usize >= want.len()
+        }) {
+            break p.store.events_after(run, 0, 0).await.unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{victim:?} killed: run not complete after 60 s (seed {seed}); runs row: {rec:?}\n{}",
+            p.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_archive_eq(
+        run,
+        &got,
+        &want,
+        &format!("{victim:?} killed, {backend:?}, seed {seed}"),
+    );
+    // Not waiting for the bus to go quiet: what the killed instance held unacknowledged
+    // is redelivered only after the consumers' ack wait (30 s); the archive key makes
+    // those redeliveries no-ops (see `duplicate_ingest_changes_nothing`).
+    let row = p.store.get_run(run).await.unwrap().unwrap();
+    assert_eq!(row.event_count as usize, want.len(), "no duplicates");
+    assert_eq!(row.status, RunStatusKind::Ended);
+    if std::env::var_os("E2E_LOGS").is_some() {
+        eprintln!("{}", p.logs());
+    }
+    eprintln!(
+        "{victim:?} crash: {} events, {} chunks, recovered in {:?}",
+        want.len(),
+        chunks.len(),
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn normalizer_sigkill_mid_run() {
+    crash_mid_run(Backend::Sqlite, Victim::Normalizer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archiver_sigkill_mid_batch_sqlite() {
+    crash_mid_run(Backend::Sqlite, Victim::Archiver).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archiver_sigkill_mid_batch_postgres() {
+    crash_mid_run(Backend::Postgres, Victim::Archiver).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_server_killed_mid_run() {
+    crash_mid_run(Backend::Postgres, Victim::Nats).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. a producer that vanishes
+// ---------------------------------------------------------------------------------------
+
+fn is_terminal(v: &Value) -> bool {
+    v["stream"] == "lifecycle" && (v["data"]["phase"] == "end" || v["data"]["phase"] == "error")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_run_is_closed_once_by_timeout() {
+    let seed = seed("abandoned_run_is_closed_once_by_timeout");
+    let mut rng = rng(seed);
+    let p = Pipeline::start_with(
+        Backend::Sqlite,
+        NormalizerConfig {
+            idle_timeout: Duration::from_secs(1),
+            idle_check: Duration::from_millis(100),
+            ..NormalizerConfig::default()
+        },
+    )
+    .await;
+    let full = fixture("f1/end-turn.sse");
+    let bytes = &full[..full.len() / 2];
+    let want = expected_closed("f1", bytes, Close::Timeout);
+    let chunks = split(bytes, &mut rng, 64);
+    let run = "abandoned";
+    let sp = spec(run, "f1");
+    put_range(&p.ingestor, &sp, &chunks, 0, chunks.len()).await;
+
+    let got = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+    assert_archive_eq(run, &got, &want, &format!("timeout close, seed {seed}"));
+    let json = as_json(&got);
+    let terminals: Vec<&Value> = json.iter().filter(|v| is_terminal(v)).collect();
+    assert_eq!(terminals.len(), 1, "terminal events: {terminals:?}");
+    assert_eq!(terminals[0], json.last().unwrap(), "terminal is last");
+    assert_eq!(terminals[0]["data"]["phase"], "error");
+    assert_eq!(terminals[0]["data"]["reason"], "stream_closed");
+
+    // Longer than the idle timeout again: no second marker, no second terminal.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_quiet(&p.js).await;
+    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), got);
+
+    // The close marker is a raw message: replaying SG_RAW reproduces the run.
+    let mut client = archive_client(p.archive_grpc, Some(TOKEN)).await;
+    let mut raw = client
+        .raw_chunks(v1::RawChunksRequest { run_id: run.into() })
+        .await
+        .expect("RawChunks")
+        .into_inner();
+    let mut stored = Vec::new();
+    while let Some(c) = raw.message().await.expect("raw stream") {
+        stored.push(c);
+    }
+    assert_eq!(stored.len(), chunks.len() + 1, "chunks + one close marker");
+    let marker = stored.last().unwrap();
+    assert_eq!(marker.close.as_deref(), Some("timeout"));
+    assert_eq!(marker.chunk, chunks.len() as u64);
+    assert!(marker.body.is_empty());
+    let mut n = streamgate_wire::Normalizer::new(choice("f1"));
+    let mut replayed = Vec::new();
+    for c in &stored {
+        n.feed(&c.body);
+        if c.close.is_some() {
+            n.close(Close::Timeout);
+        }
+        replayed.extend(n.drain().map(|e| serde_json::to_value(e).unwrap()));
+    }
+    assert_eq!(replayed, json, "replaying SG_RAW reproduces the archive");
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. follow
+// ---------------------------------------------------------------------------------------
+
+async fn follow(addr: std::net::SocketAddr, run: String, after_seq: u64) -> Vec<v1::ArchivedEvent> {
+    let mut client = archive_client(addr, Some(TOKEN)).await;
+    let mut stream = client
+        .replay_events(v1::ReplayEventsRequest {
+            run_id: run,
+            after_seq,
+            follow: true,
+        })
+        .await
+        .expect("ReplayEvents")
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(e) = stream.message().await.expect("replay stream") {
+        out.push(e);
+    }
+    out
+}
+
+fn replayed_json(events: &[v1::ArchivedEvent]) -> Vec<Value> {
+    events
+        .iter()
+        .map(|e| {
+            let ev = streamgate_grammar::RunEvent::try_from(e.event.clone().expect("event"))
+                .expect("decodable event");
+            serde_json::to_value(&ev.event).unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_replay_is_gapless_while_ingesting() {
+    let seed = seed("follow_replay_is_gapless_while_ingesting");
+    let mut rng = rng(seed);
+    let p = Pipeline::start(Backend::Sqlite).await;
+    let bytes = streamgate_wire::synth::inflate(&fixture("f2/deepseek-thinking.sse"), 24 * 1024);
+    let want = expected("f2", &bytes);
+    let chunks = split(&bytes, &mut rng, 512);
+    let run = "followed";
+    let sp = spec(run, "f2");
+    let half = chunks.len() / 2;
+
+    // A follower from the start, opened as the run begins.
+    put_range(&p.ingestor, &sp, &chunks, 0, 1).await;
+    let from_start = tokio::spawn(follow(p.archive_grpc, run.into(), 0));
+    // Paced, like a live provider.
+    for i in 1..half {
+        put_range(&p.ingestor, &sp, &chunks, i, i + 1).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A follower from the middle of what is archived; the run is provably open (no close
+    // marker was sent yet).
+    wait_some(&*p.store, run, 4).await;
+    let archived = p.store.get_run(run).await.unwrap().unwrap();
+    assert_eq!(archived.status, RunStatusKind::Open);
+    let mid = archived.event_count / 2;
+    let from_mid = tokio::spawn(follow(p.archive_grpc, run.into(), mid));
+    for i in half..chunks.len() {
+        put_range(&p.ingestor, &sp, &chunks, i, i + 1).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    put(
+        &p.ingestor,
+        &sp,
+        chunks.len() as u64,
+        Bytes::new(),
+        Some(CloseKind::Normal),
+    )
+    .await;
+
+    for (name, task, after) in [("from 0", from_start, 0), ("from mid", from_mid, mid)] {
+        let got = tokio::time::timeout(PATIENCE, task)
+            .await
+            .unwrap_or_else(|_| panic!("follower {name} did not end (seed {seed})"))
+            .expect("follower task");
+        let seqs: Vec<u64> = got.iter().map(|e| e.event.as_ref().unwrap().seq).collect();
+        let want_seqs: Vec<u64> = (after + 1..=want.len() as u64).collect();
+        assert_eq!(seqs, want_seqs, "follower {name}: seqs (seed {seed})");
+        assert_eq!(
+            replayed_json(&got),
+            want[after as usize..].to_vec(),
+            "follower {name}: events (seed {seed})"
+        );
+        assert!(is_terminal(want.last().unwrap()));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. auth
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archive_requires_the_operator_token() {
+    let p = Pipeline::start(Backend::Sqlite).await;
+    let run = "secret-run";
+    put_run(
+        &p.ingestor,
+        &spec(run, "f1"),
+        &[Bytes::from(fixture("f1/end-turn.sse"))],
+    )
+    .await;
+    wait_run(&*p.store, run, 1, PATIENCE).await;
+
+    let mut ok = archive_client(p.archive_grpc, Some(TOKEN)).await;
+    ok.list_runs(v1::ListRunsRequest::default())
+        .await
+        .expect("the operator token works");
+
+    for token in [None, Some("wrong-token"), Some("")] {
+        let mut c = archive_client(p.archive_grpc, token).await;
+        let id = || run.to_owned();
+        let codes = [
+            (
+                "ListRuns",
+                c.list_runs(v1::ListRunsRequest::default()).await.err(),
+            ),
+            (
+                "GetRun",
+                c.get_run(v1::GetRunRequest { run_id: id() }).await.err(),
+            ),
+            (
+                "ReplayEvents",
+                c.replay_events(v1::ReplayEventsRequest {
+                    run_id: id(),
+                    after_seq: 0,
+                    follow: false,
+                })
+                .await
+                .err(),
+            ),
+            (
+                "ReplayJournal",
+                c.replay_journal(v1::ReplayJournalRequest {
+                    after_journal_seq: 0,
+                    limit: 0,
+                })
+                .await
+                .err(),
+            ),
+            (
+                "ReplayState",
+                c.replay_state(v1::ReplayStateRequest {
+                    run_id: id(),
+                    at_seq: 0,
+                })
+                .await
+                .err(),
+            ),
+            (
+                "ReplayTimeline",
+                c.replay_timeline(v1::ReplayTimelineRequest { run_id: id() })
+                    .await
+                    .err(),
+            ),
+            (
+                "RawChunks",
+                c.raw_chunks(v1::RawChunksRequest { run_id: id() })
+                    .await
+                    .err(),
+            ),
+        ];
+        for (rpc, err) in codes {
+            let code = err.map(|s| s.code());
+            assert_eq!(
+                code,
+                Some(Code::Unauthenticated),
+                "{rpc} with token {token:?}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// stream settings
+// ---------------------------------------------------------------------------------------
+
+/// The normalizer provisions SG_RAW and SG_EVENTS with the deployment's settings; an
+/// archiver (re)starting later must not reset them to its own defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archiver_start_keeps_the_deployment_stream_settings() {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    let custom = StreamSettings {
+        raw_max_age: Duration::from_secs(3600),
+        events_max_age: Duration::from_secs(7200),
+        duplicate_window: Duration::from_secs(30),
+        ..StreamSettings::default()
+    };
+    streamgate_bus::ensure_streams(&js, &custom).await.unwrap();
+    let store = TestStore::new(Backend::Sqlite).await;
+    let logs = tempfile::tempdir().unwrap();
+    let mut archiver = Service::spawn(
+        "archiver",
+        &archiver_args(&nats.url(), &store.url),
+        logs.path(),
+    );
+    wait_consumer(&js, streamgate_bus::EVENTS_STREAM, "sg-archiver").await;
+    archiver.assert_running();
+    for (name, wanted) in [
+        (streamgate_bus::RAW_STREAM, custom.raw_config()),
+        (streamgate_bus::EVENTS_STREAM, custom.events_config()),
+    ] {
+        let mut stream = js.get_stream(name).await.unwrap();
+        let cfg = stream.info().await.unwrap().config.clone();
+        assert_eq!(
+            (cfg.max_age, cfg.duplicate_window),
+            (wanted.max_age, wanted.duplicate_window),
+            "{name} settings changed by the archiver"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// the CLI: streamgate up, ingest, replay
+// ---------------------------------------------------------------------------------------
+
+/// Runs a command to completion within `patience`; returns (success, stdout, stderr).
+fn run_cmd(mut cmd: Command, dir: &std::path::Path, tag: &str) -> (bool, String, String) {
+    let out = dir.join(format!("{tag}.out"));
+    let err = dir.join(format!("{tag}.err"));
+    let mut child = cmd
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {tag}: {e}"));
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{tag} did not finish in {PATIENCE:?}:\n{}\n{}",
+                std::fs::read_to_string(&out).unwrap_or_default(),
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (
+        status.success(),
+        std::fs::read_to_string(&out).unwrap_or_default(),
+        std::fs::read_to_string(&err).unwrap_or_default(),
+    )
+}
+
+/// The captures `streamgate up --demo` ingests (src/cli/up.rs).
+const DEMO: &[(&str, &str)] = &[
+    ("f1", "f1/redacted.sse"),
+    ("f1", "f1/tool-use.sse"),
+    ("f1e", "f1e/thinking.jsonl"),
+    ("f2", "f2/deepseek-thinking.sse"),
+    ("f2", "f2/openrouter-dual-lane.sse"),
+    ("f3", "f3/reasoning.sse"),
+    ("f5", "f5/thinking.sse"),
+    ("ollama-native", "ollama-native/text.jsonl"),
+    ("codex-appserver", "codex-appserver/reasoning.jsonl"),
+];
+
+#[test]
+fn up_demo_smoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["up", "--demo", "--exit-after-demo", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .current_dir(dir.path());
+    let (ok, stdout, stderr) = run_cmd(cmd, dir.path(), "up-demo");
+    assert!(ok, "streamgate up --demo failed:\n{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "demo: {} runs normalized and archived",
+            DEMO.len()
+        )),
+        "stderr:\n{stderr}"
+    );
+    let mut finals = 0;
+    for (family, path) in DEMO {
+        for ev in expected(family, &fixture(path)) {
+            if ev["stream"] == "assistant" && ev["data"]["phase"] == "final_answer" {
+                if let Some(text) = ev["data"]["text"].as_str() {
+                    let first = text.lines().next().unwrap_or_default();
+                    assert!(
+                        stdout.contains(first),
+                        "final answer of {path} ({first:?}) not printed:\n{stdout}"
+                    );
+                    finals += 1;
+                }
+            }
+        }
+    }
+    assert!(finals >= 5, "only {finals} final answers in the demo");
+    assert!(
+        !dir.path().join("data/up.json").exists(),
+        "up.json left behind"
+    );
+}
+
+#[test]
+fn up_ingest_replay_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::fs::File::create(dir.path().join("up.out")).unwrap();
+    let err = std::fs::File::create(dir.path().join("up.err")).unwrap();
+    let mut up = Graceful(
+        Command::new(bin())
+            .args(["up", "--quiet"])
+            .current_dir(dir.path())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn streamgate up"),
+    );
+    let up_json = dir.path().join(".streamgate/up.json");
+    let deadline = Instant::now() + PATIENCE;
+    while !up_json.exists() {
+        if let Ok(Some(s)) = up.0.try_wait() {
+            panic!(
+                "streamgate up exited with {s}:\n{}",
+                std::fs::read_to_string(dir.path().join("up.err")).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "no up.json after {PATIENCE:?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+
+    let capture = root().join("fixtures/f1/tool-use.sse");
+    let mut ingest = Command::new(bin());
+    ingest
+        .args([
+            "ingest",
+            "--family",
+            "f1",
+            "--run",
+            "r1",
+            "--chunk-bytes",
+            "64",
+        ])
+        .arg(&capture)
+        .current_dir(dir.path());
+    let (ok, _, stderr) = run_cmd(ingest, dir.path(), "ingest");
+    assert!(ok, "streamgate ingest failed:\n{stderr}");
+
+    let mut replay = Command::new(bin());
+    replay
+        .args(["replay", "r1", "--json", "--follow"])
+        .current_dir(dir.path());
+    let (ok, replayed, stderr) = run_cmd(replay, dir.path(), "replay");
+    assert!(ok, "streamgate replay failed:\n{stderr}");
+
+    let mut normalize = Command::new(bin());
+    normalize
+        .args(["normalize", "--family", "f1"])
+        .arg(&capture)
+        .current_dir(dir.path());
+    let (ok, normalized, stderr) = run_cmd(normalize, dir.path(), "normalize");
+    assert!(ok, "streamgate normalize failed:\n{stderr}");
+
+    let golden = |text: &str| -> Vec<Value> {
+        text.lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+                serde_json::json!({"seq": v["seq"], "stream": v["stream"], "data": v["data"]})
+            })
+            .collect()
+    };
+    let want = golden(&normalized);
+    assert!(!want.is_empty());
+    assert_eq!(golden(&replayed), want, "replay --json vs normalize");
+    for line in replayed.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["run_id"], "r1");
+        assert_eq!(v["tenant"], "default");
+    }
+
+    let status = up.stop(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "streamgate up did not stop cleanly on SIGINT: {status:?}\n{}",
+        std::fs::read_to_string(dir.path().join("up.err")).unwrap_or_default()
+    );
+}
