@@ -40,6 +40,10 @@ pub struct Args {
     /// Events per archive transaction at most.
     #[arg(long, env = "STREAMGATE_ARCHIVE_BATCH", default_value_t = 1024)]
     pub batch: usize,
+    /// Seconds the broker waits for an ack before redelivering an event: how long events
+    /// held by a crashed replica wait before another one takes them.
+    #[arg(long, env = "STREAMGATE_ACK_WAIT_SECS", default_value_t = 10)]
+    pub ack_wait_secs: u64,
     /// Prometheus metrics listen address.
     #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -62,6 +66,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         store,
         ConsumerConfig {
             batch: args.batch,
+            ack_wait: std::time::Duration::from_secs(args.ack_wait_secs.max(1)),
             archive_raw: args.archive_raw,
             ..ConsumerConfig::default()
         },

@@ -50,7 +50,7 @@ impl Default for ConsumerConfig {
         ConsumerConfig {
             durable: "sg-archiver".to_owned(),
             batch: 1024,
-            ack_wait: Duration::from_secs(30),
+            ack_wait: Duration::from_secs(10),
             max_ack_pending: 50_000,
             archive_raw: false,
             on_commit: None,

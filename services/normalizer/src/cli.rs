@@ -43,6 +43,10 @@ pub struct Args {
     /// Runs whose adapter state stays in memory.
     #[arg(long, env = "STREAMGATE_MAX_OPEN_RUNS", default_value_t = 10_000)]
     pub max_open_runs: usize,
+    /// Seconds the broker waits for an ack before redelivering a raw chunk: how long
+    /// chunks held by a crashed replica wait before another one takes them.
+    #[arg(long, env = "STREAMGATE_ACK_WAIT_SECS", default_value_t = 10)]
+    pub ack_wait_secs: u64,
     /// Prometheus metrics listen address.
     #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -62,6 +66,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut cfg = NormalizerConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
         max_open_runs: args.max_open_runs,
+        ack_wait: Duration::from_secs(args.ack_wait_secs.max(1)),
         ..NormalizerConfig::default()
     };
     cfg.streams.replicas = args.replicas;

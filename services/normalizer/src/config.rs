@@ -32,7 +32,7 @@ impl Default for NormalizerConfig {
             streams: StreamSettings::default(),
             durable: "sg-normalizer".to_owned(),
             batch: 256,
-            ack_wait: Duration::from_secs(30),
+            ack_wait: Duration::from_secs(10),
             max_ack_pending: 20_000,
             idle_timeout: Duration::from_secs(120),
             idle_check: Duration::from_secs(1),
