@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
-    RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Assistant, AssistantPhase, Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus,
+    SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 
 /// Transcript kind for `thoughtSignature` (opaque continuation state, spec §2).
@@ -125,15 +125,6 @@ struct ThoughtCount {
     thoughts_token_count: Option<u64>,
 }
 
-/// A function call announced with `item/start`, ended at the terminal frame.
-#[derive(Debug)]
-struct Call {
-    id: Option<String>,
-    index: u64,
-    name: Option<String>,
-    args: Option<Json>,
-}
-
 /// How a turn ends (spec §3.5 dispatch, F5 row).
 struct Ending {
     phase: LifecyclePhase,
@@ -160,7 +151,7 @@ pub struct F5Adapter {
     text: String,
     /// A text segment is open: further text parts extend `text`.
     text_open: bool,
-    calls: Vec<Call>,
+    calls: super::whole_calls::WholeCalls,
     /// Function calls announced this turn (the `index` of the next one).
     call_count: u64,
     /// Latest `safetyRatings`, reported once at the end of the turn.
@@ -311,22 +302,7 @@ impl F5Adapter {
             }
             let args = call.args.map(Json::from_raw);
             let name = call.name.map(Cow::into_owned);
-            out.emit(Item {
-                phase: ItemPhase::Start,
-                id: id.clone(),
-                index: Some(index),
-                kind: "tool".to_owned(),
-                name: name.clone(),
-                status: Some("in_progress".to_owned()),
-                input: args.clone(),
-                ..Item::default()
-            });
-            self.calls.push(Call {
-                id,
-                index,
-                name,
-                args,
-            });
+            self.calls.start(out, id, index, name, args);
             return;
         }
         if let Some(sig) = part.thought_signature.as_deref() {
@@ -406,18 +382,7 @@ impl F5Adapter {
     }
 
     fn end_calls(&mut self, out: &mut Emitter, status: &str) {
-        for call in self.calls.drain(..) {
-            out.emit(Item {
-                phase: ItemPhase::End,
-                id: call.id,
-                index: Some(call.index),
-                kind: "tool".to_owned(),
-                name: call.name,
-                status: Some(status.to_owned()),
-                arguments: call.args,
-                ..Item::default()
-            });
-        }
+        self.calls.end_all(out, status);
     }
 
     /// `finishReason` dispatch (spec §6 F5 row, §3.5).

@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
-    RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Assistant, AssistantPhase, Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus,
+    SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 
 /// One JSONL frame.
@@ -104,15 +104,6 @@ struct Function<'a> {
     arguments: Option<&'a RawValue>,
 }
 
-/// A tool call announced with `item/start`, ended at the terminal frame.
-#[derive(Debug)]
-struct Call {
-    id: Option<String>,
-    index: u64,
-    name: Option<String>,
-    args: Option<Json>,
-}
-
 /// Adapter state for one run.
 #[derive(Debug, Default)]
 pub struct OllamaNativeAdapter {
@@ -124,7 +115,7 @@ pub struct OllamaNativeAdapter {
     text: String,
     /// A text segment is open: further content extends `text`.
     text_open: bool,
-    calls: Vec<Call>,
+    calls: super::whole_calls::WholeCalls,
 }
 
 impl Adapter for OllamaNativeAdapter {
@@ -240,22 +231,7 @@ impl OllamaNativeAdapter {
             let args = function.and_then(|f| f.arguments).map(Json::from_raw);
             let id = call.id.as_deref().map(str::to_owned);
             let name = function.and_then(|f| f.name.as_deref()).map(str::to_owned);
-            out.emit(Item {
-                phase: ItemPhase::Start,
-                id: id.clone(),
-                index: Some(index),
-                kind: "tool".to_owned(),
-                name: name.clone(),
-                status: Some("in_progress".to_owned()),
-                input: args.clone(),
-                ..Item::default()
-            });
-            self.calls.push(Call {
-                id,
-                index,
-                name,
-                args,
-            });
+            self.calls.start(out, id, index, name, args);
         }
     }
 
@@ -273,18 +249,7 @@ impl OllamaNativeAdapter {
     }
 
     fn end_calls(&mut self, out: &mut Emitter, status: &str) {
-        for call in self.calls.drain(..) {
-            out.emit(Item {
-                phase: ItemPhase::End,
-                id: call.id,
-                index: Some(call.index),
-                kind: "tool".to_owned(),
-                name: call.name,
-                status: Some(status.to_owned()),
-                arguments: call.args,
-                ..Item::default()
-            });
-        }
+        self.calls.end_all(out, status);
     }
 
     /// `done:true` dispatch on `done_reason` (spec §3.5, F2-style reasons).

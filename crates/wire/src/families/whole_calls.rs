@@ -1,0 +1,80 @@
+//! Tool calls that arrive whole (id, name and arguments in one frame), as in Gemini
+//! `functionCall` parts and ollama-native `tool_calls`: `item/start` carries the input at
+//! once; `item/end` repeats it as `arguments` when the turn settles.
+
+use crate::emitter::Emitter;
+use streamgate_grammar::{Item, ItemPhase, Json};
+
+struct Call {
+    id: Option<String>,
+    index: u64,
+    name: Option<String>,
+    args: Option<Json>,
+}
+
+/// The calls of a turn that started and have not ended yet.
+#[derive(Default)]
+pub struct WholeCalls {
+    open: Vec<Call>,
+}
+
+impl std::fmt::Debug for WholeCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WholeCalls({} open)", self.open.len())
+    }
+}
+
+impl WholeCalls {
+    /// Calls started so far in this turn (the next call's default index).
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// True when no call is open.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// Emits `item/start` with the whole input and remembers the call.
+    pub fn start(
+        &mut self,
+        out: &mut Emitter,
+        id: Option<String>,
+        index: u64,
+        name: Option<String>,
+        args: Option<Json>,
+    ) {
+        out.emit(Item {
+            phase: ItemPhase::Start,
+            id: id.clone(),
+            index: Some(index),
+            kind: "tool".to_owned(),
+            name: name.clone(),
+            status: Some("in_progress".to_owned()),
+            input: args.clone(),
+            ..Item::default()
+        });
+        self.open.push(Call {
+            id,
+            index,
+            name,
+            args,
+        });
+    }
+
+    /// Emits `item/end` with `status` for every open call, in start order.
+    pub fn end_all(&mut self, out: &mut Emitter, status: &str) {
+        for call in self.open.drain(..) {
+            out.emit(Item {
+                phase: ItemPhase::End,
+                id: call.id,
+                index: Some(call.index),
+                kind: "tool".to_owned(),
+                name: call.name,
+                status: Some(status.to_owned()),
+                arguments: call.args,
+                ..Item::default()
+            });
+        }
+    }
+}
