@@ -74,11 +74,45 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Ops whose effect must be confirmed before the event is acked (everything but the
-/// latest-wins drafts and transient typing).
-fn needs_flush(ops: &[Op]) -> bool {
-    ops.iter()
-        .any(|o| !matches!(o, Op::Draft { .. } | Op::Typing))
+/// A run rebuilt from its events in `SG_EVENTS`: the projection, its draft text, and
+/// the ops to hand to the engine again — every durable op (final, settle, notice, …) in
+/// order plus the newest draft. Re-submitting is safe because the sinks skip what the KV
+/// delivery state says is done (`final_delivered`, `settled`, `notices_sent`, same draft
+/// text), and it is what delivers an op that was queued but not executed before a crash.
+struct Rebuilt {
+    proj: RunProjection,
+    draft: String,
+    resubmit: Vec<Op>,
+}
+
+fn rebuild<'a>(
+    run_id: &str,
+    events: impl IntoIterator<Item = &'a RunEvent>,
+    settings: &Settings,
+    tier: Tier,
+) -> Rebuilt {
+    let mut proj = RunProjection::new(run_id);
+    let mut draft = String::new();
+    let mut resubmit: Vec<Op> = Vec::new();
+    for ev in events {
+        let ops = proj.apply_run_event(ev, settings, tier);
+        track_draft(&mut draft, &ops);
+        for op in ops {
+            match op {
+                Op::Typing => {}
+                Op::Draft { .. } => {
+                    resubmit.retain(|o| !matches!(o, Op::Draft { .. }));
+                    resubmit.push(op);
+                }
+                _ => resubmit.push(op),
+            }
+        }
+    }
+    Rebuilt {
+        proj,
+        draft,
+        resubmit,
+    }
 }
 
 fn track_draft(draft: &mut String, ops: &[Op]) {
@@ -228,74 +262,88 @@ impl Channel {
         Ok(out)
     }
 
-    /// Crash recovery (spec §7.3): every active-run marker of this channel whose run has
-    /// no terminal event in `SG_EVENTS` and whose last event is older than
-    /// `orphan_after` settles to "agent interrupted" (the final is never re-sent).
-    /// Returns how many runs were settled.
-    pub async fn recover_orphans(&self) -> Result<usize, ProjectorError> {
+    /// Crash recovery (spec §7.3) over this channel's active-run markers:
+    /// - a run without a terminal event whose last event is older than `orphan_after` is
+    ///   orphaned: its open draft settles to "agent interrupted" (the final is never
+    ///   re-sent) and its marker goes;
+    /// - at `startup`, every other marked run is rebuilt from `SG_EVENTS` and its durable
+    ///   ops are handed to the engine again — a final or settle that was acked but not
+    ///   executed before the crash is delivered now, once (the KV state skips the rest);
+    ///   ended runs then lose their marker, live ones continue in memory.
+    ///
+    /// Returns how many runs were settled as interrupted.
+    pub async fn recover(&self, startup: bool) -> Result<usize, ProjectorError> {
         let markers = kv::list_active(&self.state_kv, &self.cfg.name).await?;
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0);
         let orphan_ms = i64::try_from(self.cfg.orphan_after.as_millis()).unwrap_or(i64::MAX);
-        let mut settled = 0;
+        let mut interrupted = 0;
         for m in markers {
-            let state =
-                self.store
-                    .load(&m.state_key())
-                    .await
-                    .map_err(|e| ProjectorError::Nats {
-                        op: "load delivery state",
-                        detail: e.0,
-                    })?;
+            if !startup && !lock(&self.runs).contains_key(&m.run_id) {
+                // Ended here and waiting for its flush, or owned by a previous life:
+                // only the startup pass touches those.
+                continue;
+            }
             let events = self.read_run(&m.subject).await?;
             let ended = events.last().is_some_and(is_terminal);
             let stale = events
                 .last()
                 .is_none_or(|l| now_ms.saturating_sub(l.envelope.ts_ms) >= orphan_ms);
-            let draft_open = state.as_ref().is_some_and(|s| !s.settled && !s.dismissed);
-            if ended {
-                // The consumer delivers (or delivered) the terminal itself; a marker
-                // left behind by a crash after settling is just cleared.
-                if state.is_some_and(|s| s.settled || s.dismissed) {
-                    kv::delete_active(&self.state_kv, &m).await?;
-                }
-                continue;
-            }
-            if !stale {
-                continue;
-            }
-            if draft_open {
+            let target = ChatTarget::new(&self.cfg.name, &m.chat_id);
+            if !ended && stale {
+                let state =
+                    self.store
+                        .load(&m.state_key())
+                        .await
+                        .map_err(|e| ProjectorError::Nats {
+                            op: "load delivery state",
+                            detail: e.0,
+                        })?;
                 let settings = self.settings_for(&m.chat_id).await?;
-                let mut proj = {
-                    let mut runs = lock(&self.runs);
-                    runs.remove(&m.run_id).map(|e| e.proj)
-                }
-                .unwrap_or_else(|| {
-                    let mut p = RunProjection::new(&m.run_id);
-                    for ev in &events {
-                        let _ = p.apply_run_event(ev, &settings, self.tier);
+                let in_memory = lock(&self.runs).remove(&m.run_id).map(|e| e.proj);
+                let mut proj = in_memory
+                    .unwrap_or_else(|| rebuild(&m.run_id, &events, &settings, self.tier).proj);
+                if state.is_some_and(|s| !s.settled && !s.dismissed) {
+                    for op in proj.interrupted() {
+                        self.delivery.submit(target.clone(), op).await?;
                     }
-                    p
-                });
-                let target = ChatTarget::new(&self.cfg.name, &m.chat_id);
-                for op in proj.interrupted() {
-                    self.delivery.submit(target.clone(), op).await?;
+                    self.delivery.flush().await;
+                    interrupted += 1;
+                    tracing::info!(run = %m.run_id, chat = %m.chat_id, "orphaned draft settled: agent interrupted");
                 }
-                self.delivery.flush().await;
-                settled += 1;
-                tracing::info!(run = %m.run_id, chat = %m.chat_id, "orphaned draft settled: agent interrupted");
-            } else {
-                lock(&self.runs).remove(&m.run_id);
+                kv::delete_active(&self.state_kv, &m).await?;
+                continue;
             }
-            kv::delete_active(&self.state_kv, &m).await?;
+            if !startup {
+                continue;
+            }
+            let settings = self.settings_for(&m.chat_id).await?;
+            let rebuilt = rebuild(&m.run_id, &events, &settings, self.tier);
+            for op in rebuilt.resubmit {
+                self.delivery.submit(target.clone(), op).await?;
+            }
+            if ended {
+                self.delivery.flush().await;
+                kv::delete_active(&self.state_kv, &m).await?;
+            } else {
+                lock(&self.runs).insert(
+                    m.run_id.clone(),
+                    RunEntry {
+                        proj: rebuilt.proj,
+                        marker: m,
+                        draft: rebuilt.draft,
+                    },
+                );
+            }
         }
-        Ok(settled)
+        Ok(interrupted)
     }
 
     /// Processes one event: rebuild the run if it is new here, fold, submit the ops,
-    /// flush when they include durable effects. Returns when the event may be acked.
+    /// and return: the event may then be acked (the active-run marker written before
+    /// the first op makes anything queued but unexecuted recoverable).
     pub async fn process(&self, ev: RunEvent, subject: &str) -> Result<(), ProjectorError> {
         let env = &ev.envelope;
         if !self.cfg.accepts(&env.tenant, env.session_key.as_deref()) {
@@ -314,27 +362,31 @@ impl Channel {
                 session_key: env.session_key.clone(),
                 subject: subject.to_owned(),
             };
-            let mut proj = RunProjection::new(&run_id);
-            let mut draft = String::new();
-            if ev.event.seq > 1 {
-                // Restart or redelivery: rebuild from the run's earlier messages (their
-                // ops were handed over before they were acked) — DESIGN §4.
-                for earlier in self.read_run(subject).await? {
-                    if earlier.event.seq < ev.event.seq {
-                        let ops = proj.apply_run_event(&earlier, &settings, self.tier);
-                        track_draft(&mut draft, &ops);
-                    }
-                }
-            }
-            if !is_terminal(&ev) {
-                kv::put_active(&self.state_kv, &marker).await?;
+            let rebuilt = if ev.event.seq > 1 {
+                // Restart or redelivery: rebuild from the run's earlier messages —
+                // DESIGN §4 — and hand their durable ops over again (idempotent).
+                let earlier: Vec<RunEvent> = self
+                    .read_run(subject)
+                    .await?
+                    .into_iter()
+                    .filter(|e| e.event.seq < ev.event.seq)
+                    .collect();
+                rebuild(&run_id, &earlier, &settings, self.tier)
+            } else {
+                rebuild(&run_id, [], &settings, self.tier)
+            };
+            // The marker goes first: from here on a crash leaves a trace recovery finds.
+            kv::put_active(&self.state_kv, &marker).await?;
+            let target = ChatTarget::new(&self.cfg.name, &chat);
+            for op in rebuilt.resubmit {
+                self.delivery.submit(target.clone(), op).await?;
             }
             lock(&self.runs).insert(
                 run_id.clone(),
                 RunEntry {
-                    proj,
+                    proj: rebuilt.proj,
                     marker,
-                    draft,
+                    draft: rebuilt.draft,
                 },
             );
         }
@@ -351,20 +403,24 @@ impl Channel {
                 e.marker.clone(),
             )
         };
-        let flush = needs_flush(&ops);
         let target = ChatTarget::new(&self.cfg.name, &chat);
         for op in ops {
             self.delivery.submit(target.clone(), op).await?;
         }
-        if flush {
-            self.delivery.flush().await;
-        }
-        let ev = Arc::new(ev);
         // No receivers is fine: nobody is subscribed.
-        let _ = self.events_tx.send(ev.clone());
+        let _ = self.events_tx.send(Arc::new(ev));
         if done {
             lock(&self.runs).remove(&run_id);
-            kv::delete_active(&self.state_kv, &marker).await?;
+            // The marker is what lets a restarted projector finish the run's final and
+            // settle, so it goes only once the engine has executed them. Flushing in a
+            // task keeps one chat's slow final (429s) from stalling every other chat.
+            let (delivery, kv) = (self.delivery.clone(), self.state_kv.clone());
+            tokio::spawn(async move {
+                delivery.flush().await;
+                if let Err(e) = kv::delete_active(&kv, &marker).await {
+                    tracing::warn!(error = %e, "active marker not removed; recovery will clear it");
+                }
+            });
         }
         Ok(())
     }

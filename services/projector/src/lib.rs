@@ -21,10 +21,14 @@
 //! - One projector process (or `streamgate up` task set) serves one channel; several
 //!   channels are several instances, each with its own durable consumer
 //!   `sg-projector-<channel>` and bearer token.
-//! - Acks: a message is acked after its ops are queued on the engine; when the ops
-//!   include anything but drafts and typing (final, settle, notice, …) the engine is
-//!   flushed first, so those effects are confirmed (and their state saved in KV) before
-//!   the ack. Drafts are latest-wins, so a lost draft is repaired by the next one.
+//! - Acks: a message is acked once its ops are handed to the engine. Before a run's
+//!   first op an active-run marker is stored in KV; it is removed only after the run's
+//!   terminal ops were executed (engine flushed). A restarted projector rebuilds every
+//!   marked run from `SG_EVENTS` and hands its durable ops (final, settle, notices) to
+//!   the engine again; the KV delivery state (`final_delivered`, `settled`, …) turns
+//!   everything already done into a no-op, so nothing queued-but-unsent is lost and
+//!   nothing sent is repeated. Not flushing per event keeps one chat's 429s from
+//!   stalling every other chat on the channel.
 //! - Rebuild: a run first seen at seq > 1 (restart, redelivery) is rebuilt from its own
 //!   earlier messages in `SG_EVENTS` with their ops discarded; the KV delivery state
 //!   makes every re-issued op idempotent. The archive is never read.

@@ -61,7 +61,7 @@ pub async fn start(
         state_kv,
         settings_kv,
     ));
-    let recovered = channel.recover_orphans().await?;
+    let recovered = channel.recover(true).await?;
     let mut tasks = JoinSet::new();
     {
         let (c, stop) = (channel.clone(), shutdown.clone());
@@ -78,7 +78,7 @@ pub async fn start(
                     _ = stop.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(every) => {}
                 }
-                if let Err(e) = c.recover_orphans().await {
+                if let Err(e) = c.recover(false).await {
                     tracing::warn!(error = %e, "orphan sweep failed");
                 }
             }
