@@ -606,3 +606,117 @@ async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
     assert!(msgs[0].text.contains("agent interrupted"), "{msgs:#?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_page_lists_runs_and_streams_ops_over_sse() -> R {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let f = rich_fixture().ok_or("no fixture")?;
+    let expected = expected_final(&f.events).ok_or("fixture has no final")?;
+    let evs = run_events("run-web", "chat-web", &f.events, now_ms());
+    let mut cfg = channel(
+        "web",
+        ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    cfg.settings.reasoning = streamgate_projection::Reasoning::Stream;
+    cfg.settings.verbose = streamgate_projection::Verbose::Full;
+    let running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
+    let web = running.web.ok_or("no web listener")?;
+    // Everything but the final answer and terminal: the turn is live.
+    let upto = evs
+        .iter()
+        .position(|e| {
+            matches!(&e.event.data, EventData::Assistant(a) if a.phase == Some(AssistantPhase::FinalAnswer))
+        })
+        .unwrap_or(evs.len() - 1);
+    publish(&js, &evs[..upto]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .draft("run-web")
+            .is_some_and(|d| !d.text.is_empty()))
+        .await
+    );
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("http://{web}/"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(page.contains("EventSource") && page.contains("Active runs"));
+    let runs: serde_json::Value = http
+        .get(format!("http://{web}/api/runs"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(runs[0]["run_id"], "run-web", "{runs}");
+
+    // Headless screenshot of the live page, when a Chromium is installed.
+    let shot_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/artifacts");
+    for bin in ["chromium", "chromium-browser", "google-chrome"] {
+        let _ = std::fs::create_dir_all(&shot_dir);
+        let out = shot_dir.join("projector-web.png");
+        // The page holds an SSE connection open, so Chromium's virtual time never
+        // settles: a wall-clock `--timeout` ends the load, and the outer timeout (with
+        // kill_on_drop) bounds a browser that hangs anyway.
+        let status = tokio::process::Command::new(bin)
+            .kill_on_drop(true)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--timeout=4000",
+                &format!("--screenshot={}", out.display()),
+                "--window-size=1200,900",
+                &format!("http://{web}/?run=run-web"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let status = tokio::time::timeout(Duration::from_secs(30), status).await;
+        if status.is_ok_and(|s| s.is_ok_and(|s| s.success())) {
+            eprintln!("screenshot: {}", out.display());
+            break;
+        }
+    }
+
+    // SSE: the history (latest draft) first, then the final live.
+    let mut resp = http
+        .get(format!("http://{web}/runs/run-web/events"))
+        .send()
+        .await?;
+    let mut body = String::new();
+    let rest = evs[upto..].to_vec();
+    let js2 = js.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = publish(&js2, &rest).await;
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !body.contains("\"op\":\"final\"") && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await {
+            Ok(Ok(Some(c))) => body.push_str(&String::from_utf8_lossy(&c)),
+            _ => break,
+        }
+    }
+    assert!(body.contains("\"op\":\"draft\""), "{body}");
+    assert!(body.contains("\"op\":\"final\""), "{body}");
+    let final_line = body
+        .lines()
+        .find(|l| l.contains("\"op\":\"final\""))
+        .and_then(|l| l.strip_prefix("data: "))
+        .ok_or("no final data line")?;
+    let v: serde_json::Value = serde_json::from_str(final_line)?;
+    let text = v["op"]["text"].as_str().unwrap_or_default();
+    let shown = match v["op"]["suffix"].as_str() {
+        Some(s) => format!("{text}\n{s}"),
+        None => text.to_owned(),
+    };
+    assert_eq!(shown, expected);
+    Ok(())
+}
