@@ -19,11 +19,23 @@ pub const DELIVERY_BUCKET: &str = "SG_DELIVERY";
 /// Per-chat settings overrides.
 pub const SETTINGS_BUCKET: &str = "SG_SETTINGS";
 
-/// Gets or creates a KV bucket (history 1: only the current value matters).
+/// How long a delivery state outlives its last write. Without a bound the bucket (and
+/// the marker scan over its keys) grows with every run ever delivered; a week is far
+/// longer than any turn, and a redelivery older than that is outside JetStream's
+/// retention anyway.
+pub const DELIVERY_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Gets or creates a KV bucket (history 1: only the current value matters). The
+/// delivery bucket expires entries after [`DELIVERY_TTL`]; settings never expire.
 pub async fn bucket(js: &jetstream::Context, name: &str) -> Result<kv::Store, ProjectorError> {
     js.create_or_update_key_value(kv::Config {
         bucket: name.to_owned(),
         history: 1,
+        max_age: if name == DELIVERY_BUCKET {
+            DELIVERY_TTL
+        } else {
+            std::time::Duration::ZERO
+        },
         ..Default::default()
     })
     .await
