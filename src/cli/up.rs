@@ -55,6 +55,9 @@ pub struct UpArgs {
     /// Do not print events (no terminal channel).
     #[arg(long)]
     pub quiet: bool,
+    /// Terminal channel prints every raw event instead of the status-line rendering.
+    #[arg(long)]
+    pub raw_events: bool,
     /// Projector channel `<kind>=<target>` (repeatable): `web=127.0.0.1:0`,
     /// `webhook=<url>`, `telegram=<bot token>@<chat>`, `plain=stdout`, `json=<SinkConfig>`.
     #[arg(long = "channel", value_name = "KIND=TARGET", hide_env_values = true)]
@@ -271,7 +274,11 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     if !args.quiet {
         let (js, stop) = (js.clone(), shutdown.clone());
-        tasks.spawn(async move { crate::terminal::follow(js, stop).await });
+        if args.raw_events {
+            tasks.spawn(async move { crate::terminal::follow(js, stop).await });
+        } else {
+            tasks.spawn(async move { crate::terminal::follow_status(js, stop).await });
+        }
     }
     if args.demo {
         let ingestor = Ingestor::new(js.clone(), partitions);
