@@ -395,13 +395,28 @@ async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
         .list_active_runs(v1::ListActiveRunsRequest {})
         .await
         .is_err());
-    let auth = |mut r: tonic::Request<v1::SubscribeRequest>| {
+    fn authed<T>(t: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(t);
         if let Ok(v) = "Bearer chan-token".parse() {
             r.metadata_mut().insert("authorization", v);
         }
         r
-    };
+    }
+    let auth = |r: tonic::Request<v1::SubscribeRequest>| authed(r.into_inner());
     let mut client = ProjectorServiceClient::new(channel);
+    let active = client
+        .list_active_runs(authed(v1::ListActiveRunsRequest {}))
+        .await?
+        .into_inner();
+    assert_eq!(active.runs.len(), 1);
+    assert_eq!(active.runs[0].chat_id, "chat-sub");
+    let draft = client
+        .get_draft(authed(v1::GetDraftRequest {
+            run_id: "run-sub".into(),
+        }))
+        .await?
+        .into_inner();
+    assert_eq!(draft.last_seq, u64::try_from(third)?);
     // First connection: read a few events, then drop (the "disconnect").
     let mut s1 = client
         .subscribe(auth(tonic::Request::new(v1::SubscribeRequest {
