@@ -325,8 +325,15 @@ impl Channel {
                 self.delivery.submit(target.clone(), op).await?;
             }
             if ended {
-                self.delivery.flush().await;
-                kv::delete_active(&self.state_kv, &m).await?;
+                // As in `process`: the marker goes once the engine executed the ops, in
+                // a task so a slow chat (429s) does not hold up the channel's start.
+                let (delivery, kv) = (self.delivery.clone(), self.state_kv.clone());
+                tokio::spawn(async move {
+                    delivery.flush().await;
+                    if let Err(e) = kv::delete_active(&kv, &m).await {
+                        tracing::warn!(error = %e, "active marker not removed; recovery will clear it");
+                    }
+                });
             } else {
                 lock(&self.runs).insert(
                     m.run_id.clone(),

@@ -221,6 +221,7 @@ async fn telegram_every_fixture_one_final_through_429s_and_a_restart() -> R {
         });
     }
     let client = nats.client().await;
+    let clock = Instant::now();
     let mut first = Vec::new();
     for r in &runs {
         first.push(
@@ -249,6 +250,7 @@ async fn telegram_every_fixture_one_final_through_429s_and_a_restart() -> R {
     for r in &runs {
         publish(&js, &r.events[r.events.len() / 2..]).await?;
     }
+    eprintln!("first life done at {:?}", clock.elapsed());
     let mut second = Vec::new();
     for r in &runs {
         let b = start(
@@ -273,6 +275,26 @@ async fn telegram_every_fixture_one_final_through_429s_and_a_restart() -> R {
         })
     })
     .await;
+    // Done means every run's terminal ops were executed: the channels remove a run's
+    // active marker only after their engine flushed.
+    let kv = js
+        .get_key_value(streamgate_projector::kv::DELIVERY_BUCKET)
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        use futures::StreamExt as _;
+        let mut keys = kv.keys().await?;
+        let mut markers = 0;
+        while let Some(k) = keys.next().await {
+            markers += usize::from(k?.starts_with("active."));
+        }
+        if markers == 0 || Instant::now() > deadline {
+            assert_eq!(markers, 0, "runs never finished delivering");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("second life settled at {:?}", clock.elapsed());
     for r in &runs {
         let msgs = r.fake.messages();
         // Live messages: a draft whose text equalled the final is dismissed (deleted).
