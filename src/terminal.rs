@@ -1,11 +1,17 @@
-//! The plain terminal channel of `streamgate up`: every event of every run as one short
-//! line, final answers in full. (A status-line renderer driven by the projection core
-//! replaces it for interactive use; this one is for watching the pipeline work.)
+//! The terminal channel of `streamgate up`, two ways:
+//! - [`follow_status`] (default): the projection core at tier T2 status-line (spec tier
+//!   "C") — one live line per run (thinking, current tool, last commentary) rewritten in
+//!   place on a TTY, then the settle summary, notices and the final answer as lines;
+//! - [`follow`] (`--raw-events`): every event of every run as one short line, final
+//!   answers in full, for watching the pipeline itself.
 
 use futures::StreamExt;
+use std::collections::HashMap;
+use std::io::{IsTerminal as _, Write as _};
 use streamgate_bus::events::decode_event;
 use streamgate_bus::EVENTS_STREAM;
 use streamgate_grammar::{AssistantPhase, EventData, LifecyclePhase, RunEvent};
+use streamgate_projection::{Op, RunProjection, Settings, Tier};
 use tokio_util::sync::CancellationToken;
 
 const MAX_SNIPPET: usize = 72;
@@ -113,4 +119,137 @@ pub async fn follow(
         }
     }
     Ok(())
+}
+
+/// Last line of `text`, cut to `max` characters (the status line never wraps).
+fn status_of(text: &str, max: usize) -> String {
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    if last.chars().count() <= max {
+        last.to_owned()
+    } else {
+        let cut: String = last.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
+/// What one op prints: `(text, is_status)`; a status text replaces the current line on a
+/// TTY and is skipped elsewhere (a log file wants only the lasting lines).
+pub fn render_op(run: &str, op: &Op) -> Option<(String, bool)> {
+    let run = snippet(run);
+    match op {
+        Op::Typing => None,
+        Op::Draft { text, .. } => Some((format!("{run:<20} {}", status_of(text, 90)), true)),
+        Op::Settle { text, .. } => Some((format!("{run:<20} {text}"), false)),
+        Op::Dismiss { .. } => Some((String::new(), true)),
+        Op::Final { text, suffix, .. } => {
+            let body = text.replace('\n', "\n      ");
+            let tail = suffix
+                .as_deref()
+                .map(|s| format!("\n      {s}"))
+                .unwrap_or_default();
+            Some((
+                format!("{run:<20} ✅ final answer:\n      {body}{tail}"),
+                false,
+            ))
+        }
+        Op::Retract { placeholder, .. } => Some((format!("{run:<20} {placeholder}"), false)),
+        Op::Notice { text, .. } => Some((format!("{run:<20} {text}"), false)),
+    }
+}
+
+/// Follows every new run on SG_EVENTS through the projection core (tier T2 status line,
+/// default settings) until `shutdown`. An ephemeral ordered consumer: the terminal is a
+/// local view, so it keeps no durable state.
+pub async fn follow_status(
+    js: async_nats::jetstream::Context,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let stream = js.get_stream(EVENTS_STREAM).await?;
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::New,
+            ..Default::default()
+        })
+        .await?;
+    let mut messages = consumer.messages().await?;
+    let tty = std::io::stdout().is_terminal();
+    let tier = Tier::T2 { status_line: true };
+    let settings = Settings::default();
+    let mut runs: HashMap<String, RunProjection> = HashMap::new();
+    loop {
+        let msg = tokio::select! {
+            () = shutdown.cancelled() => break,
+            m = messages.next() => m,
+        };
+        let Some(Ok(msg)) = msg else { break };
+        let Ok(ev) = decode_event(&msg.payload) else {
+            continue;
+        };
+        let run = ev.envelope.run_id.clone();
+        let proj = runs
+            .entry(run.clone())
+            .or_insert_with(|| RunProjection::new(&run));
+        let ops = proj.apply_run_event(&ev, &settings, tier);
+        if proj.is_settled() {
+            runs.remove(&run);
+        }
+        let mut out = std::io::stdout().lock();
+        for op in &ops {
+            let Some((text, status)) = render_op(&run, op) else {
+                continue;
+            };
+            // Errors writing to a closed terminal are not worth stopping the instance.
+            if status {
+                if tty {
+                    let _ = write!(out, "\r\x1b[2K{text}");
+                }
+            } else if tty {
+                let _ = writeln!(out, "\r\x1b[2K{text}");
+            } else {
+                let _ = writeln!(out, "{text}");
+            }
+        }
+        let _ = out.flush();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use streamgate_projection::DraftKey;
+
+    #[test]
+    fn status_ops_render_one_line_and_finals_in_full() {
+        let key = DraftKey {
+            run_id: "r1".into(),
+        };
+        let draft = Op::Draft {
+            key: key.clone(),
+            text: "> 🧠 plan\n⏳ search · looking".into(),
+            seq: 3,
+        };
+        assert_eq!(
+            render_op("r1", &draft),
+            Some((format!("{:<20} ⏳ search · looking", "r1"), true))
+        );
+        let fin = Op::Final {
+            key,
+            text: "a\nb".into(),
+            truncated: true,
+            suffix: Some("⚠️ truncated (token limit)".into()),
+            seq: 9,
+        };
+        let (text, status) = render_op("r1", &fin).unwrap_or_default();
+        assert!(!status);
+        assert!(
+            text.ends_with("a\n      b\n      ⚠️ truncated (token limit)"),
+            "{text}"
+        );
+        assert_eq!(render_op("r1", &Op::Typing), None);
+    }
 }

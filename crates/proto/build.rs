@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "streamgate/v1/event.proto",
         "streamgate/v1/ingest.proto",
         "streamgate/v1/archive.proto",
+        "streamgate/v1/projector.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={}", root.join(f).display());

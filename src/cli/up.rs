@@ -2,6 +2,12 @@
 //! local nats-server (unless `--nats` is given), the normalizer with its gRPC and HTTP
 //! front doors, the archiver on SQLite under the data dir, and a terminal channel — and
 //! `<data dir>/up.json` so `ingest`, `runs` and `replay` find it without flags.
+//!
+//! Projector channels: `--channel <kind>=<target>` (repeatable: `web=127.0.0.1:0`,
+//! `webhook=http://…` with `--channel-secret`, `telegram=<bot token>@<chat>`,
+//! `plain=stdout`, `json=<SinkConfig JSON>`) adds channels; without any, `up` runs a web
+//! channel on a free local port (`--no-web` drops it). Each channel's ProjectorService
+//! token is written to `<data dir>/channel-<name>.token`, never printed.
 
 use super::discover::Instance;
 use anyhow::{Context, Result};
@@ -49,6 +55,19 @@ pub struct UpArgs {
     /// Do not print events (no terminal channel).
     #[arg(long)]
     pub quiet: bool,
+    /// Terminal channel prints every raw event instead of the status-line rendering.
+    #[arg(long)]
+    pub raw_events: bool,
+    /// Projector channel `<kind>=<target>` (repeatable): `web=127.0.0.1:0`,
+    /// `webhook=<url>`, `telegram=<bot token>@<chat>`, `plain=stdout`, `json=<SinkConfig>`.
+    #[arg(long = "channel", value_name = "KIND=TARGET", hide_env_values = true)]
+    pub channels: Vec<String>,
+    /// Signing secret of `webhook=` channels.
+    #[arg(long, env = "STREAMGATE_CHANNEL_SECRET", hide_env_values = true)]
+    pub channel_secret: Option<String>,
+    /// No default web channel.
+    #[arg(long)]
+    pub no_web: bool,
 }
 
 /// The captures `--demo` ingests: one per family, from the project's own fixtures.
@@ -206,7 +225,47 @@ pub async fn run(args: UpArgs) -> Result<()> {
         data_dir.display()
     );
     eprintln!("  archive store   {archive_url}");
-    eprintln!("  channel         terminal (this window)");
+    if !args.quiet {
+        eprintln!("  channel         terminal (this window)");
+    }
+    let mut specs = args.channels.clone();
+    if specs.is_empty() && !args.no_web {
+        specs.push("web=127.0.0.1:0".to_owned());
+    }
+    let mut projectors = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let kind = spec.split_once('=').map_or(spec.as_str(), |(k, _)| k);
+        let name = if i == 0 {
+            kind.to_owned()
+        } else {
+            format!("{kind}-{i}")
+        };
+        let mut cfg = streamgate_projector::config::parse_channel_spec(
+            &name,
+            spec,
+            args.channel_secret.as_deref(),
+        )?;
+        cfg.partitions = partitions;
+        let token = streamgate_runtime::rpc::random_token();
+        write_token(&data_dir.join(format!("channel-{name}.token")), &token)?;
+        cfg.token = Some(token);
+        let p = streamgate_projector::start(
+            nats.clone(),
+            cfg,
+            Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            shutdown.clone(),
+        )
+        .await
+        .with_context(|| format!("cannot start channel {name}"))?;
+        let grpc = addr(p.grpc);
+        match p.web {
+            Some(web) => {
+                eprintln!("  channel         {name}: http://{web}/  (ProjectorService {grpc})")
+            }
+            None => eprintln!("  channel         {name} ({kind}; ProjectorService {grpc})"),
+        }
+        projectors.push(p.tasks);
+    }
     eprintln!(
         "try: streamgate ingest capture.sse --family f1 --run r1 && streamgate replay r1 --json"
     );
@@ -215,7 +274,11 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     if !args.quiet {
         let (js, stop) = (js.clone(), shutdown.clone());
-        tasks.spawn(async move { crate::terminal::follow(js, stop).await });
+        if args.raw_events {
+            tasks.spawn(async move { crate::terminal::follow(js, stop).await });
+        } else {
+            tasks.spawn(async move { crate::terminal::follow_status(js, stop).await });
+        }
     }
     if args.demo {
         let ingestor = Ingestor::new(js.clone(), partitions);
@@ -241,7 +304,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     shutdown.cancelled().await;
     Instance::remove(&data_dir);
     let mut all = tasks;
-    for mut t in [normalizer.tasks, archiver.tasks] {
+    for mut t in [normalizer.tasks, archiver.tasks]
+        .into_iter()
+        .chain(projectors)
+    {
         while let Some(r) = t.join_next().await {
             r??;
         }
@@ -250,6 +316,17 @@ pub async fn run(args: UpArgs) -> Result<()> {
         r??;
     }
     drop(local_nats);
+    Ok(())
+}
+
+/// Writes a channel token readable by the owner only (it is a credential: never printed).
+fn write_token(path: &std::path::Path, token: &str) -> Result<()> {
+    std::fs::write(path, token).with_context(|| format!("cannot write {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
     Ok(())
 }
 

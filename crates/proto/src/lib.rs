@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`v1`]: prost types generated from `proto/streamgate/v1/*.proto`.
 //! - [`v1`] also holds the tonic clients and servers (`ingest_service_*`,
+//!   `projector_service_*`,
 //!   `archive_service_*`).
 //! - [`event`]: [`RunEvent`] ⇄ [`v1::Event`], lossless in both directions.
 #![forbid(unsafe_code)]

@@ -1,0 +1,502 @@
+//! [`Channel`]: one chat channel's projector — the durable consumer loop over
+//! `SG_EVENTS`, one [`RunProjection`] per run, ops handed to the delivery engine, crash
+//! recovery and settings changes.
+
+use crate::config::ChannelConfig;
+use crate::error::{nats, ProjectorError};
+use crate::kv::{self, ActiveRun, SettingsOverride};
+use async_nats::jetstream::{self, kv::Store};
+use futures::StreamExt as _;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use streamgate_bus::subject::{encode_token, RunAddr};
+use streamgate_bus::{consume, events, EVENTS_STREAM};
+use streamgate_grammar::{EventData, RunEvent};
+use streamgate_projection::{Op, RunProjection, Settings, Tier};
+use streamgate_sinks::{ChatTarget, Delivery, StateStore};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// What the channel knows about one run in flight.
+struct RunEntry {
+    proj: RunProjection,
+    marker: ActiveRun,
+    /// Draft text as last rendered ("" before the first draft or after a dismiss).
+    draft: String,
+}
+
+/// A run in flight, as reported by [`Channel::active_runs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveRunInfo {
+    /// The run.
+    pub run_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Chat it renders into.
+    pub chat_id: String,
+    /// Its session key.
+    pub session_key: Option<String>,
+    /// Highest event seq rendered.
+    pub last_seq: u64,
+    /// The run's `SG_EVENTS` subject.
+    pub subject: String,
+}
+
+/// The current draft of a run ([`Channel::draft`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraftInfo {
+    /// Chat it renders into.
+    pub chat_id: String,
+    /// Rendered draft text.
+    pub text: String,
+    /// Highest event seq rendered.
+    pub last_seq: u64,
+    /// The run settled.
+    pub settled: bool,
+}
+
+/// One channel's projector. Cheap to share (`Arc`); the gRPC and web servers read it.
+pub struct Channel {
+    cfg: ChannelConfig,
+    tier: Tier,
+    js: jetstream::Context,
+    delivery: Delivery,
+    state_kv: Store,
+    settings_kv: Store,
+    store: Arc<dyn StateStore>,
+    runs: Mutex<HashMap<String, RunEntry>>,
+    chat_settings: Mutex<HashMap<String, Settings>>,
+    events_tx: broadcast::Sender<Arc<RunEvent>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere must not take the channel down with a poisoned lock.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A run rebuilt from its events in `SG_EVENTS`: the projection, its draft text, and
+/// the ops to hand to the engine again — every durable op (final, settle, notice, …) in
+/// order plus the newest draft. Re-submitting is safe because the sinks skip what the KV
+/// delivery state says is done (`final_delivered`, `settled`, `notices_sent`, same draft
+/// text), and it is what delivers an op that was queued but not executed before a crash.
+struct Rebuilt {
+    proj: RunProjection,
+    draft: String,
+    resubmit: Vec<Op>,
+}
+
+fn rebuild<'a>(
+    run_id: &str,
+    events: impl IntoIterator<Item = &'a RunEvent>,
+    settings: &Settings,
+    tier: Tier,
+) -> Rebuilt {
+    let mut proj = RunProjection::new(run_id);
+    let mut draft = String::new();
+    let mut resubmit: Vec<Op> = Vec::new();
+    for ev in events {
+        let ops = proj.apply_run_event(ev, settings, tier);
+        track_draft(&mut draft, &ops);
+        for op in ops {
+            match op {
+                Op::Typing => {}
+                Op::Draft { .. } => {
+                    resubmit.retain(|o| !matches!(o, Op::Draft { .. }));
+                    resubmit.push(op);
+                }
+                _ => resubmit.push(op),
+            }
+        }
+    }
+    Rebuilt {
+        proj,
+        draft,
+        resubmit,
+    }
+}
+
+fn track_draft(draft: &mut String, ops: &[Op]) {
+    for op in ops {
+        match op {
+            Op::Draft { text, .. } | Op::Settle { text, .. } => text.clone_into(draft),
+            Op::Dismiss { .. } => draft.clear(),
+            Op::Retract { placeholder, .. } => placeholder.clone_into(draft),
+            _ => {}
+        }
+    }
+}
+
+fn is_terminal(ev: &RunEvent) -> bool {
+    matches!(&ev.event.data, EventData::Lifecycle(l) if l.is_terminal())
+}
+
+impl Channel {
+    /// A channel over an engine that already has the channel's sink registered, with
+    /// the KV buckets opened.
+    pub fn new(
+        cfg: ChannelConfig,
+        tier: Tier,
+        js: jetstream::Context,
+        delivery: Delivery,
+        state_kv: Store,
+        settings_kv: Store,
+    ) -> Channel {
+        Channel {
+            store: Arc::new(kv::KvStateStore::new(state_kv.clone())),
+            cfg,
+            tier,
+            js,
+            delivery,
+            state_kv,
+            settings_kv,
+            runs: Mutex::new(HashMap::new()),
+            chat_settings: Mutex::new(HashMap::new()),
+            events_tx: broadcast::channel(1024).0,
+        }
+    }
+
+    /// The channel's configuration.
+    pub fn config(&self) -> &ChannelConfig {
+        &self.cfg
+    }
+
+    /// The tier the projection renders for.
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// The JetStream context (for replays from `SG_EVENTS`).
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    /// Live events after the channel processed them (for `Subscribe`).
+    pub fn subscribe_events(&self) -> broadcast::Receiver<Arc<RunEvent>> {
+        self.events_tx.subscribe()
+    }
+
+    /// Runs in flight on this channel.
+    pub fn active_runs(&self) -> Vec<ActiveRunInfo> {
+        let mut v: Vec<_> = lock(&self.runs)
+            .values()
+            .map(|e| ActiveRunInfo {
+                run_id: e.marker.run_id.clone(),
+                tenant: e.marker.tenant.clone(),
+                chat_id: e.marker.chat_id.clone(),
+                session_key: e.marker.session_key.clone(),
+                last_seq: e.proj.last_seq(),
+                subject: e.marker.subject.clone(),
+            })
+            .collect();
+        v.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        v
+    }
+
+    /// The run's current draft, if the run is in flight here.
+    pub fn draft(&self, run_id: &str) -> Option<DraftInfo> {
+        lock(&self.runs).get(run_id).map(|e| DraftInfo {
+            chat_id: e.marker.chat_id.clone(),
+            text: e.draft.clone(),
+            last_seq: e.proj.last_seq(),
+            settled: e.proj.is_settled(),
+        })
+    }
+
+    /// The chat's settings: channel defaults overridden by `SG_SETTINGS`.
+    pub async fn settings_for(&self, chat: &str) -> Result<Settings, ProjectorError> {
+        if let Some(s) = lock(&self.chat_settings).get(chat) {
+            return Ok(s.clone());
+        }
+        let o = kv::load_override(&self.settings_kv, &self.cfg.name, chat).await?;
+        let s = o.apply(&self.cfg.settings);
+        lock(&self.chat_settings).insert(chat.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// Stores the chat's `/reasoning` / `/verbose` (`None` = unchanged) and re-renders
+    /// its runs in flight (`resettle`: rendering only, events untouched). Returns the
+    /// new settings and how many runs were re-rendered.
+    pub async fn set_settings(
+        &self,
+        chat: &str,
+        o: SettingsOverride,
+    ) -> Result<(Settings, u32), ProjectorError> {
+        let mut stored = kv::load_override(&self.settings_kv, &self.cfg.name, chat).await?;
+        if o.reasoning.is_some() {
+            stored.reasoning = o.reasoning;
+        }
+        if o.verbose.is_some() {
+            stored.verbose = o.verbose;
+        }
+        kv::save_override(&self.settings_kv, &self.cfg.name, chat, &stored).await?;
+        let settings = stored.apply(&self.cfg.settings);
+        lock(&self.chat_settings).insert(chat.to_owned(), settings.clone());
+        let mut batches = Vec::new();
+        {
+            let mut runs = lock(&self.runs);
+            for e in runs.values_mut().filter(|e| e.marker.chat_id == chat) {
+                let ops = e.proj.resettle(&settings, self.tier);
+                track_draft(&mut e.draft, &ops);
+                batches.push(ops);
+            }
+        }
+        let n = u32::try_from(batches.len()).unwrap_or(u32::MAX);
+        let target = ChatTarget::new(&self.cfg.name, chat);
+        for op in batches.into_iter().flatten() {
+            self.delivery.submit(target.clone(), op).await?;
+        }
+        Ok((settings, n))
+    }
+
+    /// The run's events currently in `SG_EVENTS` (ordered read of its subject).
+    pub async fn read_run(&self, subject: &str) -> Result<Vec<RunEvent>, ProjectorError> {
+        let msgs = consume::read_subject(&self.js, EVENTS_STREAM, subject).await?;
+        let mut out = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            match events::decode_event(&m.payload) {
+                Ok(ev) => out.push(ev),
+                // A malformed message cannot be rendered; skipping it keeps the rest.
+                Err(e) => tracing::warn!(subject, error = %e, "undecodable event skipped"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Crash recovery (spec §7.3) over this channel's active-run markers:
+    /// - a run without a terminal event whose last event is older than `orphan_after` is
+    ///   orphaned: its open draft settles to "agent interrupted" (the final is never
+    ///   re-sent) and its marker goes;
+    /// - at `startup`, every other marked run is rebuilt from `SG_EVENTS` and its durable
+    ///   ops are handed to the engine again — a final or settle that was acked but not
+    ///   executed before the crash is delivered now, once (the KV state skips the rest);
+    ///   ended runs then lose their marker, live ones continue in memory.
+    ///
+    /// Returns how many runs were settled as interrupted.
+    pub async fn recover(&self, startup: bool) -> Result<usize, ProjectorError> {
+        let markers = kv::list_active(&self.state_kv, &self.cfg.name).await?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let orphan_ms = i64::try_from(self.cfg.orphan_after.as_millis()).unwrap_or(i64::MAX);
+        let mut interrupted = 0;
+        for m in markers {
+            if !startup && !lock(&self.runs).contains_key(&m.run_id) {
+                // Ended here and waiting for its flush, or owned by a previous life:
+                // only the startup pass touches those.
+                continue;
+            }
+            let events = self.read_run(&m.subject).await?;
+            let ended = events.last().is_some_and(is_terminal);
+            let stale = events
+                .last()
+                .is_none_or(|l| now_ms.saturating_sub(l.envelope.ts_ms) >= orphan_ms);
+            let target = ChatTarget::new(&self.cfg.name, &m.chat_id);
+            if !ended && stale {
+                let state =
+                    self.store
+                        .load(&m.state_key())
+                        .await
+                        .map_err(|e| ProjectorError::Nats {
+                            op: "load delivery state",
+                            detail: e.0,
+                        })?;
+                let settings = self.settings_for(&m.chat_id).await?;
+                let in_memory = lock(&self.runs).remove(&m.run_id).map(|e| e.proj);
+                let mut proj = in_memory
+                    .unwrap_or_else(|| rebuild(&m.run_id, &events, &settings, self.tier).proj);
+                if state.is_some_and(|s| !s.settled && !s.dismissed) {
+                    for op in proj.interrupted() {
+                        self.delivery.submit(target.clone(), op).await?;
+                    }
+                    self.delivery.flush().await;
+                    interrupted += 1;
+                    tracing::info!(run = %m.run_id, chat = %m.chat_id, "orphaned draft settled: agent interrupted");
+                }
+                kv::delete_active(&self.state_kv, &m).await?;
+                continue;
+            }
+            if !startup {
+                continue;
+            }
+            let settings = self.settings_for(&m.chat_id).await?;
+            let rebuilt = rebuild(&m.run_id, &events, &settings, self.tier);
+            for op in rebuilt.resubmit {
+                self.delivery.submit(target.clone(), op).await?;
+            }
+            if ended {
+                // As in `process`: the marker goes once the engine executed the ops, in
+                // a task so a slow chat (429s) does not hold up the channel's start.
+                let (delivery, kv) = (self.delivery.clone(), self.state_kv.clone());
+                tokio::spawn(async move {
+                    delivery.flush().await;
+                    if let Err(e) = kv::delete_active(&kv, &m).await {
+                        tracing::warn!(error = %e, "active marker not removed; recovery will clear it");
+                    }
+                });
+            } else {
+                lock(&self.runs).insert(
+                    m.run_id.clone(),
+                    RunEntry {
+                        proj: rebuilt.proj,
+                        marker: m,
+                        draft: rebuilt.draft,
+                    },
+                );
+            }
+        }
+        Ok(interrupted)
+    }
+
+    /// Processes one event: rebuild the run if it is new here, fold, submit the ops,
+    /// and return: the event may then be acked (the active-run marker written before
+    /// the first op makes anything queued but unexecuted recoverable).
+    pub async fn process(&self, ev: RunEvent, subject: &str) -> Result<(), ProjectorError> {
+        let env = &ev.envelope;
+        if !self.cfg.accepts(&env.tenant, env.session_key.as_deref()) {
+            return Ok(());
+        }
+        let run_id = env.run_id.clone();
+        let known = lock(&self.runs).contains_key(&run_id);
+        let chat = self.cfg.chat_for(env.session_key.as_deref());
+        let settings = self.settings_for(&chat).await?;
+        if !known {
+            let marker = ActiveRun {
+                channel: self.cfg.name.clone(),
+                chat_id: chat.clone(),
+                run_id: run_id.clone(),
+                tenant: env.tenant.clone(),
+                session_key: env.session_key.clone(),
+                subject: subject.to_owned(),
+            };
+            let rebuilt = if ev.event.seq > 1 {
+                // Restart or redelivery: rebuild from the run's earlier messages —
+                // DESIGN §4 — and hand their durable ops over again (idempotent).
+                let earlier: Vec<RunEvent> = self
+                    .read_run(subject)
+                    .await?
+                    .into_iter()
+                    .filter(|e| e.event.seq < ev.event.seq)
+                    .collect();
+                rebuild(&run_id, &earlier, &settings, self.tier)
+            } else {
+                rebuild(&run_id, [], &settings, self.tier)
+            };
+            // The marker goes first: from here on a crash leaves a trace recovery finds.
+            kv::put_active(&self.state_kv, &marker).await?;
+            let target = ChatTarget::new(&self.cfg.name, &chat);
+            for op in rebuilt.resubmit {
+                self.delivery.submit(target.clone(), op).await?;
+            }
+            lock(&self.runs).insert(
+                run_id.clone(),
+                RunEntry {
+                    proj: rebuilt.proj,
+                    marker,
+                    draft: rebuilt.draft,
+                },
+            );
+        }
+        let (ops, done, marker) = {
+            let mut runs = lock(&self.runs);
+            let Some(e) = runs.get_mut(&run_id) else {
+                return Ok(());
+            };
+            let ops = e.proj.apply_run_event(&ev, &settings, self.tier);
+            track_draft(&mut e.draft, &ops);
+            (
+                ops,
+                e.proj.is_settled() || is_terminal(&ev),
+                e.marker.clone(),
+            )
+        };
+        let target = ChatTarget::new(&self.cfg.name, &chat);
+        for op in ops {
+            self.delivery.submit(target.clone(), op).await?;
+        }
+        // No receivers is fine: nobody is subscribed.
+        let _ = self.events_tx.send(Arc::new(ev));
+        if done {
+            lock(&self.runs).remove(&run_id);
+            // The marker is what lets a restarted projector finish the run's final and
+            // settle, so it goes only once the engine has executed them. Flushing in a
+            // task keeps one chat's slow final (429s) from stalling every other chat.
+            let (delivery, kv) = (self.delivery.clone(), self.state_kv.clone());
+            tokio::spawn(async move {
+                delivery.flush().await;
+                if let Err(e) = kv::delete_active(&kv, &marker).await {
+                    tracing::warn!(error = %e, "active marker not removed; recovery will clear it");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Consumes `SG_EVENTS` with the durable consumer `sg-projector-<channel>` until
+    /// `stop` fires. Each message is acked after [`Channel::process`]; a message that
+    /// cannot be decoded is terminated (it would never decode on redelivery).
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) -> Result<(), ProjectorError> {
+        let filter = match &self.cfg.tenant {
+            Some(t) => format!("sg.evt.{}.>", encode_token(t)),
+            None => "sg.evt.*.>".to_owned(),
+        };
+        let consumer = consume::durable_pull(
+            &self.js,
+            EVENTS_STREAM,
+            &self.cfg.durable_name(),
+            vec![filter],
+            self.cfg.ack_wait,
+            10_000,
+        )
+        .await?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(nats("consumer messages"))?;
+        loop {
+            let next = tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                n = messages.next() => n,
+            };
+            let Some(msg) = next else {
+                return Ok(());
+            };
+            let msg = match msg {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "consumer error");
+                    continue;
+                }
+            };
+            let ev = match events::decode_event(&msg.payload) {
+                Ok(ev) => ev,
+                Err(e) => {
+                    tracing::warn!(subject = %msg.subject, error = %e, "undecodable event terminated");
+                    let _ = msg.ack_with(jetstream::AckKind::Term).await;
+                    continue;
+                }
+            };
+            if let Err(e) = RunAddr::parse_subject(&msg.subject) {
+                tracing::warn!(subject = %msg.subject, error = %e, "event on a foreign subject");
+            }
+            let subject = msg.subject.to_string();
+            match self.process(ev, &subject).await {
+                Ok(()) => {
+                    if let Err(e) = msg.ack().await {
+                        tracing::warn!(error = %e, "ack failed; the event will be redelivered");
+                    }
+                }
+                Err(e) => {
+                    // Not acked: JetStream redelivers after ack_wait; the rebuild and
+                    // the KV delivery state make the retry idempotent.
+                    tracing::warn!(error = %e, "event not processed; leaving it for redelivery");
+                    let _ = msg
+                        .ack_with(jetstream::AckKind::Nak(Some(
+                            std::time::Duration::from_secs(1),
+                        )))
+                        .await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The projector's command line: flags with `STREAMGATE_*` environment fallbacks (and
+//! `--config` files, see `streamgate_runtime::config`).
+
+use crate::config::parse_channel_spec;
+use crate::start;
+use clap::Parser;
+use std::net::SocketAddr;
+use std::time::Duration;
+use streamgate_projection::{Reasoning, Settings, Tier, Verbose};
+use streamgate_runtime::{init_telemetry, TelemetryConfig};
+
+/// Projector service: one chat channel fed from SG_EVENTS.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "streamgate-projector", version)]
+pub struct Args {
+    /// Config file of STREAMGATE_*=value lines.
+    #[arg(long, env = "STREAMGATE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// NATS server URL.
+    #[arg(
+        long,
+        env = "STREAMGATE_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub nats: String,
+    /// Channel name (durable consumer `sg-projector-<name>`, KV key prefix).
+    #[arg(long, env = "STREAMGATE_CHANNEL_NAME")]
+    pub name: String,
+    /// The sink as `<kind>=<target>`: `web=127.0.0.1:8080`, `webhook=<url>`,
+    /// `telegram=<bot token>@<chat>`, `plain=stdout`, or `json=<SinkConfig JSON>`.
+    #[arg(long, env = "STREAMGATE_CHANNEL_SINK", hide_env_values = true)]
+    pub sink: String,
+    /// Webhook signing secret.
+    #[arg(long, env = "STREAMGATE_CHANNEL_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// Tier override: T0, T1, T2 (or A, B, C, D).
+    #[arg(long, env = "STREAMGATE_CHANNEL_TIER")]
+    pub tier: Option<Tier>,
+    /// Only this tenant's runs.
+    #[arg(long, env = "STREAMGATE_CHANNEL_TENANT")]
+    pub tenant: Option<String>,
+    /// Only these session keys (repeatable / comma separated).
+    #[arg(long, env = "STREAMGATE_CHANNEL_SESSIONS", value_delimiter = ',')]
+    pub session: Vec<String>,
+    /// Send every run to this chat.
+    #[arg(long, env = "STREAMGATE_CHANNEL_CHAT")]
+    pub chat: Option<String>,
+    /// Session → chat mappings `session=chat` (repeatable / comma separated).
+    #[arg(long, env = "STREAMGATE_CHANNEL_CHAT_MAP", value_delimiter = ',')]
+    pub chat_map: Vec<String>,
+    /// Default `/reasoning`: off, on, stream.
+    #[arg(long, env = "STREAMGATE_REASONING", default_value = "off")]
+    pub reasoning: Reasoning,
+    /// Default `/verbose`: off, on, full.
+    #[arg(long, env = "STREAMGATE_VERBOSE", default_value = "on")]
+    pub verbose: Verbose,
+    /// Draft size budget (characters).
+    #[arg(long, env = "STREAMGATE_DRAFT_MAX_CHARS")]
+    pub draft_max_chars: Option<usize>,
+    /// Requests per second per chat.
+    #[arg(long, env = "STREAMGATE_RATE_PER_SEC")]
+    pub rate_per_sec: Option<f64>,
+    /// Token bucket burst per chat.
+    #[arg(long, env = "STREAMGATE_RATE_BURST")]
+    pub burst: Option<u32>,
+    /// Seconds without events after which a run without terminal is orphaned.
+    #[arg(long, env = "STREAMGATE_ORPHAN_AFTER_SECS", default_value_t = 300)]
+    pub orphan_after_secs: u64,
+    /// Partitions of the deployment.
+    #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
+    pub partitions: u32,
+    /// ProjectorService listen address.
+    #[arg(
+        long,
+        env = "STREAMGATE_PROJECTOR_GRPC",
+        default_value = "0.0.0.0:7330"
+    )]
+    pub grpc: SocketAddr,
+    /// The channel's bearer token for ProjectorService.
+    #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Prometheus metrics listen address.
+    #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Log JSON lines.
+    #[arg(long, env = "STREAMGATE_LOG_JSON")]
+    pub log_json: bool,
+}
+
+impl Args {
+    /// The channel configuration these flags describe.
+    pub fn channel_config(&self) -> anyhow::Result<crate::ChannelConfig> {
+        let mut c = parse_channel_spec(&self.name, &self.sink, self.secret.as_deref())?;
+        c.tier = self.tier;
+        c.tenant = self.tenant.clone();
+        c.sessions = self.session.clone();
+        if self.chat.is_some() {
+            c.fixed_chat = self.chat.clone();
+        }
+        for m in &self.chat_map {
+            let Some((s, chat)) = m.split_once('=') else {
+                anyhow::bail!("--chat-map takes session=chat");
+            };
+            c.chat_map.insert(s.to_owned(), chat.to_owned());
+        }
+        c.settings = Settings {
+            reasoning: self.reasoning,
+            verbose: self.verbose,
+            ..Settings::default()
+        };
+        if let Some(n) = self.draft_max_chars {
+            c.settings.budgets.draft_max_chars = n;
+        }
+        if let Some(r) = self.rate_per_sec {
+            c.delivery.rate_per_sec = r;
+        }
+        if let Some(b) = self.burst {
+            c.delivery.burst = b;
+        }
+        c.orphan_after = Duration::from_secs(self.orphan_after_secs);
+        c.partitions = self.partitions;
+        c.token = self.token.clone().filter(|t| !t.is_empty());
+        Ok(c)
+    }
+}
+
+/// Runs the channel until SIGINT/SIGTERM.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    init_telemetry(&TelemetryConfig {
+        log_json: args.log_json,
+        metrics_addr: args.metrics,
+    })?;
+    let cfg = args.channel_config()?;
+    let shutdown = streamgate_runtime::shutdown::on_signal();
+    let nats = async_nats::connect(&args.nats).await?;
+    let mut running = start(nats, cfg, Some(args.grpc), shutdown).await?;
+    tracing::info!(grpc = ?running.grpc, web = ?running.web, recovered = running.recovered, "projector running");
+    if let Some(web) = running.web {
+        println!("web channel: http://{web}/");
+    }
+    while let Some(done) = running.tasks.join_next().await {
+        done??;
+    }
+    Ok(())
+}

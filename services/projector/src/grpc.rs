@@ -1,0 +1,239 @@
+//! `ProjectorService`: a channel's own API (its bearer token, never the archive).
+//!
+//! `Subscribe` follows the reconnect protocol (spec §7.3): replay from `SG_EVENTS`
+//! after the subscriber's `lastRenderedSeq`, then live, ending with the terminal event.
+//! Live events are subscribed to *before* the replay is read, and every event is passed
+//! only when its seq is exactly the next one, so the boundary has neither a duplicate nor
+//! a gap; a lagging live stream falls back to re-reading the subject.
+
+use crate::channel::Channel;
+use crate::kv::SettingsOverride;
+use std::pin::Pin;
+use std::sync::Arc;
+use streamgate_grammar::{EventData, RunEvent};
+use streamgate_proto::v1;
+use streamgate_proto::v1::projector_service_server::ProjectorService;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// The gRPC implementation over one [`Channel`].
+pub struct Projector {
+    channel: Arc<Channel>,
+}
+
+impl Projector {
+    /// The service for `channel`.
+    pub fn new(channel: Arc<Channel>) -> Projector {
+        Projector { channel }
+    }
+}
+
+fn terminal(ev: &RunEvent) -> bool {
+    matches!(&ev.event.data, EventData::Lifecycle(l) if l.is_terminal())
+}
+
+/// Sends `events` with seq == `*next` onwards in order; returns false when the receiver
+/// is gone or the terminal event was sent.
+async fn send_in_order(
+    tx: &mpsc::Sender<Result<v1::Event, Status>>,
+    events: impl IntoIterator<Item = RunEvent>,
+    next: &mut u64,
+) -> bool {
+    for ev in events {
+        if ev.event.seq != *next {
+            continue;
+        }
+        *next += 1;
+        let end = terminal(&ev);
+        if tx.send(Ok(v1::Event::from(&ev))).await.is_err() || end {
+            return false;
+        }
+    }
+    true
+}
+
+async fn follow(
+    channel: Arc<Channel>,
+    run_id: String,
+    subject: String,
+    after_seq: u64,
+    mut live: broadcast::Receiver<Arc<RunEvent>>,
+    tx: mpsc::Sender<Result<v1::Event, Status>>,
+) {
+    let mut next = after_seq.saturating_add(1);
+    let mut reread = true;
+    loop {
+        if reread {
+            reread = false;
+            match channel.read_run(&subject).await {
+                Ok(evs) => {
+                    if !send_in_order(&tx, evs, &mut next).await {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
+                    return;
+                }
+            }
+        }
+        match live.recv().await {
+            Ok(ev) if ev.envelope.run_id == run_id => {
+                if ev.event.seq > next {
+                    // A gap (we subscribed while the consumer was ahead of the read):
+                    // fill it from the stream before going on.
+                    reread = true;
+                    continue;
+                }
+                if !send_in_order(&tx, [(*ev).clone()], &mut next).await {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => reread = true,
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+type EventStream = Pin<Box<dyn futures::Stream<Item = Result<v1::Event, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ProjectorService for Projector {
+    type SubscribeStream = EventStream;
+
+    async fn subscribe(
+        &self,
+        req: Request<v1::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let req = req.into_inner();
+        let runs = self.channel.active_runs();
+        let run = match &req.target {
+            Some(v1::subscribe_request::Target::RunId(r)) => {
+                runs.into_iter().find(|x| &x.run_id == r)
+            }
+            Some(v1::subscribe_request::Target::SessionKey(s)) => runs
+                .into_iter()
+                .find(|x| x.session_key.as_deref() == Some(s.as_str())),
+            None => {
+                return Err(Status::invalid_argument(
+                    "run_id or session_key is required",
+                ))
+            }
+        };
+        // Only within an active turn: after the terminal event there is no progress
+        // replay (spec §7.3, §5 item 6).
+        let Some(run) = run else {
+            return Err(Status::not_found("no active turn for that run or session"));
+        };
+        let live = self.channel.subscribe_events();
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(follow(
+            self.channel.clone(),
+            run.run_id,
+            run.subject,
+            req.after_seq,
+            live,
+            tx,
+        ));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn get_draft(
+        &self,
+        req: Request<v1::GetDraftRequest>,
+    ) -> Result<Response<v1::Draft>, Status> {
+        let run_id = req.into_inner().run_id;
+        let d = self
+            .channel
+            .draft(&run_id)
+            .ok_or_else(|| Status::not_found("run is not active on this channel"))?;
+        Ok(Response::new(v1::Draft {
+            run_id,
+            chat_id: d.chat_id,
+            text: d.text,
+            last_seq: d.last_seq,
+            settled: d.settled,
+        }))
+    }
+
+    async fn list_active_runs(
+        &self,
+        _req: Request<v1::ListActiveRunsRequest>,
+    ) -> Result<Response<v1::ListActiveRunsReply>, Status> {
+        let runs = self
+            .channel
+            .active_runs()
+            .into_iter()
+            .map(|r| v1::ActiveRun {
+                run_id: r.run_id,
+                tenant: r.tenant,
+                chat_id: r.chat_id,
+                session_key: r.session_key,
+                last_seq: r.last_seq,
+            })
+            .collect();
+        Ok(Response::new(v1::ListActiveRunsReply { runs }))
+    }
+
+    async fn set_settings(
+        &self,
+        req: Request<v1::SetSettingsRequest>,
+    ) -> Result<Response<v1::SetSettingsReply>, Status> {
+        let req = req.into_inner();
+        if req.chat_id.is_empty() {
+            return Err(Status::invalid_argument("chat_id is required"));
+        }
+        let o = SettingsOverride {
+            reasoning: match req.reasoning.as_str() {
+                "" => None,
+                r => Some(r.parse().map_err(Status::invalid_argument)?),
+            },
+            verbose: match req.verbose.as_str() {
+                "" => None,
+                v => Some(v.parse().map_err(Status::invalid_argument)?),
+            },
+        };
+        let (s, n) = self
+            .channel
+            .set_settings(&req.chat_id, o)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let name = |v: &dyn erased::Named| v.name();
+        Ok(Response::new(v1::SetSettingsReply {
+            reasoning: name(&s.reasoning),
+            verbose: name(&s.verbose),
+            rerendered: n,
+        }))
+    }
+}
+
+/// Setting names as the chat commands spell them.
+mod erased {
+    use streamgate_projection::{Reasoning, Verbose};
+
+    pub trait Named {
+        fn name(&self) -> String;
+    }
+    impl Named for Reasoning {
+        fn name(&self) -> String {
+            match self {
+                Reasoning::Off => "off",
+                Reasoning::On => "on",
+                Reasoning::Stream => "stream",
+            }
+            .to_owned()
+        }
+    }
+    impl Named for Verbose {
+        fn name(&self) -> String {
+            match self {
+                Verbose::Off => "off",
+                Verbose::On => "on",
+                Verbose::Full => "full",
+            }
+            .to_owned()
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! The projector's JetStream KV buckets (DESIGN §3):
+//! - [`DELIVERY_BUCKET`] `SG_DELIVERY`: one [`DeliveryState`] per channel+chat+run under
+//!   [`StateKey::kv_key`] ([`KvStateStore`]), plus an active-run marker per run under
+//!   `active.<kv_key>` ([`ActiveRun`]) that crash recovery walks.
+//! - [`SETTINGS_BUCKET`] `SG_SETTINGS`: per-chat overrides under `<channel>.<chat>`
+//!   ([`SettingsOverride`]).
+
+use crate::error::{nats, ProjectorError};
+use async_nats::jetstream::{self, kv};
+use futures::future::BoxFuture;
+use futures::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use streamgate_projection::{Reasoning, Settings, Verbose};
+use streamgate_sinks::{DeliveryState, StateKey, StateStore, StoreError};
+
+/// Delivery states and active-run markers.
+pub const DELIVERY_BUCKET: &str = "SG_DELIVERY";
+/// Per-chat settings overrides.
+pub const SETTINGS_BUCKET: &str = "SG_SETTINGS";
+
+/// How long a delivery state outlives its last write. Without a bound the bucket (and
+/// the marker scan over its keys) grows with every run ever delivered; a week is far
+/// longer than any turn, and a redelivery older than that is outside JetStream's
+/// retention anyway.
+pub const DELIVERY_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Gets or creates a KV bucket (history 1: only the current value matters). The
+/// delivery bucket expires entries after [`DELIVERY_TTL`]; settings never expire.
+pub async fn bucket(js: &jetstream::Context, name: &str) -> Result<kv::Store, ProjectorError> {
+    js.create_or_update_key_value(kv::Config {
+        bucket: name.to_owned(),
+        history: 1,
+        max_age: if name == DELIVERY_BUCKET {
+            DELIVERY_TTL
+        } else {
+            std::time::Duration::ZERO
+        },
+        ..Default::default()
+    })
+    .await
+    .map_err(nats("create kv bucket"))
+}
+
+/// One KV key token: bytes outside `[-_A-Za-z0-9]` become `=XX`, empty is `=` (the same
+/// scheme as [`StateKey::kv_key`], so keys never collide).
+pub fn kv_token(s: &str) -> String {
+    if s.is_empty() {
+        return "=".to_owned();
+    }
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "={b:02X}");
+        }
+    }
+    out
+}
+
+/// [`StateStore`] over the `SG_DELIVERY` bucket. A `put` returns after JetStream stored
+/// the value, which is what the engine's exactly-once finals rely on.
+#[derive(Clone)]
+pub struct KvStateStore {
+    store: kv::Store,
+}
+
+impl KvStateStore {
+    /// A store over an opened bucket.
+    pub fn new(store: kv::Store) -> KvStateStore {
+        KvStateStore { store }
+    }
+}
+
+impl StateStore for KvStateStore {
+    fn load<'a>(
+        &'a self,
+        key: &'a StateKey,
+    ) -> BoxFuture<'a, Result<Option<DeliveryState>, StoreError>> {
+        Box::pin(async move {
+            let Some(bytes) = self
+                .store
+                .get(key.kv_key())
+                .await
+                .map_err(|e| StoreError(e.to_string()))?
+            else {
+                return Ok(None);
+            };
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| StoreError(format!("corrupt delivery state: {e}")))
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        key: &'a StateKey,
+        state: &'a DeliveryState,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let bytes = serde_json::to_vec(state).map_err(|e| StoreError(e.to_string()))?;
+            self.store
+                .put(key.kv_key(), bytes.into())
+                .await
+                .map(|_| ())
+                .map_err(|e| StoreError(e.to_string()))
+        })
+    }
+}
+
+/// Marker of a run in flight on a channel: enough to find its events again after a
+/// crash without reading the archive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveRun {
+    /// Channel name.
+    pub channel: String,
+    /// Chat the run renders into.
+    pub chat_id: String,
+    /// The run.
+    pub run_id: String,
+    /// Tenant of the run.
+    pub tenant: String,
+    /// Session key, if any.
+    pub session_key: Option<String>,
+    /// The run's `SG_EVENTS` subject.
+    pub subject: String,
+}
+
+impl ActiveRun {
+    /// Its key in [`DELIVERY_BUCKET`].
+    pub fn kv_key(&self) -> String {
+        format!("active.{}", self.state_key().kv_key())
+    }
+
+    /// The delivery state key of the run.
+    pub fn state_key(&self) -> StateKey {
+        StateKey {
+            channel: self.channel.clone(),
+            chat_id: self.chat_id.clone(),
+            run_id: self.run_id.clone(),
+        }
+    }
+}
+
+/// Writes an active-run marker.
+pub async fn put_active(store: &kv::Store, run: &ActiveRun) -> Result<(), ProjectorError> {
+    let bytes = serde_json::to_vec(run).map_err(|e| ProjectorError::Config(e.to_string()))?;
+    store
+        .put(run.kv_key(), bytes.into())
+        .await
+        .map_err(nats("put active marker"))?;
+    Ok(())
+}
+
+/// Removes an active-run marker.
+pub async fn delete_active(store: &kv::Store, run: &ActiveRun) -> Result<(), ProjectorError> {
+    store
+        .delete(run.kv_key())
+        .await
+        .map_err(nats("delete active marker"))
+}
+
+/// Every active-run marker of `channel`. Unreadable markers are logged and skipped (a
+/// corrupt marker must not stop the channel from starting).
+pub async fn list_active(
+    store: &kv::Store,
+    channel: &str,
+) -> Result<Vec<ActiveRun>, ProjectorError> {
+    let prefix = format!("active.{}.", kv_token(channel));
+    let mut keys = store.keys().await.map_err(nats("list kv keys"))?;
+    let mut wanted = Vec::new();
+    while let Some(k) = keys.next().await {
+        let k = k.map_err(nats("list kv keys"))?;
+        if k.starts_with(&prefix) {
+            wanted.push(k);
+        }
+    }
+    let mut out = Vec::new();
+    for k in wanted {
+        let Some(bytes) = store.get(k.clone()).await.map_err(nats("get marker"))? else {
+            continue;
+        };
+        match serde_json::from_slice::<ActiveRun>(&bytes) {
+            Ok(r) => out.push(r),
+            Err(e) => tracing::warn!(key = %k, error = %e, "skipping unreadable active-run marker"),
+        }
+    }
+    Ok(out)
+}
+
+/// Per-chat overrides of the channel's default settings (`/reasoning`, `/verbose`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingsOverride {
+    /// `/reasoning`, when set for the chat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
+    /// `/verbose`, when set for the chat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbose: Option<Verbose>,
+}
+
+impl SettingsOverride {
+    /// `defaults` with these overrides applied.
+    pub fn apply(&self, defaults: &Settings) -> Settings {
+        let mut s = defaults.clone();
+        if let Some(r) = self.reasoning {
+            s.reasoning = r;
+        }
+        if let Some(v) = self.verbose {
+            s.verbose = v;
+        }
+        s
+    }
+}
+
+/// Key of a chat's overrides in [`SETTINGS_BUCKET`]: `<channel>.<chat>`.
+pub fn settings_key(channel: &str, chat: &str) -> String {
+    format!("{}.{}", kv_token(channel), kv_token(chat))
+}
+
+/// The chat's overrides (none stored, or unreadable: no overrides — rendering falls back
+/// to the channel defaults rather than failing the run).
+pub async fn load_override(
+    store: &kv::Store,
+    channel: &str,
+    chat: &str,
+) -> Result<SettingsOverride, ProjectorError> {
+    let v = store
+        .get(settings_key(channel, chat))
+        .await
+        .map_err(nats("get settings"))?;
+    Ok(v.and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default())
+}
+
+/// Stores the chat's overrides.
+pub async fn save_override(
+    store: &kv::Store,
+    channel: &str,
+    chat: &str,
+    o: &SettingsOverride,
+) -> Result<(), ProjectorError> {
+    let bytes = serde_json::to_vec(o).map_err(|e| ProjectorError::Config(e.to_string()))?;
+    store
+        .put(settings_key(channel, chat), bytes.into())
+        .await
+        .map_err(nats("put settings"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_match_state_keys() {
+        let k = StateKey {
+            channel: "tg.main".into(),
+            chat_id: "-100".into(),
+            run_id: "".into(),
+        };
+        assert_eq!(
+            k.kv_key(),
+            format!(
+                "{}.{}.{}",
+                kv_token("tg.main"),
+                kv_token("-100"),
+                kv_token("")
+            )
+        );
+        assert_eq!(settings_key("c", "a b"), "c.a=20b");
+    }
+
+    #[test]
+    fn overrides_apply_over_defaults() {
+        let d = Settings::default();
+        let o = SettingsOverride {
+            reasoning: Some(Reasoning::Stream),
+            verbose: None,
+        };
+        let s = o.apply(&d);
+        assert_eq!(s.reasoning, Reasoning::Stream);
+        assert_eq!(s.verbose, d.verbose);
+    }
+}

@@ -1,0 +1,52 @@
+//! The streamgate projector service: one chat channel fed from `SG_EVENTS`. Every run the
+//! channel sees is folded by the pure projection core into ops (typing, draft upsert,
+//! settle, final, …) that the delivery engine executes on the channel's sink, with the
+//! delivery state in JetStream KV so a restarted projector neither repeats a final nor
+//! duplicates a draft (DESIGN §3, §4, §6; spec §7.3).
+//!
+//! # Layout
+//! - [`config`]: [`ChannelConfig`] (sink, tier, filters, default settings, budgets, rate
+//!   limits) and the `kind=target` channel shorthand used by `streamgate up`.
+//! - [`kv`]: the KV buckets — `SG_DELIVERY` as a [`streamgate_sinks::StateStore`], active
+//!   run markers, and `SG_SETTINGS` per-chat overrides.
+//! - [`channel`]: [`Channel`], the durable consumer loop, one `RunProjection` per run,
+//!   rebuilds of in-flight runs, crash recovery, settings changes.
+//! - [`grpc`]: `ProjectorService` (Subscribe / GetDraft / ListActiveRuns / SetSettings).
+//! - [`web`]: the tier-T2 web sink and its self-contained page with SSE.
+//! - [`service`]: everything started together ([`start`]).
+//! - [`cli`]: flags and `run` for the binary.
+//! - [`error`]: [`ProjectorError`], every failure.
+//!
+//! # Decisions
+//! - One projector process (or `streamgate up` task set) serves one channel; several
+//!   channels are several instances, each with its own durable consumer
+//!   `sg-projector-<channel>` and bearer token.
+//! - Acks: a message is acked once its ops are handed to the engine. Before a run's
+//!   first op an active-run marker is stored in KV; it is removed only after the run's
+//!   terminal ops were executed (engine flushed). A restarted projector rebuilds every
+//!   marked run from `SG_EVENTS` and hands its durable ops (final, settle, notices) to
+//!   the engine again; the KV delivery state (`final_delivered`, `settled`, …) turns
+//!   everything already done into a no-op, so nothing queued-but-unsent is lost and
+//!   nothing sent is repeated. Not flushing per event keeps one chat's 429s from
+//!   stalling every other chat on the channel.
+//! - Rebuild: a run first seen at seq > 1 (restart, redelivery) is rebuilt from its own
+//!   earlier messages in `SG_EVENTS` with their ops discarded; the KV delivery state
+//!   makes every re-issued op idempotent. The archive is never read.
+//! - Crash recovery settles a run as interrupted only when it has no terminal event and
+//!   its last event is older than `orphan_after`: a projector restart alone does not
+//!   mean the agent died, and the live run must still get its final.
+#![forbid(unsafe_code)]
+
+pub mod channel;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod grpc;
+pub mod kv;
+pub mod service;
+pub mod web;
+
+pub use channel::Channel;
+pub use config::{ChannelConfig, ChannelSink};
+pub use error::ProjectorError;
+pub use service::{start, Running};

@@ -1,0 +1,138 @@
+//! Starts a channel: KV buckets, sink and delivery engine, crash recovery, the consumer,
+//! the `ProjectorService` gRPC server and (for `web` channels) the web page.
+
+use crate::channel::Channel;
+use crate::config::{with_name, ChannelConfig, ChannelSink};
+use crate::grpc::Projector;
+use crate::kv;
+use crate::web::{self, WebSink};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use streamgate_proto::v1::projector_service_server::ProjectorServiceServer;
+use streamgate_runtime::rpc::{reflection, RequireBearer};
+use streamgate_sinks::{Delivery, Sink};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// The web sink and where its page listens.
+type WebPage = (Arc<WebSink>, SocketAddr);
+
+/// A started channel.
+pub struct Running {
+    /// The channel (for in-process callers and tests).
+    pub channel: Arc<Channel>,
+    /// Bound `ProjectorService` address, when one was requested.
+    pub grpc: Option<SocketAddr>,
+    /// Bound web page address (`web` channels).
+    pub web: Option<SocketAddr>,
+    /// Orphaned runs settled at start.
+    pub recovered: usize,
+    /// The tasks; they end after shutdown.
+    pub tasks: JoinSet<anyhow::Result<()>>,
+}
+
+/// Starts `cfg` on `nats`; gRPC on `grpc` when given (port 0 picks one). Everything stops
+/// when `shutdown` fires; aborting the tasks (or dropping [`Running`]) simulates a crash.
+pub async fn start(
+    nats: async_nats::Client,
+    cfg: ChannelConfig,
+    grpc: Option<SocketAddr>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Running> {
+    let js = async_nats::jetstream::new(nats);
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let state_kv = kv::bucket(&js, kv::DELIVERY_BUCKET).await?;
+    let settings_kv = kv::bucket(&js, kv::SETTINGS_BUCKET).await?;
+    let store = Arc::new(kv::KvStateStore::new(state_kv.clone()));
+    let (sink, web_sink): (Arc<dyn Sink>, Option<WebPage>) = match &cfg.sink {
+        ChannelSink::Sink(s) => (with_name(s, &cfg.name).build()?, None),
+        ChannelSink::Web { listen } => {
+            let w = WebSink::new(&cfg.name);
+            (w.clone(), Some((w, *listen)))
+        }
+    };
+    let tier = cfg.tier.unwrap_or_else(|| sink.tier());
+    let delivery = Delivery::new(cfg.delivery.clone(), store, [sink]);
+    let channel = Arc::new(Channel::new(
+        cfg.clone(),
+        tier,
+        js,
+        delivery,
+        state_kv,
+        settings_kv,
+    ));
+    let recovered = channel.recover(true).await?;
+    let mut tasks = JoinSet::new();
+    {
+        let (c, stop) = (channel.clone(), shutdown.clone());
+        tasks.spawn(async move { Ok(c.run(stop).await?) });
+    }
+    {
+        // Periodic sweep: a run whose agent died while this projector kept running is
+        // orphaned too.
+        let (c, stop) = (channel.clone(), shutdown.clone());
+        let every = cfg.orphan_after.max(std::time::Duration::from_secs(1));
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(every) => {}
+                }
+                if let Err(e) = c.recover(false).await {
+                    tracing::warn!(error = %e, "orphan sweep failed");
+                }
+            }
+        });
+    }
+    let grpc = match grpc {
+        None => None,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let bound = listener.local_addr()?;
+            let (reporter, health) = tonic_health::server::health_reporter();
+            reporter
+                .set_serving::<ProjectorServiceServer<Projector>>()
+                .await;
+            let service = tonic::service::interceptor::InterceptedService::new(
+                ProjectorServiceServer::new(Projector::new(channel.clone())),
+                RequireBearer::optional(cfg.token.as_deref()),
+            );
+            let reflect = reflection()?;
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .add_service(health)
+                    .add_service(reflect)
+                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                    .await?;
+                Ok(())
+            });
+            Some(bound)
+        }
+    };
+    let web = match web_sink {
+        None => None,
+        Some((sink, listen)) => {
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            let bound = listener.local_addr()?;
+            let app = web::router(channel.clone(), sink);
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await?;
+                Ok(())
+            });
+            Some(bound)
+        }
+    };
+    Ok(Running {
+        channel,
+        grpc,
+        web,
+        recovered,
+        tasks,
+    })
+}

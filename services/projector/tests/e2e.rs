@@ -1,0 +1,759 @@
+//! End-to-end tests of the projector against a real nats-server and the sinks' fake chat
+//! APIs. Fixture events come from `fixtures/*/index.tsv` (their expected, normalized
+//! event streams) and are published to `SG_EVENTS` exactly as the normalizer would.
+#![allow(missing_docs)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use streamgate_bus::subject::RunAddr;
+use streamgate_grammar::{AssistantPhase, Envelope, Event, EventData, RunEvent};
+use streamgate_projection::{is_silent, TRUNCATED_SUFFIX};
+use streamgate_projector::{start, ChannelConfig, ChannelSink, Running};
+use streamgate_sinks::fakes::{Behavior, FakeServer};
+use streamgate_sinks::{telegram, webhook, DeliveryConfig, SinkConfig};
+use streamgate_testkit::NatsServer;
+use tokio_util::sync::CancellationToken;
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const TENANT: &str = "acme";
+
+struct Fixture {
+    name: String,
+    events: Vec<Event>,
+}
+
+fn fixtures() -> Vec<Fixture> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    let mut out = Vec::new();
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    for dir in dirs {
+        let Ok(index) = std::fs::read_to_string(dir.join("index.tsv")) else {
+            continue;
+        };
+        for line in index.lines().skip(1) {
+            let cols: Vec<&str> = line.split('\t').collect();
+            let Some(expected) = cols.get(3) else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(dir.join(expected)) else {
+                continue;
+            };
+            let events: Vec<Event> = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .filter_map(|l| Event::from_json(l).ok())
+                .collect();
+            let dname = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+            out.push(Fixture {
+                name: format!(
+                    "{}-{}",
+                    dname.unwrap_or_default(),
+                    cols.get(2).unwrap_or(&"")
+                ),
+                events,
+            });
+        }
+    }
+    out
+}
+
+/// The final answer a chat should show for these events, if any.
+fn expected_final(events: &[Event]) -> Option<String> {
+    events.iter().rev().find_map(|e| match &e.data {
+        EventData::Assistant(a) if a.phase == Some(AssistantPhase::FinalAnswer) => {
+            let text = a.text.clone().unwrap_or_default();
+            if is_silent(&text) {
+                return None;
+            }
+            Some(if a.truncated == Some(true) {
+                if text.ends_with('\n') {
+                    format!("{text}{TRUNCATED_SUFFIX}")
+                } else {
+                    format!("{text}\n{TRUNCATED_SUFFIX}")
+                }
+            } else {
+                text
+            })
+        }
+        _ => None,
+    })
+}
+
+fn run_events(run_id: &str, session: &str, events: &[Event], t0: i64) -> Vec<RunEvent> {
+    tenant_events(TENANT, run_id, session, events, t0)
+}
+
+fn tenant_events(
+    tenant: &str,
+    run_id: &str,
+    session: &str,
+    events: &[Event],
+    t0: i64,
+) -> Vec<RunEvent> {
+    events
+        .iter()
+        .map(|e| RunEvent {
+            envelope: Envelope {
+                tenant: tenant.to_owned(),
+                session_key: Some(session.to_owned()),
+                run_id: run_id.to_owned(),
+                ts_ms: t0 + i64::try_from(e.seq).unwrap_or(0) * 10,
+            },
+            event: e.clone(),
+        })
+        .collect()
+}
+
+async fn publish(js: &async_nats::jetstream::Context, evs: &[RunEvent]) -> R {
+    let Some(first) = evs.first() else {
+        return Ok(());
+    };
+    let addr = RunAddr::new(
+        &first.envelope.tenant,
+        &first.envelope.run_id,
+        streamgate_bus::DEFAULT_PARTITIONS,
+    );
+    streamgate_bus::events::publish_events(js, &addr, evs).await?;
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(0))
+        .unwrap_or(0)
+}
+
+fn fast_delivery() -> DeliveryConfig {
+    DeliveryConfig {
+        rate_per_sec: 50.0,
+        burst: 10,
+        retry_base: Duration::from_millis(20),
+        retry_max: Duration::from_millis(200),
+        attempt_timeout: Duration::from_secs(5),
+        ..DeliveryConfig::default()
+    }
+}
+
+fn channel(name: &str, sink: ChannelSink) -> ChannelConfig {
+    let mut c = ChannelConfig::new(name, sink);
+    c.delivery = fast_delivery();
+    c
+}
+
+/// Simulates a crash: every task aborted, the engine's lanes dropped with the channel.
+async fn crash(mut running: Running) {
+    running.tasks.abort_all();
+    while running.tasks.join_next().await.is_some() {}
+    drop(running);
+    // Let the aborted lane tasks unwind.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+async fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    f()
+}
+
+const TG_TOKEN: &str = "123:TESTTOKEN";
+
+fn telegram_channel(fake: &FakeServer) -> ChannelConfig {
+    let mut tg = telegram::TelegramConfig::new("tg", TG_TOKEN);
+    tg.base_url = fake.base_url.clone();
+    channel("tg", ChannelSink::Sink(SinkConfig::Telegram(tg)))
+}
+
+/// One fixture's own Telegram: the fake's 429 window is bot-wide (like Telegram's
+/// global limit) while the engine paces per chat, so each run gets its own bot, tenant
+/// and channel — which also exercises many channels on one bus.
+struct TgRun {
+    fake: FakeServer,
+    tenant: String,
+    events: Vec<RunEvent>,
+    expected: Option<String>,
+}
+
+fn tg_run_channel(r: &TgRun) -> ChannelConfig {
+    let mut c = telegram_channel(&r.fake);
+    c.name = format!("tg-{}", r.tenant);
+    c.tenant = Some(r.tenant.clone());
+    c.fixed_chat = Some("1000".into());
+    if let ChannelSink::Sink(SinkConfig::Telegram(t)) = &mut c.sink {
+        t.name = c.name.clone();
+    }
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telegram_every_fixture_one_final_through_429s_and_a_restart() -> R {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let fx = fixtures();
+    assert!(fx.len() >= 20, "fixtures not found: {}", fx.len());
+    let t0 = now_ms();
+    let mut runs = Vec::new();
+    for (i, f) in fx.iter().enumerate() {
+        let tenant = format!("t{i}");
+        runs.push(TgRun {
+            fake: FakeServer::telegram(
+                TG_TOKEN,
+                Behavior {
+                    rate_limit_every: Some(3),
+                    retry_after_secs: 1.0,
+                    ..Behavior::default()
+                },
+            )
+            .await?,
+            events: tenant_events(&tenant, &format!("run-{i}"), "s", &f.events, t0),
+            expected: expected_final(&f.events),
+            tenant,
+        });
+    }
+    let client = nats.client().await;
+    let clock = Instant::now();
+    let mut first = Vec::new();
+    for r in &runs {
+        first.push(
+            start(
+                client.clone(),
+                tg_run_channel(r),
+                None,
+                CancellationToken::new(),
+            )
+            .await?,
+        );
+    }
+    for r in &runs {
+        publish(&js, &r.events[..r.events.len() / 2]).await?;
+    }
+    // Mid-turn: let the first life render drafts (and meet 429s), then crash it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let drafted = runs
+        .iter()
+        .filter(|r| !r.fake.messages().is_empty())
+        .count();
+    assert!(drafted > 0, "no draft rendered before the crash");
+    for a in first {
+        crash(a).await;
+    }
+    for r in &runs {
+        publish(&js, &r.events[r.events.len() / 2..]).await?;
+    }
+    eprintln!("first life done at {:?}", clock.elapsed());
+    let mut second = Vec::new();
+    for r in &runs {
+        let b = start(
+            client.clone(),
+            tg_run_channel(r),
+            None,
+            CancellationToken::new(),
+        )
+        .await?;
+        assert_eq!(
+            b.recovered, 0,
+            "a live run must not be settled as interrupted"
+        );
+        second.push(b);
+    }
+    let done = wait_until(Duration::from_secs(120), || {
+        runs.iter().zip(&second).all(|(r, b)| {
+            b.channel.active_runs().is_empty()
+                && r.expected
+                    .as_ref()
+                    .is_none_or(|f| r.fake.live_messages().iter().any(|m| &m.text == f))
+        })
+    })
+    .await;
+    // Done means every run's terminal ops were executed: the channels remove a run's
+    // active marker only after their engine flushed.
+    let kv = js
+        .get_key_value(streamgate_projector::kv::DELIVERY_BUCKET)
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        use futures::StreamExt as _;
+        let mut keys = kv.keys().await?;
+        let mut markers = 0;
+        while let Some(k) = keys.next().await {
+            markers += usize::from(k?.starts_with("active."));
+        }
+        if markers == 0 || Instant::now() > deadline {
+            assert_eq!(markers, 0, "runs never finished delivering");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("second life settled at {:?}", clock.elapsed());
+    for r in &runs {
+        let msgs = r.fake.messages();
+        // Live messages: a draft whose text equalled the final is dismissed (deleted).
+        let finals = r.expected.as_ref().map_or(0, |f| {
+            msgs.iter().filter(|m| !m.deleted && &m.text == f).count()
+        });
+        assert_eq!(
+            finals,
+            usize::from(r.expected.is_some()),
+            "{}: finals {msgs:#?}",
+            r.tenant
+        );
+        // One draft at most: a restart must edit the draft it already created.
+        // Error notices are messages of their own, each sent once.
+        let notices: Vec<_> = msgs
+            .iter()
+            .filter(|m| {
+                m.edits == 0
+                    && !m.deleted
+                    && ["❌", "⚠", "⛔"].iter().any(|p| m.text.starts_with(p))
+                    && r.expected.as_ref() != Some(&m.text)
+            })
+            .collect();
+        let mut distinct: Vec<_> = notices.iter().map(|m| &m.text).collect();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            notices.len(),
+            "{}: notice repeated",
+            r.tenant
+        );
+        assert!(
+            msgs.len() <= 1 + finals + notices.len(),
+            "{}: duplicated drafts {msgs:#?}",
+            r.tenant
+        );
+        let refused = r.fake.calls().iter().filter(|c| c.status == 400).count();
+        assert_eq!(
+            refused, 0,
+            "{}: a request was refused (over the limit?)",
+            r.tenant
+        );
+        assert_eq!(
+            r.fake.early_calls(),
+            0,
+            "{}: a request ignored retry_after",
+            r.tenant
+        );
+    }
+    assert!(done, "not every final arrived");
+    let rate_limited: usize = runs
+        .iter()
+        .map(|r| r.fake.calls().iter().filter(|c| c.status == 429).count())
+        .sum();
+    assert!(rate_limited > 0, "the fakes never rate limited");
+    Ok(())
+}
+
+fn find(name_part: &str) -> Option<Fixture> {
+    fixtures().into_iter().find(|f| f.name.contains(name_part))
+}
+
+/// A fixture with thinking, a tool and a final answer, for the mid-turn tests.
+fn rich_fixture() -> Option<Fixture> {
+    fixtures()
+        .into_iter()
+        .filter(|f| {
+            f.events
+                .iter()
+                .any(|e| matches!(e.data, EventData::Thinking(_)))
+                && f.events
+                    .iter()
+                    .any(|e| matches!(e.data, EventData::Item(_)))
+                && expected_final(&f.events).is_some()
+        })
+        .max_by_key(|f| f.events.len())
+        .or_else(|| find("end-turn"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
+    use streamgate_proto::v1;
+    use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let f = rich_fixture().ok_or("no fixture")?;
+    let evs = run_events("run-sub", "chat-sub", &f.events, now_ms());
+    let mut cfg = channel(
+        "web",
+        ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    cfg.token = Some("chan-token".into());
+    let running = start(
+        nats.client().await,
+        cfg,
+        Some(([127, 0, 0, 1], 0).into()),
+        CancellationToken::new(),
+    )
+    .await?;
+    let grpc = running.grpc.ok_or("no grpc")?;
+    let third = evs.len() / 3;
+    publish(&js, &evs[..third]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .draft("run-sub")
+            .is_some())
+        .await,
+        "run never became active"
+    );
+    let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))?
+        .connect()
+        .await?;
+    // Without the channel token: refused.
+    let mut anon = ProjectorServiceClient::new(channel.clone());
+    assert!(anon
+        .list_active_runs(v1::ListActiveRunsRequest {})
+        .await
+        .is_err());
+    fn authed<T>(t: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(t);
+        if let Ok(v) = "Bearer chan-token".parse() {
+            r.metadata_mut().insert("authorization", v);
+        }
+        r
+    }
+    let auth = |r: tonic::Request<v1::SubscribeRequest>| authed(r.into_inner());
+    let mut client = ProjectorServiceClient::new(channel);
+    let active = client
+        .list_active_runs(authed(v1::ListActiveRunsRequest {}))
+        .await?
+        .into_inner();
+    assert_eq!(active.runs.len(), 1);
+    assert_eq!(active.runs[0].chat_id, "chat-sub");
+    let draft = client
+        .get_draft(authed(v1::GetDraftRequest {
+            run_id: "run-sub".into(),
+        }))
+        .await?
+        .into_inner();
+    assert_eq!(draft.last_seq, u64::try_from(third)?);
+    // First connection: read a few events, then drop (the "disconnect").
+    let mut s1 = client
+        .subscribe(auth(tonic::Request::new(v1::SubscribeRequest {
+            target: Some(v1::subscribe_request::Target::RunId("run-sub".into())),
+            after_seq: 0,
+        })))
+        .await?
+        .into_inner();
+    let mut seen: Vec<u64> = Vec::new();
+    let keep = third.clamp(1, 3);
+    while seen.len() < keep {
+        let Some(ev) = s1.message().await? else {
+            break;
+        };
+        seen.push(ev.seq);
+    }
+    drop(s1);
+    // More events arrive while disconnected.
+    publish(&js, &evs[third..2 * third]).await?;
+    let last_rendered = seen.last().copied().unwrap_or(0);
+    let mut s2 = client
+        .subscribe(auth(tonic::Request::new(v1::SubscribeRequest {
+            target: Some(v1::subscribe_request::Target::SessionKey("chat-sub".into())),
+            after_seq: last_rendered,
+        })))
+        .await?
+        .into_inner();
+    let rest = evs[2 * third..].to_vec();
+    let js2 = js.clone();
+    let pub_task = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        publish(&js2, &rest).await.map_err(|e| e.to_string())
+    });
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(20), s2.message()).await?? {
+        seen.push(ev.seq);
+    }
+    pub_task.await??;
+    let want: Vec<u64> = (1..=u64::try_from(evs.len())?).collect();
+    assert_eq!(seen, want, "duplicate or gap across the reconnect");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
+    use futures::StreamExt as _;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let f = rich_fixture().ok_or("no fixture")?;
+    let evs = run_events("run-set", "chat-set", &f.events, now_ms());
+    let running = start(
+        nats.client().await,
+        channel(
+            "web",
+            ChannelSink::Web {
+                listen: ([127, 0, 0, 1], 0).into(),
+            },
+        ),
+        None,
+        CancellationToken::new(),
+    )
+    .await?;
+    let half = evs.len() / 2;
+    publish(&js, &evs[..half]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .draft("run-set")
+            .is_some_and(|d| d.last_seq == u64::try_from(half).unwrap_or(0)))
+        .await
+    );
+    let snapshot = |js: async_nats::jetstream::Context| async move {
+        let mut stream = js.get_stream(streamgate_bus::EVENTS_STREAM).await?;
+        let info = stream.info().await?;
+        let n = info.state.last_sequence;
+        let mut out = Vec::new();
+        for seq in 1..=n {
+            let m = stream.get_raw_message(seq).await?;
+            out.push((m.subject.to_string(), m.payload.to_vec()));
+        }
+        Ok::<_, Box<dyn std::error::Error>>(out)
+    };
+    let before = snapshot(js.clone()).await?;
+    let before_draft = running.channel.draft("run-set").map(|d| d.text);
+    let (s, n) = running
+        .channel
+        .set_settings(
+            "chat-set",
+            streamgate_projector::kv::SettingsOverride {
+                reasoning: Some(streamgate_projection::Reasoning::Stream),
+                verbose: Some(streamgate_projection::Verbose::Full),
+            },
+        )
+        .await?;
+    assert_eq!(n, 1, "the active run was not re-rendered");
+    assert_eq!(s.reasoning, streamgate_projection::Reasoning::Stream);
+    let after = snapshot(js.clone()).await?;
+    assert_eq!(before, after, "SG_EVENTS changed when settings flipped");
+    let after_draft = running.channel.draft("run-set").map(|d| d.text);
+    assert_ne!(
+        before_draft, after_draft,
+        "flipping settings did not re-render"
+    );
+    // Stored in SG_SETTINGS for the next projector life.
+    let kv = js
+        .get_key_value(streamgate_projector::kv::SETTINGS_BUCKET)
+        .await?;
+    let mut keys = kv.keys().await?;
+    let mut found = false;
+    while let Some(k) = keys.next().await {
+        found |= k? == "web.chat-set";
+    }
+    assert!(found, "settings override not in KV");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_gets_the_exact_final_with_a_valid_signature() -> R {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let secret = "whsec-test";
+    let fake = FakeServer::webhook(secret, Behavior::default()).await?;
+    let f = rich_fixture().ok_or("no fixture")?;
+    let expected = expected_final(&f.events).ok_or("fixture has no final")?;
+    let evs = run_events("run-hook", "chat-hook", &f.events, now_ms());
+    let cfg = channel(
+        "hook",
+        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
+            "hook",
+            fake.base_url.clone(),
+            secret,
+        ))),
+    );
+    let _running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
+    publish(&js, &evs).await?;
+    let ok = wait_until(Duration::from_secs(20), || {
+        fake.events()
+            .iter()
+            .any(|e| e.get("op").and_then(|v| v.as_str()) == Some("final"))
+    })
+    .await;
+    assert!(ok, "no final delivered");
+    let finals: Vec<_> = fake
+        .events()
+        .into_iter()
+        .filter(|e| e.get("op").and_then(|v| v.as_str()) == Some("final"))
+        .collect();
+    assert_eq!(finals.len(), 1);
+    let text = finals[0].get("text").and_then(|v| v.as_str()).unwrap_or("");
+    let suffix = finals[0].get("suffix").and_then(|v| v.as_str());
+    let shown = match suffix {
+        Some(s) => format!("{text}\n{s}"),
+        None => text.to_owned(),
+    };
+    assert_eq!(shown, expected);
+    // The fake verifies every signature; a bad one would have been answered 401.
+    assert!(
+        fake.calls().iter().all(|c| c.status < 300),
+        "{:?}",
+        fake.calls()
+    );
+    assert_eq!(fake.duplicates(), 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let fake = FakeServer::telegram(TG_TOKEN, Behavior::default()).await?;
+    let f = rich_fixture().ok_or("no fixture")?;
+    // Old ingest times: the run's agent is long gone.
+    let evs = run_events("run-orphan", "77", &f.events, now_ms() - 3_600_000);
+    let a = start(
+        nats.client().await,
+        telegram_channel(&fake),
+        None,
+        CancellationToken::new(),
+    )
+    .await?;
+    let upto = evs
+        .iter()
+        .position(|e| {
+            matches!(&e.event.data, EventData::Assistant(a) if a.phase == Some(AssistantPhase::FinalAnswer))
+        })
+        .unwrap_or(evs.len() - 1);
+    publish(&js, &evs[..upto]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || !fake.live_messages().is_empty()).await,
+        "no draft before the crash"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crash(a).await;
+    let mut cfg = telegram_channel(&fake);
+    cfg.orphan_after = Duration::from_secs(60);
+    let b = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
+    assert_eq!(b.recovered, 1);
+    let msgs = fake.live_messages();
+    assert_eq!(msgs.len(), 1, "{msgs:#?}");
+    assert!(msgs[0].text.contains("agent interrupted"), "{msgs:#?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_page_lists_runs_and_streams_ops_over_sse() -> R {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let f = rich_fixture().ok_or("no fixture")?;
+    let expected = expected_final(&f.events).ok_or("fixture has no final")?;
+    let evs = run_events("run-web", "chat-web", &f.events, now_ms());
+    let mut cfg = channel(
+        "web",
+        ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    cfg.settings.reasoning = streamgate_projection::Reasoning::Stream;
+    cfg.settings.verbose = streamgate_projection::Verbose::Full;
+    let running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
+    let web = running.web.ok_or("no web listener")?;
+    // Everything but the final answer and terminal: the turn is live.
+    let upto = evs
+        .iter()
+        .position(|e| {
+            matches!(&e.event.data, EventData::Assistant(a) if a.phase == Some(AssistantPhase::FinalAnswer))
+        })
+        .unwrap_or(evs.len() - 1);
+    publish(&js, &evs[..upto]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .draft("run-web")
+            .is_some_and(|d| !d.text.is_empty()))
+        .await
+    );
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("http://{web}/"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(page.contains("EventSource") && page.contains("Active runs"));
+    let runs: serde_json::Value = http
+        .get(format!("http://{web}/api/runs"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(runs[0]["run_id"], "run-web", "{runs}");
+
+    // Headless screenshot of the live page, when a Chromium is installed.
+    let shot_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/artifacts");
+    for bin in ["chromium", "chromium-browser", "google-chrome"] {
+        let _ = std::fs::create_dir_all(&shot_dir);
+        let out = shot_dir.join("projector-web.png");
+        // The page holds an SSE connection open, so Chromium's virtual time never
+        // settles: a wall-clock `--timeout` ends the load, and the outer timeout (with
+        // kill_on_drop) bounds a browser that hangs anyway.
+        let status = tokio::process::Command::new(bin)
+            .kill_on_drop(true)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--timeout=4000",
+                &format!("--screenshot={}", out.display()),
+                "--window-size=1200,900",
+                &format!("http://{web}/?run=run-web"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let status = tokio::time::timeout(Duration::from_secs(30), status).await;
+        if status.is_ok_and(|s| s.is_ok_and(|s| s.success())) {
+            eprintln!("screenshot: {}", out.display());
+            break;
+        }
+    }
+
+    // SSE: the history (latest draft) first, then the final live.
+    let mut resp = http
+        .get(format!("http://{web}/runs/run-web/events"))
+        .send()
+        .await?;
+    let mut body = String::new();
+    let rest = evs[upto..].to_vec();
+    let js2 = js.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = publish(&js2, &rest).await;
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !body.contains("\"op\":\"final\"") && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await {
+            Ok(Ok(Some(c))) => body.push_str(&String::from_utf8_lossy(&c)),
+            _ => break,
+        }
+    }
+    assert!(body.contains("\"op\":\"draft\""), "{body}");
+    assert!(body.contains("\"op\":\"final\""), "{body}");
+    let final_line = body
+        .lines()
+        .find(|l| l.contains("\"op\":\"final\""))
+        .and_then(|l| l.strip_prefix("data: "))
+        .ok_or("no final data line")?;
+    let v: serde_json::Value = serde_json::from_str(final_line)?;
+    let text = v["op"]["text"].as_str().unwrap_or_default();
+    let shown = match v["op"]["suffix"].as_str() {
+        Some(s) => format!("{text}\n{s}"),
+        None => text.to_owned(),
+    };
+    assert_eq!(shown, expected);
+    Ok(())
+}
