@@ -1,5 +1,6 @@
 //! End-to-end tests of the projector against a real nats-server and the sinks' fake chat
-//! APIs. Fixture events come from `fixtures/*/index.tsv` (their expected, normalized
+//! APIs. Fixture events come from `fixtures/*/index.tsv` and, when `$STREAMGATE_CORPUS` is
+//! set, the shared corpus's `index.tsv` (their expected, normalized
 //! event streams) and are published to `SG_EVENTS` exactly as the normalizer would.
 #![allow(missing_docs)]
 
@@ -30,6 +31,10 @@ fn fixtures() -> Vec<Fixture> {
         .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
         .unwrap_or_default();
     dirs.sort();
+    // The shared corpus too, when present (CI sets it): every corpus capture's events.
+    if let Some(corpus) = std::env::var_os("STREAMGATE_CORPUS") {
+        dirs.push(PathBuf::from(corpus));
+    }
     for dir in dirs {
         let Ok(index) = std::fs::read_to_string(dir.join("index.tsv")) else {
             continue;
