@@ -89,6 +89,9 @@ enum BenchCommand {
     /// N concurrent runs through the whole pipeline: events/s and ingest→commit latency,
     /// next to a raw JetStream publish baseline.
     Pipeline(cli::bench::PipelineArgs),
+    /// One projector channel (signed webhook to a local receiver) under N concurrent runs:
+    /// events/s and event→sink latency.
+    Projector(cli::bench_projector::ProjectorArgs),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Up(a) => block_on(cli::up::run(a)),
         Command::Bench(BenchCommand::Pipeline(a)) => block_on(cli::bench::pipeline(a)),
+        Command::Bench(BenchCommand::Projector(a)) => block_on(cli::bench_projector::projector(a)),
         Command::Ingest(a) => block_on(cli::ingest::run(a)),
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),

@@ -1,0 +1,189 @@
+//! `streamgate bench projector`: one projector channel under load. N runs' events (a
+//! bundled reasoning + tool capture, normalized) are published to SG_EVENTS as fast as the
+//! broker takes them; the channel is a signed webhook to an in-process receiver. Reports
+//! events/s through the projector (until every final arrived) and event→sink latency
+//! p50/p99 of the ops delivered (from the publish of the event an op renders to the
+//! receiver seeing it; drafts are coalesced latest-wins, so not every event has an op).
+
+use anyhow::Result;
+use axum::routing::post;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use streamgate_bus::local::{free_port, nats_server_binary, LocalNats};
+use streamgate_bus::subject::RunAddr;
+use streamgate_grammar::{Envelope, RunEvent};
+use streamgate_projector::{ChannelConfig, ChannelSink};
+use streamgate_sinks::webhook::WebhookConfig;
+use streamgate_sinks::{Secret, SinkConfig};
+
+/// Flags of `streamgate bench projector`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProjectorArgs {
+    /// Runs (each in its own chat).
+    #[arg(long, default_value_t = 200)]
+    pub runs: usize,
+    /// Size the bundled capture is grown to, KiB (more events per run).
+    #[arg(long, default_value_t = 16)]
+    pub capture_kib: usize,
+    /// Per-chat send rate the delivery engine allows (requests/s).
+    #[arg(long, default_value_t = 50.0)]
+    pub chat_rate: f64,
+}
+
+const CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
+
+type Seen = Arc<Mutex<Vec<(String, u64, String, Instant)>>>;
+
+/// Runs the benchmark.
+pub async fn projector(args: ProjectorArgs) -> Result<()> {
+    let tmp = std::env::temp_dir().join(format!("sg-bench-proj-{}", std::process::id()));
+    let nats_server = LocalNats::spawn(&nats_server_binary(), free_port()?, &tmp.join("nats"))?;
+    let nats = async_nats::connect(nats_server.url()).await?;
+    let js = async_nats::jetstream::new(nats.clone());
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+
+    // The webhook receiver: records (run, seq, op, arrival).
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let app = {
+        let seen = seen.clone();
+        axum::Router::new().route(
+            "/hook",
+            post(move |body: axum::body::Bytes| {
+                let seen = seen.clone();
+                async move {
+                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
+                        let run = v["run_id"].as_str().unwrap_or_default().to_owned();
+                        let seq = v["seq"].as_u64().unwrap_or(0);
+                        let op = v["op"].as_str().unwrap_or_default().to_owned();
+                        if let Ok(mut s) = seen.lock() {
+                            s.push((run, seq, op, Instant::now()));
+                        }
+                    }
+                    "ok"
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let hook = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut cfg = ChannelConfig::new(
+        "bench",
+        ChannelSink::Sink(SinkConfig::Webhook(WebhookConfig {
+            name: "bench".into(),
+            url: format!("http://{hook}/hook"),
+            secret: Secret::new("bench"),
+            tier: streamgate_projection::Tier::T1,
+            timeout_secs: 10.0,
+        })),
+    );
+    cfg.delivery.rate_per_sec = args.chat_rate;
+    cfg.delivery.burst = 10;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running =
+        streamgate_projector::service::start(nats.clone(), cfg, None, shutdown.clone()).await?;
+
+    let capture = streamgate_wire::synth::inflate(CAPTURE, args.capture_kib << 10);
+    let events =
+        streamgate_wire::normalize_bytes(streamgate_wire::Family::F2.into(), &capture, 0).events;
+    let total = events.len() * args.runs;
+    let mut published: HashMap<(String, u64), Instant> = HashMap::with_capacity(total);
+    let started = Instant::now();
+    // Interleave runs event by event, like concurrent live turns.
+    for ev in &events {
+        let mut batch = Vec::with_capacity(args.runs);
+        for r in 0..args.runs {
+            let run_id = format!("proj-bench-{r}");
+            let re = RunEvent {
+                envelope: Envelope {
+                    tenant: "bench".into(),
+                    session_key: Some(format!("chat-{r}")),
+                    run_id: run_id.clone(),
+                    ts_ms: crate::cli::bench::now_ms(),
+                },
+                event: ev.clone(),
+            };
+            batch.push((
+                RunAddr::new("bench", &run_id, streamgate_bus::DEFAULT_PARTITIONS),
+                re,
+            ));
+        }
+        let now = Instant::now();
+        let sends = batch.iter().map(|(addr, re)| {
+            streamgate_bus::events::publish_events(&js, addr, std::slice::from_ref(re))
+        });
+        for r in futures::future::join_all(sends).await {
+            r?;
+        }
+        for (_, re) in &batch {
+            published.insert((re.envelope.run_id.clone(), re.event.seq), now);
+        }
+    }
+    let published_in = started.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let finished = loop {
+        let finals = seen
+            .lock()
+            .map(|s| s.iter().filter(|x| x.2 == "final").count())
+            .unwrap_or(0);
+        if finals >= args.runs {
+            break started.elapsed();
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {finals} of {} finals arrived",
+            args.runs
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    shutdown.cancel();
+    drop(running);
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut lat: Vec<f64> = seen
+        .iter()
+        .filter_map(|(run, seq, _, at)| {
+            published
+                .get(&(run.clone(), *seq))
+                .map(|p| at.duration_since(*p).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| {
+        lat.get(((lat.len().max(1) - 1) as f64 * p) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let finals: Vec<f64> = seen
+        .iter()
+        .filter(|x| x.2 == "final")
+        .filter_map(|(run, seq, _, at)| {
+            published
+                .get(&(run.clone(), *seq))
+                .map(|p| at.duration_since(*p).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    println!(
+        "projector {} runs, {total} events published in {:.2} s; every final delivered after {:.2} s → {:.0} events/s",
+        args.runs,
+        published_in.as_secs_f64(),
+        finished.as_secs_f64(),
+        total as f64 / finished.as_secs_f64()
+    );
+    println!(
+        "delivery  {} webhook ops; event→sink latency p50 {:.1} ms, p99 {:.1} ms; finals p50 {:.1} ms",
+        seen.len(),
+        pct(0.5),
+        pct(0.99),
+        {
+            let mut f = finals;
+            f.sort_by(|a, b| a.total_cmp(b));
+            f.get(f.len() / 2).copied().unwrap_or(0.0)
+        }
+    );
+    drop(nats_server);
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
+}
