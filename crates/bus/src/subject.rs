@@ -260,6 +260,17 @@ impl RunAddr {
     }
 }
 
+/// A run's subject under any tenant, `sg.<kind>.*.<part>.<enc run>`: for operators and
+/// replays that know the run id but not its tenant.
+pub fn run_filter(kind: SubjectKind, run_id: &str, partitions: u32) -> String {
+    format!(
+        "sg.{}.*.{}.{}",
+        kind.token(),
+        partition_of(run_id, partitions),
+        encode_token(run_id)
+    )
+}
+
 /// Filter subject for one partition of `SG_RAW`: `sg.raw.*.<part>.*`.
 pub fn raw_partition_filter(part: u32) -> String {
     format!("sg.raw.*.{part}.*")

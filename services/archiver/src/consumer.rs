@@ -166,18 +166,8 @@ pub async fn run_raw(
         let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
         let records: Vec<RawChunkRecord> = msgs
             .iter()
-            .filter_map(|m| {
-                RawChunk::from_parts(&m.subject, m.headers.as_ref(), m.payload.clone()).ok()
-            })
-            .map(|c| RawChunkRecord {
-                tenant: c.addr.tenant,
-                run_id: c.addr.run_id,
-                chunk: c.chunk,
-                family: c.family,
-                ingest_ts_ms: c.ingest_ts_ms,
-                close: c.close.map(|k| k.as_str().to_owned()),
-                body: c.body.to_vec(),
-            })
+            .filter_map(|m| RawChunk::from_message(m).ok())
+            .map(crate::convert::raw_record)
             .collect();
         while let Err(e) = store.insert_raw(&records).await {
             warn!(error = %e, "raw archive commit failed; retrying");

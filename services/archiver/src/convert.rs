@@ -32,6 +32,19 @@ pub fn event(e: &ArchivedEvent) -> v1::ArchivedEvent {
     }
 }
 
+/// A raw chunk from SG_RAW as an archive record.
+pub fn raw_record(c: streamgate_bus::raw::RawChunk) -> RawChunkRecord {
+    RawChunkRecord {
+        tenant: c.addr.tenant,
+        run_id: c.addr.run_id,
+        chunk: c.chunk,
+        family: c.family,
+        ingest_ts_ms: c.ingest_ts_ms,
+        close: c.close.map(|k| k.as_str().to_owned()),
+        body: c.body.to_vec(),
+    }
+}
+
 /// A raw chunk as a reply.
 pub fn raw(c: RawChunkRecord) -> v1::RawChunk {
     v1::RawChunk {

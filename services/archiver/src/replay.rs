@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use streamgate_archive::{ArchivedEvent, RunFilter, RunStatusKind, Store};
 use streamgate_bus::events::decode_event;
-use streamgate_bus::subject::{encode_token, partition_of};
+use streamgate_bus::subject::{run_filter, SubjectKind};
 use streamgate_bus::EVENTS_STREAM;
 use streamgate_grammar::{timeline, EventData, RunEvent, RunState};
 use streamgate_proto::v1;
@@ -249,11 +249,7 @@ impl ArchiveService for Replay {
         let mut chunks = self.store.raw_chunks(&run_id).await.map_err(internal)?;
         if chunks.is_empty() {
             // No raw archive: SG_RAW itself is the provider-native transcript.
-            let subject = format!(
-                "sg.raw.*.{}.{}",
-                partition_of(&run_id, self.partitions),
-                encode_token(&run_id)
-            );
+            let subject = run_filter(SubjectKind::Raw, &run_id, self.partitions);
             let msgs = streamgate_bus::consume::read_subject(
                 &self.js,
                 streamgate_bus::RAW_STREAM,
@@ -263,23 +259,8 @@ impl ArchiveService for Replay {
             .map_err(|e| Status::unavailable(e.to_string()))?;
             chunks = msgs
                 .iter()
-                .filter_map(|m| {
-                    streamgate_bus::raw::RawChunk::from_parts(
-                        &m.subject,
-                        m.headers.as_ref(),
-                        m.payload.clone(),
-                    )
-                    .ok()
-                })
-                .map(|c| streamgate_archive::RawChunkRecord {
-                    tenant: c.addr.tenant,
-                    run_id: c.addr.run_id,
-                    chunk: c.chunk,
-                    family: c.family,
-                    ingest_ts_ms: c.ingest_ts_ms,
-                    close: c.close.map(|k| k.as_str().to_owned()),
-                    body: c.body.to_vec(),
-                })
+                .filter_map(|m| streamgate_bus::raw::RawChunk::from_message(m).ok())
+                .map(convert::raw_record)
                 .collect();
         }
         let items: Vec<Result<v1::RawChunk, Status>> =
@@ -322,11 +303,7 @@ impl Replay {
             return Ok(());
         }
         // Live: the run's subject from the start of SG_EVENTS; only last+1 goes out.
-        let subject = format!(
-            "sg.evt.*.{}.{}",
-            partition_of(run_id, self.partitions),
-            encode_token(run_id)
-        );
+        let subject = run_filter(SubjectKind::Events, run_id, self.partitions);
         let stream = self
             .js
             .get_stream(EVENTS_STREAM)

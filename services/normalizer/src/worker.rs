@@ -127,17 +127,16 @@ async fn apply_and_publish(
     let mut out: BTreeMap<(String, String), (RunAddr, Vec<RunEvent>)> = BTreeMap::new();
     let mut chunks_applied = 0u64;
     for msg in msgs {
-        let chunk =
-            match RawChunk::from_parts(&msg.subject, msg.headers.as_ref(), msg.payload.clone()) {
-                Ok(c) => c,
-                Err(e) => {
-                    // A message nobody can read is acknowledged (it would loop forever) and
-                    // counted; the raw bytes stay in SG_RAW for inspection.
-                    warn!(error = %e, subject = %msg.subject, "unreadable raw message");
-                    metrics::counter!("sg_normalizer_bad_raw_total").increment(1);
-                    continue;
-                }
-            };
+        let chunk = match RawChunk::from_message(msg) {
+            Ok(c) => c,
+            Err(e) => {
+                // A message nobody can read is acknowledged (it would loop forever) and
+                // counted; the raw bytes stay in SG_RAW for inspection.
+                warn!(error = %e, subject = %msg.subject, "unreadable raw message");
+                metrics::counter!("sg_normalizer_bad_raw_total").increment(1);
+                continue;
+            }
+        };
         let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
         touched.push(key.clone());
         let mut events = match table.apply(&chunk) {
@@ -150,9 +149,7 @@ async fn apply_and_publish(
                 let history = read_subject(js, RAW_STREAM, &chunk.addr.raw_subject()).await?;
                 let history: Vec<RawChunk> = history
                     .iter()
-                    .filter_map(|m| {
-                        RawChunk::from_parts(&m.subject, m.headers.as_ref(), m.payload.clone()).ok()
-                    })
+                    .filter_map(|m| RawChunk::from_message(m).ok())
                     .collect();
                 info!(run = %chunk.addr.run_id, chunks = history.len(), "rebuilding run from SG_RAW");
                 metrics::counter!("sg_normalizer_rebuilds_total").increment(1);
