@@ -8,7 +8,7 @@
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::io::{IsTerminal as _, Write as _};
-use streamgate_bus::events::decode_event;
+use streamgate_bus::events::decode_msg;
 use streamgate_bus::EVENTS_STREAM;
 use streamgate_grammar::{AssistantPhase, EventData, LifecyclePhase, RunEvent};
 use streamgate_projection::{Op, RunProjection, Settings, Tier};
@@ -114,7 +114,7 @@ pub async fn follow(
             m = messages.next() => m,
         };
         let Some(Ok(msg)) = msg else { break };
-        if let Ok(ev) = decode_event(&msg.payload) {
+        for ev in decode_msg(&msg).unwrap_or_default() {
             println!("{}", line(&ev));
         }
     }
@@ -186,34 +186,33 @@ pub async fn follow_status(
             m = messages.next() => m,
         };
         let Some(Ok(msg)) = msg else { break };
-        let Ok(ev) = decode_event(&msg.payload) else {
-            continue;
-        };
-        let run = ev.envelope.run_id.clone();
-        let proj = runs
-            .entry(run.clone())
-            .or_insert_with(|| RunProjection::new(&run));
-        let ops = proj.apply_run_event(&ev, &settings, tier);
-        if proj.is_settled() {
-            runs.remove(&run);
-        }
-        let mut out = std::io::stdout().lock();
-        for op in &ops {
-            let Some((text, status)) = render_op(&run, op) else {
-                continue;
-            };
-            // Errors writing to a closed terminal are not worth stopping the instance.
-            if status {
-                if tty {
-                    let _ = write!(out, "\r\x1b[2K{text}");
-                }
-            } else if tty {
-                let _ = writeln!(out, "\r\x1b[2K{text}");
-            } else {
-                let _ = writeln!(out, "{text}");
+        for ev in decode_msg(&msg).unwrap_or_default() {
+            let run = ev.envelope.run_id.clone();
+            let proj = runs
+                .entry(run.clone())
+                .or_insert_with(|| RunProjection::new(&run));
+            let ops = proj.apply_run_event(&ev, &settings, tier);
+            if proj.is_settled() {
+                runs.remove(&run);
             }
+            let mut out = std::io::stdout().lock();
+            for op in &ops {
+                let Some((text, status)) = render_op(&run, op) else {
+                    continue;
+                };
+                // Errors writing to a closed terminal are not worth stopping the instance.
+                if status {
+                    if tty {
+                        let _ = write!(out, "\r\x1b[2K{text}");
+                    }
+                } else if tty {
+                    let _ = writeln!(out, "\r\x1b[2K{text}");
+                } else {
+                    let _ = writeln!(out, "{text}");
+                }
+            }
+            let _ = out.flush();
         }
-        let _ = out.flush();
     }
     Ok(())
 }

@@ -207,7 +207,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<ArchivedEvent>, ArchiveError>;
 
     /// The global journal: events with `journal_seq > after_journal_seq`, ascending (ties
-    /// by run id and seq), at most `limit` (0 = no limit).
+    /// by run id and seq). With `limit` (0 = none) the page ends after the journal entry
+    /// holding the `limit`-th event: entries (one SG_EVENTS message, possibly a batch of
+    /// events) are never split, so resuming after the last `journal_seq` seen loses
+    /// nothing. A page may therefore hold more than `limit` events.
     async fn journal_after(
         &self,
         after_journal_seq: u64,

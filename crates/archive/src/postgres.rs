@@ -29,7 +29,7 @@ const INSERT_EVENTS: &str = "INSERT INTO events \
 const SELECT_CONTENT: &str = "SELECT e.run_id, e.seq, e.tenant, e.session_key, e.ts_ms, \
      e.payload FROM events e JOIN UNNEST($1::text[], $2::int8[]) AS k(run_id, seq) \
      ON e.run_id = k.run_id AND e.seq = k.seq";
-const EVENT_COLUMNS: &str = "run_id, journal_seq, tenant, session_key, ts_ms, payload";
+use crate::rows::EVENT_COLUMNS;
 const INSERT_RAW: &str = "INSERT INTO raw_chunks \
      (run_id, chunk, tenant, family, ingest_ts_ms, close, body) \
      SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::int8[], \
@@ -363,14 +363,12 @@ impl Store for PostgresStore {
         limit: u32,
     ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
         let after = rows::to_i64("after_journal_seq", after_journal_seq)?;
-        self.read_events(
-            &format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE journal_seq > $1 \
-                 ORDER BY journal_seq, run_id, seq LIMIT $2"
-            ),
-            &[&after, &pg_limit(limit)],
-        )
-        .await
+        // Typed: `$2 - 1` would otherwise make PostgreSQL infer int4 for the limit.
+        let sql = rows::journal_query(|n| format!("${n}::bigint"), limit != 0);
+        match pg_limit(limit) {
+            None => self.read_events(&sql, &[&after]).await,
+            Some(limit) => self.read_events(&sql, &[&after, &limit]).await,
+        }
     }
 
     async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {

@@ -278,6 +278,32 @@ pub(crate) enum Param {
 pub(crate) const RUN_COLUMNS: &str = "tenant, run_id, session_key, provider, model, status, \
      stop_reason, usage, first_seq, last_seq, first_ts_ms, last_ts_ms, event_count";
 
+/// Columns every event read selects, in the order the backends' row decoders expect.
+pub(crate) const EVENT_COLUMNS: &str = "run_id, journal_seq, tenant, session_key, ts_ms, payload";
+
+/// The journal page query: events after journal position `placeholder(1)`, ending after
+/// whole journal entries. With `limited`, the page stops at the entry that holds the
+/// `placeholder(2)`-th event — an SG_EVENTS batch message's events share one journal
+/// position, and a page must not split them, or a reader resuming after the page's last
+/// position would skip the rest of that entry.
+pub(crate) fn journal_query(placeholder: impl Fn(usize) -> String, limited: bool) -> String {
+    let (after, limit) = (placeholder(1), placeholder(2));
+    let bound = if limited {
+        format!(
+            " AND journal_seq <= COALESCE((SELECT journal_seq FROM events \
+             WHERE journal_seq > {after} ORDER BY journal_seq LIMIT 1 OFFSET {limit} - 1), \
+             {})",
+            i64::MAX
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE journal_seq > {after}{bound} \
+         ORDER BY journal_seq, run_id, seq"
+    )
+}
+
 /// Builds the list query for `filter`. `placeholder(n)` spells the n-th (1-based) bind
 /// parameter in the backend's syntax. The query fetches one row more than the page size,
 /// which tells whether there is a next page.

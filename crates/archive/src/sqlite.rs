@@ -31,7 +31,7 @@ const INSERT_EVENT: &str = "INSERT INTO events \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (run_id, seq) DO NOTHING";
 const SELECT_CONTENT: &str =
     "SELECT tenant, session_key, ts_ms, payload FROM events WHERE run_id = ?1 AND seq = ?2";
-const EVENT_COLUMNS: &str = "run_id, journal_seq, tenant, session_key, ts_ms, payload";
+use crate::rows::EVENT_COLUMNS;
 const INSERT_RAW: &str = "INSERT INTO raw_chunks \
      (run_id, chunk, tenant, family, ingest_ts_ms, close, body) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (run_id, chunk) DO NOTHING";
@@ -606,14 +606,12 @@ impl Store for SqliteStore {
     ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
         let after = rows::to_i64("after_journal_seq", after_journal_seq)?;
         self.read(move |conn| {
-            read_events(
-                conn,
-                &format!(
-                    "SELECT {EVENT_COLUMNS} FROM events WHERE journal_seq > ?1 \
-                     ORDER BY journal_seq, run_id, seq LIMIT ?2"
-                ),
-                params![after, sqlite_limit(limit)],
-            )
+            let sql = rows::journal_query(|n| format!("?{n}"), limit != 0);
+            if limit == 0 {
+                read_events(conn, &sql, params![after])
+            } else {
+                read_events(conn, &sql, params![after, i64::from(limit)])
+            }
         })
         .await
     }

@@ -65,6 +65,7 @@ both_backends!(
     runs_row_follows_start_to_end,
     runs_row_is_independent_of_batch_order,
     events_after_and_journal_after_order_and_limit,
+    journal_pages_never_split_a_batch_message,
     list_runs_filters_and_cursor_pagination,
     raw_chunks_round_trip_and_idempotent,
     reopen_persists_everything,
@@ -303,6 +304,51 @@ async fn events_after_and_journal_after_order_and_limit(backend: Backend) {
         vec![9, 10]
     );
     assert!(store.journal_after(10, 0).await.unwrap().is_empty());
+}
+
+async fn journal_pages_never_split_a_batch_message(backend: Backend) {
+    let store = backend.open().await;
+    // Journal entries (SG_EVENTS messages): 1 = run-a seqs 1..=3, 2 = run-b seq 1,
+    // 3 = run-a seqs 4..=5. Events of one entry share its journal_seq.
+    let entries: [(&str, std::ops::RangeInclusive<u64>, u64); 3] = [
+        ("run-a", 1..=3, 1),
+        ("run-b", 1..=1, 2),
+        ("run-a", 4..=5, 3),
+    ];
+    let mut all = Vec::new();
+    for (run, seqs, journal_seq) in entries {
+        for seq in seqs {
+            all.push(archived(
+                env("t", None, run, seq as i64),
+                seq,
+                delta(&format!("{run}-{seq}")),
+                journal_seq,
+            ));
+        }
+    }
+    store.insert_batch(&all).await.unwrap();
+    let journal = |v: &[ArchivedEvent]| v.iter().map(|e| e.journal_seq).collect::<Vec<_>>();
+    // A limit inside entry 1 rounds up to its end.
+    assert_eq!(
+        journal(&store.journal_after(0, 2).await.unwrap()),
+        [1, 1, 1]
+    );
+    assert_eq!(
+        journal(&store.journal_after(0, 4).await.unwrap()),
+        [1, 1, 1, 2]
+    );
+    assert_eq!(journal(&store.journal_after(2, 1).await.unwrap()), [3, 3]);
+    // Paging with limit 1, resuming after the last journal_seq seen, yields everything.
+    let mut paged = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.journal_after(after, 1).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = last.journal_seq;
+        paged.extend(page);
+    }
+    assert_eq!(paged, store.journal_after(0, 0).await.unwrap());
+    assert_eq!(paged.len(), all.len());
 }
 
 async fn list_runs_filters_and_cursor_pagination(backend: Backend) {

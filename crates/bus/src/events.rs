@@ -1,5 +1,21 @@
-//! Canonical events in `SG_EVENTS`: protobuf `streamgate.v1.Event`, one message per
-//! event, `Nats-Msg-Id` `<run>/<seq>`, stream kind in `Sg-Stream`.
+//! Canonical events in `SG_EVENTS`.
+//!
+//! A message holds either
+//! - one event: body protobuf `streamgate.v1.Event`, `Nats-Msg-Id` `<run>/<seq>`; or
+//! - a batch: consecutive events of one run, body protobuf `streamgate.v1.EventBatch`,
+//!   header `Sg-Batch` = the event count, `Nats-Msg-Id` `<run>/<first>-<last>`.
+//!
+//! The normalizer publishes what one raw chunk produced as one message ([`publish_batches`]),
+//! which divides the broker's work per event (store, deliver, ack) by the events per
+//! chunk. Ids stay deterministic because the adapter is: re-normalizing the same chunks
+//! yields the same events per chunk, split into messages by the same rule
+//! ([`MAX_BATCH_EVENTS`], [`MAX_BATCH_BYTES`]), so a re-publish carries the same ids and
+//! JetStream drops it. Consumers never depend on that: they are idempotent on
+//! `(run_id, seq)`.
+//!
+//! Every message has `Sg-Stream`: the stream kinds it holds (`assistant`, `thinking`,
+//! `item`, `lifecycle`), comma-separated in order of first appearance, so consumers can
+//! route without decoding. [`decode_message`] reads both shapes.
 
 use async_nats::jetstream;
 use async_nats::HeaderMap;
@@ -11,8 +27,15 @@ use crate::raw::HDR_MSG_ID;
 use crate::subject::{encode_token, RunAddr};
 use crate::{hdr, nats, BusError};
 
-/// The event's stream kind: `assistant|thinking|item|lifecycle`.
+/// The stream kinds a message holds: `assistant|thinking|item|lifecycle`, comma-separated.
 pub const HDR_STREAM: &str = "Sg-Stream";
+/// Present on batch messages: how many events the `EventBatch` body holds.
+pub const HDR_BATCH: &str = "Sg-Batch";
+/// Most events one message carries; a raw chunk that yields more is split.
+pub const MAX_BATCH_EVENTS: usize = 1024;
+/// Most encoded bytes one batch message carries (NATS' default max payload is 1 MiB); a
+/// single event larger than this travels alone.
+pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 
 /// `"<run>/<seq>"`, the event id (DESIGN §2). The run id is token-encoded, which leaves
 /// ordinary ids (`[A-Za-z0-9_-]`) unchanged and keeps any run id a valid header value.
@@ -20,7 +43,17 @@ pub fn event_msg_id(run_id: &str, seq: u64) -> String {
     format!("{}/{seq}", encode_token(run_id))
 }
 
-/// The headers an event is published with.
+/// The message id of the events `first..=last` of a run: [`event_msg_id`] for one event,
+/// `"<run>/<first>-<last>"` for a batch.
+pub fn batch_msg_id(run_id: &str, first: u64, last: u64) -> String {
+    if first == last {
+        event_msg_id(run_id, first)
+    } else {
+        format!("{}/{first}-{last}", encode_token(run_id))
+    }
+}
+
+/// The headers a single event is published with.
 pub fn event_headers(ev: &RunEvent) -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert(
@@ -31,12 +64,18 @@ pub fn event_headers(ev: &RunEvent) -> HeaderMap {
     h
 }
 
-/// The stream kind from a message's headers, without decoding the body; `None` when the
-/// header is absent or unknown.
-pub fn stream_of(headers: Option<&HeaderMap>) -> Option<Stream> {
+/// The stream kinds a message holds, from its headers without decoding the body, in
+/// order of first appearance; empty when the header is absent. Unknown kinds are
+/// skipped.
+pub fn streams_of(headers: Option<&HeaderMap>) -> Vec<Stream> {
     headers
         .and_then(|h| hdr::get(h, HDR_STREAM))
-        .and_then(Stream::parse)
+        .map(|v| {
+            v.split(',')
+                .filter_map(|k| Stream::parse(k.trim()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Encodes as protobuf `streamgate.v1.Event`.
@@ -44,32 +83,118 @@ pub fn encode_event(ev: &RunEvent) -> bytes::Bytes {
     v1::Event::from(ev).encode_to_vec().into()
 }
 
-/// Encodes as protobuf `streamgate.v1.Event` (streamgate-proto), publishes with
-/// `Nats-Msg-Id` and `Sg-Stream` headers to `addr.events_subject()`, pipelining: send all,
-/// then await every ack. Returns when every event is durably in `SG_EVENTS`.
+/// One `SG_EVENTS` message, ready to publish.
+#[derive(Debug, Clone)]
+pub struct EventMessage {
+    /// `Nats-Msg-Id`, `Sg-Stream` and, for batches, `Sg-Batch`.
+    pub headers: HeaderMap,
+    /// Protobuf `Event` or `EventBatch`.
+    pub payload: bytes::Bytes,
+}
+
+/// The messages that carry `events` — consecutive events of one run — split by
+/// [`MAX_BATCH_EVENTS`] and [`MAX_BATCH_BYTES`]. The split depends on the events only,
+/// so the same events always get the same message ids.
+///
+/// Errors with [`BusError::BatchGap`] when the seqs are not consecutive (the id
+/// `<first>-<last>` would then claim events the message does not hold).
+pub fn messages_for(events: &[RunEvent]) -> Result<Vec<EventMessage>, BusError> {
+    for pair in events.windows(2) {
+        if pair[1].envelope.run_id != pair[0].envelope.run_id {
+            return Err(BusError::RunMismatch {
+                addr_run: pair[0].envelope.run_id.clone(),
+                event_run: pair[1].envelope.run_id.clone(),
+            });
+        }
+        if pair[1].event.seq != pair[0].event.seq + 1 {
+            return Err(BusError::BatchGap {
+                run: pair[0].envelope.run_id.clone(),
+                after: pair[0].event.seq,
+                next: pair[1].event.seq,
+            });
+        }
+    }
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut batch: Vec<v1::Event> = Vec::new();
+    let mut bytes = 0;
+    for (i, ev) in events.iter().enumerate() {
+        let pb = v1::Event::from(ev);
+        let len = prost::encoding::message::encoded_len(1, &pb);
+        if !batch.is_empty() && (batch.len() == MAX_BATCH_EVENTS || bytes + len > MAX_BATCH_BYTES) {
+            out.push(batch_message(&events[start..i], std::mem::take(&mut batch)));
+            start = i;
+            bytes = 0;
+        }
+        bytes += len;
+        batch.push(pb);
+    }
+    if !batch.is_empty() {
+        out.push(batch_message(&events[start..], batch));
+    }
+    Ok(out)
+}
+
+/// The message for `events` (non-empty), whose protobuf forms are `pb`.
+fn batch_message(events: &[RunEvent], mut pb: Vec<v1::Event>) -> EventMessage {
+    let (first, last) = (&events[0], &events[events.len() - 1]);
+    if let ([ev], [one]) = (events, pb.as_mut_slice()) {
+        return EventMessage {
+            headers: event_headers(ev),
+            payload: std::mem::take(one).encode_to_vec().into(),
+        };
+    }
+    let mut kinds: Vec<&str> = Vec::with_capacity(4);
+    for ev in events {
+        let k = ev.event.stream().as_str();
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    let mut h = HeaderMap::new();
+    h.insert(
+        HDR_MSG_ID,
+        batch_msg_id(&first.envelope.run_id, first.event.seq, last.event.seq).as_str(),
+    );
+    h.insert(HDR_STREAM, kinds.join(",").as_str());
+    h.insert(HDR_BATCH, events.len().to_string().as_str());
+    EventMessage {
+        headers: h,
+        payload: v1::EventBatch { events: pb }.encode_to_vec().into(),
+    }
+}
+
+/// Publishes batches of one run's events — each batch consecutive events, e.g. what one
+/// raw chunk produced — as [`messages_for`] splits them, to `addr.events_subject()`,
+/// pipelining: send all, then await every ack. Returns when every message is durably in
+/// `SG_EVENTS`.
 ///
 /// Every event's envelope must name `addr.run_id` ([`BusError::RunMismatch`] otherwise,
-/// checked before anything is sent). Re-publishing the same events is harmless: the
+/// checked before anything is sent). Re-publishing the same batches is harmless: the
 /// message ids make JetStream drop duplicates inside its window, and consumers are
 /// idempotent on `(run_id, seq)` beyond it.
-pub async fn publish_events(
+pub async fn publish_batches<'a>(
     js: &jetstream::Context,
     addr: &RunAddr,
-    events: &[RunEvent],
+    batches: impl IntoIterator<Item = &'a [RunEvent]>,
 ) -> Result<(), BusError> {
-    if let Some(ev) = events.iter().find(|e| e.envelope.run_id != addr.run_id) {
-        return Err(BusError::RunMismatch {
-            addr_run: addr.run_id.clone(),
-            event_run: ev.envelope.run_id.clone(),
-        });
+    let mut messages = Vec::new();
+    for batch in batches {
+        if let Some(ev) = batch.iter().find(|e| e.envelope.run_id != addr.run_id) {
+            return Err(BusError::RunMismatch {
+                addr_run: addr.run_id.clone(),
+                event_run: ev.envelope.run_id.clone(),
+            });
+        }
+        messages.extend(messages_for(batch)?);
     }
     let subject = addr.events_subject();
-    let mut acks = Vec::with_capacity(events.len());
-    for ev in events {
+    let mut acks = Vec::with_capacity(messages.len());
+    for m in messages {
         // `publish_with_headers` returns once the message is written to the connection;
         // the ack arrives later, so all sends share one round trip.
         let ack = js
-            .publish_with_headers(subject.clone(), event_headers(ev), encode_event(ev))
+            .publish_with_headers(subject.clone(), m.headers, m.payload)
             .await
             .map_err(nats("publish event"))?;
         acks.push(ack);
@@ -80,8 +205,49 @@ pub async fn publish_events(
     Ok(())
 }
 
-/// Decodes a `SG_EVENTS` payload into the grammar event with its envelope.
+/// Publishes each event as its own message (see [`publish_batches`]): for producers
+/// that emit events one at a time.
+pub async fn publish_events(
+    js: &jetstream::Context,
+    addr: &RunAddr,
+    events: &[RunEvent],
+) -> Result<(), BusError> {
+    publish_batches(js, addr, events.chunks(1)).await
+}
+
+/// Decodes a single-event payload (protobuf `streamgate.v1.Event`).
 pub fn decode_event(payload: &[u8]) -> Result<RunEvent, BusError> {
     let pb = v1::Event::decode(payload)?;
     Ok(RunEvent::try_from(pb)?)
+}
+
+/// Decodes an `SG_EVENTS` message of either shape into its events, in seq order.
+pub fn decode_message(
+    headers: Option<&HeaderMap>,
+    payload: &[u8],
+) -> Result<Vec<RunEvent>, BusError> {
+    let Some(count) = headers
+        .map(|h| hdr::number::<usize>(h, HDR_BATCH))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(vec![decode_event(payload)?]);
+    };
+    let batch = v1::EventBatch::decode(payload)?;
+    if batch.events.len() != count {
+        return Err(BusError::InvalidHeader {
+            name: HDR_BATCH,
+            value: format!("{count} (the body holds {})", batch.events.len()),
+        });
+    }
+    batch
+        .events
+        .into_iter()
+        .map(|pb| RunEvent::try_from(pb).map_err(BusError::from))
+        .collect()
+}
+
+/// [`decode_message`] for a received message.
+pub fn decode_msg(msg: &async_nats::Message) -> Result<Vec<RunEvent>, BusError> {
+    decode_message(msg.headers.as_ref(), &msg.payload)
 }

@@ -47,15 +47,17 @@
 //! The same contract, with a `nats pub` walk-through, is in `docs/raw-messages.md`.
 //!
 //! # Events (`SG_EVENTS`)
-//! Subject `sg.evt.<tenant>.<part>.<run>`, `Nats-Msg-Id` `<run>/<seq>`, header `Sg-Stream`
-//! (`assistant|thinking|item|lifecycle`) so consumers can route without decoding, body
-//! protobuf `streamgate.v1.Event`.
+//! Subject `sg.evt.<tenant>.<part>.<run>`. A message holds one event (body protobuf
+//! `streamgate.v1.Event`, `Nats-Msg-Id` `<run>/<seq>`) or the consecutive events one raw
+//! chunk produced (body `streamgate.v1.EventBatch`, header `Sg-Batch` = count,
+//! `Nats-Msg-Id` `<run>/<first>-<last>`); header `Sg-Stream` names the stream kinds inside
+//! so consumers can route without decoding ([`events`]).
 //!
 //! # Layout
 //! - [`subject`]: token encoding, partitions, [`subject::RunAddr`], partition filters.
 //! - [`ensure_streams`] and [`StreamSettings`] (this file): stream provisioning.
 //! - [`raw`]: [`raw::RawChunk`] ⇄ message, [`raw::publish_raw`].
-//! - [`events`]: [`events::publish_events`] (pipelined) and [`events::decode_event`].
+//! - [`events`]: [`events::publish_batches`] (pipelined) and [`events::decode_message`].
 //! - [`consume`]: durable pull consumers and [`consume::read_subject`] for run rebuilds.
 //! - [`trace`]: W3C `traceparent` through NATS headers.
 //! - [`BusError`] (this file): every failure of this crate.
@@ -125,6 +127,16 @@ pub enum BusError {
         addr_run: String,
         /// Run in the event envelope.
         event_run: String,
+    },
+    /// Events given as one batch are not consecutive seqs of one run.
+    #[error("run {run:?}: a batch cannot hold seq {next} right after seq {after}")]
+    BatchGap {
+        /// The run.
+        run: String,
+        /// The seq before the gap.
+        after: u64,
+        /// The seq after it.
+        next: u64,
     },
     /// The payload is not a protobuf `streamgate.v1.Event`.
     #[error("event payload is not protobuf: {0}")]

@@ -333,9 +333,10 @@ async fn events_round_trip_through_a_durable_pull_consumer() {
         let msg = msg.unwrap();
         let ev = events::decode_event(&msg.payload).unwrap();
         assert_eq!(
-            events::stream_of(msg.headers.as_ref()),
-            Some(ev.event.stream())
+            events::streams_of(msg.headers.as_ref()),
+            vec![ev.event.stream()]
         );
+        assert_eq!(events::decode_msg(&msg).unwrap(), vec![ev.clone()]);
         assert_eq!(msg.subject.as_str(), addr.events_subject());
         msg.ack().await.unwrap();
         got.push(ev);
@@ -365,6 +366,126 @@ async fn events_round_trip_through_a_durable_pull_consumer() {
         Err(BusError::RunMismatch { .. })
     ));
     assert!(events::decode_event(b"\xff\xff").is_err());
+}
+
+/// `n` consecutive assistant deltas of one run, from seq 1.
+fn many_events(run_id: &str, n: u64) -> Vec<RunEvent> {
+    (1..=n)
+        .map(|seq| RunEvent {
+            envelope: Envelope {
+                tenant: "acme".into(),
+                session_key: None,
+                run_id: run_id.into(),
+                ts_ms: 1_700_000_000_000,
+            },
+            event: Event {
+                seq,
+                data: EventData::Assistant(Assistant {
+                    delta: Some(format!("token {seq} ")),
+                    ..Default::default()
+                }),
+            },
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn batches_travel_as_one_message_each_and_republish_adds_nothing() {
+    let (_server, js) = setup().await;
+    let addr = RunAddr::new("acme", "run-batches", DEFAULT_PARTITIONS);
+    let evs = run_events("acme", "run-batches");
+    // What three raw chunks yielded: [start], [delta, delta], [final, end].
+    let groups = [&evs[..1], &evs[1..3], &evs[3..]];
+    events::publish_batches(&js, &addr, groups).await.unwrap();
+    // A normalizer rebuilding the run publishes the same groups again: same ids.
+    events::publish_batches(&js, &addr, groups).await.unwrap();
+    let msgs = consume::read_subject(&js, EVENTS_STREAM, &addr.events_subject())
+        .await
+        .unwrap();
+    assert_eq!(msgs.len(), 3);
+    let ids: Vec<&str> = msgs
+        .iter()
+        .map(|m| {
+            m.headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Msg-Id"))
+                .map_or("", |v| v.as_str())
+        })
+        .collect();
+    assert_eq!(ids, ["run-batches/1", "run-batches/2-3", "run-batches/4-5"]);
+    assert_eq!(
+        events::streams_of(msgs[2].headers.as_ref()),
+        [
+            streamgate_grammar::Stream::Assistant,
+            streamgate_grammar::Stream::Lifecycle
+        ]
+    );
+    let got: Vec<RunEvent> = msgs
+        .iter()
+        .flat_map(|m| events::decode_msg(m).unwrap())
+        .collect();
+    assert_eq!(got, evs);
+
+    // A batch claims a seq range; a hole in it is refused before anything is sent.
+    let holed = [evs[0].clone(), evs[2].clone()];
+    assert!(matches!(
+        events::publish_batches(&js, &addr, [&holed[..]]).await,
+        Err(BusError::BatchGap {
+            after: 1,
+            next: 3,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn oversized_batches_split_the_same_way_every_time() {
+    let evs = many_events("run-big", 2_500);
+    let a = events::messages_for(&evs).unwrap();
+    let b = events::messages_for(&evs).unwrap();
+    let ids = |ms: &[events::EventMessage]| -> Vec<String> {
+        ms.iter()
+            .map(|m| m.headers.get("Nats-Msg-Id").unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&a), ids(&b));
+    assert_eq!(
+        ids(&a),
+        ["run-big/1-1024", "run-big/1025-2048", "run-big/2049-2500"]
+    );
+    let mut decoded = Vec::new();
+    for m in &a {
+        assert!(m.payload.len() <= events::MAX_BATCH_BYTES);
+        decoded.extend(events::decode_message(Some(&m.headers), &m.payload).unwrap());
+    }
+    assert_eq!(decoded, evs);
+
+    // Big events split by bytes before the count limit.
+    let mut fat = many_events("run-fat", 40);
+    for ev in &mut fat {
+        if let EventData::Assistant(a) = &mut ev.event.data {
+            a.delta = Some("x".repeat(20_000));
+        }
+    }
+    let ms = events::messages_for(&fat).unwrap();
+    assert!(ms.len() >= 4, "{} messages", ms.len());
+    assert!(ms
+        .iter()
+        .all(|m| m.payload.len() <= events::MAX_BATCH_BYTES));
+    let n: usize = ms
+        .iter()
+        .map(|m| {
+            events::decode_message(Some(&m.headers), &m.payload)
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(n, 40);
+
+    // A batch header that disagrees with the body is an error, not a silent loss.
+    let mut lying = ms[0].headers.clone();
+    lying.insert(events::HDR_BATCH, "1");
+    assert!(events::decode_message(Some(&lying), &ms[0].payload).is_err());
 }
 
 #[tokio::test]

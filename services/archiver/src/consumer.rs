@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use streamgate_archive::{ArchivedEvent, RawChunkRecord, Store};
 use streamgate_bus::consume::durable_pull;
-use streamgate_bus::events::decode_event;
+use streamgate_bus::events::decode_msg;
 use streamgate_bus::raw::RawChunk;
 use streamgate_bus::{EVENTS_STREAM, RAW_STREAM};
 use tokio_util::sync::CancellationToken;
@@ -93,9 +93,13 @@ pub async fn run_events(
         let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
         let mut events = Vec::with_capacity(msgs.len());
         for m in &msgs {
+            // A batch message's events share its journal position (ties go by run, seq).
             let journal_seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
-            match decode_event(&m.payload) {
-                Ok(event) => events.push(ArchivedEvent { event, journal_seq }),
+            match decode_msg(m) {
+                Ok(evs) => events.extend(
+                    evs.into_iter()
+                        .map(|event| ArchivedEvent { event, journal_seq }),
+                ),
                 Err(e) => {
                     metrics::counter!("sg_archiver_undecodable_total").increment(1);
                     warn!(error = %e, subject = %m.subject, "undecodable event skipped");

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use streamgate_archive::{ArchivedEvent, RunFilter, RunStatusKind, Store};
-use streamgate_bus::events::decode_event;
+use streamgate_bus::events::decode_msg;
 use streamgate_bus::subject::{run_filter, SubjectKind};
 use streamgate_bus::EVENTS_STREAM;
 use streamgate_grammar::{timeline, EventData, RunEvent, RunState};
@@ -182,9 +182,10 @@ impl ArchiveService for Replay {
                 if page.is_empty() {
                     break;
                 }
+                // Pages end on whole journal entries, so one may exceed what is left.
+                left = left.saturating_sub(page.len() as u64);
                 for e in &page {
                     after = e.journal_seq;
-                    left -= 1;
                     if tx.send(Ok(convert::event(e))).await.is_err() {
                         return;
                     }
@@ -330,54 +331,69 @@ impl Replay {
             };
             let Some(msg) = msg else { break };
             let msg = msg.map_err(|e| Status::unavailable(e.to_string()))?;
-            let Ok(ev) = decode_event(&msg.payload) else {
+            let Ok(evs) = decode_msg(&msg) else {
                 continue;
             };
-            let seq = ev.event.seq;
-            if seq <= last {
-                continue;
-            }
-            if seq > last + 1 {
-                // The bus lost the middle (retention); the archive has it.
-                let fill = self
-                    .store
-                    .events_after(run_id, last, (seq - last - 1) as u32)
-                    .await
-                    .map_err(internal)?;
-                for e in &fill {
-                    if e.event.event.seq >= seq {
-                        break;
-                    }
-                    last = e.event.event.seq;
-                    if tx.send(Ok(convert::event(e))).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                if last + 1 != seq {
-                    return Err(Status::data_loss(format!(
-                        "run {run_id}: seq {} to {} are in neither the archive nor the bus",
-                        last + 1,
-                        seq - 1
-                    )));
-                }
-            }
             let journal_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-            last = seq;
-            let terminal = is_terminal(&ev);
-            if tx
-                .send(Ok(convert::event(&ArchivedEvent {
-                    event: ev,
-                    journal_seq,
-                })))
-                .await
-                .is_err()
-            {
-                return Ok(());
-            }
-            if terminal {
-                break;
+            for ev in evs {
+                if self
+                    .forward_live(run_id, ev, journal_seq, &mut last, tx)
+                    .await?
+                {
+                    return Ok(());
+                }
             }
         }
         Ok(())
+    }
+
+    /// Sends one live event of a follow replay if it is `last + 1` (filling a gap from the
+    /// archive first). Returns true when the replay is over: the event was terminal or
+    /// the client left.
+    async fn forward_live(
+        &self,
+        run_id: &str,
+        ev: RunEvent,
+        journal_seq: u64,
+        last: &mut u64,
+        tx: &mpsc::Sender<Result<v1::ArchivedEvent, Status>>,
+    ) -> Result<bool, Status> {
+        let seq = ev.event.seq;
+        if seq <= *last {
+            return Ok(false);
+        }
+        if seq > *last + 1 {
+            // The bus lost the middle (retention); the archive has it.
+            let fill = self
+                .store
+                .events_after(run_id, *last, (seq - *last - 1) as u32)
+                .await
+                .map_err(internal)?;
+            for e in &fill {
+                if e.event.event.seq >= seq {
+                    break;
+                }
+                *last = e.event.event.seq;
+                if tx.send(Ok(convert::event(e))).await.is_err() {
+                    return Ok(true);
+                }
+            }
+            if *last + 1 != seq {
+                return Err(Status::data_loss(format!(
+                    "run {run_id}: seq {} to {} are in neither the archive nor the bus",
+                    *last + 1,
+                    seq - 1
+                )));
+            }
+        }
+        *last = seq;
+        let terminal = is_terminal(&ev);
+        let sent = tx
+            .send(Ok(convert::event(&ArchivedEvent {
+                event: ev,
+                journal_seq,
+            })))
+            .await;
+        Ok(sent.is_err() || terminal)
     }
 }

@@ -122,8 +122,9 @@ impl RunTable {
 
     /// Rebuilds a run from its chunks in SG_RAW (any order, duplicates allowed) up to but
     /// excluding `upto` — or through its close marker when one is stored, which closes the
-    /// run — and returns every event they yield (to be re-published).
-    pub fn rebuild(&mut self, upto: &RawChunk, history: Vec<RawChunk>) -> Vec<RunEvent> {
+    /// run — and returns every event they yield (to be re-published), grouped per chunk
+    /// as they were first published, so the re-publish carries the same message ids.
+    pub fn rebuild(&mut self, upto: &RawChunk, history: Vec<RawChunk>) -> Vec<Vec<RunEvent>> {
         let key = (upto.addr.tenant.clone(), upto.addr.run_id.clone());
         self.open.remove(&key);
         self.dormant.remove(&key);
@@ -153,7 +154,7 @@ impl RunTable {
                 // applied faithfully; the current chunk will be applied after it.
                 break;
             }
-            events.extend(Self::feed(run, c));
+            events.push(Self::feed(run, c));
             if c.close.is_some() {
                 self.open.remove(&key);
                 self.remember_closed(key.clone());

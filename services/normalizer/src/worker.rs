@@ -1,18 +1,19 @@
 //! The normalization worker: SG_RAW → per-run adapters → SG_EVENTS.
 //!
 //! Messages are taken in batches. Each batch is applied to the run table in stream order
-//! (which is per-run chunk order), every resulting event is published and acknowledged by
-//! the broker, and only then are the batch's raw messages acknowledged. A crash anywhere
-//! before the raw ack means the chunk is redelivered and its events re-published under
-//! the same ids — duplicates the archive and projectors ignore.
+//! (which is per-run chunk order), the events each raw chunk yields are published as one
+//! SG_EVENTS message (`streamgate_bus::events`) and acknowledged by the broker, and only
+//! then are the batch's raw messages acknowledged. A crash anywhere before the raw ack
+//! means the chunk is redelivered and its events re-published under the same ids —
+//! duplicates the archive and projectors ignore.
 
 use crate::config::NormalizerConfig;
-use crate::runs::{Applied, RunTable};
+use crate::runs::{Applied, RunKey, RunTable};
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use streamgate_bus::consume::{durable_pull, read_subject};
-use streamgate_bus::events::publish_events;
+use streamgate_bus::events::publish_batches;
 use streamgate_bus::raw::{publish_raw, RawChunk};
 use streamgate_bus::subject::RunAddr;
 use streamgate_bus::{ensure_streams, RAW_STREAM};
@@ -114,6 +115,10 @@ async fn process_batch(
     Ok(())
 }
 
+/// A run's address and the events each of its chunks in a consumer batch yielded: one
+/// SG_EVENTS message per chunk.
+type RunBatches = (RunAddr, Vec<Vec<RunEvent>>);
+
 /// Publish attempts per run and batch before the batch is given up (and redelivered).
 const PUBLISH_ATTEMPTS: usize = 3;
 
@@ -121,10 +126,10 @@ async fn apply_and_publish(
     js: &async_nats::jetstream::Context,
     table: &mut RunTable,
     msgs: &[async_nats::jetstream::Message],
-    touched: &mut Vec<(String, String)>,
+    touched: &mut Vec<RunKey>,
 ) -> anyhow::Result<()> {
-    // Events per run, in seq order; runs are published concurrently.
-    let mut out: BTreeMap<(String, String), (RunAddr, Vec<RunEvent>)> = BTreeMap::new();
+    // Per run, in seq order, the events of each chunk; runs are published concurrently.
+    let mut out: BTreeMap<RunKey, RunBatches> = BTreeMap::new();
     let mut chunks_applied = 0u64;
     for msg in msgs {
         let chunk = match RawChunk::from_message(msg) {
@@ -139,8 +144,8 @@ async fn apply_and_publish(
         };
         let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
         touched.push(key.clone());
-        let mut events = match table.apply(&chunk) {
-            Applied::Events(evs) => evs,
+        let mut groups = match table.apply(&chunk) {
+            Applied::Events(evs) => vec![evs],
             Applied::Duplicate => {
                 debug!(run = %chunk.addr.run_id, chunk = chunk.chunk, "duplicate chunk");
                 continue;
@@ -153,29 +158,32 @@ async fn apply_and_publish(
                     .collect();
                 info!(run = %chunk.addr.run_id, chunks = history.len(), "rebuilding run from SG_RAW");
                 metrics::counter!("sg_normalizer_rebuilds_total").increment(1);
-                let mut evs = table.rebuild(&chunk, history);
+                let mut groups = table.rebuild(&chunk, history);
                 match table.apply(&chunk) {
-                    Applied::Events(more) => evs.extend(more),
+                    Applied::Events(more) => groups.push(more),
                     Applied::Duplicate | Applied::NeedsRebuild => {}
                 }
-                evs
+                groups
             }
         };
         chunks_applied += 1;
+        groups.retain(|g| !g.is_empty());
         let entry = out
             .entry(key)
             .or_insert_with(|| (chunk.addr.clone(), Vec::new()));
-        entry.1.append(&mut events);
+        entry.1.append(&mut groups);
     }
     // Re-publishing is harmless (message ids), so a run whose publish failed (e.g. acks
     // lost across a broker reconnect) is retried a few times before the batch fails.
-    let mut pending: Vec<&(RunAddr, Vec<RunEvent>)> =
-        out.values().filter(|(_, evs)| !evs.is_empty()).collect();
+    let mut pending: Vec<&RunBatches> = out
+        .values()
+        .filter(|(_, groups)| !groups.is_empty())
+        .collect();
     for attempt in 1..=PUBLISH_ATTEMPTS {
         let results = futures::future::join_all(
             pending
                 .iter()
-                .map(|(addr, evs)| publish_events(js, addr, evs)),
+                .map(|(addr, groups)| publish_batches(js, addr, groups.iter().map(Vec::as_slice))),
         )
         .await;
         let mut failed = Vec::new();
@@ -193,7 +201,10 @@ async fn apply_and_publish(
             Some(e) => warn!(error = %e, attempt, "publishing events failed; retrying"),
         }
     }
-    let published: usize = out.values().map(|(_, e)| e.len()).sum();
+    let published: usize = out
+        .values()
+        .flat_map(|(_, groups)| groups.iter().map(Vec::len))
+        .sum();
     metrics::counter!("sg_normalizer_events_published_total").increment(published as u64);
     metrics::counter!("sg_normalizer_chunks_total").increment(chunks_applied);
     Ok(())

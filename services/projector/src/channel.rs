@@ -253,8 +253,8 @@ impl Channel {
         let msgs = consume::read_subject(&self.js, EVENTS_STREAM, subject).await?;
         let mut out = Vec::with_capacity(msgs.len());
         for m in msgs {
-            match events::decode_event(&m.payload) {
-                Ok(ev) => out.push(ev),
+            match events::decode_msg(&m) {
+                Ok(evs) => out.extend(evs),
                 // A malformed message cannot be rendered; skipping it keeps the rest.
                 Err(e) => tracing::warn!(subject, error = %e, "undecodable event skipped"),
             }
@@ -433,8 +433,10 @@ impl Channel {
     }
 
     /// Consumes `SG_EVENTS` with the durable consumer `sg-projector-<channel>` until
-    /// `stop` fires. Each message is acked after [`Channel::process`]; a message that
-    /// cannot be decoded is terminated (it would never decode on redelivery).
+    /// `stop` fires. Each message is acked after [`Channel::process`] took all its
+    /// events (a redelivered batch re-applies nothing: the projection skips seqs it has
+    /// seen); a message that cannot be decoded is terminated (it would never decode on
+    /// redelivery).
     pub async fn run(self: Arc<Self>, stop: CancellationToken) -> Result<(), ProjectorError> {
         let filter = match &self.cfg.tenant {
             Some(t) => format!("sg.evt.{}.>", encode_token(t)),
@@ -468,10 +470,10 @@ impl Channel {
                     continue;
                 }
             };
-            let ev = match events::decode_event(&msg.payload) {
-                Ok(ev) => ev,
+            let evs = match events::decode_msg(&msg) {
+                Ok(evs) => evs,
                 Err(e) => {
-                    tracing::warn!(subject = %msg.subject, error = %e, "undecodable event terminated");
+                    tracing::warn!(subject = %msg.subject, error = %e, "undecodable message terminated");
                     let _ = msg.ack_with(jetstream::AckKind::Term).await;
                     continue;
                 }
@@ -480,7 +482,14 @@ impl Channel {
                 tracing::warn!(subject = %msg.subject, error = %e, "event on a foreign subject");
             }
             let subject = msg.subject.to_string();
-            match self.process(ev, &subject).await {
+            let mut processed = Ok(());
+            for ev in evs {
+                processed = self.process(ev, &subject).await;
+                if processed.is_err() {
+                    break;
+                }
+            }
+            match processed {
                 Ok(()) => {
                     if let Err(e) = msg.ack().await {
                         tracing::warn!(error = %e, "ack failed; the event will be redelivered");
