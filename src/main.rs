@@ -57,6 +57,8 @@ enum Command {
     Normalizer(streamgate_normalizer::cli::Args),
     /// Run the archiver service (same flags as `streamgate-archiver`).
     Archiver(streamgate_archiver::cli::Args),
+    /// Run one channel's projector service (same flags as `streamgate-projector`).
+    Projector(streamgate_projector::cli::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -109,6 +111,7 @@ fn main() -> ExitCode {
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),
         Command::Normalizer(a) => block_on(streamgate_normalizer::cli::run(a)),
         Command::Archiver(a) => block_on(streamgate_archiver::cli::run(a)),
+        Command::Projector(a) => block_on(streamgate_projector::cli::run(a)),
         Command::Normalize {
             family,
             transcript,

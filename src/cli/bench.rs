@@ -165,12 +165,12 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
                     }
                     let end = (start + chunk_bytes).min(capture.len());
                     ingestor
-                        .put(&spec, chunk, capture.slice(start..end), None)
+                        .put(&spec, chunk, capture.slice(start..end), None, None)
                         .await?;
                     chunk += 1;
                 }
                 ingestor
-                    .put(&spec, chunk, Bytes::new(), Some(CloseKind::Normal))
+                    .put(&spec, chunk, Bytes::new(), Some(CloseKind::Normal), None)
                     .await?;
             }
             anyhow::Ok(())

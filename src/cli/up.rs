@@ -20,7 +20,7 @@ use streamgate_bus::local::{free_port, nats_server_binary, LocalNats};
 use streamgate_bus::raw::CloseKind;
 use streamgate_normalizer::ingest::{Ingestor, RunSpec};
 use streamgate_normalizer::{Listeners, NormalizerConfig};
-use streamgate_runtime::{init_telemetry, TelemetryConfig};
+use streamgate_runtime::{init_telemetry, TelemetryArgs};
 
 /// Flags of `streamgate up`.
 #[derive(Debug, Clone, clap::Args)]
@@ -68,6 +68,9 @@ pub struct UpArgs {
     /// No default web channel.
     #[arg(long)]
     pub no_web: bool,
+    /// Logs, metrics and span export.
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 /// The captures `--demo` ingests: one per family, from the project's own fixtures.
@@ -148,7 +151,7 @@ fn spawn_nats(store: &std::path::Path) -> Result<LocalNats> {
 /// Runs the subcommand until Ctrl-C (or, with `--exit-after-demo`, until the demo is
 /// archived).
 pub async fn run(args: UpArgs) -> Result<()> {
-    init_telemetry(&TelemetryConfig::default())?;
+    init_telemetry(&args.telemetry.config("streamgate"))?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
@@ -315,6 +318,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
     while let Some(r) = all.join_next().await {
         r??;
     }
+    streamgate_runtime::telemetry::flush().await;
     drop(local_nats);
     Ok(())
 }
@@ -345,14 +349,20 @@ async fn demo_ingest(ingestor: &Ingestor, run: &str, family: &str, bytes: &[u8])
         let n = (rand::random::<u32>() % 200 + 20) as usize;
         let end = (pos + n).min(bytes.len());
         ingestor
-            .put(&spec, chunk, Bytes::copy_from_slice(&bytes[pos..end]), None)
+            .put(
+                &spec,
+                chunk,
+                Bytes::copy_from_slice(&bytes[pos..end]),
+                None,
+                None,
+            )
             .await?;
         pos = end;
         chunk += 1;
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
     ingestor
-        .put(&spec, chunk, Bytes::new(), Some(CloseKind::Normal))
+        .put(&spec, chunk, Bytes::new(), Some(CloseKind::Normal), None)
         .await?;
     Ok(())
 }

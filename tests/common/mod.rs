@@ -184,7 +184,7 @@ pub async fn put(
 ) {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        match ingestor.put(spec, index, body.clone(), close).await {
+        match ingestor.put(spec, index, body.clone(), close, None).await {
             Ok(_) => return,
             Err(e) => {
                 assert!(

@@ -25,6 +25,7 @@ use streamgate_proto::v1;
 
 use crate::raw::HDR_MSG_ID;
 use crate::subject::{encode_token, RunAddr};
+use crate::trace::{inject_context, TraceContext};
 use crate::{hdr, nats, BusError};
 
 /// The stream kinds a message holds: `assistant|thinking|item|lifecycle`, comma-separated.
@@ -164,29 +165,58 @@ fn batch_message(events: &[RunEvent], mut pb: Vec<v1::Event>) -> EventMessage {
     }
 }
 
-/// Publishes batches of one run's events — each batch consecutive events, e.g. what one
-/// raw chunk produced — as [`messages_for`] splits them, to `addr.events_subject()`,
-/// pipelining: send all, then await every ack. Returns when every message is durably in
-/// `SG_EVENTS`.
+/// Consecutive events of one run to publish together — what one raw chunk produced —
+/// with the trace context of the work that produced them.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    /// The events, ascending seq without gaps.
+    pub events: &'a [RunEvent],
+    /// Put on every message of the batch, so consumers continue the trace.
+    pub trace: Option<&'a TraceContext>,
+}
+
+impl<'a> From<&'a [RunEvent]> for Batch<'a> {
+    fn from(events: &'a [RunEvent]) -> Batch<'a> {
+        Batch {
+            events,
+            trace: None,
+        }
+    }
+}
+
+/// Publishes batches of one run's events as [`messages_for`] splits them, to
+/// `addr.events_subject()`, pipelining: send all, then await every ack. Returns when
+/// every message is durably in `SG_EVENTS`.
 ///
 /// Every event's envelope must name `addr.run_id` ([`BusError::RunMismatch`] otherwise,
 /// checked before anything is sent). Re-publishing the same batches is harmless: the
 /// message ids make JetStream drop duplicates inside its window, and consumers are
 /// idempotent on `(run_id, seq)` beyond it.
-pub async fn publish_batches<'a>(
+pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
     js: &jetstream::Context,
     addr: &RunAddr,
-    batches: impl IntoIterator<Item = &'a [RunEvent]>,
+    batches: impl IntoIterator<Item = B>,
 ) -> Result<(), BusError> {
     let mut messages = Vec::new();
     for batch in batches {
-        if let Some(ev) = batch.iter().find(|e| e.envelope.run_id != addr.run_id) {
+        let batch: Batch<'a> = batch.into();
+        if let Some(ev) = batch
+            .events
+            .iter()
+            .find(|e| e.envelope.run_id != addr.run_id)
+        {
             return Err(BusError::RunMismatch {
                 addr_run: addr.run_id.clone(),
                 event_run: ev.envelope.run_id.clone(),
             });
         }
-        messages.extend(messages_for(batch)?);
+        let first = messages.len();
+        messages.extend(messages_for(batch.events)?);
+        if let Some(cx) = batch.trace {
+            for m in &mut messages[first..] {
+                inject_context(&mut m.headers, cx);
+            }
+        }
     }
     let subject = addr.events_subject();
     let mut acks = Vec::with_capacity(messages.len());

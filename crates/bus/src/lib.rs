@@ -51,7 +51,8 @@
 //! `streamgate.v1.Event`, `Nats-Msg-Id` `<run>/<seq>`) or the consecutive events one raw
 //! chunk produced (body `streamgate.v1.EventBatch`, header `Sg-Batch` = count,
 //! `Nats-Msg-Id` `<run>/<first>-<last>`); header `Sg-Stream` names the stream kinds inside
-//! so consumers can route without decoding ([`events`]).
+//! so consumers can route without decoding ([`events`]), and `traceparent`/`tracestate`
+//! continue the trace of the raw chunk that produced them ([`trace`]).
 //!
 //! # Layout
 //! - [`subject`]: token encoding, partitions, [`subject::RunAddr`], partition filters.

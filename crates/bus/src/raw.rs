@@ -236,20 +236,20 @@ pub async fn publish_raw(js: &jetstream::Context, chunk: &RawChunk) -> Result<u6
     publish_raw_with(js, chunk, None).await.map(|p| p.sequence)
 }
 
-/// [`publish_raw`] with an optional W3C `traceparent`, reporting whether the message was
+/// [`publish_raw`] with an optional trace context, reporting whether the message was
 /// a duplicate.
 pub async fn publish_raw_with(
     js: &jetstream::Context,
     chunk: &RawChunk,
-    traceparent: Option<&str>,
+    trace: Option<&crate::trace::TraceContext>,
 ) -> Result<RawPublish, BusError> {
     if chunk.close.is_some() && !chunk.body.is_empty() {
         // Refuse instead of publishing bytes that the dedupe id would make unrecoverable.
         return Err(BusError::CloseWithBody(chunk.addr.run_id.clone()));
     }
     let mut headers = chunk.headers();
-    if let Some(tp) = traceparent {
-        crate::trace::inject(&mut headers, tp);
+    if let Some(cx) = trace {
+        crate::trace::inject_context(&mut headers, cx);
     }
     let ack = js
         .publish_with_headers(chunk.addr.raw_subject(), headers, chunk.body.clone())

@@ -1,12 +1,117 @@
 //! W3C trace context (<https://www.w3.org/TR/trace-context/>) through NATS headers, so a
 //! trace started at ingest continues in the normalizer, archiver and projectors.
 //!
-//! Only the header plumbing lives here; turning the value into a span parent is the
-//! services' job (they own the OpenTelemetry setup).
+//! Each hop makes a `tracing` span for the message it handles and calls [`follow`] with
+//! the context the message carried: the span joins that trace, and `follow` returns the
+//! context to put on what the hop publishes next. Exporting spans is the process's
+//! OpenTelemetry setup (`streamgate_runtime::telemetry`); in a process without it,
+//! `follow` hands the incoming context on unchanged, so a hop that does not export does
+//! not cut the trace in two.
 
 use async_nats::HeaderMap;
+use opentelemetry::trace::{
+    SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::hdr;
+
+/// A W3C trace context as it travels between hops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `version-traceid-parentid-flags`, valid per [`is_valid_traceparent`].
+    pub traceparent: String,
+    /// Vendor trace state, passed along untouched.
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// A context from header values; `None` when `traceparent` is absent or malformed.
+    pub fn parse(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
+        let traceparent = traceparent
+            .map(str::trim)
+            .filter(|v| is_valid_traceparent(v))?;
+        Some(TraceContext {
+            traceparent: traceparent.to_owned(),
+            tracestate: tracestate
+                .map(str::trim)
+                .filter(|v| !v.is_empty() && !v.contains(['\r', '\n']))
+                .map(str::to_owned),
+        })
+    }
+
+    /// The 32-hex-digit trace id.
+    pub fn trace_id(&self) -> &str {
+        &self.traceparent[3..35]
+    }
+
+    /// The 16-hex-digit id of the span that sent it (the next span's parent).
+    pub fn parent_id(&self) -> &str {
+        &self.traceparent[36..52]
+    }
+}
+
+/// The trace context a message carries, if any.
+pub fn extract_context(headers: Option<&HeaderMap>) -> Option<TraceContext> {
+    let h = headers?;
+    TraceContext::parse(hdr::get(h, HDR_TRACEPARENT), hdr::get(h, HDR_TRACESTATE))
+}
+
+/// Puts `cx` on a message about to be published.
+pub fn inject_context(headers: &mut HeaderMap, cx: &TraceContext) {
+    inject(headers, &cx.traceparent);
+    if let Some(state) = &cx.tracestate {
+        inject_state(headers, state);
+    }
+}
+
+/// Makes `span` continue `incoming` (or start a trace when there is none) and returns
+/// the context the next hop should carry: `span`'s own when OpenTelemetry records it,
+/// otherwise `incoming` unchanged.
+///
+/// Call it right after creating the span, before entering it.
+pub fn follow(span: &tracing::Span, incoming: Option<TraceContext>) -> Option<TraceContext> {
+    if let Some(parent) = incoming.as_ref().and_then(TraceContext::span_context) {
+        // Without an OpenTelemetry layer there is nothing to attach to; that is fine.
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+    }
+    let own = span.context();
+    let own = own.span();
+    let sc = own.span_context();
+    if !sc.is_valid() {
+        return incoming;
+    }
+    let state = sc.trace_state().header();
+    Some(TraceContext {
+        traceparent: format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        ),
+        tracestate: (!state.is_empty()).then_some(state),
+    })
+}
+
+impl TraceContext {
+    /// The remote parent this context names, for OpenTelemetry.
+    fn span_context(&self) -> Option<SpanContext> {
+        let flags = u8::from_str_radix(&self.traceparent[53..55], 16).ok()?;
+        let state = self
+            .tracestate
+            .as_deref()
+            .and_then(|s| s.parse::<TraceState>().ok())
+            .unwrap_or_default();
+        Some(SpanContext::new(
+            TraceId::from_hex(self.trace_id()).ok()?,
+            SpanId::from_hex(self.parent_id()).ok()?,
+            // Only the sampled bit is defined; the rest must not be propagated blindly.
+            TraceFlags::new(flags) & TraceFlags::SAMPLED,
+            true,
+            state,
+        ))
+    }
+}
 
 /// Header carrying `version-traceid-parentid-flags`.
 pub const HDR_TRACEPARENT: &str = "traceparent";

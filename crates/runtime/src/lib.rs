@@ -3,7 +3,7 @@
 //! (operator/channel bearer-token auth, health, reflection).
 //!
 //! # Layout
-//! - [`telemetry`]: logging, Prometheus metrics, W3C trace context.
+//! - [`telemetry`]: logging, Prometheus metrics, OpenTelemetry span export.
 //! - [`config`]: `KEY=VALUE` config files that back flags and environment variables.
 //! - [`shutdown`]: SIGINT/SIGTERM into a cancellation token.
 //! - [`rpc`]: bearer-token interceptors (server and client), health and reflection.
@@ -14,4 +14,4 @@ pub mod rpc;
 pub mod shutdown;
 pub mod telemetry;
 
-pub use telemetry::{init as init_telemetry, TelemetryConfig, TraceParent};
+pub use telemetry::{init as init_telemetry, TelemetryArgs, TelemetryConfig};

@@ -1,9 +1,17 @@
-//! Structured logs through `tracing`, Prometheus metrics over HTTP, and W3C trace context
-//! that rides in NATS headers so one trace id follows a run's bytes from ingest through
-//! normalization to the archive.
+//! Structured logs through `tracing`, Prometheus metrics over HTTP, and OpenTelemetry span
+//! export over OTLP/gRPC when a collector is configured.
+//!
+//! Spans cross service hops through W3C trace context in NATS headers
+//! (`streamgate_bus::trace`): one trace follows a run's bytes from ingest through
+//! normalization to the archive and the channels.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::{fmt, prelude::*, EnvFilter};
 
 /// How a process reports on itself.
@@ -13,6 +21,37 @@ pub struct TelemetryConfig {
     pub log_json: bool,
     /// Serve Prometheus metrics at `http://<addr>/metrics`.
     pub metrics_addr: Option<SocketAddr>,
+    /// OTLP/gRPC collector endpoint (e.g. `http://otel-collector:4317`): when set, spans
+    /// are exported there.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of exported spans (`streamgate-normalizer`, …).
+    pub service_name: String,
+}
+
+/// The telemetry flags every service binary takes (flattened into its arguments).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TelemetryArgs {
+    /// Prometheus metrics listen address.
+    #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Log JSON lines.
+    #[arg(long, env = "STREAMGATE_LOG_JSON")]
+    pub log_json: bool,
+    /// Export spans to this OTLP/gRPC collector (e.g. `http://otel-collector:4317`).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+}
+
+impl TelemetryArgs {
+    /// The configuration for a process named `service_name`.
+    pub fn config(&self, service_name: &str) -> TelemetryConfig {
+        TelemetryConfig {
+            log_json: self.log_json,
+            metrics_addr: self.metrics,
+            otlp_endpoint: self.otlp_endpoint.clone(),
+            service_name: service_name.to_owned(),
+        }
+    }
 }
 
 /// Telemetry setup failed.
@@ -26,19 +65,42 @@ pub enum TelemetryError {
         /// Why.
         reason: String,
     },
+    /// The OTLP exporter could not be built (e.g. a malformed endpoint).
+    #[error("cannot export spans to {endpoint}: {reason}")]
+    Otlp {
+        /// The configured endpoint.
+        endpoint: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 static INSTALLED: OnceLock<()> = OnceLock::new();
+static TRACER_PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
-/// Installs logging (filter from `RUST_LOG`, default `info`) and, when configured, the
-/// Prometheus exporter. Safe to call more than once (later calls do nothing), so the
-/// all-in-one `streamgate up` and each service binary share it.
+/// How long an export may take before it is given up (a collector that is down must
+/// not hold anything up).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Installs logging (filter from `RUST_LOG`, default `info`), the OTLP span exporter when
+/// an endpoint is configured, and the Prometheus exporter when an address is. Safe to
+/// call more than once (later calls do nothing), so the all-in-one `streamgate up` and
+/// each service binary share it. Must run inside a Tokio runtime when exporting spans.
 pub fn init(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
     if INSTALLED.get().is_some() {
         return Ok(());
     }
+    let otel = match &cfg.otlp_endpoint {
+        Some(endpoint) => {
+            let provider = tracer_provider(endpoint, &cfg.service_name)?;
+            let tracer = provider.tracer("streamgate");
+            let _ = TRACER_PROVIDER.set(provider);
+            Some(tracing_opentelemetry::layer().with_tracer(tracer))
+        }
+        None => None,
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter);
+    let registry = tracing_subscriber::registry().with(filter).with(otel);
     // try_init: a test harness may already have installed a subscriber.
     let _ = if cfg.log_json {
         registry
@@ -62,76 +124,66 @@ pub fn init(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
     Ok(())
 }
 
-/// A W3C trace context (`traceparent: 00-<trace id>-<span id>-<flags>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceParent {
-    /// 32 lowercase hex digits.
-    pub trace_id: String,
-    /// 16 lowercase hex digits.
-    pub span_id: String,
-    /// Sampled flag.
-    pub sampled: bool,
-}
-
-impl TraceParent {
-    /// A new root trace.
-    pub fn new_root() -> TraceParent {
-        TraceParent {
-            trace_id: format!("{:032x}", rand::random::<u128>().max(1)),
-            span_id: format!("{:016x}", rand::random::<u64>().max(1)),
-            sampled: true,
-        }
-    }
-
-    /// The same trace, a new span (for the next hop).
-    pub fn child(&self) -> TraceParent {
-        TraceParent {
-            trace_id: self.trace_id.clone(),
-            span_id: format!("{:016x}", rand::random::<u64>().max(1)),
-            sampled: self.sampled,
-        }
-    }
-
-    /// Parses a header value; `None` when malformed.
-    pub fn parse(value: &str) -> Option<TraceParent> {
-        let mut parts = value.trim().split('-');
-        let (version, trace, span, flags) =
-            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
-        if version != "00" || !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
-            return None;
-        }
-        Some(TraceParent {
-            trace_id: trace.to_ascii_lowercase(),
-            span_id: span.to_ascii_lowercase(),
-            sampled: u8::from_str_radix(flags, 16).ok()? & 1 == 1,
-        })
-    }
-
-    /// The header value.
-    pub fn header_value(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            self.trace_id,
-            self.span_id,
-            u8::from(self.sampled)
+fn tracer_provider(
+    endpoint: &str,
+    service_name: &str,
+) -> Result<SdkTracerProvider, TelemetryError> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()
+        .map_err(|e| TelemetryError::Otlp {
+            endpoint: endpoint.to_owned(),
+            reason: e.to_string(),
+        })?;
+    let name = if service_name.is_empty() {
+        "streamgate"
+    } else {
+        service_name
+    };
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name(name.to_owned())
+                .build(),
         )
-    }
+        .build())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// True when spans are exported (an OTLP endpoint was configured at [`init`]).
+pub fn exporting() -> bool {
+    TRACER_PROVIDER.get().is_some()
+}
 
-    #[test]
-    fn traceparent_round_trips() {
-        let t = TraceParent::new_root();
-        let parsed = TraceParent::parse(&t.header_value()).unwrap();
-        assert_eq!(parsed, t);
-        let c = t.child();
-        assert_eq!(c.trace_id, t.trace_id);
-        assert_ne!(c.span_id, t.span_id);
-        assert!(TraceParent::parse("garbage").is_none());
-        assert!(TraceParent::parse("00-zz-11-01").is_none());
+/// An `info` span for one message a service handles (one hop of a run's trace), or
+/// `Span::none()` when spans are not exported: these spans are never entered, so without
+/// an exporter they would only cost the log layer formatting their fields, per message.
+/// Same arguments as `tracing::info_span!`.
+#[macro_export]
+macro_rules! hop_span {
+    ($($arg:tt)*) => {
+        if $crate::telemetry::exporting() {
+            ::tracing::info_span!($($arg)*)
+        } else {
+            ::tracing::Span::none()
+        }
+    };
+}
+
+/// Exports every span recorded so far and waits for the collector (bounded by the
+/// export timeout). Services call it on shutdown so the last spans are not lost; a no-op
+/// when spans are not exported.
+pub async fn flush() {
+    let Some(provider) = TRACER_PROVIDER.get() else {
+        return;
+    };
+    // The SDK's flush blocks until its export thread answers.
+    let flushed = tokio::task::spawn_blocking(|| provider.force_flush()).await;
+    match flushed {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "span export flush failed"),
+        Err(e) => tracing::warn!(error = %e, "span export flush panicked"),
     }
 }

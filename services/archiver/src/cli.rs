@@ -5,7 +5,7 @@
 use crate::{start, ArchiverListen, ConsumerConfig};
 use clap::Parser;
 use std::net::SocketAddr;
-use streamgate_runtime::{init_telemetry, TelemetryConfig};
+use streamgate_runtime::{init_telemetry, TelemetryArgs};
 
 /// Archiver service: SG_EVENTS into the archive, operator-only gRPC replay.
 #[derive(Debug, Clone, Parser)]
@@ -44,20 +44,14 @@ pub struct Args {
     /// held by a crashed replica wait before another one takes them.
     #[arg(long, env = "STREAMGATE_ACK_WAIT_SECS", default_value_t = 10)]
     pub ack_wait_secs: u64,
-    /// Prometheus metrics listen address.
-    #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
-    pub metrics: Option<SocketAddr>,
-    /// Log JSON lines.
-    #[arg(long, env = "STREAMGATE_LOG_JSON")]
-    pub log_json: bool,
+    /// Logs, metrics and span export.
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 /// Runs the service until SIGINT/SIGTERM, draining in-flight work.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    init_telemetry(&TelemetryConfig {
-        log_json: args.log_json,
-        metrics_addr: args.metrics,
-    })?;
+    init_telemetry(&args.telemetry.config("streamgate-archiver"))?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
     let nats = async_nats::connect(&args.nats).await?;
     let store = streamgate_archive::open_store(&args.archive).await?;
@@ -82,5 +76,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     while let Some(done) = running.tasks.join_next().await {
         done??;
     }
+    streamgate_runtime::telemetry::flush().await;
     Ok(())
 }

@@ -10,6 +10,7 @@ use streamgate_archive::{ArchivedEvent, RawChunkRecord, Store};
 use streamgate_bus::consume::durable_pull;
 use streamgate_bus::events::decode_msg;
 use streamgate_bus::raw::RawChunk;
+use streamgate_bus::trace;
 use streamgate_bus::{EVENTS_STREAM, RAW_STREAM};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -92,7 +93,13 @@ pub async fn run_events(
         };
         let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
         let mut events = Vec::with_capacity(msgs.len());
+        // One span per message, open until its events are committed and acked: the
+        // archive's step of the trace the message carries.
+        let mut spans = Vec::with_capacity(msgs.len());
         for m in &msgs {
+            let span = streamgate_runtime::hop_span!("archive", subject = %m.subject);
+            trace::follow(&span, trace::extract_context(m.headers.as_ref()));
+            spans.push(span);
             // A batch message's events share its journal position (ties go by run, seq).
             let journal_seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
             match decode_msg(m) {
@@ -134,6 +141,7 @@ pub async fn run_events(
                 warn!(error = %e, "ack failed; the batch tail will be redelivered (idempotent)");
             }
         }
+        drop(spans);
     }
     info!("archiver consumer stopped");
     Ok(())

@@ -13,9 +13,10 @@ use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use streamgate_bus::consume::{durable_pull, read_subject};
-use streamgate_bus::events::publish_batches;
+use streamgate_bus::events::{publish_batches, Batch};
 use streamgate_bus::raw::{publish_raw, RawChunk};
 use streamgate_bus::subject::RunAddr;
+use streamgate_bus::trace::{self, TraceContext};
 use streamgate_bus::{ensure_streams, RAW_STREAM};
 use streamgate_grammar::RunEvent;
 use tokio_util::sync::CancellationToken;
@@ -115,9 +116,15 @@ async fn process_batch(
     Ok(())
 }
 
-/// A run's address and the events each of its chunks in a consumer batch yielded: one
-/// SG_EVENTS message per chunk.
-type RunBatches = (RunAddr, Vec<Vec<RunEvent>>);
+/// The events one raw chunk yielded, published as one SG_EVENTS message that carries the
+/// chunk's trace.
+struct Produced {
+    events: Vec<RunEvent>,
+    trace: Option<TraceContext>,
+}
+
+/// A run's address and what each of its chunks in a consumer batch yielded.
+type RunBatches = (RunAddr, Vec<Produced>);
 
 /// Publish attempts per run and batch before the batch is given up (and redelivered).
 const PUBLISH_ATTEMPTS: usize = 3;
@@ -131,6 +138,9 @@ async fn apply_and_publish(
     // Per run, in seq order, the events of each chunk; runs are published concurrently.
     let mut out: BTreeMap<RunKey, RunBatches> = BTreeMap::new();
     let mut chunks_applied = 0u64;
+    // One span per chunk, open until its events are published: the normalizer's step of
+    // the trace the chunk carries.
+    let mut spans = Vec::with_capacity(msgs.len());
     for msg in msgs {
         let chunk = match RawChunk::from_message(msg) {
             Ok(c) => c,
@@ -142,9 +152,12 @@ async fn apply_and_publish(
                 continue;
             }
         };
+        let span = streamgate_runtime::hop_span!("normalize", run = %chunk.addr.run_id, chunk = chunk.chunk);
+        let trace = trace::follow(&span, trace::extract_context(msg.headers.as_ref()));
+        spans.push(span);
         let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
         touched.push(key.clone());
-        let mut groups = match table.apply(&chunk) {
+        let groups = match table.apply(&chunk) {
             Applied::Events(evs) => vec![evs],
             Applied::Duplicate => {
                 debug!(run = %chunk.addr.run_id, chunk = chunk.chunk, "duplicate chunk");
@@ -167,11 +180,19 @@ async fn apply_and_publish(
             }
         };
         chunks_applied += 1;
-        groups.retain(|g| !g.is_empty());
         let entry = out
             .entry(key)
             .or_insert_with(|| (chunk.addr.clone(), Vec::new()));
-        entry.1.append(&mut groups);
+        // A rebuild's earlier chunks are re-published within this chunk's trace.
+        entry.1.extend(
+            groups
+                .into_iter()
+                .filter(|events| !events.is_empty())
+                .map(|events| Produced {
+                    events,
+                    trace: trace.clone(),
+                }),
+        );
     }
     // Re-publishing is harmless (message ids), so a run whose publish failed (e.g. acks
     // lost across a broker reconnect) is retried a few times before the batch fails.
@@ -180,11 +201,13 @@ async fn apply_and_publish(
         .filter(|(_, groups)| !groups.is_empty())
         .collect();
     for attempt in 1..=PUBLISH_ATTEMPTS {
-        let results = futures::future::join_all(
-            pending
-                .iter()
-                .map(|(addr, groups)| publish_batches(js, addr, groups.iter().map(Vec::as_slice))),
-        )
+        let results = futures::future::join_all(pending.iter().map(|(addr, produced)| {
+            let batches = produced.iter().map(|p| Batch {
+                events: &p.events,
+                trace: p.trace.as_ref(),
+            });
+            publish_batches(js, addr, batches)
+        }))
         .await;
         let mut failed = Vec::new();
         let mut last_error = None;
@@ -203,9 +226,10 @@ async fn apply_and_publish(
     }
     let published: usize = out
         .values()
-        .flat_map(|(_, groups)| groups.iter().map(Vec::len))
+        .flat_map(|(_, produced)| produced.iter().map(|p| p.events.len()))
         .sum();
     metrics::counter!("sg_normalizer_events_published_total").increment(published as u64);
     metrics::counter!("sg_normalizer_chunks_total").increment(chunks_applied);
+    drop(spans);
     Ok(())
 }

@@ -10,12 +10,13 @@ use futures::StreamExt as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use streamgate_bus::subject::{encode_token, RunAddr};
-use streamgate_bus::{consume, events, EVENTS_STREAM};
+use streamgate_bus::{consume, events, trace, EVENTS_STREAM};
 use streamgate_grammar::{EventData, RunEvent};
 use streamgate_projection::{Op, RunProjection, Settings, Tier};
 use streamgate_sinks::{ChatTarget, Delivery, StateStore};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 /// What the channel knows about one run in flight.
 struct RunEntry {
@@ -432,6 +433,14 @@ impl Channel {
         Ok(())
     }
 
+    /// [`Channel::process`] for each event of one message, stopping at the first error.
+    async fn process_all(&self, evs: Vec<RunEvent>, subject: &str) -> Result<(), ProjectorError> {
+        for ev in evs {
+            self.process(ev, subject).await?;
+        }
+        Ok(())
+    }
+
     /// Consumes `SG_EVENTS` with the durable consumer `sg-projector-<channel>` until
     /// `stop` fires. Each message is acked after [`Channel::process`] took all its
     /// events (a redelivered batch re-applies nothing: the projection skips seqs it has
@@ -482,13 +491,9 @@ impl Channel {
                 tracing::warn!(subject = %msg.subject, error = %e, "event on a foreign subject");
             }
             let subject = msg.subject.to_string();
-            let mut processed = Ok(());
-            for ev in evs {
-                processed = self.process(ev, &subject).await;
-                if processed.is_err() {
-                    break;
-                }
-            }
+            let span = streamgate_runtime::hop_span!("project", channel = %self.cfg.name, subject = %subject);
+            trace::follow(&span, trace::extract_context(msg.headers.as_ref()));
+            let processed = self.process_all(evs, &subject).instrument(span).await;
             match processed {
                 Ok(()) => {
                     if let Err(e) = msg.ack().await {

@@ -7,7 +7,7 @@ use clap::Parser;
 use std::net::SocketAddr;
 use std::time::Duration;
 use streamgate_projection::{Reasoning, Settings, Tier, Verbose};
-use streamgate_runtime::{init_telemetry, TelemetryConfig};
+use streamgate_runtime::{init_telemetry, TelemetryArgs};
 
 /// Projector service: one chat channel fed from SG_EVENTS.
 #[derive(Debug, Clone, Parser)]
@@ -79,12 +79,9 @@ pub struct Args {
     /// The channel's bearer token for ProjectorService.
     #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Prometheus metrics listen address.
-    #[arg(long, env = "STREAMGATE_METRICS_ADDR")]
-    pub metrics: Option<SocketAddr>,
-    /// Log JSON lines.
-    #[arg(long, env = "STREAMGATE_LOG_JSON")]
-    pub log_json: bool,
+    /// Logs, metrics and span export.
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
 }
 
 impl Args {
@@ -126,10 +123,7 @@ impl Args {
 
 /// Runs the channel until SIGINT/SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    init_telemetry(&TelemetryConfig {
-        log_json: args.log_json,
-        metrics_addr: args.metrics,
-    })?;
+    init_telemetry(&args.telemetry.config("streamgate-projector"))?;
     let cfg = args.channel_config()?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
     let nats = async_nats::connect(&args.nats).await?;
@@ -141,5 +135,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     while let Some(done) = running.tasks.join_next().await {
         done??;
     }
+    streamgate_runtime::telemetry::flush().await;
     Ok(())
 }

@@ -7,10 +7,12 @@ use super::{IngestError, Ingestor, RunSpec};
 use futures::StreamExt;
 use std::pin::Pin;
 use streamgate_bus::raw::CloseKind;
+use streamgate_bus::trace::{self, TraceContext};
 use streamgate_proto::v1::ingest_service_server::IngestService;
 use streamgate_proto::v1::{IngestAck, IngestChunk, ResumePointReply, ResumePointRequest};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument as _;
 
 /// The gRPC ingest service.
 pub struct IngestServer {
@@ -52,25 +54,46 @@ impl IngestService for IngestServer {
         &self,
         request: Request<Streaming<IngestChunk>>,
     ) -> Result<Response<Self::IngestStream>, Status> {
+        let meta = |name: &str| request.metadata().get(name).and_then(|v| v.to_str().ok());
+        let incoming =
+            TraceContext::parse(meta(trace::HDR_TRACEPARENT), meta(trace::HDR_TRACESTATE));
+        // One span per stream; the run is known from the first chunk.
+        let span = streamgate_runtime::hop_span!(
+            "ingest",
+            transport = "grpc",
+            tenant = tracing::field::Empty,
+            run = tracing::field::Empty
+        );
+        let trace = trace::follow(&span, incoming);
         let mut inbound = request.into_inner();
         let ingestor = self.ingestor.clone();
         // Small buffer: acks flow back as fast as the broker confirms; a slow reader
         // slows the producer (backpressure), nothing queues without bound.
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        tokio::spawn(async move {
-            let mut resume: Option<super::ResumePoint> = None;
-            while let Some(item) = inbound.next().await {
-                let chunk = match item {
-                    Ok(c) => c,
-                    Err(_) => break,
-                };
-                let ack = handle(&ingestor, &chunk, &mut resume).await.map_err(status);
-                let failed = ack.is_err();
-                if tx.send(ack).await.is_err() || failed {
-                    break;
+        tokio::spawn(
+            async move {
+                let mut resume: Option<super::ResumePoint> = None;
+                while let Some(item) = inbound.next().await {
+                    let chunk = match item {
+                        Ok(c) => c,
+                        Err(_) => break,
+                    };
+                    if resume.is_none() {
+                        let span = tracing::Span::current();
+                        span.record("tenant", chunk.tenant.as_str());
+                        span.record("run", chunk.run_id.as_str());
+                    }
+                    let ack = handle(&ingestor, &chunk, &mut resume, trace.as_ref())
+                        .await
+                        .map_err(status);
+                    let failed = ack.is_err();
+                    if tx.send(ack).await.is_err() || failed {
+                        break;
+                    }
                 }
             }
-        });
+            .instrument(span),
+        );
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -95,6 +118,7 @@ async fn handle(
     ingestor: &Ingestor,
     chunk: &IngestChunk,
     resume: &mut Option<super::ResumePoint>,
+    trace: Option<&TraceContext>,
 ) -> Result<IngestAck, IngestError> {
     let spec = spec_of(chunk);
     Ingestor::check(&spec)?;
@@ -140,7 +164,7 @@ async fn handle(
     } else {
         bytes::Bytes::copy_from_slice(&chunk.body)
     };
-    let seq = ingestor.put(&spec, chunk.chunk, body, close).await?;
+    let seq = ingestor.put(&spec, chunk.chunk, body, close, trace).await?;
     *resume = Some(super::ResumePoint {
         next_chunk: if close.is_some() {
             chunk.chunk

@@ -21,6 +21,8 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::Deserialize;
 use streamgate_bus::raw::CloseKind;
+use streamgate_bus::trace::{self, TraceContext};
+use tracing::Instrument as _;
 
 /// Default chunk size for HTTP bodies.
 pub const DEFAULT_CHUNK_BYTES: usize = 16 * 1024;
@@ -59,6 +61,28 @@ async fn ingest(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let span = streamgate_runtime::hop_span!("ingest", transport = "http", tenant = %tenant, run = %run_id);
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let incoming = TraceContext::parse(
+        header(trace::HDR_TRACEPARENT),
+        header(trace::HDR_TRACESTATE),
+    );
+    let trace = trace::follow(&span, incoming);
+    ingest_body(st, tenant, run_id, q, headers, body, trace)
+        .instrument(span)
+        .await
+}
+
+async fn ingest_body(
+    st: AppState,
+    tenant: String,
+    run_id: String,
+    q: IngestQuery,
+    headers: HeaderMap,
+    body: Body,
+    trace: Option<TraceContext>,
+) -> Response {
+    let trace = trace.as_ref();
     if let Some(token) = &st.token {
         let presented = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -104,7 +128,7 @@ async fn ingest(
                 pending.extend_from_slice(&data);
                 while pending.len() >= chunk_bytes {
                     let part = pending.split_to(chunk_bytes).freeze();
-                    if let Err(e) = st.ingestor.put(&spec, next, part, None).await {
+                    if let Err(e) = st.ingestor.put(&spec, next, part, None, trace).await {
                         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
                     }
                     next += 1;
@@ -118,14 +142,18 @@ async fn ingest(
         }
     }
     if !pending.is_empty() {
-        if let Err(e) = st.ingestor.put(&spec, next, pending.freeze(), None).await {
+        if let Err(e) = st
+            .ingestor
+            .put(&spec, next, pending.freeze(), None, trace)
+            .await
+        {
             return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
         }
         next += 1;
     }
     if let Err(e) = st
         .ingestor
-        .put(&spec, next, Bytes::new(), Some(close))
+        .put(&spec, next, Bytes::new(), Some(close), trace)
         .await
     {
         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());

@@ -11,8 +11,9 @@ pub mod http;
 
 use crate::worker::now_ms;
 use bytes::Bytes;
-use streamgate_bus::raw::{publish_raw, CloseKind, RawChunk, HDR_CHUNK, HDR_CLOSE};
+use streamgate_bus::raw::{publish_raw_with, CloseKind, RawChunk, HDR_CHUNK, HDR_CLOSE};
 use streamgate_bus::subject::RunAddr;
+use streamgate_bus::trace::TraceContext;
 use streamgate_bus::RAW_STREAM;
 
 /// Something went wrong landing a chunk.
@@ -80,13 +81,15 @@ impl Ingestor {
     }
 
     /// Stores one chunk (or close marker) and waits for the broker's ack. Returns the
-    /// stream sequence.
+    /// stream sequence. `trace` rides along in the raw message, so the normalizer and
+    /// everything after it continue the producer's trace.
     pub async fn put(
         &self,
         spec: &RunSpec,
         chunk: u64,
         body: Bytes,
         close: Option<CloseKind>,
+        trace: Option<&TraceContext>,
     ) -> Result<u64, IngestError> {
         let raw = RawChunk {
             addr: RunAddr::new(&spec.tenant, &spec.run_id, self.partitions),
@@ -98,9 +101,10 @@ impl Ingestor {
             close,
             body,
         };
-        let seq = publish_raw(&self.js, &raw)
+        let seq = publish_raw_with(&self.js, &raw, trace)
             .await
-            .map_err(|e| IngestError::Broker(e.to_string()))?;
+            .map_err(|e| IngestError::Broker(e.to_string()))?
+            .sequence;
         metrics::counter!("sg_ingest_chunks_total").increment(1);
         Ok(seq)
     }
