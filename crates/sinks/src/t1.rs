@@ -1,10 +1,10 @@
 //! The tier-T1 (editable draft + durable messages) op semantics, written once over four
 //! message primitives. Telegram, Discord and Slack differ only in those primitives.
 
-use crate::sink::{final_display_text, ChatTarget, DeliveryState, SinkError};
+use crate::sink::{final_display_text, ChatTarget, DeliveryState, Sink, SinkError};
 use crate::text::{split, truncate, Unit};
 use futures::future::BoxFuture;
-use streamgate_projection::Op;
+use streamgate_projection::{Op, Tier};
 
 /// Result of an edit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +18,10 @@ pub(crate) enum Edited {
 /// The primitives of an editable-message chat API. Texts are projection text (plain,
 /// `> ` blockquotes); the implementation renders/escapes for its wire format.
 pub(crate) trait MessageApi: Send + Sync {
+    /// Name of the configured channel ([`Sink::channel`]).
+    fn channel(&self) -> &str;
+    /// Registered kind ([`Sink::kind`]).
+    fn kind(&self) -> &'static str;
     /// Message size limit, in `unit()`s of the projection text.
     fn limit(&self) -> usize;
     /// How a char counts toward `limit`.
@@ -43,6 +47,30 @@ pub(crate) trait MessageApi: Send + Sync {
     ) -> BoxFuture<'a, Result<(), SinkError>>;
     /// Show the native typing indicator (no-op where the API has none).
     fn typing<'a>(&'a self, chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>>;
+}
+
+/// Every editable-message API is a T1 sink with the same op semantics ([`execute`]).
+impl<A: MessageApi> Sink for A {
+    fn channel(&self) -> &str {
+        MessageApi::channel(self)
+    }
+
+    fn kind(&self) -> &'static str {
+        MessageApi::kind(self)
+    }
+
+    fn tier(&self) -> Tier {
+        Tier::T1
+    }
+
+    fn execute<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        op: &'a Op,
+        state: &'a mut DeliveryState,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(execute(self, chat, op, state))
+    }
 }
 
 /// Create the draft or replace its text; records id and text as soon as confirmed.

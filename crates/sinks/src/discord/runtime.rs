@@ -2,13 +2,12 @@
 
 use super::config::DiscordConfig;
 use crate::http::{self, Secret};
-use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
-use crate::t1::{self, Edited, MessageApi};
+use crate::sink::{ChatTarget, SinkError};
+use crate::t1::{Edited, MessageApi};
 use crate::text::{char_unit, Unit};
 use futures::future::BoxFuture;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use streamgate_projection::{Op, Tier};
 
 /// Discord's message content limit, in characters.
 pub const DISCORD_LIMIT: usize = 2000;
@@ -104,6 +103,14 @@ fn content(text: &str) -> Value {
 }
 
 impl MessageApi for DiscordSink {
+    fn channel(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        super::KIND
+    }
+
     fn limit(&self) -> usize {
         DISCORD_LIMIT
     }
@@ -164,28 +171,5 @@ impl MessageApi for DiscordSink {
     fn typing<'a>(&'a self, _chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>> {
         // Webhooks have no typing endpoint (that needs a bot token): a declared no-op.
         Box::pin(async { Ok(()) })
-    }
-}
-
-impl Sink for DiscordSink {
-    fn channel(&self) -> &str {
-        &self.name
-    }
-
-    fn kind(&self) -> &'static str {
-        super::KIND
-    }
-
-    fn tier(&self) -> Tier {
-        Tier::T1
-    }
-
-    fn execute<'a>(
-        &'a self,
-        chat: &'a ChatTarget,
-        op: &'a Op,
-        state: &'a mut DeliveryState,
-    ) -> BoxFuture<'a, Result<(), SinkError>> {
-        Box::pin(t1::execute(self, chat, op, state))
     }
 }

@@ -2,13 +2,12 @@
 
 use super::config::SlackConfig;
 use crate::http::{self, Secret};
-use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
-use crate::t1::{self, Edited, MessageApi};
+use crate::sink::{ChatTarget, SinkError};
+use crate::t1::{Edited, MessageApi};
 use crate::text::{slack_mrkdwn, slack_unit, Unit};
 use futures::future::BoxFuture;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use streamgate_projection::{Op, Tier};
 
 /// Slack's `text` limit (longer texts are truncated or refused), counted on the
 /// escaped text.
@@ -93,6 +92,14 @@ impl SlackSink {
 }
 
 impl MessageApi for SlackSink {
+    fn channel(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        super::KIND
+    }
+
     fn limit(&self) -> usize {
         SLACK_LIMIT
     }
@@ -155,28 +162,5 @@ impl MessageApi for SlackSink {
     fn typing<'a>(&'a self, _chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>> {
         // The Web API has no bot typing indicator (only the retired RTM had one).
         Box::pin(async { Ok(()) })
-    }
-}
-
-impl Sink for SlackSink {
-    fn channel(&self) -> &str {
-        &self.name
-    }
-
-    fn kind(&self) -> &'static str {
-        super::KIND
-    }
-
-    fn tier(&self) -> Tier {
-        Tier::T1
-    }
-
-    fn execute<'a>(
-        &'a self,
-        chat: &'a ChatTarget,
-        op: &'a Op,
-        state: &'a mut DeliveryState,
-    ) -> BoxFuture<'a, Result<(), SinkError>> {
-        Box::pin(t1::execute(self, chat, op, state))
     }
 }

@@ -2,12 +2,11 @@
 
 use super::config::TelegramConfig;
 use crate::http::{self, Secret};
-use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
-use crate::t1::{self, Edited, MessageApi};
+use crate::sink::{ChatTarget, SinkError};
+use crate::t1::{Edited, MessageApi};
 use crate::text::{telegram_html, utf16_unit, Unit};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
-use streamgate_projection::{Op, Tier};
 
 /// Telegram's message text limit (after entity parsing), in UTF-16 units.
 pub const TELEGRAM_LIMIT: usize = 4096;
@@ -123,6 +122,14 @@ fn plain(f: Fail) -> SinkError {
 }
 
 impl MessageApi for TelegramSink {
+    fn channel(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        super::KIND
+    }
+
     fn limit(&self) -> usize {
         TELEGRAM_LIMIT
     }
@@ -197,28 +204,5 @@ impl MessageApi for TelegramSink {
                 .map(|_| ())
                 .map_err(plain)
         })
-    }
-}
-
-impl Sink for TelegramSink {
-    fn channel(&self) -> &str {
-        &self.name
-    }
-
-    fn kind(&self) -> &'static str {
-        super::KIND
-    }
-
-    fn tier(&self) -> Tier {
-        Tier::T1
-    }
-
-    fn execute<'a>(
-        &'a self,
-        chat: &'a ChatTarget,
-        op: &'a Op,
-        state: &'a mut DeliveryState,
-    ) -> BoxFuture<'a, Result<(), SinkError>> {
-        Box::pin(t1::execute(self, chat, op, state))
     }
 }
