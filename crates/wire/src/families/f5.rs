@@ -7,6 +7,7 @@
 //! candidate ends the turn, and `usageMetadata` is a cumulative snapshot on every chunk.
 //! There is no `[DONE]`: the terminal frame is the one with a `finishReason`.
 
+use super::segments::TurnSegments;
 use crate::adapter::{stream_closed, Adapter, Close};
 use crate::emitter::Emitter;
 use crate::framing::Frame;
@@ -14,8 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus,
-    SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus, StopReason, ThinkingVariant,
 };
 
 /// Transcript kind for `thoughtSignature` (opaque continuation state, spec §2).
@@ -146,11 +146,7 @@ pub struct F5Adapter {
     has_usage: bool,
     /// Thought tokens already reported on earlier thinking segments' end markers.
     thought_tokens_reported: u64,
-    thinking_open: bool,
-    /// The last text segment (the final-answer candidate).
-    text: String,
-    /// A text segment is open: further text parts extend `text`.
-    text_open: bool,
+    segments: TurnSegments,
     calls: super::whole_calls::WholeCalls,
     /// Function calls announced this turn (the `index` of the next one).
     call_count: u64,
@@ -285,7 +281,7 @@ impl F5Adapter {
     fn part(&mut self, part: Part<'_>, cand_index: u64, out: &mut Emitter) {
         if let Some(call) = part.function_call {
             self.close_thinking(out);
-            self.text_open = false;
+            self.segments.break_text();
             let index = self.call_count;
             self.call_count += 1;
             // Gemini gives no call id: `responseId:candidate:call-ordinal` (the golden's
@@ -326,50 +322,27 @@ impl F5Adapter {
         }
         if part.thought == Some(true) {
             // Thought parts are summaries (`includeThoughts`), not raw CoT (spec §6 F5).
-            self.text_open = false;
-            if !self.thinking_open {
-                self.thinking_open = true;
-                out.emit(Thinking::marker(
-                    ThinkingVariant::Summary,
-                    SegmentPhase::Start,
-                    None,
-                ));
-            }
-            out.emit(Thinking::delta(
-                ThinkingVariant::Summary,
-                text.into_owned(),
-                None,
-            ));
+            self.segments
+                .think(out, ThinkingVariant::Summary, text.into_owned());
             return;
         }
         self.close_thinking(out);
-        if !self.text_open {
-            self.text_open = true;
-            self.text.clear();
-        }
-        self.text.push_str(&text);
-        out.emit(Assistant {
-            phase: Some(AssistantPhase::Commentary),
-            delta: Some(text.into_owned()),
-            status: Some(SegmentStatus::InProgress),
-            ..Assistant::default()
-        });
+        self.segments.say(out, text.into_owned());
     }
 
     /// Closes the open thinking segment; its `tokens` come from the cumulative
     /// `thoughtsTokenCount`, already current because usage rides on the same chunk.
     fn close_thinking(&mut self, out: &mut Emitter) {
-        if !self.thinking_open {
+        if !self.segments.thinking_open() {
             return;
         }
-        self.thinking_open = false;
-        let mut marker = Thinking::marker(ThinkingVariant::Summary, SegmentPhase::End, None);
-        if let Some(total) = self.thought_total() {
+        let tokens = self.thought_total().map(|total| {
             // Cumulative count: a later segment reports only what it added.
-            marker.tokens = Some(total.saturating_sub(self.thought_tokens_reported));
+            let added = total.saturating_sub(self.thought_tokens_reported);
             self.thought_tokens_reported = total;
-        }
-        out.emit(marker);
+            added
+        });
+        self.segments.end_thinking(out, tokens);
     }
 
     fn thought_total(&self) -> Option<u64> {
@@ -456,15 +429,7 @@ impl F5Adapter {
         };
         self.end_calls(out, call_status);
         if let Some(truncated) = ending.finalize {
-            if !self.text.is_empty() {
-                out.emit(Assistant {
-                    phase: Some(AssistantPhase::FinalAnswer),
-                    text: Some(std::mem::take(&mut self.text)),
-                    status: Some(SegmentStatus::Completed),
-                    truncated: truncated.then_some(true),
-                    ..Assistant::default()
-                });
-            }
+            self.segments.finalize(out, truncated);
         }
         if let Some(extra) = extra {
             out.emit(Lifecycle {

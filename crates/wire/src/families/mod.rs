@@ -10,6 +10,7 @@ pub mod f2;
 pub mod f3;
 pub mod f5;
 pub mod ollama;
+pub mod segments;
 pub mod whole_calls;
 
 /// A fresh adapter for one run of `family`.

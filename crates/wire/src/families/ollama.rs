@@ -7,6 +7,7 @@
 //! Chat Completions) and are passed through verbatim. A failing request streams
 //! `{"error":"…"}`.
 
+use super::segments::TurnSegments;
 use crate::adapter::{stream_closed, Adapter, Close};
 use crate::emitter::Emitter;
 use crate::framing::Frame;
@@ -14,8 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus,
-    SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus, StopReason, ThinkingVariant,
 };
 
 /// One JSONL frame.
@@ -110,11 +110,7 @@ pub struct OllamaNativeAdapter {
     started: bool,
     /// The terminal lifecycle event went out; later frames are dropped.
     ended: bool,
-    thinking_open: bool,
-    /// The last text segment (the final-answer candidate).
-    text: String,
-    /// A text segment is open: further content extends `text`.
-    text_open: bool,
+    segments: TurnSegments,
     calls: super::whole_calls::WholeCalls,
 }
 
@@ -191,38 +187,16 @@ impl OllamaNativeAdapter {
     fn message(&mut self, message: &Message<'_>, out: &mut Emitter) {
         if let Some(thinking) = message.thinking.as_deref().filter(|t| !t.is_empty()) {
             // Harmony `analysis`: raw chain-of-thought.
-            self.text_open = false;
-            if !self.thinking_open {
-                self.thinking_open = true;
-                out.emit(Thinking::marker(
-                    ThinkingVariant::Raw,
-                    SegmentPhase::Start,
-                    None,
-                ));
-            }
-            out.emit(Thinking::delta(
-                ThinkingVariant::Raw,
-                thinking.to_owned(),
-                None,
-            ));
+            self.segments
+                .think(out, ThinkingVariant::Raw, thinking.to_owned());
         }
         if let Some(content) = message.content.as_deref().filter(|c| !c.is_empty()) {
             self.close_thinking(out);
-            if !self.text_open {
-                self.text_open = true;
-                self.text.clear();
-            }
-            self.text.push_str(content);
-            out.emit(Assistant {
-                phase: Some(AssistantPhase::Commentary),
-                delta: Some(content.to_owned()),
-                status: Some(SegmentStatus::InProgress),
-                ..Assistant::default()
-            });
+            self.segments.say(out, content.to_owned());
         }
         for call in message.tool_calls.iter().flatten() {
             self.close_thinking(out);
-            self.text_open = false;
+            self.segments.break_text();
             let function = call.function.as_ref();
             let index = function
                 .and_then(|f| f.index)
@@ -236,16 +210,8 @@ impl OllamaNativeAdapter {
     }
 
     fn close_thinking(&mut self, out: &mut Emitter) {
-        if !self.thinking_open {
-            return;
-        }
-        self.thinking_open = false;
         // ollama reports no thinking-token count, so the marker carries no `tokens`.
-        out.emit(Thinking::marker(
-            ThinkingVariant::Raw,
-            SegmentPhase::End,
-            None,
-        ));
+        self.segments.end_thinking(out, None);
     }
 
     fn end_calls(&mut self, out: &mut Emitter, status: &str) {
@@ -291,15 +257,7 @@ impl OllamaNativeAdapter {
         };
         self.end_calls(out, call_status);
         if let Some(truncated) = finalize {
-            if !self.text.is_empty() {
-                out.emit(Assistant {
-                    phase: Some(AssistantPhase::FinalAnswer),
-                    text: Some(std::mem::take(&mut self.text)),
-                    status: Some(SegmentStatus::Completed),
-                    truncated: truncated.then_some(true),
-                    ..Assistant::default()
-                });
-            }
+            self.segments.finalize(out, truncated);
         }
         out.emit(Lifecycle {
             reason: Some(stop),
