@@ -889,3 +889,196 @@ async fn web_page_in_chromium_shows_thinking_tool_rows_and_final_answer() -> R {
     );
     Ok(())
 }
+
+type ProjectorClient = streamgate_proto::v1::projector_service_client::ProjectorServiceClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        streamgate_runtime::rpc::SendBearer,
+    >,
+>;
+
+/// A `ProjectorService` client with the channel's bearer token.
+async fn projector_client(
+    addr: std::net::SocketAddr,
+    token: &str,
+) -> Result<ProjectorClient, Box<dyn std::error::Error>> {
+    let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    Ok(
+        streamgate_proto::v1::projector_service_client::ProjectorServiceClient::with_interceptor(
+            ch,
+            streamgate_runtime::rpc::SendBearer::new(Some(token)),
+        ),
+    )
+}
+
+/// Polls `settings_for` (async) until it reports `want`.
+async fn wait_settings(
+    running: &Running,
+    chat: &str,
+    want: streamgate_projection::Reasoning,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if running.channel.settings_for(chat).await?.reasoning == want {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(false)
+}
+
+/// Two replicas of one channel on one nats-server: `/reasoning` and `/verbose` changed
+/// over one replica's gRPC re-render the run in flight on the other replica (its own
+/// `GetDraft` shows the thinking and the tool details, as does the Telegram draft), and a
+/// change back through the second replica reaches the first — no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
+    use streamgate_projection::{Reasoning, Verbose};
+    use streamgate_proto::v1;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let fake = FakeServer::telegram(TG_TOKEN, Behavior::default()).await?;
+    let events: Vec<Event> = BROWSER_RUN
+        .iter()
+        .map(|l| Event::from_json(l))
+        .collect::<Result<_, _>>()?;
+    let chat = "4242";
+    let run = "run-replicas";
+    let evs = run_events(run, chat, &events, now_ms());
+    let cfg = || {
+        let mut c = telegram_channel(&fake);
+        c.token = Some("chan-token".into());
+        c
+    };
+    let grpc_any = Some(([127, 0, 0, 1], 0).into());
+    // Replica B consumes the first part of the run; replica A, started afterwards,
+    // takes the run over from its active-run marker. Each renders from its own memory.
+    let b = start(
+        nats.client().await,
+        cfg(),
+        grpc_any,
+        CancellationToken::new(),
+    )
+    .await?;
+    publish(&js, &evs[..9]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || b
+            .channel
+            .draft(run)
+            .is_some_and(|d| d.last_seq == 9))
+        .await,
+        "B never rendered the run"
+    );
+    let a = start(
+        nats.client().await,
+        cfg(),
+        grpc_any,
+        CancellationToken::new(),
+    )
+    .await?;
+    let mut a_client = projector_client(a.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let mut b_client = projector_client(b.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let get_draft = |c: &mut ProjectorClient| {
+        let mut c = c.clone();
+        async move {
+            Ok::<_, tonic::Status>(
+                c.get_draft(v1::GetDraftRequest { run_id: run.into() })
+                    .await?
+                    .into_inner()
+                    .text,
+            )
+        }
+    };
+    // Channel defaults: no thinking, tool rows without details — on both replicas.
+    for d in [
+        get_draft(&mut a_client).await?,
+        get_draft(&mut b_client).await?,
+    ] {
+        assert!(d.contains("web_search"), "{d}");
+        assert!(
+            !d.contains("🧠") && !d.contains("Paris weather today"),
+            "{d}"
+        );
+    }
+
+    let reply = a_client
+        .set_settings(v1::SetSettingsRequest {
+            chat_id: chat.into(),
+            reasoning: "stream".into(),
+            verbose: "full".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (reply.reasoning.as_str(), reply.verbose.as_str()),
+        ("stream", "full")
+    );
+    assert_eq!(reply.rerendered, 1);
+
+    // B re-renders its own copy of the run from the watch.
+    let thinking = "🧠 The user asks about the weather in Paris.";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut b_draft = get_draft(&mut b_client).await?;
+    while !b_draft.contains(thinking) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        b_draft = get_draft(&mut b_client).await?;
+    }
+    assert!(
+        b_draft.contains(thinking) && b_draft.contains("Paris weather today"),
+        "B's draft was not re-rendered: {b_draft}"
+    );
+    let s = b.channel.settings_for(chat).await?;
+    assert_eq!((s.reasoning, s.verbose), (Reasoning::Stream, Verbose::Full));
+    let tg = |fake: &FakeServer| {
+        fake.live_messages()
+            .into_iter()
+            .map(|m| m.text)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || tg(&fake)
+            .iter()
+            .any(|t| t.contains(thinking)))
+        .await,
+        "the Telegram draft does not show the thinking: {:#?}",
+        fake.messages()
+    );
+
+    // And back, through B: A follows.
+    let reply = b_client
+        .set_settings(v1::SetSettingsRequest {
+            chat_id: chat.into(),
+            reasoning: "off".into(),
+            verbose: String::new(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (reply.reasoning.as_str(), reply.verbose.as_str()),
+        ("off", "full")
+    );
+    assert!(
+        wait_settings(&a, chat, Reasoning::Off).await?,
+        "A never saw B's change"
+    );
+    assert_eq!(a.channel.settings_for(chat).await?.verbose, Verbose::Full);
+    let a_draft = get_draft(&mut a_client).await?;
+    assert!(
+        !a_draft.contains("🧠") && a_draft.contains("Paris weather today"),
+        "A's draft: {a_draft}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || tg(&fake)
+            .iter()
+            .all(|t| !t.contains("🧠")))
+        .await,
+        "the Telegram draft still shows the thinking: {:#?}",
+        fake.messages()
+    );
+    // One draft message the whole time, edited in place.
+    assert_eq!(fake.live_messages().len(), 1, "{:#?}", fake.messages());
+    Ok(())
+}
