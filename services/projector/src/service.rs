@@ -102,7 +102,7 @@ pub async fn start(
                 .set_serving::<ProjectorServiceServer<Projector>>()
                 .await;
             let service = tonic::service::interceptor::InterceptedService::new(
-                ProjectorServiceServer::new(Projector::new(channel.clone())),
+                ProjectorServiceServer::new(Projector::new(channel.clone(), shutdown.clone())),
                 RequireBearer::optional(cfg.token.as_deref()),
             );
             let reflect = reflection()?;
@@ -125,7 +125,7 @@ pub async fn start(
         Some((sink, listen)) => {
             let listener = tokio::net::TcpListener::bind(listen).await?;
             let bound = listener.local_addr()?;
-            let app = web::router(channel.clone(), sink);
+            let app = web::router(channel.clone(), sink, shutdown.clone());
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 axum::serve(listener, app)

@@ -32,6 +32,7 @@ use streamgate_projection::{draft_line_kind, DraftLine, Op, Tier};
 use streamgate_sinks::{ChatTarget, DeliveryState, Sink, SinkError};
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
+use tokio_util::sync::CancellationToken;
 
 /// One op as the page sees it.
 #[derive(Debug, Clone, Serialize)]
@@ -206,15 +207,22 @@ impl Sink for WebSink {
 struct AppState {
     channel: Arc<Channel>,
     sink: Arc<WebSink>,
+    shutdown: CancellationToken,
 }
 
-/// The web page's router.
-pub fn router(channel: Arc<Channel>, sink: Arc<WebSink>) -> Router {
+/// The web page's router. SSE streams end when `shutdown` fires: a graceful shutdown
+/// waits for open connections, and an open page would otherwise hold the process up
+/// (the page's `EventSource` reconnects to the next instance by itself).
+pub fn router(channel: Arc<Channel>, sink: Arc<WebSink>, shutdown: CancellationToken) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/api/runs", get(runs))
         .route("/runs/{run}/events", get(run_events))
-        .with_state(AppState { channel, sink })
+        .with_state(AppState {
+            channel,
+            sink,
+            shutdown,
+        })
 }
 
 async fn page() -> Html<&'static str> {
@@ -285,7 +293,11 @@ async fn run_events(
         }
     });
     let stream: std::pin::Pin<Box<dyn Stream<Item = Result<SseEvent, Infallible>> + Send>> =
-        Box::pin(futures::stream::iter(head).chain(live));
+        Box::pin(
+            futures::stream::iter(head)
+                .chain(live)
+                .take_until(s.shutdown.cancelled_owned()),
+        );
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 

@@ -1082,3 +1082,77 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     assert_eq!(fake.live_messages().len(), 1, "{:#?}", fake.messages());
     Ok(())
 }
+
+/// A graceful shutdown waits for open connections: a browser tab on the page (SSE) and a
+/// `Subscribe` stream of a live run must not hold the projector up. Both streams end
+/// (the subscriber with `UNAVAILABLE`, so it resumes elsewhere) and every task returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
+    use streamgate_proto::v1;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let events: Vec<Event> = BROWSER_RUN
+        .iter()
+        .map(|l| Event::from_json(l))
+        .collect::<Result<_, _>>()?;
+    let evs = run_events("run-stop", "chat-stop", &events, now_ms());
+    let mut cfg = channel(
+        "web",
+        ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    cfg.token = Some("chan-token".into());
+    let shutdown = CancellationToken::new();
+    let mut running = start(
+        nats.client().await,
+        cfg,
+        Some(([127, 0, 0, 1], 0).into()),
+        shutdown.clone(),
+    )
+    .await?;
+    publish(&js, &evs[..6]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .draft("run-stop")
+            .is_some_and(|d| d.last_seq == 6))
+        .await
+    );
+    let web = running.web.ok_or("no web")?;
+    let mut sse = reqwest::get(format!("http://{web}/runs/run-stop/events")).await?;
+    let first = tokio::time::timeout(Duration::from_secs(10), sse.chunk()).await??;
+    assert!(first.is_some(), "no SSE history");
+    let mut client = projector_client(running.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let mut sub = client
+        .subscribe(v1::SubscribeRequest {
+            target: Some(v1::subscribe_request::Target::RunId("run-stop".into())),
+            after_seq: 0,
+        })
+        .await?
+        .into_inner();
+    for _ in 0..6 {
+        assert!(sub.message().await?.is_some());
+    }
+
+    shutdown.cancel();
+    let limit = Duration::from_secs(20);
+    let sub_end = tokio::time::timeout(limit, sub.message()).await?;
+    let status = sub_end.err().ok_or("the Subscribe stream did not fail")?;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    // Keep-alives keep arriving on an open SSE stream: bound the whole drain.
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, sse.chunk()).await {
+            Ok(Ok(Some(_))) => continue,
+            Ok(Ok(None) | Err(_)) => break,
+            Err(_) => return Err("the page's SSE stream outlived the shutdown".into()),
+        }
+    }
+    while let Some(r) = tokio::time::timeout(limit, running.tasks.join_next()).await? {
+        r??;
+    }
+    Ok(())
+}
