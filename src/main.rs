@@ -6,8 +6,9 @@
 //! - `cli::synth`: large single-run captures for benchmarks.
 //! - `cli::up`: the whole pipeline in one process (`streamgate up`).
 //! - `cli::ingest`, `cli::archive_client`: clients of the ingest and archive services.
+//! - `cli::tail`: the terminal channel as a client of a projector channel.
 //! - `cli::discover`: how clients find a local `streamgate up`.
-//! - `terminal`: the plain terminal channel.
+//! - `terminal`: the terminal channel's rendering (used by `up` and `tail`).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -53,6 +54,9 @@ enum Command {
     Runs(cli::archive_client::RunsArgs),
     /// Replay a run from the archive (operator).
     Replay(cli::archive_client::ReplayArgs),
+    /// Follow a channel's runs live in this terminal (status line and final answers),
+    /// through the channel's ProjectorService.
+    Tail(cli::tail::TailArgs),
     /// Run the normalizer service (same flags as `streamgate-normalizer`).
     Normalizer(streamgate_normalizer::cli::Args),
     /// Run the archiver service (same flags as `streamgate-archiver`).
@@ -109,6 +113,7 @@ fn main() -> ExitCode {
         Command::Ingest(a) => block_on(cli::ingest::run(a)),
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),
+        Command::Tail(a) => block_on(cli::tail::run(a)),
         Command::Normalizer(a) => block_on(streamgate_normalizer::cli::run(a)),
         Command::Archiver(a) => block_on(streamgate_archiver::cli::run(a)),
         Command::Projector(a) => block_on(streamgate_projector::cli::run(a)),

@@ -1,9 +1,13 @@
-//! The terminal channel of `streamgate up`, two ways:
-//! - [`follow_status`] (default): the projection core at tier T2 status-line (spec tier
-//!   "C") — one live line per run (thinking, current tool, last commentary) rewritten in
-//!   place on a TTY, then the settle summary, notices and the final answer as lines;
-//! - [`follow`] (`--raw-events`): every event of every run as one short line, final
-//!   answers in full, for watching the pipeline itself.
+//! The terminal channel (spec tier C), two ways:
+//! - status line (default): the projection core at [`STATUS_TIER`] — one live line per
+//!   run (thinking, current tool, last commentary) rewritten in place on a TTY, then the
+//!   settle summary, notices and the final answer as lines ([`print_ops`]);
+//! - raw events (`--raw-events`): every event of every run as one short line, final
+//!   answers in full, for watching the pipeline itself ([`line`], [`print_event`]).
+//!
+//! `streamgate up` feeds it straight from `SG_EVENTS` ([`follow_status`], [`follow`]);
+//! `streamgate tail` (`cli::tail`) feeds the same rendering from a channel's
+//! `ProjectorService`.
 
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -161,7 +165,45 @@ pub fn render_op(run: &str, op: &Op) -> Option<(String, bool)> {
     }
 }
 
-/// Follows every new run on SG_EVENTS through the projection core (tier T2 status line,
+/// The tier terminal views render at: the spec's tier C, a status line (DESIGN §6 T2
+/// with `status_line`).
+pub const STATUS_TIER: Tier = Tier::T2 { status_line: true };
+
+/// Prints ops of `run` as [`render_op`] renders them: on a TTY a status text replaces
+/// the current line and lasting lines go above it; elsewhere (a pipe, a log file) only
+/// the lasting lines. One lock of stdout per call keeps concurrent runs' lines whole.
+pub fn print_ops(run: &str, ops: &[Op], tty: bool) {
+    let mut out = std::io::stdout().lock();
+    for op in ops {
+        let Some((text, status)) = render_op(run, op) else {
+            continue;
+        };
+        // Errors writing to a closed terminal are not worth stopping for.
+        if status {
+            if tty {
+                let _ = write!(out, "\r\x1b[2K{text}");
+            }
+        } else if tty {
+            let _ = writeln!(out, "\r\x1b[2K{text}");
+        } else {
+            let _ = writeln!(out, "{text}");
+        }
+    }
+    let _ = out.flush();
+}
+
+/// Prints one event as [`line`] does, keeping a TTY's status line out of the way.
+pub fn print_event(ev: &RunEvent, tty: bool) {
+    let mut out = std::io::stdout().lock();
+    let _ = if tty {
+        writeln!(out, "\r\x1b[2K{}", line(ev))
+    } else {
+        writeln!(out, "{}", line(ev))
+    };
+    let _ = out.flush();
+}
+
+/// Follows every new run on SG_EVENTS through the projection core ([`STATUS_TIER`],
 /// default settings) until `shutdown`. An ephemeral ordered consumer: the terminal is a
 /// local view, so it keeps no durable state.
 pub async fn follow_status(
@@ -177,7 +219,6 @@ pub async fn follow_status(
         .await?;
     let mut messages = consumer.messages().await?;
     let tty = std::io::stdout().is_terminal();
-    let tier = Tier::T2 { status_line: true };
     let settings = Settings::default();
     let mut runs: HashMap<String, RunProjection> = HashMap::new();
     loop {
@@ -191,27 +232,11 @@ pub async fn follow_status(
             let proj = runs
                 .entry(run.clone())
                 .or_insert_with(|| RunProjection::new(&run));
-            let ops = proj.apply_run_event(&ev, &settings, tier);
+            let ops = proj.apply_run_event(&ev, &settings, STATUS_TIER);
             if proj.is_settled() {
                 runs.remove(&run);
             }
-            let mut out = std::io::stdout().lock();
-            for op in &ops {
-                let Some((text, status)) = render_op(&run, op) else {
-                    continue;
-                };
-                // Errors writing to a closed terminal are not worth stopping the instance.
-                if status {
-                    if tty {
-                        let _ = write!(out, "\r\x1b[2K{text}");
-                    }
-                } else if tty {
-                    let _ = writeln!(out, "\r\x1b[2K{text}");
-                } else {
-                    let _ = writeln!(out, "{text}");
-                }
-            }
-            let _ = out.flush();
+            print_ops(&run, &ops, tty);
         }
     }
     Ok(())

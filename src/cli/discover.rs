@@ -1,5 +1,6 @@
 //! How CLI clients find a local `streamgate up`: it writes `<data dir>/up.json` (mode
-//! 0600: it holds the operator token) with every address it listens on.
+//! 0600: it holds the operator token) with every address it listens on, once everything
+//! (projector channels included) is listening.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,29 @@ pub struct Instance {
     pub operator_token: String,
     /// Partition count.
     pub partitions: u32,
+    /// Projector channels, in the order `up` started them (their tokens are in
+    /// `<data dir>/channel-<name>.token`, never here).
+    #[serde(default)]
+    pub channels: Vec<ChannelEntry>,
+}
+
+/// One projector channel of a running `streamgate up`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChannelEntry {
+    /// Channel name (`web`, `webhook-1`, …).
+    pub name: String,
+    /// Sink kind (`web`, `webhook`, `telegram`, `plain`, …).
+    pub kind: String,
+    /// Its ProjectorService address.
+    pub grpc: String,
+    /// Its web page address (`web` channels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web: Option<String>,
+}
+
+/// Where `up` keeps channel `name`'s ProjectorService token.
+pub fn channel_token_path(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join(format!("channel-{name}.token"))
 }
 
 fn path(data_dir: &Path) -> PathBuf {

@@ -8,4 +8,5 @@ pub mod discover;
 pub mod ingest;
 pub mod normalize;
 pub mod synth;
+pub mod tail;
 pub mod up;

@@ -7,9 +7,10 @@
 //! `webhook=http://…` with `--channel-secret`, `telegram=<bot token>@<chat>`,
 //! `plain=stdout`, `json=<SinkConfig JSON>`) adds channels; without any, `up` runs a web
 //! channel on a free local port (`--no-web` drops it). Each channel's ProjectorService
-//! token is written to `<data dir>/channel-<name>.token`, never printed.
+//! token is written to `<data dir>/channel-<name>.token`, never printed; `up.json` lists
+//! the channels' addresses (`streamgate tail` finds them there).
 
-use super::discover::Instance;
+use super::discover::{channel_token_path, ChannelEntry, Instance};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use std::net::SocketAddr;
@@ -205,6 +206,44 @@ pub async fn run(args: UpArgs) -> Result<()> {
     )
     .await?;
     let addr = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    let mut specs = args.channels.clone();
+    if specs.is_empty() && !args.no_web {
+        specs.push("web=127.0.0.1:0".to_owned());
+    }
+    let mut projectors = Vec::new();
+    let mut channels = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let kind = spec.split_once('=').map_or(spec.as_str(), |(k, _)| k);
+        let name = if i == 0 {
+            kind.to_owned()
+        } else {
+            format!("{kind}-{i}")
+        };
+        let mut cfg = streamgate_projector::config::parse_channel_spec(
+            &name,
+            spec,
+            args.channel_secret.as_deref(),
+        )?;
+        cfg.partitions = partitions;
+        let token = streamgate_runtime::rpc::random_token();
+        write_token(&channel_token_path(&data_dir, &name), &token)?;
+        cfg.token = Some(token);
+        let p = streamgate_projector::start(
+            nats.clone(),
+            cfg,
+            Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            shutdown.clone(),
+        )
+        .await
+        .with_context(|| format!("cannot start channel {name}"))?;
+        channels.push(ChannelEntry {
+            name,
+            kind: kind.to_owned(),
+            grpc: addr(p.grpc),
+            web: p.web.map(|w| w.to_string()),
+        });
+        projectors.push(p.tasks);
+    }
     let instance = Instance {
         pid: std::process::id(),
         nats_url: nats_url.clone(),
@@ -213,7 +252,9 @@ pub async fn run(args: UpArgs) -> Result<()> {
         archive_grpc: addr(archiver.grpc),
         operator_token,
         partitions,
+        channels,
     };
+    // Written last: a client that finds up.json finds everything listening.
     instance.write(&data_dir)?;
     eprintln!("streamgate is up");
     eprintln!("  nats            {nats_url}");
@@ -231,47 +272,22 @@ pub async fn run(args: UpArgs) -> Result<()> {
     if !args.quiet {
         eprintln!("  channel         terminal (this window)");
     }
-    let mut specs = args.channels.clone();
-    if specs.is_empty() && !args.no_web {
-        specs.push("web=127.0.0.1:0".to_owned());
-    }
-    let mut projectors = Vec::new();
-    for (i, spec) in specs.iter().enumerate() {
-        let kind = spec.split_once('=').map_or(spec.as_str(), |(k, _)| k);
-        let name = if i == 0 {
-            kind.to_owned()
-        } else {
-            format!("{kind}-{i}")
-        };
-        let mut cfg = streamgate_projector::config::parse_channel_spec(
-            &name,
-            spec,
-            args.channel_secret.as_deref(),
-        )?;
-        cfg.partitions = partitions;
-        let token = streamgate_runtime::rpc::random_token();
-        write_token(&data_dir.join(format!("channel-{name}.token")), &token)?;
-        cfg.token = Some(token);
-        let p = streamgate_projector::start(
-            nats.clone(),
-            cfg,
-            Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-            shutdown.clone(),
-        )
-        .await
-        .with_context(|| format!("cannot start channel {name}"))?;
-        let grpc = addr(p.grpc);
-        match p.web {
-            Some(web) => {
-                eprintln!("  channel         {name}: http://{web}/  (ProjectorService {grpc})")
-            }
-            None => eprintln!("  channel         {name} ({kind}; ProjectorService {grpc})"),
+    for c in &instance.channels {
+        match &c.web {
+            Some(web) => eprintln!(
+                "  channel         {}: http://{web}/  (ProjectorService {})",
+                c.name, c.grpc
+            ),
+            None => eprintln!(
+                "  channel         {} ({}; ProjectorService {})",
+                c.name, c.kind, c.grpc
+            ),
         }
-        projectors.push(p.tasks);
     }
     eprintln!(
         "try: streamgate ingest capture.sse --family f1 --run r1 && streamgate replay r1 --json"
     );
+    eprintln!("     streamgate tail   (follow runs live through a channel)");
 
     let js = async_nats::jetstream::new(nats.clone());
     let mut tasks = tokio::task::JoinSet::new();

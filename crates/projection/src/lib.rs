@@ -8,7 +8,7 @@
 //! - [`projection`]: [`RunProjection`], the per-(channel, run) state machine
 //!   `(draft state, event, settings, tier) → ops`, with mid-turn re-render, crash
 //!   recovery and reconnect support.
-//! - `render` (private): the draft text from the folded run state — truth tables
+//! - `render` (private, but for [`draft_line_kind`]): the draft text from the folded run state — truth tables
 //!   (spec §4.3), tiers (§7.1–7.2), overflow elision (§7.2), settle summary.
 //! - [`redact`]: display-safe tool details for `/verbose full` (secrets masked, paths
 //!   shortened, length capped).
@@ -56,5 +56,5 @@ pub use projection::{
     RunProjection, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER, TRUNCATED_SUFFIX,
     TYPING_EVERY_EVENTS,
 };
-pub use render::{is_silent, SILENT_TOKENS};
+pub use render::{draft_line_kind, is_silent, DraftLine, SILENT_TOKENS};
 pub use settings::{Budgets, Delivery, Reasoning, Settings, Tier, Verbose};

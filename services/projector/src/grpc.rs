@@ -15,17 +15,22 @@ use streamgate_proto::v1;
 use streamgate_proto::v1::projector_service_server::ProjectorService;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 /// The gRPC implementation over one [`Channel`].
 pub struct Projector {
     channel: Arc<Channel>,
+    shutdown: CancellationToken,
 }
 
 impl Projector {
-    /// The service for `channel`.
-    pub fn new(channel: Arc<Channel>) -> Projector {
-        Projector { channel }
+    /// The service for `channel`. Open `Subscribe` streams end with `UNAVAILABLE` when
+    /// `shutdown` fires: a graceful server shutdown waits for every open stream, and a
+    /// live run's stream would otherwise hold the process up until the run ends (the
+    /// subscriber resumes from its `lastRenderedSeq` on the next instance).
+    pub fn new(channel: Arc<Channel>, shutdown: CancellationToken) -> Projector {
+        Projector { channel, shutdown }
     }
 }
 
@@ -54,6 +59,27 @@ async fn send_in_order(
 }
 
 async fn follow(
+    channel: Arc<Channel>,
+    run_id: String,
+    subject: String,
+    after_seq: u64,
+    live: broadcast::Receiver<Arc<RunEvent>>,
+    tx: mpsc::Sender<Result<v1::Event, Status>>,
+    shutdown: CancellationToken,
+) {
+    tokio::select! {
+        () = follow_run(channel, run_id, subject, after_seq, live, tx.clone()) => {}
+        () = shutdown.cancelled() => {
+            let _ = tx
+                .send(Err(Status::unavailable(
+                    "projector shutting down: subscribe again from the last rendered seq",
+                )))
+                .await;
+        }
+    }
+}
+
+async fn follow_run(
     channel: Arc<Channel>,
     run_id: String,
     subject: String,
@@ -136,6 +162,7 @@ impl ProjectorService for Projector {
             req.after_seq,
             live,
             tx,
+            self.shutdown.clone(),
         ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

@@ -219,34 +219,93 @@ pub fn settings_key(channel: &str, chat: &str) -> String {
     format!("{}.{}", kv_token(channel), kv_token(chat))
 }
 
-/// The chat's overrides (none stored, or unreadable: no overrides — rendering falls back
-/// to the channel defaults rather than failing the run).
+/// The chat of a key of `channel` in [`SETTINGS_BUCKET`] (the inverse of
+/// [`settings_key`]); `None` for another channel's key or a key this scheme never writes.
+pub fn chat_of_settings_key(channel: &str, key: &str) -> Option<String> {
+    let rest = key.strip_prefix(&kv_token(channel))?.strip_prefix('.')?;
+    kv_untoken(rest)
+}
+
+/// The inverse of [`kv_token`]; `None` when `s` is not one of its outputs.
+pub fn kv_untoken(s: &str) -> Option<String> {
+    if s == "=" {
+        return Some(String::new());
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'=' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else if b[i].is_ascii_alphanumeric() || b[i] == b'-' || b[i] == b'_' {
+            out.push(b[i]);
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A stored override value (unreadable: no overrides — rendering falls back to the
+/// channel defaults rather than failing the run).
+pub fn parse_override(bytes: &[u8]) -> SettingsOverride {
+    serde_json::from_slice(bytes).unwrap_or_default()
+}
+
+/// A chat's overrides as stored, with the `SG_SETTINGS` revision they were read at (0:
+/// never stored). Revisions order every change to the key, so a replica can tell a newer
+/// value from an older one whichever way (lazy load or watch) it arrives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredOverride {
+    /// The overrides (none after a delete).
+    pub overrides: SettingsOverride,
+    /// Revision of the key's last write or delete; 0 when it has none.
+    pub revision: u64,
+}
+
+/// The chat's overrides and their revision.
 pub async fn load_override(
     store: &kv::Store,
     channel: &str,
     chat: &str,
-) -> Result<SettingsOverride, ProjectorError> {
-    let v = store
-        .get(settings_key(channel, chat))
+) -> Result<StoredOverride, ProjectorError> {
+    let entry = store
+        .entry(settings_key(channel, chat))
         .await
         .map_err(nats("get settings"))?;
-    Ok(v.and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default())
+    Ok(
+        entry.map_or_else(StoredOverride::default, |e| StoredOverride {
+            overrides: match e.operation {
+                kv::Operation::Put => parse_override(&e.value),
+                kv::Operation::Delete | kv::Operation::Purge => SettingsOverride::default(),
+            },
+            revision: e.revision,
+        }),
+    )
 }
 
-/// Stores the chat's overrides.
+/// Stores the chat's overrides if the key is still at `revision` (what
+/// [`load_override`] returned); returns the new revision, or `None` when another
+/// replica wrote in between (reload and retry: a blind write would lose its change).
 pub async fn save_override(
     store: &kv::Store,
     channel: &str,
     chat: &str,
     o: &SettingsOverride,
-) -> Result<(), ProjectorError> {
+    revision: u64,
+) -> Result<Option<u64>, ProjectorError> {
     let bytes = serde_json::to_vec(o).map_err(|e| ProjectorError::Config(e.to_string()))?;
-    store
-        .put(settings_key(channel, chat), bytes.into())
+    match store
+        .update(settings_key(channel, chat), bytes.into(), revision)
         .await
-        .map_err(nats("put settings"))?;
-    Ok(())
+    {
+        Ok(rev) => Ok(Some(rev)),
+        Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+        Err(e) => Err(nats("put settings")(e)),
+    }
 }
 
 #[cfg(test)]
@@ -270,6 +329,24 @@ mod tests {
             )
         );
         assert_eq!(settings_key("c", "a b"), "c.a=20b");
+    }
+
+    #[test]
+    fn settings_keys_give_their_chat_back() {
+        for chat in ["", "-100123", "a b", "ü.x=y", "chat_1-2"] {
+            let key = settings_key("tg.main", chat);
+            assert_eq!(
+                chat_of_settings_key("tg.main", &key).as_deref(),
+                Some(chat),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            chat_of_settings_key("tg", &settings_key("tg.main", "x")),
+            None
+        );
+        assert_eq!(chat_of_settings_key("tg", "tg.a=4"), None);
+        assert_eq!(chat_of_settings_key("tg", "tg.a.b"), None);
     }
 
     #[test]

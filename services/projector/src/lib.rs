@@ -32,6 +32,11 @@
 //! - Rebuild: a run first seen at seq > 1 (restart, redelivery) is rebuilt from its own
 //!   earlier messages in `SG_EVENTS` with their ops discarded; the KV delivery state
 //!   makes every re-issued op idempotent. The archive is never read.
+//! - Settings: each replica caches per-chat settings and watches `SG_SETTINGS`, so a
+//!   `/reasoning` or `/verbose` change through any replica re-renders the chat's runs on
+//!   every replica without a restart. Writes are compare-and-set on the key's revision
+//!   (two replicas changing different flags at once both win), and cached values carry
+//!   that revision so an older value never replaces a newer one.
 //! - Crash recovery settles a run as interrupted only when it has no terminal event and
 //!   its last event is older than `orphan_after`: a projector restart alone does not
 //!   mean the agent died, and the live run must still get its final.

@@ -1,5 +1,6 @@
-//! Starts a channel: KV buckets, sink and delivery engine, crash recovery, the consumer,
-//! the `ProjectorService` gRPC server and (for `web` channels) the web page.
+//! Starts a channel: KV buckets, sink and delivery engine, the settings watch, crash
+//! recovery, the consumer, the `ProjectorService` gRPC server and (for `web` channels)
+//! the web page.
 
 use crate::channel::Channel;
 use crate::config::{with_name, ChannelConfig, ChannelSink};
@@ -61,8 +62,15 @@ pub async fn start(
         state_kv,
         settings_kv,
     ));
+    // The settings watch opens before recovery fills the settings cache, so a change
+    // made by another replica meanwhile is not missed.
+    let settings_watch = channel.settings_watch().await?;
     let recovered = channel.recover(true).await?;
     let mut tasks = JoinSet::new();
+    {
+        let (c, stop) = (channel.clone(), shutdown.clone());
+        tasks.spawn(async move { Ok(c.follow_settings(settings_watch, stop).await?) });
+    }
     {
         let (c, stop) = (channel.clone(), shutdown.clone());
         tasks.spawn(async move { Ok(c.run(stop).await?) });
@@ -94,7 +102,7 @@ pub async fn start(
                 .set_serving::<ProjectorServiceServer<Projector>>()
                 .await;
             let service = tonic::service::interceptor::InterceptedService::new(
-                ProjectorServiceServer::new(Projector::new(channel.clone())),
+                ProjectorServiceServer::new(Projector::new(channel.clone(), shutdown.clone())),
                 RequireBearer::optional(cfg.token.as_deref()),
             );
             let reflect = reflection()?;
@@ -117,7 +125,7 @@ pub async fn start(
         Some((sink, listen)) => {
             let listener = tokio::net::TcpListener::bind(listen).await?;
             let bound = listener.local_addr()?;
-            let app = web::router(channel.clone(), sink);
+            let app = web::router(channel.clone(), sink, shutdown.clone());
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 axum::serve(listener, app)

@@ -7,6 +7,13 @@
 //! `GET /runs/{run}/events` (SSE: every op of the run so far, then live; each SSE event
 //! is one op as JSON, its SSE id the op's index within the run, so a reconnecting
 //! `EventSource` can resume with `Last-Event-ID` without duplicates).
+//!
+//! The page is the rich surface (spec §7.2 tier B): draft lines arrive classified
+//! ([`WebOp::lines`]) so thinking, tool rows and commentary are styled apart, and a
+//! settle collapses the activity under its summary line instead of erasing it — the rows
+//! stay one click away (and visible until then), the final answer below them. Only a
+//! Reject retraction removes rendered rows (destructive settle, spec §3.5). A connection
+//! badge shows whether the SSE stream is live.
 
 use crate::channel::Channel;
 use axum::extract::{Path, State};
@@ -21,10 +28,11 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use streamgate_projection::{Op, Tier};
+use streamgate_projection::{draft_line_kind, DraftLine, Op, Tier};
 use streamgate_sinks::{ChatTarget, DeliveryState, Sink, SinkError};
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
+use tokio_util::sync::CancellationToken;
 
 /// One op as the page sees it.
 #[derive(Debug, Clone, Serialize)]
@@ -35,6 +43,32 @@ pub struct WebOp {
     pub index: u64,
     /// The op itself (`{"op":"draft","text":…}` etc.).
     pub op: Op,
+    /// A draft's lines, each with its lane (absent for other ops): the page styles
+    /// thinking, tool rows and commentary apart without knowing the row format.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<WebLine>,
+}
+
+/// One classified line of a draft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WebLine {
+    /// Thinking, tool row or text.
+    pub kind: DraftLine,
+    /// The line as rendered.
+    pub text: String,
+}
+
+fn classify(op: &Op) -> Vec<WebLine> {
+    match op {
+        Op::Draft { text, .. } => text
+            .lines()
+            .map(|l| WebLine {
+                kind: draft_line_kind(l),
+                text: l.to_owned(),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 #[derive(Default)]
@@ -74,6 +108,7 @@ impl WebSink {
             run_id: run_id.to_owned(),
             index: *n,
             op: op.clone(),
+            lines: classify(op),
         };
         let list = r.ops.entry(run_id.to_owned()).or_default();
         if matches!(op, Op::Draft { .. }) {
@@ -172,15 +207,22 @@ impl Sink for WebSink {
 struct AppState {
     channel: Arc<Channel>,
     sink: Arc<WebSink>,
+    shutdown: CancellationToken,
 }
 
-/// The web page's router.
-pub fn router(channel: Arc<Channel>, sink: Arc<WebSink>) -> Router {
+/// The web page's router. SSE streams end when `shutdown` fires: a graceful shutdown
+/// waits for open connections, and an open page would otherwise hold the process up
+/// (the page's `EventSource` reconnects to the next instance by itself).
+pub fn router(channel: Arc<Channel>, sink: Arc<WebSink>, shutdown: CancellationToken) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/api/runs", get(runs))
         .route("/runs/{run}/events", get(run_events))
-        .with_state(AppState { channel, sink })
+        .with_state(AppState {
+            channel,
+            sink,
+            shutdown,
+        })
 }
 
 async fn page() -> Html<&'static str> {
@@ -251,7 +293,11 @@ async fn run_events(
         }
     });
     let stream: std::pin::Pin<Box<dyn Stream<Item = Result<SseEvent, Infallible>> + Send>> =
-        Box::pin(futures::stream::iter(head).chain(live));
+        Box::pin(
+            futures::stream::iter(head)
+                .chain(live)
+                .take_until(s.shutdown.cancelled_owned()),
+        );
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
@@ -259,37 +305,55 @@ async fn run_events(
 const PAGE: &str = r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>streamgate · live runs</title>
 <style>
-body{font:15px/1.45 system-ui,sans-serif;margin:0;display:flex;height:100vh;background:#f6f7f9;color:#1c1e21}
+body{font:15px/1.45 system-ui,sans-serif,"Noto Color Emoji";margin:0;display:flex;height:100vh;background:#f6f7f9;color:#1c1e21}
 aside{width:300px;border-right:1px solid #ddd;overflow:auto;background:#fff}
 aside h1{font-size:16px;margin:12px}
 .run{padding:8px 12px;border-bottom:1px solid #eee;cursor:pointer}
 .run:hover,.run.sel{background:#eef3ff}
 .run small{color:#777;display:block}
 main{flex:1;overflow:auto;padding:16px 24px}
-.draft{white-space:pre-wrap;background:#fff;border:1px solid #ddd;border-radius:8px;padding:12px;margin-bottom:12px}
+header{display:flex;align-items:center;gap:12px;margin-bottom:12px}
+#title{font-weight:600}
+.conn{font-size:13px;padding:2px 8px;border-radius:10px;background:#eee;color:#777}
+.conn.on{background:#e3f6e8;color:#1b7f3b}
+#activity{background:#fff;border:1px solid #ddd;border-radius:8px;margin-bottom:12px}
+#activity .head{padding:8px 12px;color:#555;cursor:pointer;border-bottom:1px solid #eee}
+#activity.live .head::before{content:"⏳ ";}
+#activity.collapsed #rows{display:none}
+#activity.collapsed .head{border-bottom:none}
+#rows{padding:8px 12px}
+.row{white-space:pre-wrap;margin:2px 0}
+.row.thinking{color:#666;font-style:italic;border-left:3px solid #c9c2f0;padding-left:10px;margin:0}
+.row.tool{font-family:ui-monospace,monospace,"Noto Color Emoji";font-size:14px;background:#f3f5f8;border-radius:6px;padding:3px 8px;margin:4px 0}
 .final{white-space:pre-wrap;background:#e9f9ee;border:1px solid #9c9;border-radius:8px;padding:12px;margin-bottom:12px}
 .notice{color:#a40;margin:6px 0}
-.thinking{color:#666;font-style:italic}
-.settled{color:#555}
 </style></head><body>
 <aside><h1>Active runs</h1><div id="runs"><p style="margin:12px">loading…</p></div></aside>
-<main><div id="title">Pick a run</div><div id="draft" class="draft" hidden></div><div id="out"></div></main>
+<main><header><span id="title">Pick a run</span><span id="conn" class="conn">○ offline</span></header>
+<section id="activity" hidden><div class="head" id="head"></div><div id="rows"></div></section>
+<div id="out"></div></main>
 <script>
 let es=null,cur=null;
+const $=id=>document.getElementById(id);
 function el(t,c,x){const e=document.createElement(t);if(c)e.className=c;if(x!==undefined)e.textContent=x;return e}
-function renderDraft(text,settled){const d=document.getElementById('draft');d.hidden=false;d.className='draft'+(settled?' settled':'');d.textContent='';
- for(const line of text.split('\n')){const l=el('div',line.startsWith('>')?'thinking':'',line);d.appendChild(l)}}
-function follow(run){if(es)es.close();cur=run;document.getElementById('title').textContent='Run '+run;
- document.getElementById('out').textContent='';document.getElementById('draft').hidden=true;
+function conn(open){const c=$('conn');c.className='conn'+(open?' on':'');c.textContent=open?'● live':'○ reconnecting…';document.body.dataset.sse=open?'open':'closed'}
+function activity(state,head){const a=$('activity');a.hidden=false;a.className=state+(a.classList.contains('collapsed')?' collapsed':'');$('head').textContent=head}
+function rows(lines){const r=$('rows');r.textContent='';
+ for(const l of lines){const text=l.kind==='thinking'?l.text.replace(/^> ?/,''):l.text;r.appendChild(el('div','row '+l.kind,text))}}
+function follow(run){if(es)es.close();cur=run;$('title').textContent='Run '+run;
+ $('out').textContent='';$('rows').textContent='';$('activity').hidden=true;
  es=new EventSource('/runs/'+encodeURIComponent(run)+'/events');
+ es.onopen=()=>conn(true);es.onerror=()=>conn(false);
  es.onmessage=m=>{const w=JSON.parse(m.data),o=w.op;
-  if(o.op==='draft')renderDraft(o.text,false);
-  else if(o.op==='settle')renderDraft(o.text,true);
-  else if(o.op==='dismiss')document.getElementById('draft').hidden=true;
-  else if(o.op==='final'){const f=el('div','final',o.text+(o.suffix?'\n'+o.suffix:''));document.getElementById('out').appendChild(f)}
-  else if(o.op==='notice'||o.op==='retract')document.getElementById('out').appendChild(el('div','notice',o.text||o.placeholder));
+  if(o.op==='draft'){activity('live','working…');rows(w.lines||[])}
+  else if(o.op==='settle'){activity('settled',o.text)}
+  else if(o.op==='dismiss')$('activity').hidden=true;
+  else if(o.op==='final'){$('out').appendChild(el('div','final',o.text+(o.suffix?'\n'+o.suffix:'')))}
+  else if(o.op==='retract'){rows([{kind:'text',text:o.placeholder}]);$('out').appendChild(el('div','notice',o.placeholder))}
+  else if(o.op==='notice')$('out').appendChild(el('div','notice',o.text));
  };document.querySelectorAll('.run').forEach(r=>r.classList.toggle('sel',r.dataset.run===run))}
-async function refresh(){try{const r=await fetch('/api/runs');const runs=await r.json();const box=document.getElementById('runs');box.textContent='';
+$('head').onclick=()=>$('activity').classList.toggle('collapsed');
+async function refresh(){try{const r=await fetch('/api/runs');const runs=await r.json();const box=$('runs');box.textContent='';
  if(!runs.length)box.appendChild(el('p','', 'no active runs'));
  for(const x of runs){const d=el('div','run'+(x.run_id===cur?' sel':''));d.dataset.run=x.run_id;d.appendChild(el('b','',x.run_id));
   d.appendChild(el('small','',(x.session_key||x.chat_id)+' · seq '+x.last_seq));d.onclick=()=>follow(x.run_id);box.appendChild(d)}

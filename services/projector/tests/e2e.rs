@@ -4,6 +4,8 @@
 //! event streams) and are published to `SG_EVENTS` exactly as the normalizer would.
 #![allow(missing_docs)]
 
+mod cdp;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use streamgate_bus::subject::RunAddr;
@@ -698,35 +700,6 @@ async fn web_page_lists_runs_and_streams_ops_over_sse() -> R {
         .await?;
     assert_eq!(runs[0]["run_id"], "run-web", "{runs}");
 
-    // Headless screenshot of the live page, when a Chromium is installed.
-    let shot_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/artifacts");
-    for bin in ["chromium", "chromium-browser", "google-chrome"] {
-        let _ = std::fs::create_dir_all(&shot_dir);
-        let out = shot_dir.join("projector-web.png");
-        // The page holds an SSE connection open, so Chromium's virtual time never
-        // settles: a wall-clock `--timeout` ends the load, and the outer timeout (with
-        // kill_on_drop) bounds a browser that hangs anyway.
-        let status = tokio::process::Command::new(bin)
-            .kill_on_drop(true)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--timeout=4000",
-                &format!("--screenshot={}", out.display()),
-                "--window-size=1200,900",
-                &format!("http://{web}/?run=run-web"),
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-        let status = tokio::time::timeout(Duration::from_secs(30), status).await;
-        if status.is_ok_and(|s| s.is_ok_and(|s| s.success())) {
-            eprintln!("screenshot: {}", out.display());
-            break;
-        }
-    }
-
     // SSE: the history (latest draft) first, then the final live.
     let mut resp = http
         .get(format!("http://{web}/runs/run-web/events"))
@@ -760,5 +733,426 @@ async fn web_page_lists_runs_and_streams_ops_over_sse() -> R {
         None => text.to_owned(),
     };
     assert_eq!(shown, expected);
+    Ok(())
+}
+
+/// A turn with everything the web page styles apart: a streamed thinking block, two tool
+/// calls with arguments and results, commentary that becomes the final answer (with
+/// emoji), and the end. Written as canonical events so the page test does not depend on
+/// which captures a corpus happens to hold.
+const BROWSER_RUN: &[&str] = &[
+    r#"{"seq":1,"stream":"lifecycle","data":{"phase":"start","provider":"anthropic","model":"claude-test"}}"#,
+    r#"{"seq":2,"stream":"thinking","data":{"variant":"raw","phase":"start","id":"th_1"}}"#,
+    r#"{"seq":3,"stream":"thinking","data":{"variant":"raw","delta":"The user asks about the weather in Paris. ","id":"th_1"}}"#,
+    r#"{"seq":4,"stream":"thinking","data":{"variant":"raw","delta":"Look it up instead of guessing.","id":"th_1"}}"#,
+    r#"{"seq":5,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"th_1"}}"#,
+    r#"{"seq":6,"stream":"item","data":{"phase":"start","id":"call_1","kind":"tool","name":"web_search","status":"in_progress","arguments":{"query":"Paris weather today"}}}"#,
+    r#"{"seq":7,"stream":"item","data":{"phase":"end","id":"call_1","kind":"tool","name":"web_search","status":"completed","arguments":{"query":"Paris weather today"},"result":"18 °C, sunny, light breeze"}}"#,
+    r#"{"seq":8,"stream":"item","data":{"phase":"start","id":"call_2","kind":"tool","name":"read_file","status":"in_progress","arguments":{"path":"notes/trip.md"}}}"#,
+    r#"{"seq":9,"stream":"item","data":{"phase":"end","id":"call_2","kind":"tool","name":"read_file","status":"completed","arguments":{"path":"notes/trip.md"},"result":"Pack sunglasses"}}"#,
+    r#"{"seq":10,"stream":"assistant","data":{"phase":"commentary","delta":"It is 18 °C and sunny in Paris ☀️ Pack your sunglasses 😎","id":"msg_1","status":"in_progress"}}"#,
+    r#"{"seq":11,"stream":"assistant","data":{"phase":"final_answer","text":"It is 18 °C and sunny in Paris ☀️ Pack your sunglasses 😎","id":"msg_1","status":"completed"}}"#,
+    r#"{"seq":12,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"#,
+];
+
+/// Where test artifacts go: `<target dir>/artifacts`.
+fn artifacts_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+        .join("artifacts")
+}
+
+/// What the browser shows: the visible (laid out, inside the viewport) thinking lines,
+/// tool rows and final answers, and whether the page's SSE stream is open.
+const DOM_PROBE: &str = r#"(() => {
+  const visible = e => {
+    const r = e.getBoundingClientRect(), st = getComputedStyle(e);
+    return r.width > 0 && r.height > 0 && r.top >= 0 && r.bottom <= innerHeight
+      && st.visibility !== 'hidden' && st.display !== 'none';
+  };
+  const texts = sel => [...document.querySelectorAll(sel)].filter(visible).map(e => e.innerText);
+  return {
+    sse: document.body.dataset.sse || '',
+    connection: document.getElementById('conn')?.innerText ?? '',
+    thinking: texts('#rows .thinking'),
+    tools: texts('#rows .tool'),
+    finals: texts('#out .final'),
+    head: document.getElementById('head')?.innerText ?? '',
+  };
+})()"#;
+
+fn strings(v: &serde_json::Value, key: &str) -> Vec<String> {
+    v[key]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The acceptance check of the web channel, as a person would see it: headless Chromium
+/// opens the page while the run is live (SSE connected, thinking and tool rows showing),
+/// the rest of the run is published, and the browser's own DOM must then show the
+/// thinking text, the tool rows (emoji + detail) and the final answer, all on screen. The
+/// screenshot is kept as `target/artifacts/projector-web.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_page_in_chromium_shows_thinking_tool_rows_and_final_answer() -> R {
+    let events: Vec<Event> = BROWSER_RUN
+        .iter()
+        .map(|l| Event::from_json(l))
+        .collect::<Result<_, _>>()?;
+    let violations = streamgate_grammar::check(&events, &[], None);
+    assert!(violations.is_empty(), "not a canonical run: {violations:?}");
+    let expected = expected_final(&events).ok_or("no final")?;
+
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let mut cfg = channel(
+        "web",
+        ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    cfg.settings.reasoning = streamgate_projection::Reasoning::Stream;
+    cfg.settings.verbose = streamgate_projection::Verbose::Full;
+    let running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
+    let web = running.web.ok_or("no web listener")?;
+    let evs = run_events("run-browser", "chat-browser", &events, now_ms());
+    let live_upto = 9;
+    publish(&js, &evs[..live_upto]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .draft("run-browser")
+            .is_some_and(|d| d.last_seq == 9))
+        .await,
+        "the run never became active"
+    );
+
+    let url = format!("http://{web}/?run=run-browser");
+    let Some(mut browser) = cdp::Browser::launch(&url, 1280, 800).await? else {
+        return Ok(());
+    };
+    // Live: the page follows the run over SSE and already shows its activity.
+    let (live, ok) = browser
+        .wait_for(DOM_PROBE, Duration::from_secs(30), |v| {
+            v["sse"] == "open" && !strings(v, "tools").is_empty()
+        })
+        .await?;
+    assert!(ok, "the page never showed the live run over SSE: {live}");
+    assert!(
+        strings(&live, "finals").is_empty(),
+        "final before it was sent: {live}"
+    );
+    assert_eq!(live["connection"], "● live", "{live}");
+
+    publish(&js, &evs[live_upto..]).await?;
+    let (shown, ok) = browser
+        .wait_for(DOM_PROBE, Duration::from_secs(30), |v| {
+            !strings(v, "finals").is_empty()
+                && v["head"].as_str().is_some_and(|h| h.starts_with("🧠"))
+        })
+        .await?;
+    let shot = artifacts_dir().join("projector-web.png");
+    browser.screenshot(&shot).await?;
+    eprintln!("screenshot: {}", shot.display());
+    browser.close().await;
+    assert!(ok, "the final answer and the settle never showed: {shown}");
+
+    let thinking = strings(&shown, "thinking").join("\n");
+    assert!(
+        thinking.contains("🧠")
+            && thinking.contains("The user asks about the weather in Paris.")
+            && thinking.contains("Look it up instead of guessing."),
+        "thinking not on screen: {shown}"
+    );
+    let tools = strings(&shown, "tools");
+    assert_eq!(tools.len(), 2, "tool rows on screen: {shown}");
+    assert!(
+        tools[0].starts_with("🔍 web_search ✅")
+            && tools[0].contains("Paris weather today")
+            && tools[0].contains("18 °C, sunny"),
+        "web_search row: {shown}"
+    );
+    assert!(
+        tools[1].starts_with("📄 read_file ✅") && tools[1].contains("trip.md"),
+        "read_file row: {shown}"
+    );
+    assert_eq!(strings(&shown, "finals"), vec![expected], "{shown}");
+    assert_eq!(
+        shown["head"], "🧠 1 segment · 2 tools · 0 s",
+        "settle summary: {shown}"
+    );
+    Ok(())
+}
+
+type ProjectorClient = streamgate_proto::v1::projector_service_client::ProjectorServiceClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        streamgate_runtime::rpc::SendBearer,
+    >,
+>;
+
+/// A `ProjectorService` client with the channel's bearer token.
+async fn projector_client(
+    addr: std::net::SocketAddr,
+    token: &str,
+) -> Result<ProjectorClient, Box<dyn std::error::Error>> {
+    let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    Ok(
+        streamgate_proto::v1::projector_service_client::ProjectorServiceClient::with_interceptor(
+            ch,
+            streamgate_runtime::rpc::SendBearer::new(Some(token)),
+        ),
+    )
+}
+
+/// Polls `settings_for` (async) until it reports `want`.
+async fn wait_settings(
+    running: &Running,
+    chat: &str,
+    want: streamgate_projection::Reasoning,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if running.channel.settings_for(chat).await?.reasoning == want {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(false)
+}
+
+/// Two replicas of one channel on one nats-server: `/reasoning` and `/verbose` changed
+/// over one replica's gRPC re-render the run in flight on the other replica (its own
+/// `GetDraft` shows the thinking and the tool details, as does the Telegram draft), and a
+/// change back through the second replica reaches the first — no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
+    use streamgate_projection::{Reasoning, Verbose};
+    use streamgate_proto::v1;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let fake = FakeServer::telegram(TG_TOKEN, Behavior::default()).await?;
+    let events: Vec<Event> = BROWSER_RUN
+        .iter()
+        .map(|l| Event::from_json(l))
+        .collect::<Result<_, _>>()?;
+    let chat = "4242";
+    let run = "run-replicas";
+    let evs = run_events(run, chat, &events, now_ms());
+    let cfg = || {
+        let mut c = telegram_channel(&fake);
+        c.token = Some("chan-token".into());
+        c
+    };
+    let grpc_any = Some(([127, 0, 0, 1], 0).into());
+    // Replica B consumes the first part of the run; replica A, started afterwards,
+    // takes the run over from its active-run marker. Each renders from its own memory.
+    let b = start(
+        nats.client().await,
+        cfg(),
+        grpc_any,
+        CancellationToken::new(),
+    )
+    .await?;
+    publish(&js, &evs[..9]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || b
+            .channel
+            .draft(run)
+            .is_some_and(|d| d.last_seq == 9))
+        .await,
+        "B never rendered the run"
+    );
+    let a = start(
+        nats.client().await,
+        cfg(),
+        grpc_any,
+        CancellationToken::new(),
+    )
+    .await?;
+    let mut a_client = projector_client(a.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let mut b_client = projector_client(b.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let get_draft = |c: &mut ProjectorClient| {
+        let mut c = c.clone();
+        async move {
+            Ok::<_, tonic::Status>(
+                c.get_draft(v1::GetDraftRequest { run_id: run.into() })
+                    .await?
+                    .into_inner()
+                    .text,
+            )
+        }
+    };
+    // Channel defaults: no thinking, tool rows without details — on both replicas.
+    for d in [
+        get_draft(&mut a_client).await?,
+        get_draft(&mut b_client).await?,
+    ] {
+        assert!(d.contains("web_search"), "{d}");
+        assert!(
+            !d.contains("🧠") && !d.contains("Paris weather today"),
+            "{d}"
+        );
+    }
+
+    let reply = a_client
+        .set_settings(v1::SetSettingsRequest {
+            chat_id: chat.into(),
+            reasoning: "stream".into(),
+            verbose: "full".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (reply.reasoning.as_str(), reply.verbose.as_str()),
+        ("stream", "full")
+    );
+    assert_eq!(reply.rerendered, 1);
+
+    // B re-renders its own copy of the run from the watch.
+    let thinking = "🧠 The user asks about the weather in Paris.";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut b_draft = get_draft(&mut b_client).await?;
+    while !b_draft.contains(thinking) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        b_draft = get_draft(&mut b_client).await?;
+    }
+    assert!(
+        b_draft.contains(thinking) && b_draft.contains("Paris weather today"),
+        "B's draft was not re-rendered: {b_draft}"
+    );
+    let s = b.channel.settings_for(chat).await?;
+    assert_eq!((s.reasoning, s.verbose), (Reasoning::Stream, Verbose::Full));
+    let tg = |fake: &FakeServer| {
+        fake.live_messages()
+            .into_iter()
+            .map(|m| m.text)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || tg(&fake)
+            .iter()
+            .any(|t| t.contains(thinking)))
+        .await,
+        "the Telegram draft does not show the thinking: {:#?}",
+        fake.messages()
+    );
+
+    // And back, through B: A follows.
+    let reply = b_client
+        .set_settings(v1::SetSettingsRequest {
+            chat_id: chat.into(),
+            reasoning: "off".into(),
+            verbose: String::new(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (reply.reasoning.as_str(), reply.verbose.as_str()),
+        ("off", "full")
+    );
+    assert!(
+        wait_settings(&a, chat, Reasoning::Off).await?,
+        "A never saw B's change"
+    );
+    assert_eq!(a.channel.settings_for(chat).await?.verbose, Verbose::Full);
+    let a_draft = get_draft(&mut a_client).await?;
+    assert!(
+        !a_draft.contains("🧠") && a_draft.contains("Paris weather today"),
+        "A's draft: {a_draft}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || tg(&fake)
+            .iter()
+            .all(|t| !t.contains("🧠")))
+        .await,
+        "the Telegram draft still shows the thinking: {:#?}",
+        fake.messages()
+    );
+    // One draft message the whole time, edited in place.
+    assert_eq!(fake.live_messages().len(), 1, "{:#?}", fake.messages());
+    Ok(())
+}
+
+/// A graceful shutdown waits for open connections: a browser tab on the page (SSE) and a
+/// `Subscribe` stream of a live run must not hold the projector up. Both streams end
+/// (the subscriber with `UNAVAILABLE`, so it resumes elsewhere) and every task returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
+    use streamgate_proto::v1;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let events: Vec<Event> = BROWSER_RUN
+        .iter()
+        .map(|l| Event::from_json(l))
+        .collect::<Result<_, _>>()?;
+    let evs = run_events("run-stop", "chat-stop", &events, now_ms());
+    let mut cfg = channel(
+        "web",
+        ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    cfg.token = Some("chan-token".into());
+    let shutdown = CancellationToken::new();
+    let mut running = start(
+        nats.client().await,
+        cfg,
+        Some(([127, 0, 0, 1], 0).into()),
+        shutdown.clone(),
+    )
+    .await?;
+    publish(&js, &evs[..6]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .draft("run-stop")
+            .is_some_and(|d| d.last_seq == 6))
+        .await
+    );
+    let web = running.web.ok_or("no web")?;
+    let mut sse = reqwest::get(format!("http://{web}/runs/run-stop/events")).await?;
+    let first = tokio::time::timeout(Duration::from_secs(10), sse.chunk()).await??;
+    assert!(first.is_some(), "no SSE history");
+    let mut client = projector_client(running.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let mut sub = client
+        .subscribe(v1::SubscribeRequest {
+            target: Some(v1::subscribe_request::Target::RunId("run-stop".into())),
+            after_seq: 0,
+        })
+        .await?
+        .into_inner();
+    for _ in 0..6 {
+        assert!(sub.message().await?.is_some());
+    }
+
+    shutdown.cancel();
+    let limit = Duration::from_secs(20);
+    let sub_end = tokio::time::timeout(limit, sub.message()).await?;
+    let status = sub_end.err().ok_or("the Subscribe stream did not fail")?;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    // Keep-alives keep arriving on an open SSE stream: bound the whole drain.
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, sse.chunk()).await {
+            Ok(Ok(Some(_))) => continue,
+            Ok(Ok(None) | Err(_)) => break,
+            Err(_) => return Err("the page's SSE stream outlived the shutdown".into()),
+        }
+    }
+    while let Some(r) = tokio::time::timeout(limit, running.tasks.join_next()).await? {
+        r??;
+    }
     Ok(())
 }

@@ -1,0 +1,351 @@
+//! `streamgate tail`: the terminal channel (spec tier C) as a client of a projector
+//! channel's `ProjectorService`. It lists the channel's active runs, subscribes to each
+//! (`Subscribe` from the last rendered seq) and renders the events itself through the
+//! projection core at the status-line tier — the same rendering `streamgate up` shows
+//! (`terminal`): a live status line per run on a TTY, then the settle summary, notices
+//! and the final answer as lasting lines.
+//!
+//! Without `--addr` it finds the local `streamgate up` through `<data dir>/up.json` and
+//! the channel's token in `<data dir>/channel-<name>.token`, and looks both up again on
+//! every reconnect: a restarted `up` listens elsewhere with a new token.
+//!
+//! Reconnects (spec §7.3): each run's projection lives here, so after a broken stream the
+//! run is subscribed again from its `last_seq` (`lastRenderedSeq`); the server replays
+//! from the next seq without gaps, and anything at or below `last_seq` would be ignored
+//! by the projection anyway — no duplicate, no gap. A run that ended while disconnected
+//! gets no progress replay (spec §7.3); tail says so.
+
+use super::discover::{channel_token_path, endpoint, Instance, DEFAULT_DATA_DIR};
+use crate::terminal::{print_event, print_ops, STATUS_TIER};
+use anyhow::{Context, Result};
+use std::collections::HashSet;
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::time::Duration;
+use streamgate_grammar::{EventData, RunEvent};
+use streamgate_projection::{Reasoning, RunProjection, Settings, Verbose};
+use streamgate_proto::v1;
+use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
+use streamgate_runtime::rpc::SendBearer;
+use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// Flags of `streamgate tail`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TailArgs {
+    /// ProjectorService address of the channel (default: the local `streamgate up`'s).
+    #[arg(long, env = "STREAMGATE_PROJECTOR_ADDR")]
+    pub addr: Option<String>,
+    /// The channel's bearer token (default: the local instance's token file).
+    #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Channel of the local instance (default: its web channel, else its first).
+    #[arg(long)]
+    pub channel: Option<String>,
+    /// Follow this run only: wait for it to start, exit when it ends.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// `/reasoning` for this terminal: off, on (`stream` shows as `on`: a status line).
+    #[arg(long, default_value = "off")]
+    pub reasoning: Reasoning,
+    /// `/verbose` for this terminal: off, on (`full` shows as `on`).
+    #[arg(long, default_value = "on")]
+    pub verbose: Verbose,
+    /// Print every event as one line instead of the status-line rendering.
+    #[arg(long)]
+    pub raw_events: bool,
+    /// Data dir of the local instance to find.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+}
+
+type Client = ProjectorServiceClient<InterceptedService<Channel, SendBearer>>;
+
+/// How to reach the channel, looked up again on every (re)connect.
+#[derive(Debug, Clone)]
+struct Target {
+    addr: Option<String>,
+    token: Option<String>,
+    channel: Option<String>,
+    data_dir: PathBuf,
+}
+
+impl Target {
+    /// The address and token to use now.
+    fn resolve(&self) -> Result<(String, Option<String>)> {
+        if let Some(a) = &self.addr {
+            return Ok((a.clone(), self.token.clone()));
+        }
+        let inst = Instance::read(&self.data_dir)?;
+        let ch = match &self.channel {
+            Some(name) => inst.channels.iter().find(|c| &c.name == name),
+            None => inst
+                .channels
+                .iter()
+                .find(|c| c.kind == "web")
+                .or(inst.channels.first()),
+        };
+        let Some(ch) = ch else {
+            let names: Vec<&str> = inst.channels.iter().map(|c| c.name.as_str()).collect();
+            anyhow::bail!(
+                "the local streamgate up has no channel {} (channels: {})",
+                self.channel.as_deref().unwrap_or("at all"),
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            );
+        };
+        let token = match &self.token {
+            Some(t) => Some(t.clone()),
+            None => {
+                let path = channel_token_path(&self.data_dir, &ch.name);
+                let t = std::fs::read_to_string(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                Some(t.trim().to_owned())
+            }
+        };
+        Ok((ch.grpc.clone(), token))
+    }
+
+    async fn connect(&self) -> Result<Client> {
+        let (addr, token) = self.resolve()?;
+        let channel = Channel::from_shared(endpoint(&addr))?
+            .connect()
+            .await
+            .with_context(|| format!("cannot reach the channel at {addr}"))?;
+        Ok(ProjectorServiceClient::with_interceptor(
+            channel,
+            SendBearer::new(token.as_deref()),
+        ))
+    }
+}
+
+/// Output mode shared by every run's follower.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    tty: bool,
+    raw: bool,
+}
+
+/// Reconnect pacing: from 100 ms, doubling, at most 2 s.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff(Duration::from_millis(100))
+    }
+
+    /// Waits the current delay (or until `stop`); false when stopped.
+    async fn wait(&mut self, stop: &CancellationToken) -> bool {
+        let d = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+        tokio::select! {
+            () = stop.cancelled() => false,
+            () = tokio::time::sleep(d) => true,
+        }
+    }
+}
+
+/// Connects, retrying until it works or `stop` fires. Says once on stderr that it is
+/// waiting, and why.
+async fn connect(target: &Target, stop: &CancellationToken) -> Option<Client> {
+    let mut backoff = Backoff::new();
+    let mut told = false;
+    loop {
+        match target.connect().await {
+            Ok(c) => return Some(c),
+            Err(e) => {
+                if !told {
+                    eprintln!("streamgate tail: {e:#}; retrying…");
+                    told = true;
+                }
+                if !backoff.wait(stop).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+fn is_terminal(ev: &RunEvent) -> bool {
+    matches!(&ev.event.data, EventData::Lifecycle(l) if l.is_terminal())
+}
+
+/// How one subscription ended.
+enum Ended {
+    /// The terminal event was rendered.
+    Done,
+    /// The run is no longer active on the channel (ended while we were away).
+    Gone,
+    /// The stream broke: subscribe again from the last rendered seq.
+    Broken,
+}
+
+/// Renders one subscription's events into `proj`; `resuming` after a broken one.
+async fn subscribe_once(
+    client: &mut Client,
+    run: &str,
+    proj: &mut RunProjection,
+    settings: &Settings,
+    view: View,
+    resuming: bool,
+) -> Ended {
+    let req = v1::SubscribeRequest {
+        target: Some(v1::subscribe_request::Target::RunId(run.to_owned())),
+        after_seq: proj.last_seq(),
+    };
+    let mut stream = match client.subscribe(req).await {
+        Ok(s) => s.into_inner(),
+        Err(s) if s.code() == tonic::Code::NotFound => return Ended::Gone,
+        Err(_) => return Ended::Broken,
+    };
+    if resuming {
+        // From here on the channel owes us every later event up to the terminal one.
+        eprintln!(
+            "streamgate tail: run {run} resumed after seq {}",
+            proj.last_seq()
+        );
+    }
+    loop {
+        let ev = match stream.message().await {
+            Ok(Some(e)) => e,
+            Ok(None) | Err(_) => return Ended::Broken,
+        };
+        let Ok(ev) = RunEvent::try_from(ev) else {
+            continue;
+        };
+        // The server sends each seq once, in order; a seq already rendered (a replay
+        // overlapping the last connection) is skipped here as the projection would.
+        if ev.event.seq <= proj.last_seq() {
+            continue;
+        }
+        let ops = proj.apply_run_event(&ev, settings, STATUS_TIER);
+        if view.raw {
+            print_event(&ev, view.tty);
+        } else {
+            print_ops(run, &ops, view.tty);
+        }
+        if is_terminal(&ev) {
+            return Ended::Done;
+        }
+    }
+}
+
+/// Follows one run to its end across reconnects.
+async fn follow_run(
+    target: Target,
+    run: String,
+    settings: Settings,
+    view: View,
+    stop: CancellationToken,
+) {
+    let mut proj = RunProjection::new(&run);
+    let mut backoff = Backoff::new();
+    let mut resuming = false;
+    while let Some(mut client) = connect(&target, &stop).await {
+        let ended = tokio::select! {
+            () = stop.cancelled() => return,
+            e = subscribe_once(&mut client, &run, &mut proj, &settings, view, resuming) => e,
+        };
+        resuming = true;
+        match ended {
+            Ended::Done => return,
+            Ended::Gone => {
+                if proj.last_seq() > 0 {
+                    eprintln!(
+                        "streamgate tail: run {run} ended while disconnected (after seq {}); \
+                         `streamgate replay {run}` shows the rest",
+                        proj.last_seq()
+                    );
+                }
+                return;
+            }
+            Ended::Broken => {
+                if !backoff.wait(&stop).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Runs `streamgate tail` until Ctrl-C (or, with `--run`, until that run ends).
+pub async fn run(args: TailArgs) -> Result<()> {
+    let stop = streamgate_runtime::shutdown::on_signal();
+    let target = Target {
+        addr: args.addr.clone(),
+        token: args.token.clone(),
+        channel: args.channel.clone(),
+        data_dir: args.data_dir.clone(),
+    };
+    // Fail fast on what retrying cannot fix (no such channel, no token file) only when
+    // an instance is there to ask; a missing one may still be starting.
+    if args.addr.is_none() && Instance::read(&args.data_dir).is_ok() {
+        target.resolve()?;
+    }
+    let settings = Settings {
+        reasoning: args.reasoning,
+        verbose: args.verbose,
+        ..Settings::default()
+    };
+    let view = View {
+        tty: std::io::stdout().is_terminal(),
+        raw: args.raw_events,
+    };
+    let mut followed: HashSet<String> = HashSet::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut backoff = Backoff::new();
+    'connect: while let Some(mut client) = connect(&target, &stop).await {
+        loop {
+            let runs = match client.list_active_runs(v1::ListActiveRunsRequest {}).await {
+                Ok(r) => r.into_inner().runs,
+                Err(_) => {
+                    // `up` restarted or went away: find it again.
+                    if !backoff.wait(&stop).await {
+                        break 'connect;
+                    }
+                    continue 'connect;
+                }
+            };
+            backoff = Backoff::new();
+            for r in runs {
+                if args.run.as_ref().is_some_and(|want| want != &r.run_id) {
+                    continue;
+                }
+                if followed.insert(r.run_id.clone()) {
+                    eprintln!(
+                        "streamgate tail: following run {} (chat {})",
+                        r.run_id, r.chat_id
+                    );
+                    tasks.spawn(follow_run(
+                        target.clone(),
+                        r.run_id,
+                        settings.clone(),
+                        view,
+                        stop.clone(),
+                    ));
+                }
+            }
+            // With --run, the one run's follower ending is the end.
+            if args.run.is_some() && !tasks.is_empty() {
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    _ = tasks.join_next() => {}
+                }
+                break 'connect;
+            }
+            // Ended followers are reaped as they go; their runs stay marked as followed.
+            while tasks.try_join_next().is_some() {}
+            tokio::select! {
+                () = stop.cancelled() => break 'connect,
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        }
+    }
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! `streamgate tail` as a user runs it against `streamgate up` in a temp data dir, found
+//! through `up.json` and the channel's token file, across a restart of `up` in the middle
+//! of a run:
+//!
+//! - `tail --run r1` (status-line rendering) prints the run's final answer exactly once
+//!   and exits when the run ends;
+//! - `tail --raw-events` (every run) prints every event of the run exactly once, seq 1 to
+//!   the terminal event, in order: the reconnect resumed from the last rendered seq with
+//!   no duplicate and no gap.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A capture with a tool, commentary and a final answer, one event-bearing line each.
+const FAMILY: &str = "codex-appserver";
+const CAPTURE: &str = "codex-appserver/tooluse.jsonl";
+const FINAL: &str = "One file.";
+
+fn spawn_logged(args: &[&str], dir: &Path, tag: &str) -> Graceful {
+    let out = std::fs::File::create(dir.join(format!("{tag}.out"))).unwrap();
+    let err = std::fs::File::create(dir.join(format!("{tag}.err"))).unwrap();
+    Graceful(
+        Command::new(bin())
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {tag}: {e}")),
+    )
+}
+
+fn log(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+/// Waits for `<data>/up.json` of a process other than `not_pid`.
+fn wait_up(dir: &Path, up: &mut Graceful, tag: &str, not_pid: Option<u64>) -> Value {
+    let path = dir.join(".streamgate/up.json");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(Some(s)) = up.0.try_wait() {
+            panic!(
+                "{tag} exited with {s}:\n{}",
+                log(dir, &format!("{tag}.err"))
+            );
+        }
+        if let Some(v) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        {
+            if v["pid"].as_u64() != not_pid {
+                return v;
+            }
+        }
+        assert!(Instant::now() < deadline, "{tag}: no up.json");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool, dir: &Path) {
+    let deadline = Instant::now() + PATIENCE;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}\n--- tail-all ---\n{}{}\n--- tail-run ---\n{}{}",
+            log(dir, "tail-all.out"),
+            log(dir, "tail-all.err"),
+            log(dir, "tail-run.out"),
+            log(dir, "tail-run.err")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Seqs of `run` in `--raw-events` output (`<run padded> #<seq> <what>`).
+fn seqs(out: &str, run: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(run))
+        .filter_map(|rest| rest.trim_start().strip_prefix('#'))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+async fn publish_to(nats_url: &str, raws: &[streamgate_bus::raw::RawChunk]) {
+    let client = async_nats::connect(nats_url)
+        .await
+        .expect("connect to NATS");
+    let js = async_nats::jetstream::new(client);
+    publish_all(&js, raws).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_follows_a_run_across_an_up_restart_without_duplicates_or_gaps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut up = spawn_logged(&["up", "--quiet"], dir, "up1");
+    let inst = wait_up(dir, &mut up, "up1", None);
+    let mut tail_all = spawn_logged(&["tail", "--raw-events"], dir, "tail-all");
+    let mut tail_run = spawn_logged(&["tail", "--run", "r1"], dir, "tail-run");
+
+    // The run, one JSONL line per chunk, all with one ingest time.
+    let bytes = fixture(CAPTURE);
+    let chunks: Vec<Bytes> = bytes
+        .split_inclusive(|b| *b == b'\n')
+        .map(Bytes::copy_from_slice)
+        .collect();
+    let want = expected(FAMILY, &bytes).len() as u64;
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let raws = raw_chunks(&spec("r1", FAMILY), &chunks, ts);
+    let half = chunks.len() / 2;
+    publish_to(inst["nats_url"].as_str().unwrap(), &raws[..half]).await;
+
+    // Both tails are following the live run and have rendered its first part.
+    wait_for(
+        "tails never followed r1",
+        || {
+            log(dir, "tail-run.err").contains("following run r1")
+                && seqs(&log(dir, "tail-all.out"), "r1").len() >= 3
+        },
+        dir,
+    );
+    let before = seqs(&log(dir, "tail-all.out"), "r1");
+    assert!(
+        (before.len() as u64) < want,
+        "the run was already over: {before:?}"
+    );
+
+    // `up` goes away mid-run and comes back on other ports with new tokens.
+    let status = up.stop(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "up did not stop cleanly with tails subscribed: {status:?}\n{}",
+        log(dir, "up1.err")
+    );
+    let old_pid = inst["pid"].as_u64();
+    let mut up2 = spawn_logged(&["up", "--quiet"], dir, "up2");
+    let inst2 = wait_up(dir, &mut up2, "up2", old_pid);
+    // Both tails subscribed again to the new instance (from their last rendered seq)
+    // before the run goes on: a run that ends while a subscriber is away gets no
+    // progress replay (spec §7.3).
+    let resumed = "run r1 resumed after seq ";
+    wait_for(
+        "tails never resumed r1 on the new instance",
+        || log(dir, "tail-run.err").contains(resumed) && log(dir, "tail-all.err").contains(resumed),
+        dir,
+    );
+    publish_to(inst2["nats_url"].as_str().unwrap(), &raws[half..]).await;
+
+    // `tail --run` exits by itself once the run ended.
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(s) = tail_run.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tail --run r1 did not exit:\n{}{}",
+            log(dir, "tail-run.out"),
+            log(dir, "tail-run.err")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{}", log(dir, "tail-run.err"));
+    let rendered = log(dir, "tail-run.out");
+    assert_eq!(
+        rendered.matches("✅ final answer:").count(),
+        1,
+        "final answer not printed exactly once:\n{rendered}\n{}",
+        log(dir, "tail-run.err")
+    );
+    assert!(rendered.contains(FINAL), "{rendered}");
+    assert_eq!(
+        rendered.matches("🧠 0 segments · 1 tool").count(),
+        1,
+        "settle summary not printed exactly once:\n{rendered}"
+    );
+
+    wait_for(
+        "tail --raw-events never printed the terminal event",
+        || seqs(&log(dir, "tail-all.out"), "r1").len() as u64 >= want,
+        dir,
+    );
+    // A moment for anything duplicated to show up before the last look.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        tail_all.stop(Duration::from_secs(10)).map(|s| s.success()),
+        Some(true)
+    );
+    let all = log(dir, "tail-all.out");
+    assert_eq!(
+        seqs(&all, "r1"),
+        (1..=want).collect::<Vec<_>>(),
+        "duplicate or gap across the restart:\n{all}"
+    );
+    assert!(all.contains("■ end"), "{all}");
+    let status = up2.stop(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{}",
+        log(dir, "up2.err")
+    );
+}
