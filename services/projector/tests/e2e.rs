@@ -773,7 +773,8 @@ const DOM_PROBE: &str = r#"(() => {
   };
   const texts = sel => [...document.querySelectorAll(sel)].filter(visible).map(e => e.innerText);
   return {
-    sse: document.body.dataset.sse || '',
+    // Polled from right after navigation: the body may not exist yet.
+    sse: document.body?.dataset.sse || '',
     connection: document.getElementById('conn')?.innerText ?? '',
     thinking: texts('#rows .thinking'),
     tools: texts('#rows .tool'),
