@@ -335,7 +335,16 @@ pub async fn run(args: UpArgs) -> Result<()> {
         r??;
     }
     streamgate_runtime::telemetry::flush().await;
-    drop(local_nats);
+    // Every service is done: close our connection first, so the broker's exit is not
+    // reported as a connection error.
+    drop(js);
+    if let Err(e) = nats.drain().await {
+        tracing::debug!(error = %e, "nats connection drain");
+    }
+    if let Some(mut server) = local_nats {
+        // A clean stop: the broker flushes what the services just acknowledged.
+        tokio::task::spawn_blocking(move || server.stop(Duration::from_secs(10))).await?;
+    }
     Ok(())
 }
 

@@ -143,6 +143,38 @@ impl LocalNats {
         }
     }
 
+    /// Stops the server cleanly: SIGTERM, so it flushes its store and closes client
+    /// connections, then waits up to `patience` before falling back to SIGKILL. What
+    /// `streamgate up` does on exit; dropping a `LocalNats` kills it (fast, for tests).
+    pub fn stop(&mut self, patience: Duration) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // std has no SIGTERM (and this crate forbids unsafe): the `kill` utility sends it.
+        let asked = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let deadline = Instant::now() + patience;
+        while asked && Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// True while the server process is running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Starts it again on the same port and store.
     pub fn restart(&mut self) -> Result<(), LocalNatsError> {
         self.kill();

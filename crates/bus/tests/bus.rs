@@ -615,3 +615,38 @@ async fn a_foreign_client_can_ingest_with_plain_headers() {
         c[1].ingest_ts_ms
     );
 }
+
+#[tokio::test]
+async fn a_stopped_local_server_shuts_down_cleanly_and_keeps_its_store() {
+    use streamgate_bus::local::{free_port, nats_server_binary, LocalNats};
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalNats::spawn(&nats_server_binary(), free_port().unwrap(), dir.path())
+        .expect("nats-server");
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    ensure_streams(&js, &StreamSettings::default())
+        .await
+        .unwrap();
+    let addr = RunAddr::new("t", "run-stop", DEFAULT_PARTITIONS);
+    raw::publish_raw(&js, &data_chunk(&addr, 0, b"kept"))
+        .await
+        .unwrap();
+
+    // stop() blocks while the server shuts down.
+    let server = tokio::task::spawn_blocking(move || {
+        let mut server = server;
+        server.stop(Duration::from_secs(10));
+        assert!(!server.is_running());
+        // A signal-driven shutdown, not a kill: the server said goodbye.
+        assert!(server.log().contains("Server Exiting"), "{}", server.log());
+        server.restart().unwrap();
+        server
+    })
+    .await
+    .unwrap();
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let msgs = consume::read_subject(&js, RAW_STREAM, &addr.raw_subject())
+        .await
+        .unwrap();
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(&msgs[0].payload[..], b"kept");
+}
