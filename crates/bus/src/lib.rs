@@ -1,5 +1,5 @@
 //! streamgate on NATS JetStream: subjects, stream provisioning, raw and event messages,
-//! consumers and trace propagation (DESIGN §1, §3, §4).
+//! consumers, partition leases and trace propagation (DESIGN §1, §3, §4).
 //!
 //! Two streams carry the pipeline:
 //! - [`RAW_STREAM`] (`SG_RAW`, subjects `sg.raw.>`): provider wire bytes as producers saw
@@ -60,6 +60,8 @@
 //! - [`raw`]: [`raw::RawChunk`] ⇄ message, [`raw::publish_raw`].
 //! - [`events`]: [`events::publish_batches`] (pipelined) and [`events::decode_message`].
 //! - [`consume`]: durable pull consumers and [`consume::read_subject`] for run rebuilds.
+//! - [`lease`]: partition leases in KV ([`lease::PartitionLeases`]) and the per-partition
+//!   workers they run — how the normalizer and projector replicas split the partitions.
 //! - [`trace`]: W3C `traceparent` through NATS headers.
 //! - [`BusError`] (this file): every failure of this crate.
 #![forbid(unsafe_code)]
@@ -72,6 +74,7 @@ use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, Stor
 pub mod consume;
 pub mod events;
 mod hdr;
+pub mod lease;
 pub mod local;
 pub mod raw;
 pub mod subject;
