@@ -391,16 +391,33 @@ pub async fn wait_consumer(js: &async_nats::jetstream::Context, stream: &str, du
     }
 }
 
+/// The normalizer's durable consumers, one per partition (`sg-normalizer-pNN`).
+pub fn normalizer_durables(prefix: &str) -> Vec<String> {
+    (0..DEFAULT_PARTITIONS)
+        .map(|p| streamgate_normalizer::worker::partition_durable(prefix, DEFAULT_PARTITIONS, p))
+        .collect()
+}
+
+/// Waits until the normalizer consumes every partition (each partition's durable
+/// consumer exists, created by the replica holding its lease).
+pub async fn wait_normalizer(js: &async_nats::jetstream::Context, prefix: &str) {
+    for durable in normalizer_durables(prefix) {
+        wait_consumer(js, RAW_STREAM, &durable).await;
+    }
+}
+
 /// Waits until both services have consumed and acknowledged everything on the bus.
 pub async fn wait_quiet(js: &async_nats::jetstream::Context) {
     let deadline = Instant::now() + PATIENCE;
     let mut stable = 0;
+    let mut consumers: Vec<(&str, String)> = normalizer_durables("sg-normalizer")
+        .into_iter()
+        .map(|d| (RAW_STREAM, d))
+        .collect();
+    consumers.push((EVENTS_STREAM, "sg-archiver".to_owned()));
     loop {
         let mut idle = true;
-        for (stream, durable) in [
-            (RAW_STREAM, "sg-normalizer"),
-            (EVENTS_STREAM, "sg-archiver"),
-        ] {
+        for (stream, durable) in &consumers {
             let info = js
                 .get_stream(stream)
                 .await
@@ -548,7 +565,7 @@ impl Pipeline {
             _store: test_store,
         };
         p.start_normalizer().await;
-        wait_consumer(&p.js, RAW_STREAM, &p.normalizer_cfg.durable).await;
+        wait_normalizer(&p.js, &p.normalizer_cfg.durable).await;
         wait_consumer(&p.js, EVENTS_STREAM, "sg-archiver").await;
         p
     }
@@ -744,7 +761,7 @@ impl ProcPipeline {
             &normalizer_args(&nats.url(), 600),
             logs.path(),
         );
-        wait_consumer(&js, RAW_STREAM, "sg-normalizer").await;
+        wait_normalizer(&js, "sg-normalizer").await;
         // The archiver has run the migrations once its consumer exists.
         wait_consumer(&js, EVENTS_STREAM, "sg-archiver").await;
         let store = test_store.open().await;
