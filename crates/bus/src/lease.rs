@@ -1001,6 +1001,21 @@ async fn read_group(kv: &kv::Store, group: &str, partitions: u32) -> Result<Grou
         })
         .await
         .map_err(nats("create lease reader"))?;
+    // A reader per round would linger for its inactivity threshold and count against
+    // the bucket's consumer limit: delete it when done, however the read ends.
+    let name = consumer.cached_info().name.clone();
+    let view = read_view(consumer, &prefix, partitions).await;
+    if let Err(e) = kv.stream.delete_consumer(&name).await {
+        tracing::debug!(error = %e, "lease reader not deleted; it expires");
+    }
+    view
+}
+
+async fn read_view(
+    consumer: jetstream::consumer::Consumer<pull::OrderedConfig>,
+    prefix: &str,
+    partitions: u32,
+) -> Result<GroupView, BusError> {
     let mut view = GroupView::default();
     if consumer.cached_info().num_pending == 0 {
         return Ok(view);
@@ -1021,7 +1036,7 @@ async fn read_group(kv: &kv::Store, group: &str, partitions: u32) -> Result<Grou
             .as_ref()
             .and_then(|h| h.get("KV-Operation"))
             .is_some_and(|v| matches!(v.as_str(), "DEL" | "PURGE"));
-        if let Some(rest) = msg.subject.strip_prefix(prefix.as_str()) {
+        if let Some(rest) = msg.subject.strip_prefix(prefix) {
             if let Some(m) = rest.strip_prefix(MEMBERS).and_then(|m| m.strip_prefix('.')) {
                 if !deleted {
                     view.members.insert(m.to_owned());

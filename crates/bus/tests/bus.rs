@@ -141,6 +141,7 @@ async fn ensure_streams_is_idempotent_and_applies_changes() {
     assert_eq!(cfg.storage, jetstream::stream::StorageType::File);
     assert_eq!(cfg.max_age, Duration::from_secs(7 * 24 * 3600));
     assert_eq!(cfg.duplicate_window, Duration::from_secs(120));
+    assert_eq!(cfg.max_consumers, defaults.max_consumers);
 
     let changed = StreamSettings {
         raw_max_bytes: 64 << 20,
