@@ -149,7 +149,7 @@ async fn one_trace_follows_a_run_from_ingest_to_archive_and_channel() {
     ];
     common::wait_normalizer(&js, "sg-normalizer").await;
     common::wait_consumer(&js, EVENTS_STREAM, "sg-archiver").await;
-    common::wait_consumer(&js, EVENTS_STREAM, "sg-projector-traced").await;
+    common::wait_projector(&js, "traced").await;
 
     let capture = common::fixture("f1/tool-use.sse");
     let reply = reqwest::Client::new()

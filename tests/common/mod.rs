@@ -406,6 +406,20 @@ pub async fn wait_normalizer(js: &async_nats::jetstream::Context, prefix: &str) 
     }
 }
 
+/// Waits until a projector channel consumes every partition (each partition's durable
+/// consumer `sg-projector-<channel>-pNN` exists).
+pub async fn wait_projector(js: &async_nats::jetstream::Context, channel: &str) {
+    let cfg = streamgate_projector::ChannelConfig::new(
+        channel,
+        streamgate_projector::ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    for p in 0..cfg.partitions {
+        wait_consumer(js, EVENTS_STREAM, &cfg.partition_durable(p)).await;
+    }
+}
+
 /// Waits until both services have consumed and acknowledged everything on the bus.
 pub async fn wait_quiet(js: &async_nats::jetstream::Context) {
     let deadline = Instant::now() + PATIENCE;
