@@ -1191,3 +1191,182 @@ async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
     }
     Ok(())
 }
+
+/// Two replicas of one Telegram channel on one nats-server split the partitions 16/16.
+/// Every fixture runs in its own chat. While the first half of every run goes through,
+/// each run is rendered by the replica holding its partition only: the partition sets do
+/// not move, a replica consumes only its partitions' durable consumers, and none of them
+/// redelivers a message (each event was taken once). Then one replica is stopped
+/// mid-turn; the other takes its partitions over at once (a graceful release), rebuilds
+/// their runs from the active-run markers and finishes them: every chat ends with
+/// exactly one final with the expected text and at most one draft.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewhere() -> R {
+    use streamgate_bus::subject::partition_of;
+    use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM};
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let fake = FakeServer::telegram(TG_TOKEN, Behavior::default()).await?;
+    let fx = fixtures();
+    assert!(fx.len() >= 20, "fixtures not found: {}", fx.len());
+    let t0 = now_ms();
+    struct Turn {
+        chat: String,
+        run: String,
+        events: Vec<RunEvent>,
+        expected: Option<String>,
+    }
+    let turns: Vec<Turn> = fx
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let (chat, run) = ((2000 + i).to_string(), format!("run-rep-{i}"));
+            Turn {
+                events: run_events(&run, &chat, &f.events, t0),
+                expected: expected_final(&f.events),
+                chat,
+                run,
+            }
+        })
+        .collect();
+    let a = start(
+        nats.client().await,
+        telegram_channel(&fake),
+        None,
+        CancellationToken::new(),
+    )
+    .await?;
+    let b_stop = CancellationToken::new();
+    let mut b = start(
+        nats.client().await,
+        telegram_channel(&fake),
+        None,
+        b_stop.clone(),
+    )
+    .await?;
+    let held = |r: &Running| r.partitions.borrow().clone();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let (x, y) = (held(&a), held(&b));
+            x.len() == 16 && y.len() == 16 && x.is_disjoint(&y)
+        })
+        .await,
+        "the replicas never split the partitions"
+    );
+    let (held_a, held_b) = (held(&a), held(&b));
+
+    for t in &turns {
+        publish(&js, &t.events[..t.events.len() / 2]).await?;
+    }
+    // Until both replicas consumed and acknowledged every first half.
+    let cfg = telegram_channel(&fake);
+    let stream = js.get_stream(EVENTS_STREAM).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let redelivered = loop {
+        let mut quiet = true;
+        let mut redelivered = 0;
+        for p in 0..DEFAULT_PARTITIONS {
+            let info = stream.consumer_info(cfg.partition_durable(p)).await?;
+            quiet &= info.num_pending == 0 && info.num_ack_pending == 0;
+            redelivered += info.num_redelivered;
+        }
+        if quiet || Instant::now() > deadline {
+            assert!(quiet, "the first halves were never all consumed");
+            break redelivered;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(redelivered, 0, "an event was delivered twice");
+    assert_eq!(
+        (held(&a), held(&b)),
+        (held_a.clone(), held_b.clone()),
+        "partitions moved while the first halves went through"
+    );
+    let mut on_b = 0;
+    for t in &turns {
+        let part = partition_of(&t.run, DEFAULT_PARTITIONS);
+        let elsewhere = if held_a.contains(&part) {
+            &b
+        } else {
+            on_b += 1;
+            &a
+        };
+        assert!(
+            elsewhere.channel.draft(&t.run).is_none(),
+            "{}: in flight on the replica without its partition",
+            t.run
+        );
+    }
+    assert!(on_b > 0, "no run on the replica to be stopped");
+    let in_flight_on_b = b.channel.active_runs().len();
+    assert!(
+        in_flight_on_b > 0,
+        "no turn in flight on the replica to be stopped"
+    );
+
+    // Stop b mid-turn: a takes its partitions at once and finishes its runs.
+    b_stop.cancel();
+    while let Some(r) = b.tasks.join_next().await {
+        r??;
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || held(&a).len() == 32).await,
+        "a never took the stopped replica's partitions"
+    );
+    for t in &turns {
+        publish(&js, &t.events[t.events.len() / 2..]).await?;
+    }
+    let finals_in = |t: &Turn| {
+        t.expected.as_ref().map_or(0, |f| {
+            fake.messages()
+                .iter()
+                .filter(|m| m.chat == t.chat && !m.deleted && &m.text == f)
+                .count()
+        })
+    };
+    let done = wait_until(Duration::from_secs(120), || {
+        a.channel.active_runs().is_empty()
+            && turns
+                .iter()
+                .all(|t| finals_in(t) == usize::from(t.expected.is_some()))
+    })
+    .await;
+    let msgs = fake.messages();
+    for t in &turns {
+        let mine: Vec<_> = msgs.iter().filter(|m| m.chat == t.chat).collect();
+        assert_eq!(
+            finals_in(t),
+            usize::from(t.expected.is_some()),
+            "{}: finals {mine:#?}",
+            t.run
+        );
+        let notices = mine
+            .iter()
+            .filter(|m| {
+                m.edits == 0
+                    && !m.deleted
+                    && ["❌", "⚠", "⛔"].iter().any(|p| m.text.starts_with(p))
+                    && t.expected.as_ref() != Some(&m.text)
+            })
+            .count();
+        assert!(
+            mine.len() <= 1 + finals_in(t) + notices,
+            "{}: duplicated drafts {mine:#?}",
+            t.run
+        );
+    }
+    assert!(done, "not every run finished");
+    assert_eq!(
+        a.channel.interrupted(),
+        0,
+        "a live run was settled as interrupted"
+    );
+    eprintln!(
+        "{} runs ({on_b} on the stopped replica, {in_flight_on_b} in flight when it stopped), {} Telegram messages, {} finals",
+        turns.len(),
+        msgs.len(),
+        turns.iter().filter(|t| t.expected.is_some()).count()
+    );
+    Ok(())
+}
