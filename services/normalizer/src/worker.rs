@@ -21,7 +21,7 @@ use crate::runs::{Applied, RunBudget, RunKey, RunTable};
 use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use streamgate_bus::consume::{durable_pull, read_subject};
+use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legacy};
 use streamgate_bus::events::{publish_batches, Batch};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
@@ -142,13 +142,17 @@ async fn partition_worker(
     // pull batches, which keeps one pull in flight while the previous is processed.
     let max_ack_pending = (cfg.max_ack_pending / i64::from(partitions))
         .max(2 * i64::try_from(cfg.batch).unwrap_or(i64::MAX));
-    let consumer = durable_pull(
+    // A deployment upgraded from the single shared consumer `<durable>` resumes where
+    // that one was acknowledged, not at the start of SG_RAW.
+    let start = start_after_legacy(&js, RAW_STREAM, &cfg.durable).await?;
+    let consumer = durable_pull_from(
         &js,
         RAW_STREAM,
         &durable,
         vec![raw_partition_filter(p)],
         cfg.ack_wait,
         max_ack_pending,
+        start,
     )
     .await?;
     let mut messages = consumer

@@ -735,13 +735,18 @@ impl Channel {
         }
         // The channel's backpressure bound, split over the partitions.
         let max_ack_pending = (10_000 / i64::from(self.cfg.partitions.max(1))).max(256);
-        let consumer = consume::durable_pull(
+        // A channel upgraded from its single shared consumer resumes where that one was
+        // acknowledged, not at the start of SG_EVENTS.
+        let start =
+            consume::start_after_legacy(&self.js, EVENTS_STREAM, &self.cfg.durable_name()).await?;
+        let consumer = consume::durable_pull_from(
             &self.js,
             EVENTS_STREAM,
             &self.cfg.partition_durable(partition),
             vec![self.cfg.partition_filter(partition)],
             self.cfg.ack_wait,
             max_ack_pending,
+            start,
         )
         .await?;
         let mut messages = consumer
