@@ -403,7 +403,7 @@ struct Supervisor {
     stopping: bool,
 }
 
-/// Partition → revision pairs the renewal round writes.
+/// Per partition, what a compare-and-set answered (the new revision on success).
 type Renewals = Vec<(u32, Result<u64, kv::UpdateError>)>;
 
 impl Supervisor {
