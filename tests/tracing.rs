@@ -19,7 +19,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use streamgate_bus::local::free_port;
-use streamgate_bus::{StreamSettings, EVENTS_STREAM, RAW_STREAM};
+use streamgate_bus::{StreamSettings, EVENTS_STREAM};
 
 /// A span as the collector received it.
 #[derive(Debug, Clone)]
@@ -147,9 +147,9 @@ async fn one_trace_follows_a_run_from_ingest_to_archive_and_channel() {
             logs.path(),
         ),
     ];
-    common::wait_consumer(&js, RAW_STREAM, "sg-normalizer").await;
+    common::wait_normalizer(&js, "sg-normalizer").await;
     common::wait_consumer(&js, EVENTS_STREAM, "sg-archiver").await;
-    common::wait_consumer(&js, EVENTS_STREAM, "sg-projector-traced").await;
+    common::wait_projector(&js, "traced").await;
 
     let capture = common::fixture("f1/tool-use.sse");
     let reply = reqwest::Client::new()

@@ -45,6 +45,10 @@ pub struct PipelineArgs {
     /// meaningful below saturation: at full speed it measures the backlog.
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
+    /// Partitions of the bench deployment: the normalizer runs one durable consumer per
+    /// partition, so this is the broker's consumer count.
+    #[arg(long, default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
+    pub partitions: u32,
 }
 
 const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
@@ -108,7 +112,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             grpc: None,
             http: None,
             ingest_token: None,
-            partitions: streamgate_bus::DEFAULT_PARTITIONS,
+            partitions: args.partitions,
         },
         shutdown.clone(),
     )
@@ -123,13 +127,13 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         ArchiverListen {
             grpc: None,
             operator_token: "bench".into(),
-            partitions: streamgate_bus::DEFAULT_PARTITIONS,
+            partitions: args.partitions,
         },
         shutdown.clone(),
     )
     .await?;
 
-    let ingestor = Ingestor::new(js.clone(), streamgate_bus::DEFAULT_PARTITIONS);
+    let ingestor = Ingestor::new(js.clone(), args.partitions);
     let capture = Bytes::from(capture);
     let chunks_per_run = capture.len().div_ceil(args.chunk_bytes.max(1)) + 1;
     // Each producer sends one chunk per tick; the tick makes the producers together

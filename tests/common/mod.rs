@@ -6,6 +6,7 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,6 +23,7 @@ use streamgate_proto::v1::archive_service_client::ArchiveServiceClient;
 use streamgate_runtime::rpc::SendBearer;
 use streamgate_testkit::{NatsServer, PgDatabase};
 use streamgate_wire::{normalize_bytes, Close, FamilyChoice, Normalizer};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -391,16 +393,47 @@ pub async fn wait_consumer(js: &async_nats::jetstream::Context, stream: &str, du
     }
 }
 
+/// The normalizer's durable consumers, one per partition (`sg-normalizer-pNN`).
+pub fn normalizer_durables(prefix: &str) -> Vec<String> {
+    (0..DEFAULT_PARTITIONS)
+        .map(|p| streamgate_normalizer::worker::partition_durable(prefix, DEFAULT_PARTITIONS, p))
+        .collect()
+}
+
+/// Waits until the normalizer consumes every partition (each partition's durable
+/// consumer exists, created by the replica holding its lease).
+pub async fn wait_normalizer(js: &async_nats::jetstream::Context, prefix: &str) {
+    for durable in normalizer_durables(prefix) {
+        wait_consumer(js, RAW_STREAM, &durable).await;
+    }
+}
+
+/// Waits until a projector channel consumes every partition (each partition's durable
+/// consumer `sg-projector-<channel>-pNN` exists).
+pub async fn wait_projector(js: &async_nats::jetstream::Context, channel: &str) {
+    let cfg = streamgate_projector::ChannelConfig::new(
+        channel,
+        streamgate_projector::ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    for p in 0..cfg.partitions {
+        wait_consumer(js, EVENTS_STREAM, &cfg.partition_durable(p)).await;
+    }
+}
+
 /// Waits until both services have consumed and acknowledged everything on the bus.
 pub async fn wait_quiet(js: &async_nats::jetstream::Context) {
     let deadline = Instant::now() + PATIENCE;
     let mut stable = 0;
+    let mut consumers: Vec<(&str, String)> = normalizer_durables("sg-normalizer")
+        .into_iter()
+        .map(|d| (RAW_STREAM, d))
+        .collect();
+    consumers.push((EVENTS_STREAM, "sg-archiver".to_owned()));
     loop {
         let mut idle = true;
-        for (stream, durable) in [
-            (RAW_STREAM, "sg-normalizer"),
-            (EVENTS_STREAM, "sg-archiver"),
-        ] {
+        for (stream, durable) in &consumers {
             let info = js
                 .get_stream(stream)
                 .await
@@ -501,6 +534,7 @@ pub struct Pipeline {
     normalizer_cfg: NormalizerConfig,
     normalizer_stop: CancellationToken,
     normalizer: Option<tokio::task::JoinSet<anyhow::Result<()>>>,
+    normalizer_partitions: Option<watch::Receiver<BTreeSet<u32>>>,
     archiver_stop: CancellationToken,
     _archiver: tokio::task::JoinSet<anyhow::Result<()>>,
     _store: TestStore,
@@ -543,12 +577,13 @@ impl Pipeline {
             normalizer_cfg: cfg,
             normalizer_stop: CancellationToken::new(),
             normalizer: None,
+            normalizer_partitions: None,
             archiver_stop,
             _archiver: archiver.tasks,
             _store: test_store,
         };
         p.start_normalizer().await;
-        wait_consumer(&p.js, RAW_STREAM, &p.normalizer_cfg.durable).await;
+        wait_normalizer(&p.js, &p.normalizer_cfg.durable).await;
         wait_consumer(&p.js, EVENTS_STREAM, "sg-archiver").await;
         p
     }
@@ -570,6 +605,20 @@ impl Pipeline {
         .expect("start normalizer");
         self.ingest_grpc = running.grpc.expect("ingest gRPC address");
         self.normalizer = Some(running.tasks);
+        self.normalizer_partitions = Some(running.partitions);
+    }
+
+    /// The partitions the pipeline's own normalizer holds right now.
+    pub fn normalizer_partitions(&self) -> BTreeSet<u32> {
+        self.normalizer_partitions
+            .as_ref()
+            .map(|p| p.borrow().clone())
+            .unwrap_or_default()
+    }
+
+    /// The normalizer settings the pipeline was started with.
+    pub fn normalizer_config(&self) -> &NormalizerConfig {
+        &self.normalizer_cfg
     }
 
     /// Stops the normalizer gracefully (drain) and starts a fresh one: every in-memory
@@ -583,6 +632,90 @@ impl Pipeline {
         }
         self.start_normalizer().await;
     }
+}
+
+/// One more normalizer replica in this process (the worker only: no front doors).
+pub struct NormalizerReplica {
+    /// Its member id in the `normalizer` lease group.
+    pub member: String,
+    partitions: watch::Receiver<BTreeSet<u32>>,
+    stop: CancellationToken,
+    tasks: tokio::task::JoinSet<anyhow::Result<()>>,
+}
+
+impl NormalizerReplica {
+    /// Starts a replica on its own client.
+    pub async fn start(nats: &NatsServer, cfg: NormalizerConfig) -> NormalizerReplica {
+        let stop = CancellationToken::new();
+        let running = streamgate_normalizer::start(
+            nats.client().await,
+            cfg,
+            Listeners {
+                grpc: None,
+                http: None,
+                ingest_token: None,
+                partitions: DEFAULT_PARTITIONS,
+            },
+            stop.clone(),
+        )
+        .await
+        .expect("start normalizer replica");
+        NormalizerReplica {
+            member: running.member,
+            partitions: running.partitions,
+            stop,
+            tasks: running.tasks,
+        }
+    }
+
+    /// The partitions it holds right now.
+    pub fn held(&self) -> BTreeSet<u32> {
+        self.partitions.borrow().clone()
+    }
+
+    /// Graceful stop: every partition drains and its lease is released.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        while let Some(r) = self.tasks.join_next().await {
+            r.expect("normalizer task").expect("normalizer task result");
+        }
+    }
+
+    /// A crash: every task aborted, nothing released (the leases run out by TTL).
+    pub async fn crash(mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Owner (member id) of each partition lease of `group` in `SG_LEASES`.
+pub async fn lease_owners(
+    js: &async_nats::jetstream::Context,
+    group: &str,
+) -> std::collections::BTreeMap<u32, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(kv) = js.get_key_value(streamgate_bus::lease::LEASE_BUCKET).await else {
+        return out;
+    };
+    for p in 0..DEFAULT_PARTITIONS {
+        let key = streamgate_bus::lease::partition_key(group, DEFAULT_PARTITIONS, p);
+        if let Ok(Some(v)) = kv.get(key).await {
+            out.insert(p, String::from_utf8_lossy(&v).into_owned());
+        }
+    }
+    out
+}
+
+/// Redeliveries each normalizer partition consumer counts (0 everywhere: every raw
+/// message was taken once, by the replica holding its partition).
+pub async fn normalizer_redeliveries(js: &async_nats::jetstream::Context) -> u64 {
+    let stream = js.get_stream(RAW_STREAM).await.expect("SG_RAW");
+    let mut total = 0;
+    for durable in normalizer_durables("sg-normalizer") {
+        let info = stream.consumer_info(&durable).await.expect("consumer info");
+        total += info.num_redelivered as u64;
+    }
+    total
 }
 
 impl Drop for Pipeline {
@@ -657,6 +790,11 @@ impl Service {
                 panic!("{} exited with {status}:\n{}", self.name, self.log_text());
             }
         }
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The process output so far.
@@ -744,7 +882,7 @@ impl ProcPipeline {
             &normalizer_args(&nats.url(), 600),
             logs.path(),
         );
-        wait_consumer(&js, RAW_STREAM, "sg-normalizer").await;
+        wait_normalizer(&js, "sg-normalizer").await;
         // The archiver has run the migrations once its consumer exists.
         wait_consumer(&js, EVENTS_STREAM, "sg-archiver").await;
         let store = test_store.open().await;

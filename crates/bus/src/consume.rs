@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::StreamExt as _;
 
@@ -29,11 +30,40 @@ pub async fn durable_pull(
     ack_wait: Duration,
     max_ack_pending: i64,
 ) -> Result<jetstream::consumer::PullConsumer, BusError> {
+    durable_pull_from(
+        js,
+        stream,
+        durable,
+        filters,
+        ack_wait,
+        max_ack_pending,
+        DeliverPolicy::All,
+    )
+    .await
+}
+
+/// [`durable_pull`] whose consumer, when it does not exist yet, starts at `start`; an
+/// existing consumer keeps its own deliver policy (the server cannot change it) and
+/// continues from its ack floor.
+pub async fn durable_pull_from(
+    js: &jetstream::Context,
+    stream: &str,
+    durable: &str,
+    filters: Vec<String>,
+    ack_wait: Duration,
+    max_ack_pending: i64,
+    start: DeliverPolicy,
+) -> Result<jetstream::consumer::PullConsumer, BusError> {
     let stream = js.get_stream(stream).await.map_err(nats("get stream"))?;
+    let deliver_policy = match stream.consumer_info(durable).await {
+        Ok(info) => info.config.deliver_policy,
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => start,
+        Err(e) => return Err(nats("consumer info")(e)),
+    };
     let mut config = pull::Config {
         durable_name: Some(durable.to_owned()),
         ack_policy: AckPolicy::Explicit,
-        deliver_policy: DeliverPolicy::All,
+        deliver_policy,
         ack_wait,
         max_ack_pending,
         ..Default::default()
@@ -48,6 +78,26 @@ pub async fn durable_pull(
         .create_consumer(config)
         .await
         .map_err(nats("create durable consumer"))
+}
+
+/// Where new per-partition consumers start when the single durable consumer `legacy`
+/// that served every partition before partition leases still exists: right after its
+/// ack floor, so upgrading a deployment resumes where it was instead of replaying the
+/// whole stream (what lies between the floor and the old consumer's last delivery is
+/// processed again, which consumers are idempotent to). Without it: the whole stream.
+pub async fn start_after_legacy(
+    js: &jetstream::Context,
+    stream: &str,
+    legacy: &str,
+) -> Result<DeliverPolicy, BusError> {
+    let stream = js.get_stream(stream).await.map_err(nats("get stream"))?;
+    match stream.consumer_info(legacy).await {
+        Ok(info) => Ok(DeliverPolicy::ByStartSequence {
+            start_sequence: info.ack_floor.stream_sequence + 1,
+        }),
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(DeliverPolicy::All),
+        Err(e) => Err(nats("consumer info")(e)),
+    }
 }
 
 /// All messages of one subject currently in `stream`, in order (an ordered, ephemeral

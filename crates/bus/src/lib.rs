@@ -1,5 +1,5 @@
 //! streamgate on NATS JetStream: subjects, stream provisioning, raw and event messages,
-//! consumers and trace propagation (DESIGN §1, §3, §4).
+//! consumers, partition leases and trace propagation (DESIGN §1, §3, §4).
 //!
 //! Two streams carry the pipeline:
 //! - [`RAW_STREAM`] (`SG_RAW`, subjects `sg.raw.>`): provider wire bytes as producers saw
@@ -60,6 +60,8 @@
 //! - [`raw`]: [`raw::RawChunk`] ⇄ message, [`raw::publish_raw`].
 //! - [`events`]: [`events::publish_batches`] (pipelined) and [`events::decode_message`].
 //! - [`consume`]: durable pull consumers and [`consume::read_subject`] for run rebuilds.
+//! - [`lease`]: partition leases in KV ([`lease::PartitionLeases`]) and the per-partition
+//!   workers they run — how the normalizer and projector replicas split the partitions.
 //! - [`trace`]: W3C `traceparent` through NATS headers.
 //! - [`BusError`] (this file): every failure of this crate.
 #![forbid(unsafe_code)]
@@ -72,6 +74,7 @@ use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, Stor
 pub mod consume;
 pub mod events;
 mod hdr;
+pub mod lease;
 pub mod local;
 pub mod raw;
 pub mod subject;
@@ -196,6 +199,12 @@ pub struct StreamSettings {
     pub events_max_age: Duration,
     /// JetStream's publish dedupe window (`Nats-Msg-Id`).
     pub duplicate_window: Duration,
+    /// Consumers each stream admits. Partition leases give every partition its own
+    /// durable consumer — P for the normalizer on `SG_RAW`, P per projector channel on
+    /// `SG_EVENTS` — plus the short-lived readers of run rebuilds, so the server's own
+    /// default (1000 per stream since nats-server 2.15) is too low for a few dozen
+    /// channels.
+    pub max_consumers: i32,
 }
 
 impl Default for StreamSettings {
@@ -208,6 +217,7 @@ impl Default for StreamSettings {
             events_max_bytes: -1,
             events_max_age: 7 * DAY,
             duplicate_window: Duration::from_secs(120),
+            max_consumers: 10_000,
         }
     }
 }
@@ -246,6 +256,7 @@ impl StreamSettings {
             max_age,
             num_replicas: self.replicas,
             duplicate_window: self.duplicate_window,
+            max_consumers: self.max_consumers,
             // Direct gets let any replica answer last-message lookups cheaply.
             allow_direct: true,
             ..Default::default()
@@ -257,7 +268,8 @@ impl StreamSettings {
 /// config when it differs; safe to call from every replica at every start.
 ///
 /// Only the settings this crate owns are compared and changed (subjects, limits, replicas,
-/// dedupe window, discard, direct get); anything an operator set by hand is kept. Storage
+/// dedupe window, consumer limit, discard, direct get); anything an operator set by hand
+/// is kept. Storage
 /// and retention cannot change in place: a mismatch is [`BusError::ImmutableSetting`].
 pub async fn ensure_streams(js: &jetstream::Context, s: &StreamSettings) -> Result<(), BusError> {
     ensure_stream(js, s.raw_config()).await?;
@@ -285,10 +297,23 @@ async fn ensure_stream(js: &jetstream::Context, wanted: Config) -> Result<(), Bu
                     return Ok(());
                 };
                 tracing::info!(stream = %wanted.name, "updating stream config");
-                js.update_stream(updated)
-                    .await
-                    .map_err(nats("update stream"))?;
-                return Ok(());
+                match js.update_stream(updated.clone()).await {
+                    Ok(_) => return Ok(()),
+                    // Older servers cannot change the consumer limit in place (and
+                    // their "unlimited" needs no raise): apply the rest without it.
+                    Err(e) if updated.max_consumers != current.max_consumers => {
+                        tracing::warn!(stream = %wanted.name, error = %e, "consumer limit not changed in place");
+                        let mut rest = updated;
+                        rest.max_consumers = current.max_consumers;
+                        if rest != current {
+                            js.update_stream(rest)
+                                .await
+                                .map_err(nats("update stream"))?;
+                        }
+                        return Ok(());
+                    }
+                    Err(e) => return Err(nats("update stream")(e)),
+                }
             }
         }
     }
@@ -327,6 +352,7 @@ fn merge(current: &Config, wanted: &Config) -> Result<Option<Config>, BusError> 
     next.max_age = wanted.max_age;
     next.num_replicas = wanted.num_replicas;
     next.duplicate_window = wanted.duplicate_window;
+    next.max_consumers = wanted.max_consumers;
     next.allow_direct = wanted.allow_direct;
     Ok((next != *current).then_some(next))
 }

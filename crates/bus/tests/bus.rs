@@ -141,6 +141,7 @@ async fn ensure_streams_is_idempotent_and_applies_changes() {
     assert_eq!(cfg.storage, jetstream::stream::StorageType::File);
     assert_eq!(cfg.max_age, Duration::from_secs(7 * 24 * 3600));
     assert_eq!(cfg.duplicate_window, Duration::from_secs(120));
+    assert_eq!(cfg.max_consumers, defaults.max_consumers);
 
     let changed = StreamSettings {
         raw_max_bytes: 64 << 20,
@@ -649,4 +650,80 @@ async fn a_stopped_local_server_shuts_down_cleanly_and_keeps_its_store() {
         .unwrap();
     assert_eq!(msgs.len(), 1);
     assert_eq!(&msgs[0].payload[..], b"kept");
+}
+
+/// Upgrading to per-partition consumers: a new partition durable starts right after the
+/// ack floor of the single consumer that served every partition before, not at the
+/// start of the stream; once it exists it keeps its own position.
+#[tokio::test]
+async fn partition_durables_start_after_the_legacy_consumers_ack_floor() {
+    let (_server, js) = setup().await;
+    let addr = RunAddr::new("t", "r", DEFAULT_PARTITIONS);
+    for i in 0..10 {
+        raw::publish_raw(&js, &data_chunk(&addr, i, b"x"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        consume::start_after_legacy(&js, RAW_STREAM, "legacy")
+            .await
+            .unwrap(),
+        jetstream::consumer::DeliverPolicy::All,
+        "no legacy consumer: the whole stream"
+    );
+    let legacy = consume::durable_pull(
+        &js,
+        RAW_STREAM,
+        "legacy",
+        vec!["sg.raw.>".into()],
+        Duration::from_secs(30),
+        100,
+    )
+    .await
+    .unwrap();
+    let mut batch = legacy.fetch().max_messages(6).messages().await.unwrap();
+    while let Some(m) = batch.next().await {
+        m.unwrap().double_ack().await.unwrap();
+    }
+    let start = consume::start_after_legacy(&js, RAW_STREAM, "legacy")
+        .await
+        .unwrap();
+    let filter = subject::raw_partition_filter(addr.partition);
+    let first_seq = |c: jetstream::consumer::PullConsumer| async move {
+        let mut m = c.fetch().max_messages(1).messages().await.unwrap();
+        let msg = m.next().await.unwrap().unwrap();
+        msg.info().unwrap().stream_sequence
+    };
+    let part = consume::durable_pull_from(
+        &js,
+        RAW_STREAM,
+        "legacy-p07",
+        vec![filter.clone()],
+        Duration::from_secs(30),
+        100,
+        start,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        first_seq(part).await,
+        7,
+        "starts after the legacy ack floor"
+    );
+    // Existing: its deliver policy stays whatever start is asked for now.
+    let again = consume::durable_pull_from(
+        &js,
+        RAW_STREAM,
+        "legacy-p07",
+        vec![filter],
+        Duration::from_secs(30),
+        100,
+        jetstream::consumer::DeliverPolicy::All,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        again.cached_info().config.deliver_policy,
+        jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: 7 }
+    );
 }

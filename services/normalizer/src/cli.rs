@@ -44,9 +44,15 @@ pub struct Args {
     #[arg(long, env = "STREAMGATE_MAX_OPEN_RUNS", default_value_t = 10_000)]
     pub max_open_runs: usize,
     /// Seconds the broker waits for an ack before redelivering a raw chunk: how long
-    /// chunks held by a crashed replica wait before another one takes them.
+    /// chunks held by a crashed replica wait before the partition's next owner gets them.
     #[arg(long, env = "STREAMGATE_ACK_WAIT_SECS", default_value_t = 10)]
     pub ack_wait_secs: u64,
+    /// Partition lease TTL in seconds: replicas split the partitions with leases in
+    /// SG_LEASES, and a replica that dies hands its partitions over this long after its
+    /// last renewal. Takes effect when the bucket is created; an existing bucket keeps
+    /// its TTL.
+    #[arg(long, env = "STREAMGATE_LEASE_TTL", default_value_t = 10)]
+    pub lease_ttl: u64,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -61,6 +67,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
         max_open_runs: args.max_open_runs,
         ack_wait: Duration::from_secs(args.ack_wait_secs.max(1)),
+        lease_ttl: Duration::from_secs(args.lease_ttl.max(1)),
         ..NormalizerConfig::default()
     };
     cfg.streams.replicas = args.replicas;
@@ -76,7 +83,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         shutdown,
     )
     .await?;
-    tracing::info!(grpc = ?running.grpc, http = ?running.http, "normalizer listening");
+    tracing::info!(grpc = ?running.grpc, http = ?running.http, member = %running.member, "normalizer listening");
     while let Some(done) = running.tasks.join_next().await {
         done??;
     }

@@ -9,21 +9,28 @@ use streamgate_bus::StreamSettings;
 pub struct NormalizerConfig {
     /// JetStream stream settings (provisioned idempotently at start).
     pub streams: StreamSettings,
-    /// Durable consumer name; replicas sharing it share the work.
+    /// Prefix of the per-partition durable consumers: partition p is consumed by
+    /// `<durable>-pNN` by whichever replica holds its lease.
     pub durable: String,
     /// Raw messages per batch.
     pub batch: usize,
     /// How long the broker waits for an ack before redelivering.
     pub ack_wait: Duration,
-    /// Unacknowledged raw messages the broker lets this consumer hold (backpressure).
+    /// Unacknowledged raw messages the broker lets the partitions' consumers hold
+    /// together (backpressure); each partition's consumer gets its share of it.
     pub max_ack_pending: i64,
     /// A run with no chunk for this long gets a `timeout` close marker.
     pub idle_timeout: Duration,
     /// How often idle runs are looked for.
     pub idle_check: Duration,
-    /// Runs whose adapter state is kept in memory; beyond it the least recently active
-    /// run is unloaded (and rebuilt from SG_RAW if it continues).
+    /// Runs whose adapter state is kept in memory, across all partitions this replica
+    /// holds; beyond it the least recently active runs are unloaded (and rebuilt from
+    /// SG_RAW if they continue).
     pub max_open_runs: usize,
+    /// Partition lease TTL (`SG_LEASES`): a replica that dies loses its partitions this
+    /// long after its last renewal. Applies when the bucket is created (see
+    /// `streamgate_bus::lease`).
+    pub lease_ttl: Duration,
 }
 
 impl Default for NormalizerConfig {
@@ -37,6 +44,7 @@ impl Default for NormalizerConfig {
             idle_timeout: Duration::from_secs(120),
             idle_check: Duration::from_secs(1),
             max_open_runs: 10_000,
+            lease_ttl: streamgate_bus::lease::DEFAULT_LEASE_TTL,
         }
     }
 }

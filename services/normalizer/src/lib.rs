@@ -6,7 +6,8 @@
 //! - [`config`]: worker settings.
 //! - [`runs`]: the in-flight run table (one adapter per run, rebuilt from SG_RAW when
 //!   needed).
-//! - [`worker`]: the SG_RAW consumer loop.
+//! - [`worker`]: the SG_RAW consumer loops, one per partition this replica holds a
+//!   lease on (replicas split the partitions; `streamgate_bus::lease`).
 //! - [`ingest`]: the gRPC and HTTP front doors over one [`ingest::Ingestor`].
 //! - [`service`]: everything above started together, with health and reflection.
 #![forbid(unsafe_code)]

@@ -6,9 +6,15 @@
 //! from SG_RAW. Every event the rebuild yields is published again; that is safe because
 //! events are keyed `<run>/<seq>` and every consumer is idempotent on that key, and it is
 //! necessary because a rebuilt prefix may contain chunks whose events never made it out.
+//!
+//! Each held partition has its own table (its worker's); the tables of one process share
+//! one [`RunBudget`], so `max_open_runs` bounds the process, however many partitions it
+//! holds.
 
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use streamgate_bus::raw::{CloseKind, RawChunk};
 use streamgate_bus::subject::RunAddr;
@@ -49,15 +55,69 @@ struct Dormant {
     timeout_requested: bool,
 }
 
-/// Runs in flight, bounded in number.
+/// How many runs the tables of one process may keep in memory, shared by all of them.
+///
+/// A table over budget unloads its own least recently active runs ([`RunTable::trim`]),
+/// down to none: the bound holds across partitions even when each holds a single run.
+/// Within one batch a table may go over by the runs that batch starts.
+#[derive(Debug, Clone)]
+pub struct RunBudget {
+    max: usize,
+    used: Arc<AtomicUsize>,
+}
+
+impl RunBudget {
+    /// A budget of `max` runs (at least 1).
+    pub fn new(max: usize) -> RunBudget {
+        RunBudget {
+            max: max.max(1),
+            used: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Runs in memory across every table sharing this budget.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn over(&self) -> bool {
+        self.used() > self.max
+    }
+
+    fn full(&self) -> bool {
+        self.used() >= self.max
+    }
+
+    fn take(&self) {
+        self.used.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn give(&self, n: usize) {
+        // Never below zero, whatever the bookkeeping did.
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+}
+
+/// Runs in flight, bounded in number by a [`RunBudget`].
 pub struct RunTable {
     open: HashMap<RunKey, OpenRun>,
     dormant: HashMap<RunKey, Dormant>,
     /// Recently closed runs, to ignore late duplicates without rebuilding.
     closed: HashSet<RunKey>,
     closed_order: VecDeque<RunKey>,
-    max_open: usize,
+    budget: RunBudget,
     max_closed: usize,
+}
+
+impl Drop for RunTable {
+    fn drop(&mut self) {
+        // A released or lost partition's runs leave memory with its table.
+        self.budget.give(self.open.len());
+    }
 }
 
 fn family_of(chunk: &RawChunk) -> FamilyChoice {
@@ -76,19 +136,41 @@ fn close_of(kind: CloseKind) -> Close {
 impl RunTable {
     /// A table holding at most `max_open` runs' adapter state in memory.
     pub fn new(max_open: usize) -> RunTable {
+        RunTable::with_budget(RunBudget::new(max_open))
+    }
+
+    /// A table whose runs count against a budget shared with other tables.
+    pub fn with_budget(budget: RunBudget) -> RunTable {
         RunTable {
             open: HashMap::new(),
             dormant: HashMap::new(),
             closed: HashSet::new(),
             closed_order: VecDeque::new(),
-            max_open: max_open.max(1),
+            budget,
             max_closed: 100_000,
         }
     }
 
-    /// Runs with adapter state in memory.
+    /// Runs of this table with adapter state in memory.
     pub fn open_runs(&self) -> usize {
         self.open.len()
+    }
+
+    /// Unloads this table's least recently active runs while the shared budget is over
+    /// its limit (they are rebuilt from SG_RAW if they continue).
+    pub fn trim(&mut self) {
+        while self.budget.over() && !self.open.is_empty() {
+            self.evict_one();
+        }
+    }
+
+    /// Takes a run's adapter state out of memory, returning its budget.
+    fn unload(&mut self, key: &RunKey) -> Option<OpenRun> {
+        let run = self.open.remove(key);
+        if run.is_some() {
+            self.budget.give(1);
+        }
+        run
     }
 
     /// Applies one chunk that arrived from the consumer.
@@ -113,7 +195,7 @@ impl RunTable {
         run.last_seen = Instant::now();
         let events = Self::feed(run, chunk);
         if chunk.close.is_some() {
-            self.open.remove(&key);
+            self.unload(&key);
             self.dormant.remove(&key);
             self.remember_closed(key);
         }
@@ -126,7 +208,7 @@ impl RunTable {
     /// as they were first published, so the re-publish carries the same message ids.
     pub fn rebuild(&mut self, upto: &RawChunk, history: Vec<RawChunk>) -> Vec<Vec<RunEvent>> {
         let key = (upto.addr.tenant.clone(), upto.addr.run_id.clone());
-        self.open.remove(&key);
+        self.unload(&key);
         self.dormant.remove(&key);
         // A close marker already in SG_RAW means the run is over, even when it sits after
         // `upto` (a late copy of a middle chunk, e.g. re-published after the dedupe
@@ -156,7 +238,7 @@ impl RunTable {
             }
             events.push(Self::feed(run, c));
             if c.close.is_some() {
-                self.open.remove(&key);
+                self.unload(&key);
                 self.remember_closed(key.clone());
                 break;
             }
@@ -172,7 +254,7 @@ impl RunTable {
     /// Drops everything known about a run (its state got ahead of what was published):
     /// its next chunk, redelivered or new, rebuilds it from SG_RAW.
     pub fn forget(&mut self, key: &RunKey) {
-        self.open.remove(key);
+        self.unload(key);
         self.dormant.remove(key);
         if self.closed.remove(key) {
             self.closed_order.retain(|k| k != key);
@@ -212,10 +294,11 @@ impl RunTable {
     }
 
     fn start(&mut self, key: RunKey, first: &RawChunk) {
-        if self.open.len() >= self.max_open {
+        if self.budget.full() && !self.open.is_empty() {
             self.evict_one();
         }
-        self.open.insert(
+        self.budget.take();
+        let replaced = self.open.insert(
             key,
             OpenRun {
                 addr: first.addr.clone(),
@@ -226,6 +309,9 @@ impl RunTable {
                 timeout_requested: false,
             },
         );
+        if replaced.is_some() {
+            self.budget.give(1);
+        }
     }
 
     /// Unloads the least recently active run; it stays known for its idle timeout and
@@ -239,7 +325,7 @@ impl RunTable {
         else {
             return;
         };
-        if let Some(run) = self.open.remove(&key) {
+        if let Some(run) = self.unload(&key) {
             metrics::counter!("sg_normalizer_runs_evicted_total").increment(1);
             self.dormant.insert(
                 key,
@@ -308,5 +394,48 @@ pub fn close_marker(
         ingest_ts_ms: now_ms,
         close: Some(CloseKind::Timeout),
         body: Bytes::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(run: &str, index: u64) -> RawChunk {
+        RawChunk {
+            addr: RunAddr::new("t", run, 32),
+            session_key: None,
+            family: "f2".to_owned(),
+            dialect: None,
+            chunk: index,
+            ingest_ts_ms: 0,
+            close: None,
+            body: Bytes::from_static(b"data: {\"choices\":[]}\n\n"),
+        }
+    }
+
+    #[test]
+    fn partition_tables_share_one_budget() {
+        let budget = RunBudget::new(2);
+        let mut a = RunTable::with_budget(budget.clone());
+        let mut b = RunTable::with_budget(budget.clone());
+        assert!(matches!(a.apply(&chunk("a1", 0)), Applied::Events(_)));
+        assert!(matches!(b.apply(&chunk("b1", 0)), Applied::Events(_)));
+        // Full: b starts its second run by unloading its first.
+        assert!(matches!(b.apply(&chunk("b2", 0)), Applied::Events(_)));
+        assert_eq!((budget.used(), b.open_runs()), (2, 1));
+        assert!(matches!(b.apply(&chunk("b1", 1)), Applied::NeedsRebuild));
+        // Over budget across tables: each trims itself, down to no run at all.
+        let mut c = RunTable::with_budget(budget.clone());
+        assert!(matches!(c.apply(&chunk("c1", 0)), Applied::Events(_)));
+        assert_eq!(budget.used(), 3);
+        c.trim();
+        assert_eq!((budget.used(), c.open_runs()), (2, 0));
+        assert!(matches!(c.apply(&chunk("c1", 1)), Applied::NeedsRebuild));
+        // A dropped table (a released partition) gives its runs back.
+        drop(a);
+        assert_eq!(budget.used(), 1);
+        b.forget(&("t".to_owned(), "b2".to_owned()));
+        assert_eq!(budget.used(), 0);
     }
 }

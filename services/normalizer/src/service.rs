@@ -3,9 +3,11 @@
 
 use crate::config::NormalizerConfig;
 use crate::ingest::{grpc::IngestServer, http, Ingestor};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use streamgate_proto::v1::ingest_service_server::IngestServiceServer;
 use streamgate_runtime::rpc::{reflection, RequireBearer};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +30,12 @@ pub struct Running {
     pub grpc: Option<SocketAddr>,
     /// Bound HTTP address.
     pub http: Option<SocketAddr>,
-    /// The tasks; they end after shutdown once drained.
+    /// The partitions this replica holds leases on (and normalizes), as they change.
+    pub partitions: watch::Receiver<BTreeSet<u32>>,
+    /// This replica's member id in the `normalizer` lease group.
+    pub member: String,
+    /// The tasks; they end after shutdown once drained. Aborting them is a crash: the
+    /// partitions' leases stay until their TTL runs out.
     pub tasks: JoinSet<anyhow::Result<()>>,
 }
 
@@ -40,7 +47,7 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
     let js = async_nats::jetstream::new(nats);
-    streamgate_bus::ensure_streams(&js, &cfg.streams).await?;
+    let worker = crate::worker::Worker::open(js.clone(), cfg, listen.partitions).await?;
     let ingestor = Ingestor::new(js.clone(), listen.partitions);
     let mut tasks = JoinSet::new();
 
@@ -91,11 +98,14 @@ pub async fn start(
         }
     };
 
+    let (partitions, member) = (worker.partitions(), worker.member().to_owned());
     let stop = shutdown.clone();
-    tasks.spawn(async move { crate::worker::run(js, cfg, stop).await });
+    tasks.spawn(async move { worker.run(stop).await });
     Ok(Running {
         grpc,
         http: http_addr,
+        partitions,
+        member,
         tasks,
     })
 }

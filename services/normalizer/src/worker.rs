@@ -1,5 +1,14 @@
 //! The normalization worker: SG_RAW → per-run adapters → SG_EVENTS.
 //!
+//! Replicas split the partitions with leases (`streamgate_bus::lease`, group
+//! `normalizer`): each held partition has a worker of its own, with its own durable
+//! consumer `<durable>-pNN` (filter `sg.raw.*.<p>.*`) and its own run table, so a run's
+//! chunks reach one replica only and a new owner resumes from the consumer's ack floor.
+//! A released partition's worker drains: the batch in hand and what is already
+//! buffered are processed and acknowledged before the lease goes. A lost partition's
+//! worker is aborted; what it had not acknowledged is redelivered to the next owner,
+//! which rebuilds the run from SG_RAW (DESIGN §4).
+//!
 //! Messages are taken in batches. Each batch is applied to the run table in stream order
 //! (which is per-run chunk order), the events each raw chunk yields are published as one
 //! SG_EVENTS message (`streamgate_bus::events`) and acknowledged by the broker, and only
@@ -8,17 +17,19 @@
 //! duplicates the archive and projectors ignore.
 
 use crate::config::NormalizerConfig;
-use crate::runs::{Applied, RunKey, RunTable};
-use futures::StreamExt;
-use std::collections::BTreeMap;
+use crate::runs::{Applied, RunBudget, RunKey, RunTable};
+use futures::{FutureExt as _, StreamExt};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use streamgate_bus::consume::{durable_pull, read_subject};
+use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legacy};
 use streamgate_bus::events::{publish_batches, Batch};
+use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
-use streamgate_bus::subject::RunAddr;
+use streamgate_bus::subject::{raw_partition_filter, RunAddr};
 use streamgate_bus::trace::{self, TraceContext};
 use streamgate_bus::{ensure_streams, RAW_STREAM};
 use streamgate_grammar::RunEvent;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -29,20 +40,119 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// The lease group of the normalizer's partitions.
+pub fn lease_group() -> String {
+    group_key(&["normalizer"])
+}
+
+/// The durable consumer of one partition: `<prefix>-pNN` (zero-padded like the lease
+/// keys, so consumer listings sort by partition).
+pub fn partition_durable(prefix: &str, partitions: u32, partition: u32) -> String {
+    let width = partitions.saturating_sub(1).max(10).to_string().len();
+    format!("{prefix}-p{partition:0width$}")
+}
+
+/// A normalizer worker that has joined its lease group, not yet working.
+pub struct Worker {
+    js: async_nats::jetstream::Context,
+    cfg: NormalizerConfig,
+    partitions: u32,
+    leases: PartitionLeases,
+}
+
+impl Worker {
+    /// Provisions the streams and opens the lease bucket.
+    pub async fn open(
+        js: async_nats::jetstream::Context,
+        cfg: NormalizerConfig,
+        partitions: u32,
+    ) -> anyhow::Result<Worker> {
+        ensure_streams(&js, &cfg.streams).await?;
+        let leases = PartitionLeases::open(
+            &js,
+            LeaseConfig {
+                group: lease_group(),
+                partitions,
+                ttl: cfg.lease_ttl,
+                replicas: cfg.streams.replicas,
+                member: None,
+            },
+        )
+        .await?;
+        Ok(Worker {
+            js,
+            cfg,
+            partitions: partitions.max(1),
+            leases,
+        })
+    }
+
+    /// The partitions this replica holds (changes as leases come and go).
+    pub fn partitions(&self) -> watch::Receiver<BTreeSet<u32>> {
+        self.leases.held()
+    }
+
+    /// This replica's member id in the lease group.
+    pub fn member(&self) -> &str {
+        self.leases.member()
+    }
+
+    /// Works on this replica's share of the partitions until `shutdown` fires; then every
+    /// partition drains and its lease is released.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Worker {
+            js,
+            cfg,
+            partitions,
+            leases,
+        } = self;
+        let budget = RunBudget::new(cfg.max_open_runs);
+        info!(member = %leases.member(), partitions, "normalizer joining the lease group");
+        leases
+            .run(shutdown, move |work: PartitionWork| {
+                partition_worker(js.clone(), cfg.clone(), partitions, budget.clone(), work)
+            })
+            .await?;
+        info!("normalizer stopped");
+        Ok(())
+    }
+}
+
 /// Runs the worker until `shutdown` fires; in-flight batches finish (drain) first.
 pub async fn run(
     js: async_nats::jetstream::Context,
     cfg: NormalizerConfig,
+    partitions: u32,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    ensure_streams(&js, &cfg.streams).await?;
-    let consumer = durable_pull(
+    Worker::open(js, cfg, partitions).await?.run(shutdown).await
+}
+
+/// One partition: its durable consumer, its run table, its idle reaper.
+async fn partition_worker(
+    js: async_nats::jetstream::Context,
+    cfg: NormalizerConfig,
+    partitions: u32,
+    budget: RunBudget,
+    work: PartitionWork,
+) -> anyhow::Result<()> {
+    let p = work.partition;
+    let durable = partition_durable(&cfg.durable, partitions, p);
+    // The process-wide backpressure bound, split over the partitions; never below two
+    // pull batches, which keeps one pull in flight while the previous is processed.
+    let max_ack_pending = (cfg.max_ack_pending / i64::from(partitions))
+        .max(2 * i64::try_from(cfg.batch).unwrap_or(i64::MAX));
+    // A deployment upgraded from the single shared consumer `<durable>` resumes where
+    // that one was acknowledged, not at the start of SG_RAW.
+    let start = start_after_legacy(&js, RAW_STREAM, &cfg.durable).await?;
+    let consumer = durable_pull_from(
         &js,
         RAW_STREAM,
-        &cfg.durable,
-        vec!["sg.raw.>".to_owned()],
+        &durable,
+        vec![raw_partition_filter(p)],
         cfg.ack_wait,
-        cfg.max_ack_pending,
+        max_ack_pending,
+        start,
     )
     .await?;
     let mut messages = consumer
@@ -53,31 +163,20 @@ pub async fn run(
         .messages()
         .await?
         .ready_chunks(cfg.batch);
-    let mut table = RunTable::new(cfg.max_open_runs);
+    let mut table = RunTable::with_budget(budget.clone());
     let mut idle_tick = tokio::time::interval(cfg.idle_check);
     idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    info!(durable = %cfg.durable, "normalizer consuming SG_RAW");
+    debug!(partition = p, durable = %durable, "consuming partition");
     loop {
         tokio::select! {
             biased;
-            () = shutdown.cancelled() => break,
+            () = work.release.cancelled() => break,
             batch = messages.next() => {
                 let Some(batch) = batch else { break };
-                let mut msgs = Vec::with_capacity(batch.len());
-                for m in batch {
-                    match m {
-                        Ok(m) => msgs.push(m),
-                        Err(e) => warn!(error = %e, "SG_RAW consumer error"),
-                    }
-                }
-                if let Err(e) = process_batch(&js, &mut table, msgs).await {
-                    // Nothing of the failed batch was acknowledged: it is redelivered.
-                    warn!(error = %e, "batch failed; it will be redelivered");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                metrics::gauge!("sg_normalizer_open_runs").set(table.open_runs() as f64);
+                handle_batch(&js, &mut table, &budget, batch).await;
             }
             _ = idle_tick.tick() => {
+                // Only this partition's runs: another replica's are its business.
                 for marker in table.idle_closes(cfg.idle_timeout, now_ms()) {
                     info!(run = %marker.addr.run_id, "run idle: writing timeout close marker");
                     if let Err(e) = publish_raw(&js, &marker).await {
@@ -87,8 +186,40 @@ pub async fn run(
             }
         }
     }
-    info!("normalizer stopped");
+    // Released: what the consumer already handed us is processed and acknowledged too,
+    // rather than left to wait out the ack wait at the next owner.
+    while let Some(Some(batch)) = messages.next().now_or_never() {
+        handle_batch(&js, &mut table, &budget, batch).await;
+    }
+    debug!(partition = p, "partition drained");
     Ok(())
+}
+
+async fn handle_batch(
+    js: &async_nats::jetstream::Context,
+    table: &mut RunTable,
+    budget: &RunBudget,
+    batch: Vec<
+        Result<
+            async_nats::jetstream::Message,
+            async_nats::jetstream::consumer::pull::MessagesError,
+        >,
+    >,
+) {
+    let mut msgs = Vec::with_capacity(batch.len());
+    for m in batch {
+        match m {
+            Ok(m) => msgs.push(m),
+            Err(e) => warn!(error = %e, "SG_RAW consumer error"),
+        }
+    }
+    if let Err(e) = process_batch(js, table, msgs).await {
+        // Nothing of the failed batch was acknowledged: it is redelivered.
+        warn!(error = %e, "batch failed; it will be redelivered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    table.trim();
+    metrics::gauge!("sg_normalizer_open_runs").set(budget.used() as f64);
 }
 
 async fn process_batch(

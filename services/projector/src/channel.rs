@@ -1,6 +1,15 @@
-//! [`Channel`]: one chat channel's projector — the durable consumer loop over
-//! `SG_EVENTS`, one [`RunProjection`] per run, ops handed to the delivery engine, crash
-//! recovery and settings changes.
+//! [`Channel`]: one chat channel's projector — a durable consumer loop over `SG_EVENTS`
+//! per partition this replica holds ([`Channel::run_partition`]), one [`RunProjection`]
+//! per run, ops handed to the delivery engine, crash recovery and settings changes.
+//!
+//! Partitions: the channel's replicas split the partitions with leases
+//! (`streamgate_bus::lease`, group `projector.<channel>`), so every run is rendered by
+//! one replica. Acquiring a partition runs crash recovery over that partition's
+//! active-run markers before its consumer starts; giving it up (released or lost)
+//! drops its runs from memory — the next owner rebuilds them from `SG_EVENTS`, and the
+//! KV delivery state keeps finals exactly-once across the move. What this replica
+//! answers about runs (`active_runs`, `draft`, live events) covers its own partitions
+//! only.
 //!
 //! Settings: every replica of a channel caches each chat's settings, and follows
 //! `SG_SETTINGS` ([`Channel::follow_settings`]) so a change made through any replica
@@ -13,10 +22,14 @@ use crate::error::{nats, ProjectorError};
 use crate::kv::{self, ActiveRun, SettingsOverride, StoredOverride};
 use async_nats::jetstream::kv as kv_watch;
 use async_nats::jetstream::{self, kv::Store};
+use futures::FutureExt as _;
 use futures::StreamExt as _;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use streamgate_bus::subject::{encode_token, RunAddr};
+use std::time::{Duration, Instant};
+use streamgate_bus::lease::PartitionWork;
+use streamgate_bus::subject::{partition_of, RunAddr};
 use streamgate_bus::{consume, events, trace, EVENTS_STREAM};
 use streamgate_grammar::{EventData, RunEvent};
 use streamgate_projection::{Op, RunProjection, Settings, Tier};
@@ -31,6 +44,29 @@ struct RunEntry {
     marker: ActiveRun,
     /// Draft text as last rendered ("" before the first draft or after a dismiss).
     draft: String,
+    /// The run's partition: its entry goes when this replica gives the partition up.
+    partition: u32,
+}
+
+/// How long a released partition waits for the engine to execute what it queued, so
+/// the next owner's re-submitted ops do not race ours; bounded because a chat in a long
+/// `retry_after` must not hold the handover (or a shutdown) forever.
+const HANDOVER_FLUSH_LIMIT: Duration = Duration::from_secs(20);
+
+/// Which runs a recovery pass ([`Channel::recover`]) looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// The periodic orphan sweep: only runs in flight on this replica.
+    Sweep,
+    /// A partition this replica just acquired: every active-run marker of it.
+    Partition {
+        /// The partition.
+        partition: u32,
+        /// When the lease was acquired: a marker scan started after it is complete
+        /// for the partition (its previous owner had stopped), so one scan serves the
+        /// partitions acquired together.
+        acquired: Instant,
+    },
 }
 
 /// A run in flight, as reported by [`Channel::active_runs`].
@@ -82,6 +118,10 @@ pub struct Channel {
     /// Lock order: `runs` before `chat_settings` wherever both are held.
     chat_settings: Mutex<HashMap<String, CachedSettings>>,
     events_tx: broadcast::Sender<Arc<RunEvent>>,
+    /// Runs recovery settled as "agent interrupted" on this replica.
+    interrupted: AtomicUsize,
+    /// The last scan of the active-run markers and when it started.
+    marker_scan: tokio::sync::Mutex<Option<(Instant, Arc<Vec<ActiveRun>>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -167,7 +207,43 @@ impl Channel {
             runs: Mutex::new(HashMap::new()),
             chat_settings: Mutex::new(HashMap::new()),
             events_tx: broadcast::channel(1024).0,
+            interrupted: AtomicUsize::new(0),
+            marker_scan: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Runs this replica's crash recovery settled as "agent interrupted" so far.
+    pub fn interrupted(&self) -> usize {
+        self.interrupted.load(Ordering::Relaxed)
+    }
+
+    /// The partition of a run from its subject (or, should the subject not parse, from
+    /// its id).
+    fn partition_of(&self, subject: &str, run_id: &str) -> u32 {
+        RunAddr::parse_subject(subject).map_or_else(
+            |_| partition_of(run_id, self.cfg.partitions),
+            |a| a.partition,
+        )
+    }
+
+    /// Forgets the runs of a partition this replica no longer holds.
+    fn drop_partition(&self, partition: u32) {
+        lock(&self.runs).retain(|_, e| e.partition != partition);
+    }
+
+    /// Every active-run marker of the channel, from a scan that started after
+    /// `since` (reusing the last scan when it did).
+    async fn markers_since(&self, since: Instant) -> Result<Arc<Vec<ActiveRun>>, ProjectorError> {
+        let mut cache = self.marker_scan.lock().await;
+        if let Some((at, markers)) = cache.as_ref() {
+            if *at >= since {
+                return Ok(markers.clone());
+            }
+        }
+        let at = Instant::now();
+        let markers = Arc::new(kv::list_active(&self.state_kv, &self.cfg.name).await?);
+        *cache = Some((at, markers.clone()));
+        Ok(markers)
     }
 
     /// The channel's configuration.
@@ -190,7 +266,7 @@ impl Channel {
         self.events_tx.subscribe()
     }
 
-    /// Runs in flight on this channel.
+    /// Runs in flight on this channel's partitions held by this replica.
     pub fn active_runs(&self) -> Vec<ActiveRunInfo> {
         let mut v: Vec<_> = lock(&self.runs)
             .values()
@@ -207,7 +283,8 @@ impl Channel {
         v
     }
 
-    /// The run's current draft, if the run is in flight here.
+    /// The run's current draft, if the run is in flight here (on a partition this
+    /// replica holds).
     pub fn draft(&self, run_id: &str) -> Option<DraftInfo> {
         lock(&self.runs).get(run_id).map(|e| DraftInfo {
             chat_id: e.marker.chat_id.clone(),
@@ -418,18 +495,37 @@ impl Channel {
         Ok(out)
     }
 
-    /// Crash recovery (spec §7.3) over this channel's active-run markers:
+    /// Crash recovery (spec §7.3) over this channel's active-run markers, of the runs
+    /// `scope` names:
     /// - a run without a terminal event whose last event is older than `orphan_after` is
     ///   orphaned: its open draft settles to "agent interrupted" (the final is never
     ///   re-sent) and its marker goes;
-    /// - at `startup`, every other marked run is rebuilt from `SG_EVENTS` and its durable
-    ///   ops are handed to the engine again — a final or settle that was acked but not
-    ///   executed before the crash is delivered now, once (the KV state skips the rest);
-    ///   ended runs then lose their marker, live ones continue in memory.
+    /// - for a partition just acquired, every other marked run is rebuilt from
+    ///   `SG_EVENTS` and its durable ops are handed to the engine again — a final or
+    ///   settle that was acked but not executed before the crash (or before the
+    ///   partition moved) is delivered now, once (the KV state skips the rest); ended
+    ///   runs then lose their marker, live ones continue in memory.
     ///
     /// Returns how many runs were settled as interrupted.
-    pub async fn recover(&self, startup: bool) -> Result<usize, ProjectorError> {
-        let markers = kv::list_active(&self.state_kv, &self.cfg.name).await?;
+    pub async fn recover(&self, scope: Recovery) -> Result<usize, ProjectorError> {
+        let (markers, startup) = match scope {
+            Recovery::Sweep => (
+                kv::list_active(&self.state_kv, &self.cfg.name).await?,
+                false,
+            ),
+            Recovery::Partition {
+                partition,
+                acquired,
+            } => {
+                let all = self.markers_since(acquired).await?;
+                let mine = all
+                    .iter()
+                    .filter(|m| self.partition_of(&m.subject, &m.run_id) == partition)
+                    .cloned()
+                    .collect();
+                (mine, true)
+            }
+        };
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -438,8 +534,9 @@ impl Channel {
         let mut interrupted = 0;
         for m in markers {
             if !startup && !lock(&self.runs).contains_key(&m.run_id) {
-                // Ended here and waiting for its flush, or owned by a previous life:
-                // only the startup pass touches those.
+                // Ended here and waiting for its flush, on another replica's partition,
+                // or owned by a previous life: only the pass of an acquired partition
+                // touches those.
                 continue;
             }
             let events = self.read_run(&m.subject).await?;
@@ -491,16 +588,19 @@ impl Channel {
                     }
                 });
             } else {
+                let partition = self.partition_of(&m.subject, &m.run_id);
                 lock(&self.runs).insert(
                     m.run_id.clone(),
                     RunEntry {
                         proj: rebuilt.proj,
                         marker: m,
                         draft: rebuilt.draft,
+                        partition,
                     },
                 );
             }
         }
+        self.interrupted.fetch_add(interrupted, Ordering::Relaxed);
         Ok(interrupted)
     }
 
@@ -550,6 +650,7 @@ impl Channel {
                     proj: rebuilt.proj,
                     marker,
                     draft: rebuilt.draft,
+                    partition: self.partition_of(subject, &run_id),
                 },
             );
         }
@@ -601,23 +702,51 @@ impl Channel {
         Ok(())
     }
 
-    /// Consumes `SG_EVENTS` with the durable consumer `sg-projector-<channel>` until
-    /// `stop` fires. Each message is acked after [`Channel::process`] took all its
-    /// events (a redelivered batch re-applies nothing: the projection skips seqs it has
-    /// seen); a message that cannot be decoded is terminated (it would never decode on
-    /// redelivery).
-    pub async fn run(self: Arc<Self>, stop: CancellationToken) -> Result<(), ProjectorError> {
-        let filter = match &self.cfg.tenant {
-            Some(t) => format!("sg.evt.{}.>", encode_token(t)),
-            None => "sg.evt.*.>".to_owned(),
+    /// Works on one partition this replica holds the lease of, until it is released
+    /// (or, on a lost lease, the task is aborted): recovery of the partition's marked
+    /// runs, then its durable consumer `sg-projector-<channel>-pNN` from the ack floor
+    /// its previous owner left. Each message is acked after [`Channel::process`] took
+    /// all its events (a redelivered batch re-applies nothing: the projection skips seqs
+    /// it has seen); a message that cannot be decoded is terminated (it would never
+    /// decode on redelivery).
+    ///
+    /// On release, messages already received are processed too and the engine gets a
+    /// bounded time to execute what was queued, so the next owner starts after it.
+    /// However the worker ends, the partition's runs leave memory.
+    pub async fn run_partition(self: Arc<Self>, work: PartitionWork) -> Result<(), ProjectorError> {
+        let partition = work.partition;
+        let acquired = Instant::now();
+        let _forget = ForgetPartition {
+            channel: self.clone(),
+            partition,
         };
-        let consumer = consume::durable_pull(
+        let interrupted = self
+            .recover(Recovery::Partition {
+                partition,
+                acquired,
+            })
+            .await?;
+        if interrupted > 0 {
+            tracing::info!(
+                partition,
+                interrupted,
+                "orphaned runs settled on acquiring the partition"
+            );
+        }
+        // The channel's backpressure bound, split over the partitions.
+        let max_ack_pending = (10_000 / i64::from(self.cfg.partitions.max(1))).max(256);
+        // A channel upgraded from its single shared consumer resumes where that one was
+        // acknowledged, not at the start of SG_EVENTS.
+        let start =
+            consume::start_after_legacy(&self.js, EVENTS_STREAM, &self.cfg.durable_name()).await?;
+        let consumer = consume::durable_pull_from(
             &self.js,
             EVENTS_STREAM,
-            &self.cfg.durable_name(),
-            vec![filter],
+            &self.cfg.partition_durable(partition),
+            vec![self.cfg.partition_filter(partition)],
             self.cfg.ack_wait,
-            10_000,
+            max_ack_pending,
+            start,
         )
         .await?;
         let mut messages = consumer
@@ -626,51 +755,88 @@ impl Channel {
             .map_err(nats("consumer messages"))?;
         loop {
             let next = tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
+                biased;
+                () = work.release.cancelled() => break,
                 n = messages.next() => n,
             };
             let Some(msg) = next else {
+                // The consumer ended (deleted?): the lease supervisor starts us again.
                 return Ok(());
             };
-            let msg = match msg {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!(error = %e, "consumer error");
-                    continue;
-                }
-            };
-            let evs = match events::decode_msg(&msg) {
-                Ok(evs) => evs,
-                Err(e) => {
-                    tracing::warn!(subject = %msg.subject, error = %e, "undecodable message terminated");
-                    let _ = msg.ack_with(jetstream::AckKind::Term).await;
-                    continue;
-                }
-            };
-            if let Err(e) = RunAddr::parse_subject(&msg.subject) {
-                tracing::warn!(subject = %msg.subject, error = %e, "event on a foreign subject");
+            self.handle_message(msg).await;
+        }
+        while let Some(Some(msg)) = messages.next().now_or_never() {
+            self.handle_message(msg).await;
+        }
+        drop(messages);
+        if tokio::time::timeout(HANDOVER_FLUSH_LIMIT, self.delivery.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                partition,
+                "ops still queued at handover; the next owner re-submits them"
+            );
+        }
+        Ok(())
+    }
+
+    /// One `SG_EVENTS` message: decode, process every event, ack (or leave it for
+    /// redelivery).
+    async fn handle_message(
+        &self,
+        msg: Result<jetstream::Message, jetstream::consumer::pull::MessagesError>,
+    ) {
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "consumer error");
+                return;
             }
-            let subject = msg.subject.to_string();
-            let span = streamgate_runtime::hop_span!("project", channel = %self.cfg.name, subject = %subject);
-            trace::follow(&span, trace::extract_context(msg.headers.as_ref()));
-            let processed = self.process_all(evs, &subject).instrument(span).await;
-            match processed {
-                Ok(()) => {
-                    if let Err(e) = msg.ack().await {
-                        tracing::warn!(error = %e, "ack failed; the event will be redelivered");
-                    }
+        };
+        let evs = match events::decode_msg(&msg) {
+            Ok(evs) => evs,
+            Err(e) => {
+                tracing::warn!(subject = %msg.subject, error = %e, "undecodable message terminated");
+                let _ = msg.ack_with(jetstream::AckKind::Term).await;
+                return;
+            }
+        };
+        if let Err(e) = RunAddr::parse_subject(&msg.subject) {
+            tracing::warn!(subject = %msg.subject, error = %e, "event on a foreign subject");
+        }
+        let subject = msg.subject.to_string();
+        let span =
+            streamgate_runtime::hop_span!("project", channel = %self.cfg.name, subject = %subject);
+        trace::follow(&span, trace::extract_context(msg.headers.as_ref()));
+        let processed = self.process_all(evs, &subject).instrument(span).await;
+        match processed {
+            Ok(()) => {
+                if let Err(e) = msg.ack().await {
+                    tracing::warn!(error = %e, "ack failed; the event will be redelivered");
                 }
-                Err(e) => {
-                    // Not acked: JetStream redelivers after ack_wait; the rebuild and
-                    // the KV delivery state make the retry idempotent.
-                    tracing::warn!(error = %e, "event not processed; leaving it for redelivery");
-                    let _ = msg
-                        .ack_with(jetstream::AckKind::Nak(Some(
-                            std::time::Duration::from_secs(1),
-                        )))
-                        .await;
-                }
+            }
+            Err(e) => {
+                // Not acked: JetStream redelivers after ack_wait; the rebuild and
+                // the KV delivery state make the retry idempotent.
+                tracing::warn!(error = %e, "event not processed; leaving it for redelivery");
+                let _ = msg
+                    .ack_with(jetstream::AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
             }
         }
+    }
+}
+
+/// Drops a partition's runs from memory when its worker ends, however it ends (a
+/// release, an error, or the abort of a lost lease).
+struct ForgetPartition {
+    channel: Arc<Channel>,
+    partition: u32,
+}
+
+impl Drop for ForgetPartition {
+    fn drop(&mut self) {
+        self.channel.drop_partition(self.partition);
     }
 }

@@ -69,6 +69,12 @@ pub struct Args {
     /// Partitions of the deployment.
     #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
+    /// Partition lease TTL in seconds: the channel's replicas split the partitions with
+    /// leases in SG_LEASES, and a replica that dies hands its partitions over this long
+    /// after its last renewal. Takes effect when the bucket is created; an existing
+    /// bucket keeps its TTL.
+    #[arg(long, env = "STREAMGATE_LEASE_TTL", default_value_t = 10)]
+    pub lease_ttl: u64,
     /// ProjectorService listen address.
     #[arg(
         long,
@@ -116,6 +122,7 @@ impl Args {
         }
         c.orphan_after = Duration::from_secs(self.orphan_after_secs);
         c.partitions = self.partitions;
+        c.lease_ttl = Duration::from_secs(self.lease_ttl.max(1));
         c.token = self.token.clone().filter(|t| !t.is_empty());
         Ok(c)
     }
@@ -128,7 +135,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let shutdown = streamgate_runtime::shutdown::on_signal();
     let nats = async_nats::connect(&args.nats).await?;
     let mut running = start(nats, cfg, Some(args.grpc), shutdown).await?;
-    tracing::info!(grpc = ?running.grpc, web = ?running.web, recovered = running.recovered, "projector running");
+    tracing::info!(grpc = ?running.grpc, web = ?running.web, member = %running.member, "projector running");
     if let Some(web) = running.web {
         println!("web channel: http://{web}/");
     }

@@ -32,7 +32,8 @@ impl ChannelSink {
 /// One channel: which events, rendered how, delivered where.
 #[derive(Debug, Clone)]
 pub struct ChannelConfig {
-    /// Channel name: the durable consumer is `sg-projector-<name>`, KV keys start with it.
+    /// Channel name: the durable consumers are `sg-projector-<name>-pNN`, KV keys start
+    /// with it.
     pub name: String,
     /// The sink.
     pub sink: ChannelSink,
@@ -59,8 +60,12 @@ pub struct ChannelConfig {
     pub orphan_after: Duration,
     /// Partition count of the deployment.
     pub partitions: u32,
-    /// JetStream ack wait of the durable consumer (must exceed a final's delivery time).
+    /// JetStream ack wait of the durable consumers (must exceed a final's delivery time).
     pub ack_wait: Duration,
+    /// Partition lease TTL (`SG_LEASES`, group `projector.<name>`): a replica that dies
+    /// hands its partitions over this long after its last renewal. Applies when the
+    /// bucket is created (see `streamgate_bus::lease`).
+    pub lease_ttl: Duration,
 }
 
 impl ChannelConfig {
@@ -81,6 +86,7 @@ impl ChannelConfig {
             orphan_after: Duration::from_secs(300),
             partitions: streamgate_bus::DEFAULT_PARTITIONS,
             ack_wait: Duration::from_secs(120),
+            lease_ttl: streamgate_bus::lease::DEFAULT_LEASE_TTL,
         }
     }
 
@@ -108,8 +114,30 @@ impl ChannelConfig {
             || session_key.is_some_and(|s| self.sessions.iter().any(|x| x == s))
     }
 
-    /// The durable consumer name: `sg-projector-<name>` with characters NATS forbids in
-    /// consumer names replaced by `_`.
+    /// The lease group of the channel's replicas: `projector.<name>` (name KV-encoded).
+    pub fn lease_group(&self) -> String {
+        streamgate_bus::lease::group_key(&["projector", &self.name])
+    }
+
+    /// The durable consumer of one partition: `<durable_name>-pNN`, consumed by the
+    /// replica holding the partition's lease.
+    pub fn partition_durable(&self, partition: u32) -> String {
+        let width = self.partitions.saturating_sub(1).max(10).to_string().len();
+        format!("{}-p{partition:0width$}", self.durable_name())
+    }
+
+    /// The `SG_EVENTS` filter of one partition: `sg.evt.<tenant or *>.<p>.*`.
+    pub fn partition_filter(&self, partition: u32) -> String {
+        let tenant = self.tenant.as_deref().map_or(
+            std::borrow::Cow::Borrowed("*"),
+            streamgate_bus::subject::encode_token,
+        );
+        format!("sg.evt.{tenant}.{partition}.*")
+    }
+
+    /// Prefix of the channel's durable consumer names: `sg-projector-<name>` with
+    /// characters NATS forbids in consumer names replaced by `_` (each partition's
+    /// consumer adds `-pNN`, see [`ChannelConfig::partition_durable`]).
     pub fn durable_name(&self) -> String {
         let safe: String = self
             .name
@@ -246,5 +274,13 @@ mod tests {
         assert!(c.accepts("t", Some("s1")));
         assert!(!c.accepts("t", Some("s2")));
         assert_eq!(c.durable_name(), "sg-projector-c");
+        assert_eq!(c.partition_durable(7), "sg-projector-c-p07");
+        assert_eq!(c.partition_filter(7), "sg.evt.t.7.*");
+        c.tenant = Some("a b".into());
+        assert_eq!(c.partition_filter(31), "sg.evt.a%20b.31.*");
+        c.tenant = None;
+        assert_eq!(c.partition_filter(0), "sg.evt.*.0.*");
+        c.name = "tg.main".into();
+        assert_eq!(c.lease_group(), "projector.tg=2Emain");
     }
 }

@@ -5,6 +5,11 @@
 //! Live events are subscribed to *before* the replay is read, and every event is passed
 //! only when its seq is exactly the next one, so the boundary has neither a duplicate nor
 //! a gap; a lagging live stream falls back to re-reading the subject.
+//!
+//! Every answer comes from this replica: a channel's replicas split the partitions, so
+//! `ListActiveRuns` and `GetDraft` know the runs of the partitions held here, and the
+//! live part of `Subscribe` sees only events processed here (a run on another replica's
+//! partition is replayed from `SG_EVENTS`, then not followed).
 
 use crate::channel::Channel;
 use crate::kv::SettingsOverride;

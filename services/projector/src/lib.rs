@@ -9,8 +9,8 @@
 //!   limits) and the `kind=target` channel shorthand used by `streamgate up`.
 //! - [`kv`]: the KV buckets — `SG_DELIVERY` as a [`streamgate_sinks::StateStore`], active
 //!   run markers, and `SG_SETTINGS` per-chat overrides.
-//! - [`channel`]: [`Channel`], the durable consumer loop, one `RunProjection` per run,
-//!   rebuilds of in-flight runs, crash recovery, settings changes.
+//! - [`channel`]: [`Channel`], the per-partition consumer loops, one `RunProjection` per
+//!   run, rebuilds of in-flight runs, crash recovery, settings changes.
 //! - [`grpc`]: `ProjectorService` (Subscribe / GetDraft / ListActiveRuns / SetSettings).
 //! - [`web`]: the tier-T2 web sink and its self-contained page with SSE.
 //! - [`service`]: everything started together ([`start`]).
@@ -19,13 +19,27 @@
 //!
 //! # Decisions
 //! - One projector process (or `streamgate up` task set) serves one channel; several
-//!   channels are several instances, each with its own durable consumer
-//!   `sg-projector-<channel>` and bearer token.
+//!   channels are several instances, each with its own bearer token and one durable
+//!   consumer per partition, `sg-projector-<channel>-pNN` (filter
+//!   `sg.evt.<tenant|*>.<p>.*`).
+//! - Replicas: a channel's replicas split its partitions with leases in `SG_LEASES`
+//!   (group `projector.<channel>`, [`streamgate_bus::lease`]), so every run is rendered by
+//!   one replica, in order. Acquiring a partition runs crash recovery over that
+//!   partition's markers, then consumes from its durable's ack floor; a released
+//!   partition drains (messages in hand, then a bounded wait for the engine to execute
+//!   what was queued) before its lease goes; a lost one is aborted. Either way its runs
+//!   leave this replica's memory and the next owner rebuilds them.
+//! - Local answers: `ListActiveRuns`, `GetDraft`, the web page and `Subscribe`'s live
+//!   tail cover the runs of the partitions this replica holds. A run on another
+//!   replica's partition is `NOT_FOUND` for `GetDraft`, and `Subscribe` replays it from
+//!   `SG_EVENTS` but does not follow it live here; clients that need every run ask every
+//!   replica (or reconnect until they reach the one holding it).
 //! - Acks: a message is acked once its ops are handed to the engine. Before a run's
 //!   first op an active-run marker is stored in KV; it is removed only after the run's
-//!   terminal ops were executed (engine flushed). A restarted projector rebuilds every
-//!   marked run from `SG_EVENTS` and hands its durable ops (final, settle, notices) to
-//!   the engine again; the KV delivery state (`final_delivered`, `settled`, …) turns
+//!   terminal ops were executed (engine flushed). The replica that acquires a partition
+//!   (after a restart, another replica's crash or a rebalance) rebuilds every marked run
+//!   of it from `SG_EVENTS` and hands its durable ops (final, settle, notices) to the
+//!   engine again; the KV delivery state (`final_delivered`, `settled`, …) turns
 //!   everything already done into a no-op, so nothing queued-but-unsent is lost and
 //!   nothing sent is repeated. Not flushing per event keeps one chat's 429s from
 //!   stalling every other chat on the channel.

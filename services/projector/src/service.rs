@@ -1,17 +1,20 @@
-//! Starts a channel: KV buckets, sink and delivery engine, the settings watch, crash
-//! recovery, the consumer, the `ProjectorService` gRPC server and (for `web` channels)
-//! the web page.
+//! Starts a channel: KV buckets, sink and delivery engine, the settings watch, the
+//! partition leases (whose workers recover and consume each held partition), the
+//! `ProjectorService` gRPC server and (for `web` channels) the web page.
 
-use crate::channel::Channel;
+use crate::channel::{Channel, Recovery};
 use crate::config::{with_name, ChannelConfig, ChannelSink};
 use crate::grpc::Projector;
 use crate::kv;
 use crate::web::{self, WebSink};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use streamgate_bus::lease::{LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_proto::v1::projector_service_server::ProjectorServiceServer;
 use streamgate_runtime::rpc::{reflection, RequireBearer};
 use streamgate_sinks::{Delivery, Sink};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -26,9 +29,13 @@ pub struct Running {
     pub grpc: Option<SocketAddr>,
     /// Bound web page address (`web` channels).
     pub web: Option<SocketAddr>,
-    /// Orphaned runs settled at start.
-    pub recovered: usize,
-    /// The tasks; they end after shutdown.
+    /// The partitions this replica holds leases on (and renders), as they change.
+    /// Crash recovery of a partition runs when it is acquired; orphans it settles are
+    /// counted by [`Channel::interrupted`].
+    pub partitions: watch::Receiver<BTreeSet<u32>>,
+    /// This replica's member id in the channel's lease group.
+    pub member: String,
+    /// The tasks; they end after shutdown (every partition drained and released).
     pub tasks: JoinSet<anyhow::Result<()>>,
 }
 
@@ -65,15 +72,35 @@ pub async fn start(
     // The settings watch opens before recovery fills the settings cache, so a change
     // made by another replica meanwhile is not missed.
     let settings_watch = channel.settings_watch().await?;
-    let recovered = channel.recover(true).await?;
+    let leases = PartitionLeases::open(
+        channel.jetstream(),
+        LeaseConfig {
+            group: cfg.lease_group(),
+            partitions: cfg.partitions,
+            ttl: cfg.lease_ttl,
+            replicas: 1,
+            member: None,
+        },
+    )
+    .await?;
+    let (partitions, member) = (leases.held(), leases.member().to_owned());
     let mut tasks = JoinSet::new();
     {
         let (c, stop) = (channel.clone(), shutdown.clone());
         tasks.spawn(async move { Ok(c.follow_settings(settings_watch, stop).await?) });
     }
     {
+        // One worker per held partition: recovery of its marked runs, then its
+        // consumer. A graceful stop drains and releases every partition.
         let (c, stop) = (channel.clone(), shutdown.clone());
-        tasks.spawn(async move { Ok(c.run(stop).await?) });
+        tasks.spawn(async move {
+            leases
+                .run(stop, move |work: PartitionWork| {
+                    c.clone().run_partition(work)
+                })
+                .await?;
+            Ok(())
+        });
     }
     {
         // Periodic sweep: a run whose agent died while this projector kept running is
@@ -86,7 +113,7 @@ pub async fn start(
                     _ = stop.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(every) => {}
                 }
-                if let Err(e) = c.recover(false).await {
+                if let Err(e) = c.recover(Recovery::Sweep).await {
                     tracing::warn!(error = %e, "orphan sweep failed");
                 }
             }
@@ -140,7 +167,8 @@ pub async fn start(
         channel,
         grpc,
         web,
-        recovered,
+        partitions,
+        member,
         tasks,
     })
 }

@@ -267,10 +267,6 @@ async fn telegram_every_fixture_one_final_through_429s_and_a_restart() -> R {
             CancellationToken::new(),
         )
         .await?;
-        assert_eq!(
-            b.recovered, 0,
-            "a live run must not be settled as interrupted"
-        );
         second.push(b);
     }
     let done = wait_until(Duration::from_secs(120), || {
@@ -302,6 +298,12 @@ async fn telegram_every_fixture_one_final_through_429s_and_a_restart() -> R {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     eprintln!("second life settled at {:?}", clock.elapsed());
+    // The second life took the partitions over once the crashed life's leases expired,
+    // and recovered every marked run without mistaking a live one for an orphan.
+    assert!(
+        second.iter().all(|b| b.channel.interrupted() == 0),
+        "a live run was settled as interrupted"
+    );
     for r in &runs {
         let msgs = r.fake.messages();
         // Live messages: a draft whose text equalled the final is dismissed (deleted).
@@ -644,7 +646,12 @@ async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
     let mut cfg = telegram_channel(&fake);
     cfg.orphan_after = Duration::from_secs(60);
     let b = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
-    assert_eq!(b.recovered, 1);
+    // The crashed replica's leases run out after their TTL; recovery of the partition
+    // then settles the orphan.
+    assert!(
+        wait_until(Duration::from_secs(60), || b.channel.interrupted() == 1).await,
+        "the orphaned run was not settled"
+    );
     let msgs = fake.live_messages();
     assert_eq!(msgs.len(), 1, "{msgs:#?}");
     assert!(msgs[0].text.contains("agent interrupted"), "{msgs:#?}");
@@ -934,6 +941,11 @@ async fn wait_settings(
 /// over one replica's gRPC re-render the run in flight on the other replica (its own
 /// `GetDraft` shows the thinking and the tool details, as does the Telegram draft), and a
 /// change back through the second replica reaches the first — no restart.
+///
+/// The replicas split the partitions, so the run is in flight on exactly one of them
+/// (the owner); the other answers `GetDraft` for it with `NOT_FOUND`. When the second
+/// replica joins, the run's partition may move to it: the new owner rebuilds the run
+/// from its marker and keeps editing the same Telegram message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     use streamgate_projection::{Reasoning, Verbose};
@@ -955,8 +967,8 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         c
     };
     let grpc_any = Some(([127, 0, 0, 1], 0).into());
-    // Replica B consumes the first part of the run; replica A, started afterwards,
-    // takes the run over from its active-run marker. Each renders from its own memory.
+    // Replica B consumes the first part of the run alone; replica A, started
+    // afterwards, takes half the partitions — perhaps the run's.
     let b = start(
         nats.client().await,
         cfg(),
@@ -980,8 +992,24 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         CancellationToken::new(),
     )
     .await?;
-    let mut a_client = projector_client(a.grpc.ok_or("no grpc")?, "chan-token").await?;
-    let mut b_client = projector_client(b.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let split = |a: &Running, b: &Running| {
+        let (x, y) = (a.partitions.borrow().clone(), b.partitions.borrow().clone());
+        x.len() == 16 && y.len() == 16 && x.is_disjoint(&y)
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || split(&a, &b)
+            && (a.channel.draft(run).is_some()
+                != b.channel.draft(run).is_some()))
+        .await,
+        "the replicas never split the partitions with the run on one of them"
+    );
+    let (owner, other) = if a.channel.draft(run).is_some() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    let mut owner_client = projector_client(owner.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let mut other_client = projector_client(other.grpc.ok_or("no grpc")?, "chan-token").await?;
     let get_draft = |c: &mut ProjectorClient| {
         let mut c = c.clone();
         async move {
@@ -993,19 +1021,21 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
             )
         }
     };
-    // Channel defaults: no thinking, tool rows without details — on both replicas.
-    for d in [
-        get_draft(&mut a_client).await?,
-        get_draft(&mut b_client).await?,
-    ] {
-        assert!(d.contains("web_search"), "{d}");
-        assert!(
-            !d.contains("🧠") && !d.contains("Paris weather today"),
-            "{d}"
-        );
-    }
+    // Channel defaults: no thinking, tool rows without details.
+    let d = get_draft(&mut owner_client).await?;
+    assert!(d.contains("web_search"), "{d}");
+    assert!(
+        !d.contains("🧠") && !d.contains("Paris weather today"),
+        "{d}"
+    );
+    let elsewhere = get_draft(&mut other_client).await.err().map(|s| s.code());
+    assert_eq!(
+        elsewhere,
+        Some(tonic::Code::NotFound),
+        "the run is in flight on one replica"
+    );
 
-    let reply = a_client
+    let reply = other_client
         .set_settings(v1::SetSettingsRequest {
             chat_id: chat.into(),
             reasoning: "stream".into(),
@@ -1017,21 +1047,21 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         (reply.reasoning.as_str(), reply.verbose.as_str()),
         ("stream", "full")
     );
-    assert_eq!(reply.rerendered, 1);
+    assert_eq!(reply.rerendered, 0, "no run of the chat is in flight there");
 
-    // B re-renders its own copy of the run from the watch.
+    // The owner re-renders the run from the watch.
     let thinking = "🧠 The user asks about the weather in Paris.";
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut b_draft = get_draft(&mut b_client).await?;
-    while !b_draft.contains(thinking) && Instant::now() < deadline {
+    let mut owner_draft = get_draft(&mut owner_client).await?;
+    while !owner_draft.contains(thinking) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        b_draft = get_draft(&mut b_client).await?;
+        owner_draft = get_draft(&mut owner_client).await?;
     }
     assert!(
-        b_draft.contains(thinking) && b_draft.contains("Paris weather today"),
-        "B's draft was not re-rendered: {b_draft}"
+        owner_draft.contains(thinking) && owner_draft.contains("Paris weather today"),
+        "the owner's draft was not re-rendered: {owner_draft}"
     );
-    let s = b.channel.settings_for(chat).await?;
+    let s = owner.channel.settings_for(chat).await?;
     assert_eq!((s.reasoning, s.verbose), (Reasoning::Stream, Verbose::Full));
     let tg = |fake: &FakeServer| {
         fake.live_messages()
@@ -1048,8 +1078,8 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         fake.messages()
     );
 
-    // And back, through B: A follows.
-    let reply = b_client
+    // And back, through the owner: the other replica follows.
+    let reply = owner_client
         .set_settings(v1::SetSettingsRequest {
             chat_id: chat.into(),
             reasoning: "off".into(),
@@ -1061,15 +1091,19 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         (reply.reasoning.as_str(), reply.verbose.as_str()),
         ("off", "full")
     );
+    assert_eq!(reply.rerendered, 1);
     assert!(
-        wait_settings(&a, chat, Reasoning::Off).await?,
-        "A never saw B's change"
+        wait_settings(other, chat, Reasoning::Off).await?,
+        "the other replica never saw the owner's change"
     );
-    assert_eq!(a.channel.settings_for(chat).await?.verbose, Verbose::Full);
-    let a_draft = get_draft(&mut a_client).await?;
+    assert_eq!(
+        other.channel.settings_for(chat).await?.verbose,
+        Verbose::Full
+    );
+    let owner_draft = get_draft(&mut owner_client).await?;
     assert!(
-        !a_draft.contains("🧠") && a_draft.contains("Paris weather today"),
-        "A's draft: {a_draft}"
+        !owner_draft.contains("🧠") && owner_draft.contains("Paris weather today"),
+        "the owner's draft: {owner_draft}"
     );
     assert!(
         wait_until(Duration::from_secs(10), || tg(&fake)
@@ -1079,7 +1113,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         "the Telegram draft still shows the thinking: {:#?}",
         fake.messages()
     );
-    // One draft message the whole time, edited in place.
+    // One draft message the whole time, edited in place — across a partition move too.
     assert_eq!(fake.live_messages().len(), 1, "{:#?}", fake.messages());
     Ok(())
 }
@@ -1155,5 +1189,184 @@ async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
     while let Some(r) = tokio::time::timeout(limit, running.tasks.join_next()).await? {
         r??;
     }
+    Ok(())
+}
+
+/// Two replicas of one Telegram channel on one nats-server split the partitions 16/16.
+/// Every fixture runs in its own chat. While the first half of every run goes through,
+/// each run is rendered by the replica holding its partition only: the partition sets do
+/// not move, a replica consumes only its partitions' durable consumers, and none of them
+/// redelivers a message (each event was taken once). Then one replica is stopped
+/// mid-turn; the other takes its partitions over at once (a graceful release), rebuilds
+/// their runs from the active-run markers and finishes them: every chat ends with
+/// exactly one final with the expected text and at most one draft.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewhere() -> R {
+    use streamgate_bus::subject::partition_of;
+    use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM};
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let fake = FakeServer::telegram(TG_TOKEN, Behavior::default()).await?;
+    let fx = fixtures();
+    assert!(fx.len() >= 20, "fixtures not found: {}", fx.len());
+    let t0 = now_ms();
+    struct Turn {
+        chat: String,
+        run: String,
+        events: Vec<RunEvent>,
+        expected: Option<String>,
+    }
+    let turns: Vec<Turn> = fx
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let (chat, run) = ((2000 + i).to_string(), format!("run-rep-{i}"));
+            Turn {
+                events: run_events(&run, &chat, &f.events, t0),
+                expected: expected_final(&f.events),
+                chat,
+                run,
+            }
+        })
+        .collect();
+    let a = start(
+        nats.client().await,
+        telegram_channel(&fake),
+        None,
+        CancellationToken::new(),
+    )
+    .await?;
+    let b_stop = CancellationToken::new();
+    let mut b = start(
+        nats.client().await,
+        telegram_channel(&fake),
+        None,
+        b_stop.clone(),
+    )
+    .await?;
+    let held = |r: &Running| r.partitions.borrow().clone();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let (x, y) = (held(&a), held(&b));
+            x.len() == 16 && y.len() == 16 && x.is_disjoint(&y)
+        })
+        .await,
+        "the replicas never split the partitions"
+    );
+    let (held_a, held_b) = (held(&a), held(&b));
+
+    for t in &turns {
+        publish(&js, &t.events[..t.events.len() / 2]).await?;
+    }
+    // Until both replicas consumed and acknowledged every first half.
+    let cfg = telegram_channel(&fake);
+    let stream = js.get_stream(EVENTS_STREAM).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let redelivered = loop {
+        let mut quiet = true;
+        let mut redelivered = 0;
+        for p in 0..DEFAULT_PARTITIONS {
+            let info = stream.consumer_info(cfg.partition_durable(p)).await?;
+            quiet &= info.num_pending == 0 && info.num_ack_pending == 0;
+            redelivered += info.num_redelivered;
+        }
+        if quiet || Instant::now() > deadline {
+            assert!(quiet, "the first halves were never all consumed");
+            break redelivered;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(redelivered, 0, "an event was delivered twice");
+    assert_eq!(
+        (held(&a), held(&b)),
+        (held_a.clone(), held_b.clone()),
+        "partitions moved while the first halves went through"
+    );
+    let mut on_b = 0;
+    for t in &turns {
+        let part = partition_of(&t.run, DEFAULT_PARTITIONS);
+        let elsewhere = if held_a.contains(&part) {
+            &b
+        } else {
+            on_b += 1;
+            &a
+        };
+        assert!(
+            elsewhere.channel.draft(&t.run).is_none(),
+            "{}: in flight on the replica without its partition",
+            t.run
+        );
+    }
+    assert!(on_b > 0, "no run on the replica to be stopped");
+    let in_flight_on_b = b.channel.active_runs().len();
+    assert!(
+        in_flight_on_b > 0,
+        "no turn in flight on the replica to be stopped"
+    );
+
+    // Stop b mid-turn: a takes its partitions at once and finishes its runs.
+    b_stop.cancel();
+    while let Some(r) = b.tasks.join_next().await {
+        r??;
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || held(&a).len() == 32).await,
+        "a never took the stopped replica's partitions"
+    );
+    for t in &turns {
+        publish(&js, &t.events[t.events.len() / 2..]).await?;
+    }
+    let finals_in = |t: &Turn| {
+        t.expected.as_ref().map_or(0, |f| {
+            fake.messages()
+                .iter()
+                .filter(|m| m.chat == t.chat && !m.deleted && &m.text == f)
+                .count()
+        })
+    };
+    let done = wait_until(Duration::from_secs(120), || {
+        a.channel.active_runs().is_empty()
+            && turns
+                .iter()
+                .all(|t| finals_in(t) == usize::from(t.expected.is_some()))
+    })
+    .await;
+    let msgs = fake.messages();
+    for t in &turns {
+        let mine: Vec<_> = msgs.iter().filter(|m| m.chat == t.chat).collect();
+        assert_eq!(
+            finals_in(t),
+            usize::from(t.expected.is_some()),
+            "{}: finals {mine:#?}",
+            t.run
+        );
+        let notices = mine
+            .iter()
+            .filter(|m| {
+                m.edits == 0
+                    && !m.deleted
+                    && ["❌", "⚠", "⛔"].iter().any(|p| m.text.starts_with(p))
+                    && t.expected.as_ref() != Some(&m.text)
+            })
+            .count();
+        assert!(
+            mine.len() <= 1 + finals_in(t) + notices,
+            "{}: duplicated drafts {mine:#?}",
+            t.run
+        );
+    }
+    assert!(done, "not every run finished");
+    assert_eq!(
+        a.channel.interrupted(),
+        0,
+        "a live run was settled as interrupted"
+    );
+    eprintln!(
+        "{} runs ({on_b} on the stopped replica, {in_flight_on_b} in flight when it stopped), {} Telegram messages, {} finals",
+        turns.len(),
+        msgs.len(),
+        turns.iter().filter(|t| t.expected.is_some()).count()
+    );
     Ok(())
 }
