@@ -46,7 +46,6 @@
 //! process that died.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::future::Future;
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::time::Duration;
@@ -77,34 +76,12 @@ const WORKER_RESTART_DELAY: Duration = Duration::from_secs(1);
 /// Rounds triggered by watch events closer together than this are merged.
 const TRIGGER_DEBOUNCE: Duration = Duration::from_millis(20);
 
-/// One KV key token: bytes outside `[-_A-Za-z0-9]` become `=XX` (uppercase hex), the
-/// empty string `=`. Reversible, and never contains `.`, so a token is one key level.
-pub fn kv_token(s: &str) -> String {
-    if s.is_empty() {
-        return "=".to_owned();
-    }
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(char::from(b));
-        } else {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "={b:02X}");
-        }
-    }
-    out
-}
-
-/// A lease group from its parts, each encoded with [`kv_token`] and joined with `.`:
+/// A lease group from its parts, each a [`crate::kv::token`], joined with `.`:
 /// `group_key(&["normalizer"])` is `normalizer`, `group_key(&["projector", "tg.main"])`
 /// is `projector.tg=2Emain`. Groups of one service kind must have the same number of
 /// parts, so that no group's keys fall under another's.
 pub fn group_key(parts: &[&str]) -> String {
-    parts
-        .iter()
-        .map(|p| kv_token(p))
-        .collect::<Vec<_>>()
-        .join(".")
+    crate::kv::key(parts)
 }
 
 /// The key of a partition's lease: `<group>.<NN>`, zero-padded to the width of the
@@ -115,7 +92,7 @@ pub fn partition_key(group: &str, partitions: u32, partition: u32) -> String {
 }
 
 /// The key of a member's membership: `<group>.members.<member>` (`member` as given; use
-/// a [`kv_token`]).
+/// a [`crate::kv::token`]).
 pub fn member_key(group: &str, member: &str) -> String {
     format!("{group}.{MEMBERS}.{member}")
 }
@@ -138,7 +115,7 @@ pub fn default_member_id() -> String {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
     );
-    kv_token(&format!(
+    crate::kv::token(&format!(
         "{host}-{}-{:06x}",
         std::process::id(),
         h.finish() & 0xff_ffff

@@ -63,6 +63,7 @@
 //! - [`lease`]: partition leases in KV ([`lease::PartitionLeases`]) and the per-partition
 //!   workers they run — how the normalizer and projector replicas split the partitions.
 //! - [`trace`]: W3C `traceparent` through NATS headers.
+//! - [`kv`]: keys of the KV buckets (reversible id tokens).
 //! - [`BusError`] (this file): every failure of this crate.
 #![forbid(unsafe_code)]
 
@@ -74,6 +75,7 @@ use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, Stor
 pub mod consume;
 pub mod events;
 mod hdr;
+pub mod kv;
 pub mod lease;
 pub mod local;
 pub mod raw;

@@ -420,7 +420,7 @@ impl Channel {
     /// history repairs whatever was missed; revisions make the repeats no-ops).
     pub async fn settings_watch(&self) -> Result<kv_watch::Watch, ProjectorError> {
         self.settings_kv
-            .watch_with_history(format!("{}.*", kv::kv_token(&self.cfg.name)))
+            .watch_with_history(format!("{}.*", streamgate_bus::kv::token(&self.cfg.name)))
             .await
             .map_err(crate::error::nats("watch settings"))
     }

@@ -1,7 +1,7 @@
 //! The projector's JetStream KV buckets (DESIGN §3):
 //! - [`DELIVERY_BUCKET`] `SG_DELIVERY`: one [`DeliveryState`] per channel+chat+run under
-//!   [`StateKey::kv_key`] ([`KvStateStore`]), plus an active-run marker per run under
-//!   `active.<kv_key>` ([`ActiveRun`]) that crash recovery walks.
+//!   [`state_kv_key`] ([`KvStateStore`]), plus an active-run marker per run under
+//!   `active.<state key>` ([`ActiveRun`]) that crash recovery walks.
 //! - [`SETTINGS_BUCKET`] `SG_SETTINGS`: per-chat overrides under `<channel>.<chat>`
 //!   ([`SettingsOverride`]).
 
@@ -10,7 +10,6 @@ use async_nats::jetstream::{self, kv};
 use futures::future::BoxFuture;
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use streamgate_projection::{Reasoning, Settings, Verbose};
 use streamgate_sinks::{DeliveryState, StateKey, StateStore, StoreError};
 
@@ -42,21 +41,9 @@ pub async fn bucket(js: &jetstream::Context, name: &str) -> Result<kv::Store, Pr
     .map_err(nats("create kv bucket"))
 }
 
-/// One KV key token: bytes outside `[-_A-Za-z0-9]` become `=XX`, empty is `=` (the same
-/// scheme as [`StateKey::kv_key`], so keys never collide).
-pub fn kv_token(s: &str) -> String {
-    if s.is_empty() {
-        return "=".to_owned();
-    }
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "={b:02X}");
-        }
-    }
-    out
+/// Key of a delivery state in [`DELIVERY_BUCKET`]: `<channel>.<chat>.<run>`.
+pub fn state_kv_key(key: &StateKey) -> String {
+    streamgate_bus::kv::key(&[&key.channel, &key.chat_id, &key.run_id])
 }
 
 /// [`StateStore`] over the `SG_DELIVERY` bucket. A `put` returns after JetStream stored
@@ -81,7 +68,7 @@ impl StateStore for KvStateStore {
         Box::pin(async move {
             let Some(bytes) = self
                 .store
-                .get(key.kv_key())
+                .get(state_kv_key(key))
                 .await
                 .map_err(|e| StoreError(e.to_string()))?
             else {
@@ -101,7 +88,7 @@ impl StateStore for KvStateStore {
         Box::pin(async move {
             let bytes = serde_json::to_vec(state).map_err(|e| StoreError(e.to_string()))?;
             self.store
-                .put(key.kv_key(), bytes.into())
+                .put(state_kv_key(key), bytes.into())
                 .await
                 .map(|_| ())
                 .map_err(|e| StoreError(e.to_string()))
@@ -130,7 +117,7 @@ pub struct ActiveRun {
 impl ActiveRun {
     /// Its key in [`DELIVERY_BUCKET`].
     pub fn kv_key(&self) -> String {
-        format!("active.{}", self.state_key().kv_key())
+        format!("active.{}", state_kv_key(&self.state_key()))
     }
 
     /// The delivery state key of the run.
@@ -167,7 +154,7 @@ pub async fn list_active(
     store: &kv::Store,
     channel: &str,
 ) -> Result<Vec<ActiveRun>, ProjectorError> {
-    let prefix = format!("active.{}.", kv_token(channel));
+    let prefix = format!("active.{}.", streamgate_bus::kv::token(channel));
     let mut keys = store.keys().await.map_err(nats("list kv keys"))?;
     let mut wanted = Vec::new();
     while let Some(k) = keys.next().await {
@@ -216,37 +203,20 @@ impl SettingsOverride {
 
 /// Key of a chat's overrides in [`SETTINGS_BUCKET`]: `<channel>.<chat>`.
 pub fn settings_key(channel: &str, chat: &str) -> String {
-    format!("{}.{}", kv_token(channel), kv_token(chat))
+    format!(
+        "{}.{}",
+        streamgate_bus::kv::token(channel),
+        streamgate_bus::kv::token(chat)
+    )
 }
 
 /// The chat of a key of `channel` in [`SETTINGS_BUCKET`] (the inverse of
 /// [`settings_key`]); `None` for another channel's key or a key this scheme never writes.
 pub fn chat_of_settings_key(channel: &str, key: &str) -> Option<String> {
-    let rest = key.strip_prefix(&kv_token(channel))?.strip_prefix('.')?;
-    kv_untoken(rest)
-}
-
-/// The inverse of [`kv_token`]; `None` when `s` is not one of its outputs.
-pub fn kv_untoken(s: &str) -> Option<String> {
-    if s == "=" {
-        return Some(String::new());
-    }
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'=' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else if b[i].is_ascii_alphanumeric() || b[i] == b'-' || b[i] == b'_' {
-            out.push(b[i]);
-            i += 1;
-        } else {
-            return None;
-        }
-    }
-    String::from_utf8(out).ok()
+    let rest = key
+        .strip_prefix(&streamgate_bus::kv::token(channel))?
+        .strip_prefix('.')?;
+    streamgate_bus::kv::untoken(rest)
 }
 
 /// A stored override value (unreadable: no overrides — rendering falls back to the
@@ -320,12 +290,12 @@ mod tests {
             run_id: "".into(),
         };
         assert_eq!(
-            k.kv_key(),
+            state_kv_key(&k),
             format!(
                 "{}.{}.{}",
-                kv_token("tg.main"),
-                kv_token("-100"),
-                kv_token("")
+                streamgate_bus::kv::token("tg.main"),
+                streamgate_bus::kv::token("-100"),
+                streamgate_bus::kv::token("")
             )
         );
         assert_eq!(settings_key("c", "a b"), "c.a=20b");

@@ -1,12 +1,11 @@
 //! Where [`DeliveryState`] lives between attempts. The projector service persists it in
-//! a JetStream KV bucket (keys from [`StateKey::kv_key`]); tests and single-process
+//! a JetStream KV bucket (the projector's `KvStateStore`); tests and single-process
 //! setups use [`MemoryStore`].
 
 use crate::sink::{ChatTarget, DeliveryState};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Mutex;
 
 /// Identity of one [`DeliveryState`]: channel + chat + run. (The chat is part of the
@@ -29,31 +28,6 @@ impl StateKey {
             chat_id: chat.chat_id.clone(),
             run_id: run_id.to_owned(),
         }
-    }
-
-    /// A NATS KV-safe key (`[-_=A-Za-z0-9]` tokens joined by `.`): bytes outside
-    /// `[-_A-Za-z0-9]` become `=XX`, so distinct keys never collide.
-    pub fn kv_key(&self) -> String {
-        let mut out = String::new();
-        for (i, part) in [&self.channel, &self.chat_id, &self.run_id]
-            .into_iter()
-            .enumerate()
-        {
-            if i > 0 {
-                out.push('.');
-            }
-            if part.is_empty() {
-                out.push('=');
-            }
-            for b in part.bytes() {
-                if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-                    out.push(char::from(b));
-                } else {
-                    let _ = write!(out, "={b:02X}");
-                }
-            }
-        }
-        out
     }
 }
 
@@ -125,16 +99,6 @@ impl StateStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kv_keys_are_safe_and_distinct() {
-        let a = StateKey::new(&ChatTarget::new("tg", "-100123"), "run.1");
-        let b = StateKey::new(&ChatTarget::new("tg", "-100123.run"), "1");
-        assert_eq!(a.kv_key(), "tg.-100123.run=2E1");
-        assert_ne!(a.kv_key(), b.kv_key());
-        let e = StateKey::new(&ChatTarget::new("d", ""), "r");
-        assert_eq!(e.kv_key(), "d.=.r");
-    }
 
     #[test]
     fn state_round_trips_through_json() {

@@ -1,0 +1,78 @@
+//! Keys of streamgate's JetStream KV buckets (`SG_LEASES`, `SG_OPEN_RUNS`, the
+//! projector's `SG_DELIVERY` and `SG_SETTINGS`).
+//!
+//! KV keys allow `[-/_=.A-Za-z0-9]`, with `.` separating levels; ids (tenants, runs,
+//! chats, channels) may hold anything. [`token`] makes one id one key level, reversibly
+//! ([`untoken`]); [`key`] joins levels.
+
+use std::fmt::Write as _;
+
+/// One key level for `s`: bytes outside `[-_A-Za-z0-9]` become `=XX` (uppercase hex),
+/// the empty string `=`. Never contains `.`, so distinct ids never share a key.
+pub fn token(s: &str) -> String {
+    if s.is_empty() {
+        return "=".to_owned();
+    }
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(char::from(b));
+        } else {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "={b:02X}");
+        }
+    }
+    out
+}
+
+/// The inverse of [`token`]; `None` when `s` is not one of its outputs.
+pub fn untoken(s: &str) -> Option<String> {
+    if s == "=" {
+        return Some(String::new());
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'=' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else if b[i].is_ascii_alphanumeric() || b[i] == b'-' || b[i] == b'_' {
+            out.push(b[i]);
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A key of `parts`, each a [`token`], joined with `.`.
+pub fn key(parts: &[&str]) -> String {
+    parts.iter().map(|p| token(p)).collect::<Vec<_>>().join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_safe_distinct_and_reversible() {
+        assert_eq!(key(&["tg", "-100123", "run.1"]), "tg.-100123.run=2E1");
+        assert_ne!(
+            key(&["tg", "-100123", "run.1"]),
+            key(&["tg", "-100123.run", "1"])
+        );
+        assert_eq!(key(&["d", "", "r"]), "d.=.r");
+        for s in ["", "a", "run.7", "é 中 🦀", "=3D", "a.b>c*"] {
+            let t = token(s);
+            assert!(t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_=".contains(&b)));
+            assert_eq!(untoken(&t).as_deref(), Some(s));
+        }
+        assert_eq!(untoken("a.b"), None);
+        assert_eq!(untoken("=4"), None);
+    }
+}
