@@ -50,7 +50,6 @@ use std::future::Future;
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use async_nats::jetstream::kv::{self, Operation};
 use async_nats::jetstream::{self, context::KeyValueErrorKind};
 use futures::StreamExt as _;
@@ -968,71 +967,27 @@ fn preference(member: &str, partition: u32) -> u64 {
 
 /// The group's live keys: an ordered consumer over the bucket, last message per key.
 async fn read_group(kv: &kv::Store, group: &str, partitions: u32) -> Result<GroupView, BusError> {
-    let prefix = format!("{}{group}.", kv.prefix);
-    let consumer = kv
-        .stream
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: format!("{prefix}>"),
-            deliver_policy: DeliverPolicy::LastPerSubject,
-            ..Default::default()
-        })
-        .await
-        .map_err(nats("create lease reader"))?;
-    // A reader per round would linger for its inactivity threshold and count against
-    // the bucket's consumer limit: delete it when done, however the read ends.
-    let name = consumer.cached_info().name.clone();
-    let view = read_view(consumer, &prefix, partitions).await;
-    if let Err(e) = kv.stream.delete_consumer(&name).await {
-        tracing::debug!(error = %e, "lease reader not deleted; it expires");
-    }
-    view
-}
-
-async fn read_view(
-    consumer: jetstream::consumer::Consumer<pull::OrderedConfig>,
-    prefix: &str,
-    partitions: u32,
-) -> Result<GroupView, BusError> {
+    let prefix = format!("{group}.");
     let mut view = GroupView::default();
-    if consumer.cached_info().num_pending == 0 {
-        return Ok(view);
-    }
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(nats("read lease group"))?;
-    while let Some(msg) = messages.next().await {
-        let msg = msg.map_err(nats("read lease group"))?;
-        let info = msg.info().map_err(|e| BusError::Nats {
-            op: "lease message info",
-            source: e,
-        })?;
-        let (revision, pending) = (info.stream_sequence, info.pending);
-        let deleted = msg
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("KV-Operation"))
-            .is_some_and(|v| matches!(v.as_str(), "DEL" | "PURGE"));
-        if let Some(rest) = msg.subject.strip_prefix(prefix) {
-            if let Some(m) = rest.strip_prefix(MEMBERS).and_then(|m| m.strip_prefix('.')) {
-                if !deleted {
-                    view.members.insert(m.to_owned());
-                }
-            } else if let Some(p) = rest
-                .parse::<u32>()
-                .ok()
-                .filter(|p| *p < partitions && rest.bytes().all(|b| b.is_ascii_digit()))
-            {
-                if deleted {
-                    view.released.insert(p, revision);
-                } else {
-                    let owner = String::from_utf8_lossy(&msg.payload).into_owned();
-                    view.owned.insert(p, (owner, revision));
-                }
+    for entry in crate::kv::current(kv, &prefix).await? {
+        let Some(rest) = entry.key.strip_prefix(&prefix) else {
+            continue;
+        };
+        if let Some(m) = rest.strip_prefix(MEMBERS).and_then(|m| m.strip_prefix('.')) {
+            if !entry.deleted {
+                view.members.insert(m.to_owned());
             }
-        }
-        if pending == 0 {
-            break;
+        } else if let Some(p) = rest
+            .parse::<u32>()
+            .ok()
+            .filter(|p| *p < partitions && rest.bytes().all(|b| b.is_ascii_digit()))
+        {
+            if entry.deleted {
+                view.released.insert(p, entry.revision);
+            } else {
+                let owner = String::from_utf8_lossy(&entry.value).into_owned();
+                view.owned.insert(p, (owner, entry.revision));
+            }
         }
     }
     Ok(view)
