@@ -55,7 +55,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use streamgate_archive::{InsertOutcome, RunStatusKind};
 use streamgate_bus::raw::CloseKind;
-use streamgate_bus::StreamSettings;
+use streamgate_bus::{StreamSettings, DEFAULT_PARTITIONS};
 use streamgate_normalizer::NormalizerConfig;
 use streamgate_proto::v1;
 use streamgate_proto::v1::ingest_service_client::IngestServiceClient;
@@ -502,6 +502,63 @@ async fn abandoned_run_is_closed_once_by_timeout() {
         replayed.extend(n.drain().map(|e| serde_json::to_value(e).unwrap()));
     }
     assert_eq!(replayed, json, "replaying SG_RAW reproduces the archive");
+}
+
+/// The producer vanishes and the normalizer restarts before the run went idle: the new
+/// normalizer never sees a chunk of the run, yet closes it once (from `SG_OPEN_RUNS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_run_is_closed_once_across_a_normalizer_restart() {
+    let seed = seed("abandoned_run_is_closed_once_across_a_normalizer_restart");
+    let mut rng = rng(seed);
+    let mut p = Pipeline::start_with(
+        Backend::Sqlite,
+        NormalizerConfig {
+            idle_timeout: Duration::from_secs(3),
+            idle_check: Duration::from_millis(100),
+            ..NormalizerConfig::default()
+        },
+    )
+    .await;
+    let full = fixture("f1/end-turn.sse");
+    let bytes = &full[..full.len() / 2];
+    let want = expected_closed("f1", bytes, Close::Timeout);
+    let chunks = split(bytes, &mut rng, 64);
+    let run = "abandoned-restart";
+    let sp = spec(run, "f1");
+    put_range(&p.ingestor, &sp, &chunks, 0, chunks.len()).await;
+    wait_some(&*p.store, run, 1).await;
+    // Every chunk is acknowledged; the replica that saw them goes away.
+    wait_quiet(&p.js).await;
+    p.restart_normalizer().await;
+
+    let got = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+    assert_archive_eq(
+        run,
+        &got,
+        &want,
+        &format!("timeout after restart, seed {seed}"),
+    );
+    let json = as_json(&got);
+    let terminals: Vec<&Value> = json.iter().filter(|v| is_terminal(v)).collect();
+    assert_eq!(terminals.len(), 1, "terminal events: {terminals:?}");
+    assert_eq!(terminals[0]["data"]["reason"], "stream_closed");
+
+    // Closed runs leave the registry, and nothing more happens after another timeout.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    wait_quiet(&p.js).await;
+    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), got);
+    let open = streamgate_normalizer::open_runs::OpenRuns::open(&p.js, DEFAULT_PARTITIONS, 1)
+        .await
+        .unwrap();
+    let addr = streamgate_bus::subject::RunAddr::new(&sp.tenant, run, DEFAULT_PARTITIONS);
+    assert!(
+        !open
+            .in_partition(addr.partition)
+            .await
+            .unwrap()
+            .contains(&addr),
+        "a closed run is still registered as open"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -86,8 +86,10 @@ pub fn group_key(parts: &[&str]) -> String {
 /// The key of a partition's lease: `<group>.<NN>`, zero-padded to the width of the
 /// largest partition (at least two digits) so listings sort.
 pub fn partition_key(group: &str, partitions: u32, partition: u32) -> String {
-    let width = partitions.saturating_sub(1).max(10).to_string().len();
-    format!("{group}.{partition:0width$}")
+    format!(
+        "{group}.{}",
+        crate::subject::partition_label(partitions, partition)
+    )
 }
 
 /// The key of a member's membership: `<group>.members.<member>` (`member` as given; use

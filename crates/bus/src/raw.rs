@@ -167,6 +167,20 @@ impl RawChunk {
         )
     }
 
+    /// Parses a message read directly from `SG_RAW` (e.g. the last one of a run), with
+    /// the same ingest-time fallback as [`RawChunk::from_message`].
+    pub fn from_stream_message(
+        msg: &async_nats::jetstream::message::StreamMessage,
+    ) -> Result<RawChunk, BusError> {
+        let fallback = (msg.time.unix_timestamp_nanos() / 1_000_000) as i64;
+        Self::parse(
+            msg.subject.as_str(),
+            Some(&msg.headers),
+            msg.payload.clone(),
+            Some(fallback),
+        )
+    }
+
     fn parse(
         subject: &str,
         headers: Option<&HeaderMap>,

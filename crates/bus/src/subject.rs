@@ -124,6 +124,13 @@ fn hex_val(b: u8) -> Option<u8> {
     }
 }
 
+/// A partition number zero-padded to the width of the deployment's largest (at least two
+/// digits), for names and keys that should list in partition order: `07` of 32.
+pub fn partition_label(partitions: u32, partition: u32) -> String {
+    let width = partitions.saturating_sub(1).max(10).to_string().len();
+    format!("{partition:0width$}")
+}
+
 /// Stable partition: FNV-1a 64 of the run id's bytes, mod `partitions`.
 ///
 /// FNV-1a is specified byte for byte, so every language computes the same partition

@@ -8,6 +8,8 @@
 //!   needed).
 //! - [`worker`]: the SG_RAW consumer loops, one per partition this replica holds a
 //!   lease on (replicas split the partitions; `streamgate_bus::lease`).
+//! - [`open_runs`]: runs started and not closed, per partition (KV), so an abandoned
+//!   run is closed by whichever replica owns its partition later.
 //! - [`ingest`]: the gRPC and HTTP front doors over one [`ingest::Ingestor`].
 //! - [`service`]: everything above started together, with health and reflection.
 #![forbid(unsafe_code)]
@@ -15,6 +17,7 @@
 pub mod cli;
 pub mod config;
 pub mod ingest;
+pub mod open_runs;
 pub mod runs;
 pub mod service;
 pub mod worker;

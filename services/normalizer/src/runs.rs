@@ -261,6 +261,41 @@ impl RunTable {
         }
     }
 
+    /// Makes the idle reaper watch a run this table has not seen, known only from its
+    /// last raw chunk in SG_RAW (a run left open by a previous owner of the partition):
+    /// it counts as idle since that chunk's ingest time. A run the table knows already
+    /// (open, dormant or closed) is left alone, as is one whose last chunk closes it.
+    pub fn watch_idle(&mut self, last: &RawChunk, now_ms: i64) {
+        let key = (last.addr.tenant.clone(), last.addr.run_id.clone());
+        if last.close.is_some()
+            || self.open.contains_key(&key)
+            || self.dormant.contains_key(&key)
+            || self.closed.contains(&key)
+        {
+            return;
+        }
+        let since = Duration::from_millis(u64::try_from(now_ms - last.ingest_ts_ms).unwrap_or(0));
+        let now = Instant::now();
+        self.dormant.insert(
+            key,
+            Dormant {
+                addr: last.addr.clone(),
+                session_key: last.session_key.clone(),
+                family: last.family.clone(),
+                next_chunk: last.chunk + 1,
+                // Instants cannot go back past the machine's boot; such a run just waits
+                // a full idle timeout from now.
+                last_seen: now.checked_sub(since).unwrap_or(now),
+                timeout_requested: false,
+            },
+        );
+    }
+
+    /// True when `key` is closed (as far as this table remembers).
+    pub fn is_closed(&self, key: &RunKey) -> bool {
+        self.closed.contains(key)
+    }
+
     /// Runs idle for longer than `idle`, whose timeout close marker has not been asked
     /// for yet: returns the close markers to publish (and remembers they were asked).
     pub fn idle_closes(&mut self, idle: Duration, now_ms: i64) -> Vec<RawChunk> {

@@ -17,7 +17,9 @@
 //! duplicates the archive and projectors ignore.
 
 use crate::config::NormalizerConfig;
+use crate::open_runs::OpenRuns;
 use crate::runs::{Applied, RunBudget, RunKey, RunTable};
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -25,7 +27,7 @@ use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legac
 use streamgate_bus::events::{publish_batches, Batch};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
-use streamgate_bus::subject::{raw_partition_filter, RunAddr};
+use streamgate_bus::subject::{partition_label, raw_partition_filter, RunAddr};
 use streamgate_bus::trace::{self, TraceContext};
 use streamgate_bus::{ensure_streams, RAW_STREAM};
 use streamgate_grammar::RunEvent;
@@ -48,8 +50,7 @@ pub fn lease_group() -> String {
 /// The durable consumer of one partition: `<prefix>-pNN` (zero-padded like the lease
 /// keys, so consumer listings sort by partition).
 pub fn partition_durable(prefix: &str, partitions: u32, partition: u32) -> String {
-    let width = partitions.saturating_sub(1).max(10).to_string().len();
-    format!("{prefix}-p{partition:0width$}")
+    format!("{prefix}-p{}", partition_label(partitions, partition))
 }
 
 /// A normalizer worker that has joined its lease group, not yet working.
@@ -58,6 +59,7 @@ pub struct Worker {
     cfg: NormalizerConfig,
     partitions: u32,
     leases: PartitionLeases,
+    open_runs: OpenRuns,
 }
 
 impl Worker {
@@ -79,11 +81,13 @@ impl Worker {
             },
         )
         .await?;
+        let open_runs = OpenRuns::open(&js, partitions, cfg.streams.replicas).await?;
         Ok(Worker {
             js,
             cfg,
             partitions: partitions.max(1),
             leases,
+            open_runs,
         })
     }
 
@@ -105,12 +109,20 @@ impl Worker {
             cfg,
             partitions,
             leases,
+            open_runs,
         } = self;
         let budget = RunBudget::new(cfg.max_open_runs);
         info!(member = %leases.member(), partitions, "normalizer joining the lease group");
         leases
             .run(shutdown, move |work: PartitionWork| {
-                partition_worker(js.clone(), cfg.clone(), partitions, budget.clone(), work)
+                partition_worker(
+                    js.clone(),
+                    cfg.clone(),
+                    partitions,
+                    budget.clone(),
+                    open_runs.clone(),
+                    work,
+                )
             })
             .await?;
         info!("normalizer stopped");
@@ -134,6 +146,7 @@ async fn partition_worker(
     cfg: NormalizerConfig,
     partitions: u32,
     budget: RunBudget,
+    open_runs: OpenRuns,
     work: PartitionWork,
 ) -> anyhow::Result<()> {
     let p = work.partition;
@@ -164,6 +177,7 @@ async fn partition_worker(
         .await?
         .ready_chunks(cfg.batch);
     let mut table = RunTable::with_budget(budget.clone());
+    adopt_open_runs(&js, &open_runs, p, &mut table).await;
     let mut idle_tick = tokio::time::interval(cfg.idle_check);
     idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     debug!(partition = p, durable = %durable, "consuming partition");
@@ -173,7 +187,7 @@ async fn partition_worker(
             () = work.release.cancelled() => break,
             batch = messages.next() => {
                 let Some(batch) = batch else { break };
-                handle_batch(&js, &mut table, &budget, batch).await;
+                handle_batch(&js, &open_runs, &mut table, &budget, batch).await;
             }
             _ = idle_tick.tick() => {
                 // Only this partition's runs: another replica's are its business.
@@ -189,14 +203,60 @@ async fn partition_worker(
     // Released: what the consumer already handed us is processed and acknowledged too,
     // rather than left to wait out the ack wait at the next owner.
     while let Some(Some(batch)) = messages.next().now_or_never() {
-        handle_batch(&js, &mut table, &budget, batch).await;
+        handle_batch(&js, &open_runs, &mut table, &budget, batch).await;
     }
     debug!(partition = p, "partition drained");
     Ok(())
 }
 
+/// Hands the runs left open in partition `p` (by a previous owner, or this replica before
+/// a restart) to the idle reaper, timed from their last chunk: a run whose producer is
+/// gone still gets its one timeout close marker. Best effort: a failure is logged, and
+/// the runs are then known only once a chunk of theirs arrives.
+async fn adopt_open_runs(
+    js: &async_nats::jetstream::Context,
+    open_runs: &OpenRuns,
+    p: u32,
+    table: &mut RunTable,
+) {
+    let adopted = async {
+        let raw = js.get_stream(RAW_STREAM).await?;
+        let mut adopted = 0usize;
+        for addr in open_runs.in_partition(p).await? {
+            let last = match raw
+                .get_last_raw_message_by_subject(&addr.raw_subject())
+                .await
+            {
+                Ok(m) => RawChunk::from_stream_message(&m).ok(),
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => None,
+                Err(e) => return Err(e.into()),
+            };
+            match last {
+                Some(last) if last.close.is_none() => {
+                    table.watch_idle(&last, now_ms());
+                    adopted += 1;
+                }
+                // Closed (its close marker may still be on its way through the consumer,
+                // which deletes the entry too), or gone from SG_RAW: nothing to reap.
+                _ => open_runs.record(&addr, false).await?,
+            }
+        }
+        anyhow::Ok(adopted)
+    };
+    match adopted.await {
+        Ok(0) => {}
+        Ok(n) => info!(
+            partition = p,
+            runs = n,
+            "watching runs left open for idleness"
+        ),
+        Err(e) => warn!(partition = p, error = %e, "cannot read the partition's open runs"),
+    }
+}
+
 async fn handle_batch(
     js: &async_nats::jetstream::Context,
+    open_runs: &OpenRuns,
     table: &mut RunTable,
     budget: &RunBudget,
     batch: Vec<
@@ -213,7 +273,7 @@ async fn handle_batch(
             Err(e) => warn!(error = %e, "SG_RAW consumer error"),
         }
     }
-    if let Err(e) = process_batch(js, table, msgs).await {
+    if let Err(e) = process_batch(js, open_runs, table, msgs).await {
         // Nothing of the failed batch was acknowledged: it is redelivered.
         warn!(error = %e, "batch failed; it will be redelivered");
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -224,11 +284,12 @@ async fn handle_batch(
 
 async fn process_batch(
     js: &async_nats::jetstream::Context,
+    open_runs: &OpenRuns,
     table: &mut RunTable,
     msgs: Vec<async_nats::jetstream::Message>,
 ) -> anyhow::Result<()> {
     let mut touched = Vec::new();
-    if let Err(e) = apply_and_publish(js, table, &msgs, &mut touched).await {
+    if let Err(e) = apply_and_publish(js, open_runs, table, &msgs, &mut touched).await {
         // The table already holds these runs' state past this batch, but (some of) the
         // batch's events never reached SG_EVENTS. Forget the runs: their redelivered
         // chunks, or their next ones, rebuild them from SG_RAW and publish every event
@@ -262,12 +323,15 @@ const PUBLISH_ATTEMPTS: usize = 3;
 
 async fn apply_and_publish(
     js: &async_nats::jetstream::Context,
+    open_runs: &OpenRuns,
     table: &mut RunTable,
     msgs: &[async_nats::jetstream::Message],
     touched: &mut Vec<RunKey>,
 ) -> anyhow::Result<()> {
     // Per run, in seq order, the events of each chunk; runs are published concurrently.
     let mut out: BTreeMap<RunKey, RunBatches> = BTreeMap::new();
+    // Runs that started, were rebuilt or closed in this batch: whether each is open now.
+    let mut registry: BTreeMap<RunKey, (RunAddr, bool)> = BTreeMap::new();
     let mut chunks_applied = 0u64;
     // One span per chunk, open until its events are published: the normalizer's step of
     // the trace the chunk carries.
@@ -288,6 +352,7 @@ async fn apply_and_publish(
         spans.push(span);
         let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
         touched.push(key.clone());
+        let mut rebuilt = false;
         let groups = match table.apply(&chunk) {
             Applied::Events(evs) => vec![evs],
             Applied::Duplicate => {
@@ -302,6 +367,7 @@ async fn apply_and_publish(
                     .collect();
                 info!(run = %chunk.addr.run_id, chunks = history.len(), "rebuilding run from SG_RAW");
                 metrics::counter!("sg_normalizer_rebuilds_total").increment(1);
+                rebuilt = true;
                 let mut groups = table.rebuild(&chunk, history);
                 match table.apply(&chunk) {
                     Applied::Events(more) => groups.push(more),
@@ -311,6 +377,10 @@ async fn apply_and_publish(
             }
         };
         chunks_applied += 1;
+        if chunk.chunk == 0 || rebuilt || chunk.close.is_some() {
+            let open = !table.is_closed(&key);
+            registry.insert(key.clone(), (chunk.addr.clone(), open));
+        }
         let entry = out
             .entry(key)
             .or_insert_with(|| (chunk.addr.clone(), Vec::new()));
@@ -355,6 +425,15 @@ async fn apply_and_publish(
             Some(e) => warn!(error = %e, attempt, "publishing events failed; retrying"),
         }
     }
+    // Before the chunks are acknowledged, like their events: a failure here fails the
+    // batch, whose redelivery rebuilds the runs and records them again.
+    let recorded = futures::future::join_all(
+        registry
+            .values()
+            .map(|(addr, open)| open_runs.record(addr, *open)),
+    )
+    .await;
+    recorded.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
     let published: usize = out
         .values()
         .flat_map(|(_, produced)| produced.iter().map(|p| p.events.len()))

@@ -122,8 +122,11 @@ impl ChannelConfig {
     /// The durable consumer of one partition: `<durable_name>-pNN`, consumed by the
     /// replica holding the partition's lease.
     pub fn partition_durable(&self, partition: u32) -> String {
-        let width = self.partitions.saturating_sub(1).max(10).to_string().len();
-        format!("{}-p{partition:0width$}", self.durable_name())
+        format!(
+            "{}-p{}",
+            self.durable_name(),
+            streamgate_bus::subject::partition_label(self.partitions, partition)
+        )
     }
 
     /// The `SG_EVENTS` filter of one partition: `sg.evt.<tenant or *>.<p>.*`.
