@@ -49,6 +49,10 @@ pub struct PipelineArgs {
     /// partition, so this is the broker's consumer count.
     #[arg(long, default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
+    /// Also print latency second by second (commit time), to tell stalls from steady
+    /// queueing.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
@@ -95,13 +99,16 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", tmp.join("archive.db").display()));
     let store = streamgate_archive::open_store(&archive_url).await?;
-    let latencies = Arc::new(Mutex::new(Vec::<i64>::with_capacity(total_events)));
+    // (commit time, ingest→commit latency) of every archived event, in ms.
+    let latencies = Arc::new(Mutex::new(Vec::<(i64, i64)>::with_capacity(total_events)));
+    let commits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let hook = {
-        let latencies = latencies.clone();
+        let (latencies, commits) = (latencies.clone(), commits.clone());
         CommitHook(Arc::new(move |batch| {
+            commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let now = crate::cli::bench::now_ms();
             if let Ok(mut l) = latencies.lock() {
-                l.extend(batch.iter().map(|e| now - e.event.envelope.ts_ms));
+                l.extend(batch.iter().map(|e| (now, now - e.event.envelope.ts_ms)));
             }
         }))
     };
@@ -203,13 +210,10 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             r??;
         }
     }
-    let mut l = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    let committed = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    let mut l: Vec<i64> = committed.iter().map(|&(_, lat)| lat).collect();
     l.sort_unstable();
-    let pct = |p: f64| {
-        l.get(((l.len() as f64 - 1.0) * p) as usize)
-            .copied()
-            .unwrap_or(0)
-    };
+    let pct = |p: f64| percentile(&l, p);
     let secs = elapsed.as_secs_f64();
     if args.rate > 0 {
         println!("offered   {} events/s", args.rate);
@@ -226,9 +230,48 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         pct(0.99),
         l.last().copied().unwrap_or(0)
     );
+    let commits = commits.load(std::sync::atomic::Ordering::Relaxed).max(1);
+    println!(
+        "archive   {commits} batches committed ({:.0} events each, {:.0} per second)",
+        total_events as f64 / commits as f64,
+        commits as f64 / secs
+    );
+    if args.timeline {
+        print_timeline(&committed);
+    }
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// The `p` quantile (0..=1) of sorted values; 0 when there are none.
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * p) as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Latency per second of commit time: events, p50, p99, max.
+fn print_timeline(committed: &[(i64, i64)]) {
+    let Some(start) = committed.iter().map(|&(at, _)| at).min() else {
+        return;
+    };
+    let mut seconds: std::collections::BTreeMap<i64, Vec<i64>> = Default::default();
+    for &(at, lat) in committed {
+        seconds.entry((at - start) / 1000).or_default().push(lat);
+    }
+    println!("second    events   p50   p99   max (ms)");
+    for (second, mut lat) in seconds {
+        lat.sort_unstable();
+        println!(
+            "{second:>6} {:>9} {:>5} {:>5} {:>5}",
+            lat.len(),
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            lat.last().copied().unwrap_or(0)
+        );
+    }
 }
 
 /// Milliseconds since the Unix epoch (the clock ingest times are stamped with).
