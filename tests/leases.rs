@@ -2,7 +2,7 @@
 //! nats-server and archive:
 //!
 //! - `two_normalizers_split_the_partitions_and_each_run_is_normalized_once`: two replicas
-//!   in this process split the 32 partitions 16/16; every capture, ingested in random
+//!   in this process split the partitions half and half; every capture, ingested in random
 //!   chunks, ends in the archive exactly as `streamgate normalize` prints it (seq 1..n,
 //!   once each). Each run was normalized by exactly one replica: the partition sets did
 //!   not change while the runs went through (only a partition's holder consumes it), and
@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 use streamgate_bus::subject::partition_of;
 use streamgate_bus::{StreamSettings, DEFAULT_PARTITIONS, EVENTS_STREAM};
 use streamgate_testkit::NatsServer;
+
+/// Partitions each of two replicas holds once they split them.
+const HALF: usize = DEFAULT_PARTITIONS as usize / 2;
 
 /// Every case as its own run with random chunks: `(run id, case, chunks)`.
 fn runs(seed: u64) -> Vec<(String, Case, Vec<Bytes>)> {
@@ -51,9 +54,9 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
     let seed = seed("two_normalizers_split_the_partitions");
     let p = Pipeline::start(Backend::Sqlite).await;
     let b = NormalizerReplica::start(&p.nats, p.normalizer_config().clone()).await;
-    eventually("the replicas split the partitions 16/16", || {
+    eventually("the replicas split the partitions half and half", || {
         let (x, y) = (p.normalizer_partitions(), b.held());
-        x.len() == 16 && y.len() == 16 && x.is_disjoint(&y)
+        x.len() == HALF && y.len() == HALF && x.is_disjoint(&y)
     })
     .await;
     let (held_a, held_b) = (p.normalizer_partitions(), b.held());
@@ -104,7 +107,7 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
     assert_eq!(per_replica.len(), 2, "one replica normalized nothing");
     b.stop().await;
     eventually("the pipeline's normalizer took b's partitions", || {
-        p.normalizer_partitions().len() == 32
+        p.normalizer_partitions().len() == DEFAULT_PARTITIONS as usize
     })
     .await;
 }
@@ -137,7 +140,7 @@ async fn a_sigkilled_normalizer_hands_its_partitions_to_the_survivor_after_the_t
     let group = streamgate_normalizer::worker::lease_group();
     let member_of = |s: &Service| format!("-{}-", s.pid().unwrap());
     let (survivor_id, victim_id) = (member_of(&survivor), member_of(&victim));
-    // Ownership as the bucket records it: 16 partitions under each process's member id.
+    // Ownership as the bucket records it: half the partitions under each process's member id.
     let deadline = Instant::now() + PATIENCE;
     let victim_parts: BTreeSet<u32> = loop {
         let owners = lease_owners(&js, &group).await;
@@ -149,7 +152,7 @@ async fn a_sigkilled_normalizer_hands_its_partitions_to_the_survivor_after_the_t
                 .collect()
         };
         let (s, v) = (of(&survivor_id), of(&victim_id));
-        if s.len() == 16 && v.len() == 16 {
+        if s.len() == HALF && v.len() == HALF {
             break v;
         }
         assert!(
@@ -207,7 +210,9 @@ async fn a_sigkilled_normalizer_hands_its_partitions_to_the_survivor_after_the_t
     let deadline = Instant::now() + PATIENCE;
     loop {
         let owners = lease_owners(&js, &group).await;
-        if owners.len() == 32 && owners.values().all(|o| o.contains(&survivor_id)) {
+        if owners.len() == DEFAULT_PARTITIONS as usize
+            && owners.values().all(|o| o.contains(&survivor_id))
+        {
             break;
         }
         assert!(
@@ -217,7 +222,7 @@ async fn a_sigkilled_normalizer_hands_its_partitions_to_the_survivor_after_the_t
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!(
-        "survivor holds all 32 partitions {:?} after the kill (lease TTL {ttl_secs} s)",
+        "survivor holds all {DEFAULT_PARTITIONS} partitions {:?} after the kill (lease TTL {ttl_secs} s)",
         killed.elapsed()
     );
     for (run, case, chunks) in &runs {

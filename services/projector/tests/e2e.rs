@@ -994,7 +994,9 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     .await?;
     let split = |a: &Running, b: &Running| {
         let (x, y) = (a.partitions.borrow().clone(), b.partitions.borrow().clone());
-        x.len() == 16 && y.len() == 16 && x.is_disjoint(&y)
+        x.len() * 2 == streamgate_bus::DEFAULT_PARTITIONS as usize
+            && y.len() * 2 == streamgate_bus::DEFAULT_PARTITIONS as usize
+            && x.is_disjoint(&y)
     };
     assert!(
         wait_until(Duration::from_secs(30), || split(&a, &b)
@@ -1192,7 +1194,7 @@ async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
     Ok(())
 }
 
-/// Two replicas of one Telegram channel on one nats-server split the partitions 16/16.
+/// Two replicas of one Telegram channel on one nats-server split the partitions half and half.
 /// Every fixture runs in its own chat. While the first half of every run goes through,
 /// each run is rendered by the replica holding its partition only: the partition sets do
 /// not move, a replica consumes only its partitions' durable consumers, and none of them
@@ -1249,7 +1251,9 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
     assert!(
         wait_until(Duration::from_secs(30), || {
             let (x, y) = (held(&a), held(&b));
-            x.len() == 16 && y.len() == 16 && x.is_disjoint(&y)
+            x.len() * 2 == streamgate_bus::DEFAULT_PARTITIONS as usize
+                && y.len() * 2 == streamgate_bus::DEFAULT_PARTITIONS as usize
+                && x.is_disjoint(&y)
         })
         .await,
         "the replicas never split the partitions"
@@ -1311,7 +1315,9 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
         r??;
     }
     assert!(
-        wait_until(Duration::from_secs(10), || held(&a).len() == 32).await,
+        wait_until(Duration::from_secs(10), || held(&a).len()
+            == DEFAULT_PARTITIONS as usize)
+        .await,
         "a never took the stopped replica's partitions"
     );
     for t in &turns {
