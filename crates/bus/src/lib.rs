@@ -282,11 +282,29 @@ impl StreamSettings {
 /// is kept. Storage
 /// and retention cannot change in place: a mismatch is [`BusError::ImmutableSetting`].
 pub async fn ensure_streams(js: &jetstream::Context, s: &StreamSettings) -> Result<(), BusError> {
-    ensure_stream(js, s.raw_config()).await?;
-    ensure_stream(js, s.events_config()).await
+    ensure_stream(js, s.raw_config(), true).await?;
+    ensure_stream(js, s.events_config(), true).await
 }
 
-async fn ensure_stream(js: &jetstream::Context, wanted: Config) -> Result<(), BusError> {
+/// Creates `SG_RAW` and `SG_EVENTS` with `s` when they do not exist yet, and leaves
+/// existing streams exactly as they are.
+///
+/// For services that only read the streams (projector channels): their settings must not
+/// override the ones the normalizer was configured with (replicas, limits), or every
+/// channel restart would scale the streams back to its own defaults.
+pub async fn ensure_streams_exist(
+    js: &jetstream::Context,
+    s: &StreamSettings,
+) -> Result<(), BusError> {
+    ensure_stream(js, s.raw_config(), false).await?;
+    ensure_stream(js, s.events_config(), false).await
+}
+
+async fn ensure_stream(
+    js: &jetstream::Context,
+    wanted: Config,
+    update: bool,
+) -> Result<(), BusError> {
     // Two attempts: when several replicas start at once, another may create the stream
     // between our lookup and our create; the second lookup then finds it.
     for _ in 0..2 {
@@ -302,6 +320,7 @@ async fn ensure_stream(js: &jetstream::Context, wanted: Config) -> Result<(), Bu
                 Err(e) if is_name_in_use(&e) => continue,
                 Err(e) => return Err(nats("create stream")(e)),
             },
+            Some(_) if !update => return Ok(()),
             Some(current) => {
                 let Some(updated) = merge(&current, &wanted)? else {
                     return Ok(());

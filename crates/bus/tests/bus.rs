@@ -8,7 +8,9 @@ use futures::StreamExt as _;
 use rand::Rng as _;
 use streamgate_bus::raw::{self, CloseKind, RawChunk};
 use streamgate_bus::subject::{self, decode_token, encode_token, partition_of, RunAddr};
-use streamgate_bus::{consume, ensure_streams, events, BusError, StreamSettings};
+use streamgate_bus::{
+    consume, ensure_streams, ensure_streams_exist, events, BusError, StreamSettings,
+};
 use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM, RAW_STREAM};
 use streamgate_grammar::{
     Assistant, AssistantPhase, Envelope, Event, EventData, Lifecycle, LifecyclePhase, RunEvent,
@@ -185,6 +187,34 @@ async fn ensure_streams_is_idempotent_and_applies_changes() {
         ),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn a_reader_creates_missing_streams_but_never_changes_existing_ones() {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.client().await);
+    // A projector channel starting first: the streams appear with its settings.
+    ensure_streams_exist(&js, &StreamSettings::default())
+        .await
+        .unwrap();
+    assert!(js.get_stream(RAW_STREAM).await.is_ok());
+    assert!(js.get_stream(EVENTS_STREAM).await.is_ok());
+
+    // The normalizer applies the operator's settings; a channel restarting afterwards
+    // with its own defaults leaves them alone.
+    let operator = StreamSettings {
+        raw_max_age: Duration::from_secs(3600),
+        events_max_bytes: 32 << 20,
+        ..StreamSettings::default()
+    };
+    ensure_streams(&js, &operator).await.unwrap();
+    ensure_streams_exist(&js, &StreamSettings::default())
+        .await
+        .unwrap();
+    let raw = js.get_stream(RAW_STREAM).await.unwrap();
+    assert_eq!(raw.cached_info().config.max_age, Duration::from_secs(3600));
+    let evt = js.get_stream(EVENTS_STREAM).await.unwrap();
+    assert_eq!(evt.cached_info().config.max_bytes, 32 << 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,6 +75,10 @@ pub struct Args {
     /// bucket keeps its TTL.
     #[arg(long, env = "STREAMGATE_LEASE_TTL", default_value_t = 10)]
     pub lease_ttl: u64,
+    /// JetStream replicas of the KV buckets the channel creates (1 on a single server,
+    /// 3 in a cluster); SG_RAW/SG_EVENTS get it only if the channel creates them.
+    #[arg(long, env = "STREAMGATE_REPLICAS", default_value_t = 1)]
+    pub replicas: usize,
     /// ProjectorService listen address.
     #[arg(
         long,
@@ -123,6 +127,7 @@ impl Args {
         c.orphan_after = Duration::from_secs(self.orphan_after_secs);
         c.partitions = self.partitions;
         c.lease_ttl = Duration::from_secs(self.lease_ttl.max(1));
+        c.replicas = self.replicas.max(1);
         c.token = self.token.clone().filter(|t| !t.is_empty());
         Ok(c)
     }

@@ -66,6 +66,11 @@ pub struct ChannelConfig {
     /// hands its partitions over this long after its last renewal. Applies when the
     /// bucket is created (see `streamgate_bus::lease`).
     pub lease_ttl: Duration,
+    /// JetStream replicas of the buckets this channel creates (`SG_DELIVERY`,
+    /// `SG_SETTINGS`, `SG_LEASES`) and of `SG_RAW`/`SG_EVENTS` should it be the first
+    /// service to start: 1 on a single server, 3 in a cluster. Existing streams are never
+    /// changed by a projector.
+    pub replicas: usize,
 }
 
 impl ChannelConfig {
@@ -87,6 +92,7 @@ impl ChannelConfig {
             partitions: streamgate_bus::DEFAULT_PARTITIONS,
             ack_wait: Duration::from_secs(120),
             lease_ttl: streamgate_bus::lease::DEFAULT_LEASE_TTL,
+            replicas: 1,
         }
     }
 

@@ -24,12 +24,19 @@ pub const SETTINGS_BUCKET: &str = "SG_SETTINGS";
 /// retention anyway.
 pub const DELIVERY_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
-/// Gets or creates a KV bucket (history 1: only the current value matters). The
-/// delivery bucket expires entries after [`DELIVERY_TTL`]; settings never expire.
-pub async fn bucket(js: &jetstream::Context, name: &str) -> Result<kv::Store, ProjectorError> {
+/// Gets or creates a KV bucket (history 1: only the current value matters; file storage,
+/// `replicas` copies). The delivery bucket expires entries after [`DELIVERY_TTL`];
+/// settings never expire.
+pub async fn bucket(
+    js: &jetstream::Context,
+    name: &str,
+    replicas: usize,
+) -> Result<kv::Store, ProjectorError> {
     js.create_or_update_key_value(kv::Config {
         bucket: name.to_owned(),
         history: 1,
+        storage: jetstream::stream::StorageType::File,
+        num_replicas: replicas.max(1),
         max_age: if name == DELIVERY_BUCKET {
             DELIVERY_TTL
         } else {

@@ -48,9 +48,14 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
     let js = async_nats::jetstream::new(nats);
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
-    let state_kv = kv::bucket(&js, kv::DELIVERY_BUCKET).await?;
-    let settings_kv = kv::bucket(&js, kv::SETTINGS_BUCKET).await?;
+    // The normalizer owns the streams' settings; a channel only makes sure they exist.
+    let streams = streamgate_bus::StreamSettings {
+        replicas: cfg.replicas.max(1),
+        ..Default::default()
+    };
+    streamgate_bus::ensure_streams_exist(&js, &streams).await?;
+    let state_kv = kv::bucket(&js, kv::DELIVERY_BUCKET, cfg.replicas).await?;
+    let settings_kv = kv::bucket(&js, kv::SETTINGS_BUCKET, cfg.replicas).await?;
     let store = Arc::new(kv::KvStateStore::new(state_kv.clone()));
     let (sink, web_sink): (Arc<dyn Sink>, Option<WebPage>) = match &cfg.sink {
         ChannelSink::Sink(s) => (with_name(s, &cfg.name).build()?, None),
@@ -78,7 +83,7 @@ pub async fn start(
             group: cfg.lease_group(),
             partitions: cfg.partitions,
             ttl: cfg.lease_ttl,
-            replicas: 1,
+            replicas: cfg.replicas.max(1),
             member: None,
         },
     )
