@@ -172,6 +172,20 @@ pub enum BusError {
         /// Wanted value.
         wanted: String,
     },
+    /// The streams were created for another partition count than this service's: its
+    /// partition consumers would miss runs (or wait on partitions nobody writes).
+    #[error(
+        "stream {stream} was created for {found} partitions but this service is configured for {wanted}; \
+         set STREAMGATE_PARTITIONS (--partitions) to {found} on every service"
+    )]
+    PartitionMismatch {
+        /// Stream name.
+        stream: String,
+        /// The partition count recorded on the stream.
+        found: String,
+        /// This service's partition count.
+        wanted: u32,
+    },
     /// A NATS or JetStream operation failed (connection, timeout, server error).
     #[error("{op}: {source}")]
     Nats {
@@ -215,7 +229,14 @@ pub struct StreamSettings {
     /// default (1000 per stream since nats-server 2.15) is too low for a few dozen
     /// channels.
     pub max_consumers: i32,
+    /// The deployment's partition count, recorded on both streams (metadata
+    /// [`PARTITIONS_METADATA`]) so that a service configured with another count fails
+    /// at start instead of silently missing runs.
+    pub partitions: u32,
 }
+
+/// Stream metadata key holding the partition count the streams were created for.
+pub const PARTITIONS_METADATA: &str = "streamgate.partitions";
 
 impl Default for StreamSettings {
     fn default() -> Self {
@@ -228,6 +249,7 @@ impl Default for StreamSettings {
             events_max_age: 7 * DAY,
             duplicate_window: Duration::from_secs(120),
             max_consumers: 10_000,
+            partitions: DEFAULT_PARTITIONS,
         }
     }
 }
@@ -269,6 +291,7 @@ impl StreamSettings {
             max_consumers: self.max_consumers,
             // Direct gets let any replica answer last-message lookups cheaply.
             allow_direct: true,
+            metadata: [(PARTITIONS_METADATA.to_owned(), self.partitions.to_string())].into(),
             ..Default::default()
         }
     }
@@ -320,7 +343,7 @@ async fn ensure_stream(
                 Err(e) if is_name_in_use(&e) => continue,
                 Err(e) => return Err(nats("create stream")(e)),
             },
-            Some(_) if !update => return Ok(()),
+            Some(current) if !update => return check_partitions(&current, &wanted),
             Some(current) => {
                 let Some(updated) = merge(&current, &wanted)? else {
                     return Ok(());
@@ -353,7 +376,27 @@ async fn ensure_stream(
 }
 
 /// The config to apply, or `None` when `current` already has every owned setting.
+/// Fails when `current` records another partition count than `wanted` does. Streams from
+/// before the count was recorded pass (the owner records it on its next start).
+fn check_partitions(current: &Config, wanted: &Config) -> Result<(), BusError> {
+    let (Some(found), Some(want)) = (
+        current.metadata.get(PARTITIONS_METADATA),
+        wanted.metadata.get(PARTITIONS_METADATA),
+    ) else {
+        return Ok(());
+    };
+    if found == want {
+        return Ok(());
+    }
+    Err(BusError::PartitionMismatch {
+        stream: wanted.name.clone(),
+        found: found.clone(),
+        wanted: want.parse().unwrap_or_default(),
+    })
+}
+
 fn merge(current: &Config, wanted: &Config) -> Result<Option<Config>, BusError> {
+    check_partitions(current, wanted)?;
     let immutable = |setting, found: String, want: String| BusError::ImmutableSetting {
         stream: wanted.name.clone(),
         setting,
@@ -383,6 +426,8 @@ fn merge(current: &Config, wanted: &Config) -> Result<Option<Config>, BusError> 
     next.duplicate_window = wanted.duplicate_window;
     next.max_consumers = wanted.max_consumers;
     next.allow_direct = wanted.allow_direct;
+    // Keep what the server (or an operator) put in the metadata; add the partition count.
+    next.metadata.extend(wanted.metadata.clone());
     Ok((next != *current).then_some(next))
 }
 

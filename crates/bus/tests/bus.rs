@@ -217,6 +217,43 @@ async fn a_reader_creates_missing_streams_but_never_changes_existing_ones() {
     assert_eq!(evt.cached_info().config.max_bytes, 32 << 20);
 }
 
+#[tokio::test]
+async fn a_service_with_another_partition_count_is_refused_with_the_fix() {
+    let server = NatsServer::start();
+    let js = jetstream::new(server.client().await);
+    let eight = StreamSettings {
+        partitions: 8,
+        ..StreamSettings::default()
+    };
+    ensure_streams(&js, &eight).await.unwrap();
+    let raw = js.get_stream(RAW_STREAM).await.unwrap();
+    assert_eq!(
+        raw.cached_info()
+            .config
+            .metadata
+            .get(streamgate_bus::PARTITIONS_METADATA),
+        Some(&"8".to_owned())
+    );
+    let sixteen = StreamSettings {
+        partitions: 16,
+        ..StreamSettings::default()
+    };
+    for err in [
+        ensure_streams(&js, &sixteen).await.unwrap_err(),
+        ensure_streams_exist(&js, &sixteen).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(err, BusError::PartitionMismatch { wanted: 16, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("STREAMGATE_PARTITIONS"), "{err}");
+        assert!(err.to_string().contains("to 8"), "{err}");
+    }
+    // The same count passes, and the owner's start keeps the recorded count.
+    ensure_streams_exist(&js, &eight).await.unwrap();
+    ensure_streams(&js, &eight).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_starting_together_all_succeed() {
     let server = NatsServer::start();

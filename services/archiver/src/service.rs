@@ -46,17 +46,14 @@ pub async fn start(
     let js = async_nats::jetstream::new(nats);
     // The streams' settings belong to the deployment (the normalizer provisions them from
     // its config); the archiver has none of its own. It creates a missing stream with the
-    // defaults so it can start first, but never rewrites an existing one: calling
-    // `ensure_streams` with defaults here reset replicas, limits and the dedupe window at
-    // every archiver start.
-    let defaults = streamgate_bus::StreamSettings::default();
-    for config in [defaults.raw_config(), defaults.events_config()] {
-        let name = config.name.clone();
-        if let Err(e) = js.get_or_create_stream(config).await {
-            // Another service may have created it between the lookup and the create.
-            js.get_stream(&name).await.map_err(|_| e)?;
-        }
-    }
+    // defaults so it can start first, but never rewrites an existing one, and refuses to
+    // start against streams made for another partition count (its live replay would
+    // listen on the wrong subjects).
+    let streams = streamgate_bus::StreamSettings {
+        partitions: listen.partitions,
+        ..Default::default()
+    };
+    streamgate_bus::ensure_streams_exist(&js, &streams).await?;
     let mut tasks = JoinSet::new();
     {
         let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());

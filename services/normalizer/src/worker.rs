@@ -69,7 +69,11 @@ impl Worker {
         cfg: NormalizerConfig,
         partitions: u32,
     ) -> anyhow::Result<Worker> {
-        ensure_streams(&js, &cfg.streams).await?;
+        let streams = streamgate_bus::StreamSettings {
+            partitions,
+            ..cfg.streams.clone()
+        };
+        ensure_streams(&js, &streams).await?;
         let leases = PartitionLeases::open(
             &js,
             LeaseConfig {

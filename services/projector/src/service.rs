@@ -51,6 +51,7 @@ pub async fn start(
     // The normalizer owns the streams' settings; a channel only makes sure they exist.
     let streams = streamgate_bus::StreamSettings {
         replicas: cfg.replicas.max(1),
+        partitions: cfg.partitions,
         ..Default::default()
     };
     streamgate_bus::ensure_streams_exist(&js, &streams).await?;
