@@ -863,32 +863,82 @@ fn up_demo_smoke() {
     );
 }
 
-#[test]
-fn up_ingest_replay_cli() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::fs::File::create(dir.path().join("up.out")).unwrap();
-    let err = std::fs::File::create(dir.path().join("up.err")).unwrap();
+/// Starts `streamgate up --quiet <extra>` in `dir` and waits for its `up.json`.
+fn start_up(dir: &std::path::Path, extra: &[&str]) -> Graceful {
+    let out = std::fs::File::create(dir.join("up.out")).unwrap();
+    let err = std::fs::File::create(dir.join("up.err")).unwrap();
     let mut up = Graceful(
         Command::new(bin())
             .args(["up", "--quiet"])
-            .current_dir(dir.path())
+            .args(extra)
+            .current_dir(dir)
             .stdout(out)
             .stderr(err)
             .spawn()
             .expect("spawn streamgate up"),
     );
-    let up_json = dir.path().join(".streamgate/up.json");
+    let up_json = dir.join(".streamgate/up.json");
     let deadline = Instant::now() + PATIENCE;
     while !up_json.exists() {
         if let Ok(Some(s)) = up.0.try_wait() {
             panic!(
                 "streamgate up exited with {s}:\n{}",
-                std::fs::read_to_string(dir.path().join("up.err")).unwrap_or_default()
+                std::fs::read_to_string(dir.join("up.err")).unwrap_or_default()
             );
         }
         assert!(Instant::now() < deadline, "no up.json after {PATIENCE:?}");
         std::thread::sleep(Duration::from_millis(25));
     }
+    up
+}
+
+/// The partition count the running `up` in `dir` announces.
+fn up_partitions(dir: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(dir.join(".streamgate/up.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["partitions"].as_u64().unwrap()
+}
+
+/// A data dir keeps the partition count it was created with: a plain `up` adopts it, and
+/// an explicit different count is refused with the fix in the message (not a silent
+/// re-routing that would strand runs).
+#[test]
+fn up_keeps_the_partition_count_of_its_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = |mut up: Graceful| {
+        let status = up.stop(Duration::from_secs(30));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "up did not stop cleanly"
+        );
+    };
+    let up = start_up(dir.path(), &["--partitions", "4", "--no-web"]);
+    assert_eq!(up_partitions(dir.path()), 4);
+    stop(up);
+    let _ = std::fs::remove_file(dir.path().join(".streamgate/up.json"));
+
+    let up = start_up(dir.path(), &["--no-web"]);
+    assert_eq!(up_partitions(dir.path()), 4, "a plain up changed the count");
+    stop(up);
+    let _ = std::fs::remove_file(dir.path().join(".streamgate/up.json"));
+
+    let refused = Command::new(bin())
+        .args(["up", "--quiet", "--no-web", "--partitions", "8"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "up started with another count");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("created for 4 partitions") && stderr.contains("STREAMGATE_PARTITIONS"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn up_ingest_replay_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut up = start_up(dir.path(), &[]);
 
     let capture = root().join("fixtures/f1/tool-use.sse");
     let mut ingest = Command::new(bin());

@@ -69,6 +69,10 @@ pub struct UpArgs {
     /// No default web channel.
     #[arg(long)]
     pub no_web: bool,
+    /// Partition count. Default: the count the streams already record (an existing data
+    /// dir or `--nats` deployment keeps its own), else 8.
+    #[arg(long, env = "STREAMGATE_PARTITIONS")]
+    pub partitions: Option<u32>,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -176,7 +180,12 @@ pub async fn run(args: UpArgs) -> Result<()> {
         .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("archive.db").display()));
     let store = streamgate_archive::open_store(&archive_url).await?;
     let operator_token = streamgate_runtime::rpc::random_token();
-    let partitions = streamgate_bus::DEFAULT_PARTITIONS;
+    let partitions = match args.partitions {
+        Some(p) => p.max(1),
+        None => recorded_partitions(&async_nats::jetstream::new(nats.clone()))
+            .await
+            .unwrap_or(streamgate_bus::DEFAULT_PARTITIONS),
+    };
 
     let normalizer = streamgate_normalizer::start(
         nats.clone(),
@@ -412,4 +421,15 @@ async fn wait_archived(store: &dyn streamgate_archive::Store, runs: &[String]) -
         }
     }
     Ok(())
+}
+
+/// The partition count `SG_RAW` records, if the stream exists and records one.
+async fn recorded_partitions(js: &async_nats::jetstream::Context) -> Option<u32> {
+    let raw = js.get_stream(streamgate_bus::RAW_STREAM).await.ok()?;
+    raw.cached_info()
+        .config
+        .metadata
+        .get(streamgate_bus::PARTITIONS_METADATA)?
+        .parse()
+        .ok()
 }
