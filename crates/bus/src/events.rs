@@ -79,11 +79,6 @@ pub fn streams_of(headers: Option<&HeaderMap>) -> Vec<Stream> {
         .unwrap_or_default()
 }
 
-/// Encodes as protobuf `streamgate.v1.Event`.
-pub fn encode_event(ev: &RunEvent) -> bytes::Bytes {
-    v1::Event::from(ev).encode_to_vec().into()
-}
-
 /// One `SG_EVENTS` message, ready to publish.
 #[derive(Debug, Clone)]
 pub struct EventMessage {
@@ -189,7 +184,8 @@ impl<'a> From<&'a [RunEvent]> for Batch<'a> {
 /// every message is durably in `SG_EVENTS`.
 ///
 /// Every event's envelope must name `addr.run_id` ([`BusError::RunMismatch`] otherwise,
-/// checked before anything is sent). Re-publishing the same batches is harmless: the
+/// checked before anything is sent: [`messages_for`] holds a batch to one run, so its
+/// first event stands for all). Re-publishing the same batches is harmless: the
 /// message ids make JetStream drop duplicates inside its window, and consumers are
 /// idempotent on `(run_id, seq)` beyond it.
 pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
@@ -200,18 +196,18 @@ pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
     let mut messages = Vec::new();
     for batch in batches {
         let batch: Batch<'a> = batch.into();
+        let first = messages.len();
+        messages.extend(messages_for(batch.events)?);
         if let Some(ev) = batch
             .events
-            .iter()
-            .find(|e| e.envelope.run_id != addr.run_id)
+            .first()
+            .filter(|e| e.envelope.run_id != addr.run_id)
         {
             return Err(BusError::RunMismatch {
                 addr_run: addr.run_id.clone(),
                 event_run: ev.envelope.run_id.clone(),
             });
         }
-        let first = messages.len();
-        messages.extend(messages_for(batch.events)?);
         if let Some(cx) = batch.trace {
             for m in &mut messages[first..] {
                 inject_context(&mut m.headers, cx);

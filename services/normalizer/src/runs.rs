@@ -134,11 +134,6 @@ fn close_of(kind: CloseKind) -> Close {
 }
 
 impl RunTable {
-    /// A table holding at most `max_open` runs' adapter state in memory.
-    pub fn new(max_open: usize) -> RunTable {
-        RunTable::with_budget(RunBudget::new(max_open))
-    }
-
     /// A table whose runs count against a budget shared with other tables.
     pub fn with_budget(budget: RunBudget) -> RunTable {
         RunTable {

@@ -69,6 +69,7 @@ impl Worker {
         cfg: NormalizerConfig,
         partitions: u32,
     ) -> anyhow::Result<Worker> {
+        let partitions = partitions.max(1);
         let streams = streamgate_bus::StreamSettings {
             partitions,
             ..cfg.streams.clone()
@@ -89,7 +90,7 @@ impl Worker {
         Ok(Worker {
             js,
             cfg,
-            partitions: partitions.max(1),
+            partitions,
             leases,
             open_runs,
         })
@@ -292,14 +293,14 @@ async fn process_batch(
     table: &mut RunTable,
     msgs: Vec<async_nats::jetstream::Message>,
 ) -> anyhow::Result<()> {
-    let mut touched = Vec::new();
-    if let Err(e) = apply_and_publish(js, open_runs, table, &msgs, &mut touched).await {
+    let mut out = BTreeMap::new();
+    if let Err(e) = apply_and_publish(js, open_runs, table, &msgs, &mut out).await {
         // The table already holds these runs' state past this batch, but (some of) the
         // batch's events never reached SG_EVENTS. Forget the runs: their redelivered
         // chunks, or their next ones, rebuild them from SG_RAW and publish every event
         // again. Keeping the state would make the redelivered chunks look like
         // duplicates and lose those events for good (a gap in the run).
-        for key in &touched {
+        for key in out.keys() {
             table.forget(key);
         }
         return Err(e);
@@ -330,10 +331,10 @@ async fn apply_and_publish(
     open_runs: &OpenRuns,
     table: &mut RunTable,
     msgs: &[async_nats::jetstream::Message],
-    touched: &mut Vec<RunKey>,
+    out: &mut BTreeMap<RunKey, RunBatches>,
 ) -> anyhow::Result<()> {
-    // Per run, in seq order, the events of each chunk; runs are published concurrently.
-    let mut out: BTreeMap<RunKey, RunBatches> = BTreeMap::new();
+    // `out`: per run whose state this batch moved, in seq order, the events of each
+    // chunk; runs are published concurrently.
     // Runs that started, were rebuilt or closed in this batch: whether each is open now.
     let mut registry: BTreeMap<RunKey, (RunAddr, bool)> = BTreeMap::new();
     let mut chunks_applied = 0u64;
@@ -355,7 +356,6 @@ async fn apply_and_publish(
         let trace = trace::follow(&span, trace::extract_context(msg.headers.as_ref()));
         spans.push(span);
         let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
-        touched.push(key.clone());
         let mut rebuilt = false;
         let groups = match table.apply(&chunk) {
             Applied::Events(evs) => vec![evs],
