@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Duration;
-use streamgate_grammar::{EventData, RunEvent};
+use streamgate_grammar::RunEvent;
 use streamgate_projection::{Reasoning, RunProjection, Settings, Verbose};
 use streamgate_proto::v1;
 use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
@@ -170,10 +170,6 @@ async fn connect(target: &Target, stop: &CancellationToken) -> Option<Client> {
     }
 }
 
-fn is_terminal(ev: &RunEvent) -> bool {
-    matches!(&ev.event.data, EventData::Lifecycle(l) if l.is_terminal())
-}
-
 /// How one subscription ended.
 enum Ended {
     /// The terminal event was rendered.
@@ -228,7 +224,7 @@ async fn subscribe_once(
         } else {
             print_ops(run, &ops, view.tty);
         }
-        if is_terminal(&ev) {
+        if ev.event.is_terminal() {
             return Ended::Done;
         }
     }

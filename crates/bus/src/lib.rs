@@ -375,7 +375,6 @@ async fn ensure_stream(
     })
 }
 
-/// The config to apply, or `None` when `current` already has every owned setting.
 /// Fails when `current` records another partition count than `wanted` does. Streams from
 /// before the count was recorded pass (the owner records it on its next start).
 fn check_partitions(current: &Config, wanted: &Config) -> Result<(), BusError> {
@@ -395,6 +394,7 @@ fn check_partitions(current: &Config, wanted: &Config) -> Result<(), BusError> {
     })
 }
 
+/// The config to apply, or `None` when `current` already has every owned setting.
 fn merge(current: &Config, wanted: &Config) -> Result<Option<Config>, BusError> {
     check_partitions(current, wanted)?;
     let immutable = |setting, found: String, want: String| BusError::ImmutableSetting {

@@ -24,6 +24,11 @@ impl Event {
         self.data.stream()
     }
 
+    /// True for a terminal lifecycle event (`end` or `error`): the run's last.
+    pub fn is_terminal(&self) -> bool {
+        matches!(&self.data, EventData::Lifecycle(l) if l.is_terminal())
+    }
+
     /// The event as one line of canonical JSON (the golden shape, no newline).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()

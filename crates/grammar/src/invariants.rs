@@ -77,10 +77,7 @@ pub fn check(events: &[Event], opaque: &[&str], frames: Option<FrameAccount>) ->
         }
     }
 
-    let terminals: Vec<&Event> = events
-        .iter()
-        .filter(|e| matches!(&e.data, EventData::Lifecycle(l) if l.is_terminal()))
-        .collect();
+    let terminals: Vec<&Event> = events.iter().filter(|e| e.is_terminal()).collect();
     let terminal = terminals.first().and_then(|e| match &e.data {
         EventData::Lifecycle(l) => Some(l),
         _ => None,

@@ -169,7 +169,7 @@ impl RunProjection {
         self.events += 1;
         let mut out = Vec::new();
 
-        let terminal = matches!(&ev.data, EventData::Lifecycle(l) if l.is_terminal());
+        let terminal = ev.is_terminal();
         if mode.typing && !terminal && self.typing_due(tier) {
             self.typing_at = Some(self.events);
             out.push(Op::Typing);

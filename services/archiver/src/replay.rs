@@ -16,7 +16,7 @@ use streamgate_archive::{ArchivedEvent, RunFilter, RunStatusKind, Store};
 use streamgate_bus::events::decode_msg;
 use streamgate_bus::subject::{run_filter, SubjectKind};
 use streamgate_bus::EVENTS_STREAM;
-use streamgate_grammar::{timeline, EventData, RunEvent, RunState};
+use streamgate_grammar::{timeline, RunEvent, RunState};
 use streamgate_proto::v1;
 use streamgate_proto::v1::archive_service_server::ArchiveService;
 use tokio::sync::mpsc;
@@ -71,10 +71,6 @@ impl Replay {
 
 fn internal(e: impl std::fmt::Display) -> Status {
     Status::internal(e.to_string())
-}
-
-fn is_terminal(ev: &RunEvent) -> bool {
-    matches!(&ev.event.data, EventData::Lifecycle(l) if l.is_terminal())
 }
 
 type Stream<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
@@ -291,7 +287,7 @@ impl Replay {
             let full = page.len() as u32 == PAGE;
             for e in &page {
                 last = e.event.event.seq;
-                done |= is_terminal(&e.event);
+                done |= e.event.event.is_terminal();
                 if tx.send(Ok(convert::event(e))).await.is_err() {
                     return Ok(());
                 }
@@ -387,7 +383,7 @@ impl Replay {
             }
         }
         *last = seq;
-        let terminal = is_terminal(&ev);
+        let terminal = ev.event.is_terminal();
         let sent = tx
             .send(Ok(convert::event(&ArchivedEvent {
                 event: ev,

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use streamgate_bus::lease::PartitionWork;
 use streamgate_bus::subject::{partition_of, RunAddr};
 use streamgate_bus::{consume, events, trace, EVENTS_STREAM};
-use streamgate_grammar::{EventData, RunEvent};
+use streamgate_grammar::RunEvent;
 use streamgate_projection::{Op, RunProjection, Settings, Tier};
 use streamgate_sinks::{ChatTarget, Delivery, StateStore};
 use tokio::sync::broadcast;
@@ -179,10 +179,6 @@ fn track_draft(draft: &mut String, ops: &[Op]) {
             _ => {}
         }
     }
-}
-
-fn is_terminal(ev: &RunEvent) -> bool {
-    matches!(&ev.event.data, EventData::Lifecycle(l) if l.is_terminal())
 }
 
 impl Channel {
@@ -540,7 +536,7 @@ impl Channel {
                 continue;
             }
             let events = self.read_run(&m.subject).await?;
-            let ended = events.last().is_some_and(is_terminal);
+            let ended = events.last().is_some_and(|e| e.event.is_terminal());
             let stale = events
                 .last()
                 .is_none_or(|l| now_ms.saturating_sub(l.envelope.ts_ms) >= orphan_ms);
@@ -668,7 +664,7 @@ impl Channel {
             track_draft(&mut e.draft, &ops);
             (
                 ops,
-                e.proj.is_settled() || is_terminal(&ev),
+                e.proj.is_settled() || ev.event.is_terminal(),
                 e.marker.clone(),
             )
         };

@@ -15,7 +15,7 @@ use crate::channel::Channel;
 use crate::kv::SettingsOverride;
 use std::pin::Pin;
 use std::sync::Arc;
-use streamgate_grammar::{EventData, RunEvent};
+use streamgate_grammar::RunEvent;
 use streamgate_proto::v1;
 use streamgate_proto::v1::projector_service_server::ProjectorService;
 use tokio::sync::{broadcast, mpsc};
@@ -39,10 +39,6 @@ impl Projector {
     }
 }
 
-fn terminal(ev: &RunEvent) -> bool {
-    matches!(&ev.event.data, EventData::Lifecycle(l) if l.is_terminal())
-}
-
 /// Sends `events` with seq == `*next` onwards in order; returns false when the receiver
 /// is gone or the terminal event was sent.
 async fn send_in_order(
@@ -55,7 +51,7 @@ async fn send_in_order(
             continue;
         }
         *next += 1;
-        let end = terminal(&ev);
+        let end = ev.event.is_terminal();
         if tx.send(Ok(v1::Event::from(&ev))).await.is_err() || end {
             return false;
         }
