@@ -396,7 +396,7 @@ pub async fn wait_consumer(js: &async_nats::jetstream::Context, stream: &str, du
 /// The normalizer's durable consumers, one per partition (`sg-normalizer-pNN`).
 pub fn normalizer_durables(prefix: &str) -> Vec<String> {
     (0..DEFAULT_PARTITIONS)
-        .map(|p| streamgate_normalizer::worker::partition_durable(prefix, DEFAULT_PARTITIONS, p))
+        .map(|p| streamgate_bus::subject::partition_durable(prefix, DEFAULT_PARTITIONS, p))
         .collect()
 }
 

@@ -131,6 +131,12 @@ pub fn partition_label(partitions: u32, partition: u32) -> String {
     format!("{partition:0width$}")
 }
 
+/// The durable consumer of one partition of a lease group: `<prefix>-pNN`
+/// ([`partition_label`], so consumer listings sort by partition).
+pub fn partition_durable(prefix: &str, partitions: u32, partition: u32) -> String {
+    format!("{prefix}-p{}", partition_label(partitions, partition))
+}
+
 /// Stable partition: FNV-1a 64 of the run id's bytes, mod `partitions`.
 ///
 /// FNV-1a is specified byte for byte, so every language computes the same partition

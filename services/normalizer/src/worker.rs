@@ -27,7 +27,7 @@ use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legac
 use streamgate_bus::events::{publish_batches, Batch};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
-use streamgate_bus::subject::{partition_label, raw_partition_filter, RunAddr};
+use streamgate_bus::subject::{partition_durable, raw_partition_filter, RunAddr};
 use streamgate_bus::trace::{self, TraceContext};
 use streamgate_bus::{ensure_streams, RAW_STREAM};
 use streamgate_grammar::RunEvent;
@@ -45,12 +45,6 @@ pub fn now_ms() -> i64 {
 /// The lease group of the normalizer's partitions.
 pub fn lease_group() -> String {
     group_key(&["normalizer"])
-}
-
-/// The durable consumer of one partition: `<prefix>-pNN` (zero-padded like the lease
-/// keys, so consumer listings sort by partition).
-pub fn partition_durable(prefix: &str, partitions: u32, partition: u32) -> String {
-    format!("{prefix}-p{}", partition_label(partitions, partition))
 }
 
 /// A normalizer worker that has joined its lease group, not yet working.

@@ -128,11 +128,7 @@ impl ChannelConfig {
     /// The durable consumer of one partition: `<durable_name>-pNN`, consumed by the
     /// replica holding the partition's lease.
     pub fn partition_durable(&self, partition: u32) -> String {
-        format!(
-            "{}-p{}",
-            self.durable_name(),
-            streamgate_bus::subject::partition_label(self.partitions, partition)
-        )
+        streamgate_bus::subject::partition_durable(&self.durable_name(), self.partitions, partition)
     }
 
     /// The `SG_EVENTS` filter of one partition: `sg.evt.<tenant or *>.<p>.*`.

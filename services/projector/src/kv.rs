@@ -8,7 +8,6 @@
 use crate::error::{nats, ProjectorError};
 use async_nats::jetstream::{self, kv};
 use futures::future::BoxFuture;
-use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use streamgate_projection::{Reasoning, Settings, Verbose};
 use streamgate_sinks::{DeliveryState, StateKey, StateStore, StoreError};
@@ -161,23 +160,19 @@ pub async fn list_active(
     store: &kv::Store,
     channel: &str,
 ) -> Result<Vec<ActiveRun>, ProjectorError> {
+    // Only this channel's markers, in one read (not every key of the bucket, each then
+    // fetched on its own).
     let prefix = format!("active.{}.", streamgate_bus::kv::token(channel));
-    let mut keys = store.keys().await.map_err(nats("list kv keys"))?;
-    let mut wanted = Vec::new();
-    while let Some(k) = keys.next().await {
-        let k = k.map_err(nats("list kv keys"))?;
-        if k.starts_with(&prefix) {
-            wanted.push(k);
-        }
-    }
     let mut out = Vec::new();
-    for k in wanted {
-        let Some(bytes) = store.get(k.clone()).await.map_err(nats("get marker"))? else {
+    for entry in streamgate_bus::kv::current(store, &prefix).await? {
+        if entry.deleted {
             continue;
-        };
-        match serde_json::from_slice::<ActiveRun>(&bytes) {
+        }
+        match serde_json::from_slice::<ActiveRun>(&entry.value) {
             Ok(r) => out.push(r),
-            Err(e) => tracing::warn!(key = %k, error = %e, "skipping unreadable active-run marker"),
+            Err(e) => {
+                tracing::warn!(key = %entry.key, error = %e, "skipping unreadable active-run marker")
+            }
         }
     }
     Ok(out)
@@ -210,11 +205,7 @@ impl SettingsOverride {
 
 /// Key of a chat's overrides in [`SETTINGS_BUCKET`]: `<channel>.<chat>`.
 pub fn settings_key(channel: &str, chat: &str) -> String {
-    format!(
-        "{}.{}",
-        streamgate_bus::kv::token(channel),
-        streamgate_bus::kv::token(chat)
-    )
+    streamgate_bus::kv::key(&[channel, chat])
 }
 
 /// The chat of a key of `channel` in [`SETTINGS_BUCKET`] (the inverse of
