@@ -5,8 +5,6 @@
 //! chats, channels) may hold anything. [`token`] makes one id one key level, reversibly
 //! ([`untoken`]); [`key`] joins levels. [`current`] reads every key under a prefix.
 
-use std::fmt::Write as _;
-
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use async_nats::jetstream::kv::Store;
 use futures::StreamExt as _;
@@ -16,19 +14,7 @@ use crate::{nats, BusError};
 /// One key level for `s`: bytes outside `[-_A-Za-z0-9]` become `=XX` (uppercase hex),
 /// the empty string `=`. Never contains `.`, so distinct ids never share a key.
 pub fn token(s: &str) -> String {
-    if s.is_empty() {
-        return "=".to_owned();
-    }
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(char::from(b));
-        } else {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "={b:02X}");
-        }
-    }
-    out
+    crate::subject::escape(s, '=').into_owned()
 }
 
 /// The inverse of [`token`]; `None` when `s` is not one of its outputs.

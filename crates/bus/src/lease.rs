@@ -253,16 +253,6 @@ impl PartitionLeases {
         &self.member
     }
 
-    /// The group.
-    pub fn group(&self) -> &str {
-        &self.group
-    }
-
-    /// Renewal timing, from the bucket's TTL.
-    pub fn timing(&self) -> LeaseTiming {
-        self.timing
-    }
-
     /// The partitions this replica holds, updated as leases are acquired, released and
     /// lost (a partition being released stays in the set until its lease is deleted).
     pub fn held(&self) -> watch::Receiver<BTreeSet<u32>> {
@@ -594,20 +584,6 @@ impl Supervisor {
             .collect();
         for p in due {
             self.start_worker(p);
-        }
-        // A partition asked to release while its worker was waiting for a restart has
-        // nothing to drain.
-        let idle: Vec<u32> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.releasing && h.worker.is_none() && h.restart_at.is_some())
-            .map(|(p, _)| *p)
-            .collect();
-        for p in idle {
-            if let Some(h) = self.held.get_mut(&p) {
-                h.restart_at = None;
-                self.pending_deletes.insert(p, h.revision);
-            }
         }
     }
 
@@ -956,11 +932,7 @@ pub fn fair_share(partitions: u32, members: usize) -> usize {
 /// Rendezvous weight of a partition for a member (higher: preferred).
 fn preference(member: &str, partition: u32) -> u64 {
     // FNV-1a: stable and spreads similar member ids apart.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in member.bytes().chain(partition.to_be_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let mut h = crate::subject::fnv1a(member.bytes().chain(partition.to_be_bytes()));
     // A final mix, so that neighbouring partitions do not rank alike.
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);

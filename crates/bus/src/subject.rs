@@ -57,8 +57,15 @@ fn is_safe(b: u8) -> bool {
 /// with uppercase hex. The empty string becomes [`EMPTY_TOKEN`] (`"%"`). Strings made only
 /// of safe bytes are returned borrowed, so the common case does not allocate.
 pub fn encode_token(s: &str) -> Cow<'_, str> {
+    escape(s, '%')
+}
+
+/// `s` with every byte outside `[A-Za-z0-9_-]` as `<esc>XX` (uppercase hex) and the empty
+/// string as `<esc>` alone; borrowed when nothing needs escaping. Subject tokens escape
+/// with `%`, KV key levels with `=` (`%` is not allowed in KV keys).
+pub(crate) fn escape(s: &str, esc: char) -> Cow<'_, str> {
     if s.is_empty() {
-        return Cow::Borrowed(EMPTY_TOKEN);
+        return Cow::Owned(esc.to_string());
     }
     if s.bytes().all(is_safe) {
         return Cow::Borrowed(s);
@@ -69,7 +76,7 @@ pub fn encode_token(s: &str) -> Cow<'_, str> {
             out.push(b as char);
         } else {
             // Writing to a String cannot fail.
-            let _ = write!(out, "%{b:02X}");
+            let _ = write!(out, "{esc}{b:02X}");
         }
     }
     Cow::Owned(out)
@@ -137,18 +144,21 @@ pub fn partition_durable(prefix: &str, partitions: u32, partition: u32) -> Strin
     format!("{prefix}-p{}", partition_label(partitions, partition))
 }
 
+/// FNV-1a 64 of `bytes`.
+pub(crate) fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .into_iter()
+        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+}
+
 /// Stable partition: FNV-1a 64 of the run id's bytes, mod `partitions`.
 ///
 /// FNV-1a is specified byte for byte, so every language computes the same partition
 /// (producers outside Rust can route correctly). `partitions == 0` is treated as 1.
 pub fn partition_of(run_id: &str, partitions: u32) -> u32 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h = OFFSET;
-    for b in run_id.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(PRIME);
-    }
+    let h = fnv1a(run_id.bytes());
     // The remainder is < partitions <= u32::MAX, so the cast is lossless.
     (h % u64::from(partitions.max(1))) as u32
 }
