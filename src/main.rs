@@ -100,7 +100,28 @@ enum BenchCommand {
     Projector(cli::bench_projector::ProjectorArgs),
 }
 
+/// Ends the process quietly when stdout is a closed pipe (`streamgate replay r1 | head`).
+/// Rust ignores SIGPIPE, so `println!` panics there instead of the process dying like a
+/// Unix filter; restoring SIGPIPE would need `unsafe` (forbidden here), so the panic that
+/// a write to a closed stdout raises becomes a silent exit.
+fn exit_quietly_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_closed_pipe();
     if let Err(e) = streamgate_runtime::config::load_env_file_from_args() {
         eprintln!("streamgate: {e}");
         return ExitCode::FAILURE;
@@ -131,9 +152,18 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("streamgate: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// True when `e` came from writing to a closed pipe.
+fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -205,10 +205,12 @@ pub fn print_event(ev: &RunEvent, tty: bool) {
 
 /// Follows every new run on SG_EVENTS through the projection core ([`STATUS_TIER`],
 /// default settings) until `shutdown`. An ephemeral ordered consumer: the terminal is a
-/// local view, so it keeps no durable state.
+/// local view, so it keeps no durable state. Each run it has settled (final answer
+/// printed) is reported on `settled`, when given.
 pub async fn follow_status(
     js: async_nats::jetstream::Context,
     shutdown: CancellationToken,
+    settled: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 ) -> anyhow::Result<()> {
     let stream = js.get_stream(EVENTS_STREAM).await?;
     let consumer = stream
@@ -233,10 +235,14 @@ pub async fn follow_status(
                 .entry(run.clone())
                 .or_insert_with(|| RunProjection::new(&run));
             let ops = proj.apply_run_event(&ev, &settings, STATUS_TIER);
-            if proj.is_settled() {
-                runs.remove(&run);
-            }
+            let done = proj.is_settled();
             print_ops(&run, &ops, tty);
+            if done {
+                runs.remove(&run);
+                if let Some(tx) = &settled {
+                    let _ = tx.send(run);
+                }
+            }
         }
     }
     Ok(())

@@ -40,8 +40,9 @@
 //!   with a wrong one is `UNAUTHENTICATED`.
 //! - `archiver_start_keeps_the_deployment_stream_settings`: starting the archiver does
 //!   not reset the stream settings (limits, dedupe window) the deployment provisioned.
-//! - `up_demo_smoke`: `streamgate up --demo --exit-after-demo` (the README run command's
-//!   pipeline) exits 0 and prints every demo run's final answer.
+//! - `up_demo_smoke`: `streamgate up --demo` (the README run command) with an old
+//!   nats-server first on `PATH` and an empty cache exits 0 and prints every demo run's
+//!   final answer.
 //! - `up_ingest_replay_cli`: `streamgate up`, then `streamgate ingest` and
 //!   `streamgate replay --json` found through the data dir's `up.json`, print the same
 //!   events as `streamgate normalize`.
@@ -825,21 +826,52 @@ const DEMO: &[(&str, &str)] = &[
     ("codex-appserver", "codex-appserver/reasoning.jsonl"),
 ];
 
+/// The README's run command as a fresh machine of this kind runs it: an old (2.9)
+/// nats-server first on `PATH`, no `STREAMGATE_NATS_SERVER`, an empty cache. `up` must
+/// find or install a current server by itself, show every final and exit 0.
 #[test]
 fn up_demo_smoke() {
     let dir = tempfile::tempdir().unwrap();
+    let old_bin = dir.path().join("old-bin");
+    std::fs::create_dir_all(&old_bin).unwrap();
+    let old_server = old_bin.join("nats-server");
+    if std::path::Path::new("/usr/sbin/nats-server").exists() {
+        std::os::unix::fs::symlink("/usr/sbin/nats-server", &old_server).unwrap();
+    } else {
+        std::fs::write(
+            &old_server,
+            "#!/bin/sh\necho 'nats-server: v2.9.10'\nexit 1\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&old_server, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!(
+        "{}:{}",
+        old_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut cmd = Command::new(bin());
-    cmd.args(["up", "--demo", "--exit-after-demo", "--data-dir"])
+    cmd.args(["up", "--demo", "--data-dir"])
         .arg(dir.path().join("data"))
+        .env("PATH", path)
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
+        .env_remove("STREAMGATE_NATS_SERVER")
+        .env_remove("RUST_LOG")
         .current_dir(dir.path());
     let (ok, stdout, stderr) = run_cmd(cmd, dir.path(), "up-demo");
     assert!(ok, "streamgate up --demo failed:\n{stdout}\n{stderr}");
     assert!(
         stderr.contains(&format!(
-            "demo: {} runs normalized and archived",
+            "demo: {} runs normalized, archived and shown",
             DEMO.len()
         )),
         "stderr:\n{stderr}"
+    );
+    // Library INFO chatter stays out of the terminal by default.
+    assert!(
+        !stderr.contains(" INFO "),
+        "INFO lines in up's terminal:\n{stderr}"
     );
     let mut finals = 0;
     for (family, path) in DEMO {

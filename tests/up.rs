@@ -1,0 +1,161 @@
+//! `streamgate up` as an operator meets it: one `up` per data dir, a broker that dies is
+//! brought back, a stop that is prompt whatever is still queued, a CLI that exits quietly
+//! on a closed pipe.
+//!
+//! - `a_second_up_is_refused_and_a_killed_broker_comes_back`: a second `up` on a live data
+//!   dir exits non-zero naming the first; SIGKILL of `up`'s nats-server is recovered from
+//!   (an ingest goes through again within 15 s); SIGTERM ends `up` within 10 s and takes
+//!   its nats-server with it.
+//! - `replay_into_a_closed_pipe_exits_quietly`: `streamgate replay … | head -n 0` prints no
+//!   panic.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The data dir a test's `up` runs on.
+fn data_dir(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join(".streamgate")
+}
+
+/// Starts `streamgate up --quiet` in `dir` and waits for its `up.json`.
+fn start_up(dir: &std::path::Path) -> Graceful {
+    let mut up = Graceful(
+        Command::new(bin())
+            .args(["up", "--quiet"])
+            .current_dir(dir)
+            .stdout(std::fs::File::create(dir.join("up.out")).unwrap())
+            .stderr(std::fs::File::create(dir.join("up.err")).unwrap())
+            .spawn()
+            .expect("spawn streamgate up"),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while !data_dir(dir).join("up.json").exists() {
+        if let Ok(Some(s)) = up.0.try_wait() {
+            panic!("streamgate up exited with {s}:\n{}", up_err(dir));
+        }
+        assert!(Instant::now() < deadline, "no up.json after {PATIENCE:?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    up
+}
+
+fn up_err(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("up.err")).unwrap_or_default()
+}
+
+/// Pids of the nats-servers whose store is under `dir`.
+fn broker_pids(dir: &std::path::Path) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("{}/nats/js", data_dir(dir).display())])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Ingests a tiny capture as run `run` through the CLI; true when it was acked.
+fn ingest(dir: &std::path::Path, run: &str) -> bool {
+    let capture = dir.join("capture.sse");
+    std::fs::write(&capture, fixture("f1/end-turn.sse")).unwrap();
+    Command::new(bin())
+        .args(["ingest", "--family", "f1", "--run", run])
+        .arg(&capture)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn a_second_up_is_refused_and_a_killed_broker_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut up = start_up(dir.path());
+
+    let second = Command::new(bin())
+        .args(["up", "--quiet"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "a second up started:\n{msg}");
+    assert!(
+        msg.contains("already serving") && msg.contains(&up.0.id().to_string()),
+        "the refusal does not name the running up:\n{msg}"
+    );
+    assert!(ingest(dir.path(), "before"), "the first up stopped serving");
+
+    let pids = broker_pids(dir.path());
+    assert_eq!(pids.len(), 1, "one broker expected: {pids:?}");
+    Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut recovered = false;
+    while Instant::now() < deadline {
+        if ingest(dir.path(), "after") {
+            recovered = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        recovered,
+        "no ingest within 15 s of killing the broker:\n{}",
+        up_err(dir.path())
+    );
+    assert!(
+        up_err(dir.path()).contains("restarting"),
+        "the restart was not reported:\n{}",
+        up_err(dir.path())
+    );
+
+    let started = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &up.0.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = started + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = up.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "up still running 10 s after SIGTERM:\n{}",
+            up_err(dir.path())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        status.success(),
+        "up exited with {status}:\n{}",
+        up_err(dir.path())
+    );
+    assert!(
+        broker_pids(dir.path()).is_empty(),
+        "nats-server left running after up stopped"
+    );
+}
+
+#[test]
+fn replay_into_a_closed_pipe_exits_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    assert!(ingest(dir.path(), "r1"));
+    let script = format!("'{}' replay r1 --json | head -n 0", bin().display());
+    let out = Command::new("bash")
+        .args(["-o", "pipefail", "-c", &script])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "replay panicked:\n{stderr}");
+    assert!(out.status.success(), "replay | head failed:\n{stderr}");
+}
