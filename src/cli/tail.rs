@@ -1,6 +1,7 @@
 //! `streamgate tail`: the terminal channel (spec tier C) as a client of a projector
-//! channel's `ProjectorService`. It lists the channel's active runs, subscribes to each
-//! (`Subscribe` from the last rendered seq) and renders the events itself through the
+//! channel's `ProjectorService`. It watches every run of the channel in one stream
+//! (`Watch`: active runs replayed, then every event live, so a run that starts and ends
+//! within milliseconds is seen whole) and renders the events itself through the
 //! projection core at the status-line tier — the same rendering `streamgate up` shows
 //! (`terminal`): a live status line per run on a TTY, then the settle summary, notices
 //! and the final answer as lasting lines.
@@ -10,7 +11,7 @@
 //! every reconnect: a restarted `up` listens elsewhere with a new token.
 //!
 //! Reconnects (spec §7.3): each run's projection lives here, so after a broken stream the
-//! run is subscribed again from its `last_seq` (`lastRenderedSeq`); the server replays
+//! watch resumes each open run from its `last_seq` (`lastRenderedSeq`); the server replays
 //! from the next seq without gaps, and anything at or below `last_seq` would be ignored
 //! by the projection anyway — no duplicate, no gap. A run that ended while disconnected
 //! gets no progress replay (spec §7.3); tail says so.
@@ -18,7 +19,7 @@
 use super::discover::{channel_token_path, endpoint, Instance, DEFAULT_DATA_DIR};
 use crate::terminal::{print_event, print_ops, STATUS_TIER};
 use anyhow::{Context, Result};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -170,100 +171,118 @@ async fn connect(target: &Target, stop: &CancellationToken) -> Option<Client> {
     }
 }
 
-/// How one subscription ended.
+/// The runs this terminal renders, each with its own projection.
+struct Runs {
+    only: Option<String>,
+    settings: Settings,
+    view: View,
+    open: HashMap<String, RunProjection>,
+}
+
+impl Runs {
+    /// Renders one event; true when it ended the run `--run` asked for.
+    fn render(&mut self, ev: &RunEvent) -> bool {
+        let run = &ev.envelope.run_id;
+        if self.only.as_ref().is_some_and(|want| want != run) {
+            return false;
+        }
+        let proj = self.open.entry(run.clone()).or_insert_with(|| {
+            eprintln!(
+                "streamgate tail: following run {run}{}",
+                ev.envelope
+                    .session_key
+                    .as_deref()
+                    .map(|s| format!(" (chat {s})"))
+                    .unwrap_or_default()
+            );
+            RunProjection::new(run)
+        });
+        // The server sends each seq once, in order; a seq already rendered (a replay
+        // overlapping the last connection) is skipped here as the projection would.
+        if ev.event.seq <= proj.last_seq() {
+            return false;
+        }
+        let ops = proj.apply_run_event(ev, &self.settings, STATUS_TIER);
+        if self.view.raw {
+            print_event(ev, self.view.tty);
+        } else {
+            print_ops(run, &ops, self.view.tty);
+        }
+        if ev.event.is_terminal() {
+            self.open.remove(run);
+            return self.only.is_some();
+        }
+        false
+    }
+
+    /// After a reconnect: runs followed before that are no longer active ended while
+    /// this terminal was away (no progress replay, spec §7.3).
+    fn forget_ended(&mut self, active: &HashSet<String>) {
+        self.open.retain(|run, proj| {
+            if active.contains(run) {
+                return true;
+            }
+            eprintln!(
+                "streamgate tail: run {run} ended while disconnected (after seq {}); \
+                 `streamgate replay {run}` shows the rest",
+                proj.last_seq()
+            );
+            false
+        });
+    }
+}
+
+/// How one `Watch` stream ended.
 enum Ended {
-    /// The terminal event was rendered.
+    /// `--run`'s run ended, or Ctrl-C.
     Done,
-    /// The run is no longer active on the channel (ended while we were away).
-    Gone,
-    /// The stream broke: subscribe again from the last rendered seq.
+    /// The stream broke: watch again with the last rendered seqs.
     Broken,
 }
 
-/// Renders one subscription's events into `proj`; `resuming` after a broken one.
-async fn subscribe_once(
-    client: &mut Client,
-    run: &str,
-    proj: &mut RunProjection,
-    settings: &Settings,
-    view: View,
-    resuming: bool,
-) -> Ended {
-    let req = v1::SubscribeRequest {
-        target: Some(v1::subscribe_request::Target::RunId(run.to_owned())),
-        after_seq: proj.last_seq(),
-    };
-    let mut stream = match client.subscribe(req).await {
+/// Renders one `Watch` stream into `runs`.
+async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationToken) -> Ended {
+    if !runs.open.is_empty() {
+        let Ok(active) = client.list_active_runs(v1::ListActiveRunsRequest {}).await else {
+            return Ended::Broken;
+        };
+        let active = active
+            .into_inner()
+            .runs
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        runs.forget_ended(&active);
+        for (run, proj) in &runs.open {
+            eprintln!(
+                "streamgate tail: run {run} resumed after seq {}",
+                proj.last_seq()
+            );
+        }
+    }
+    let after_seq = runs
+        .open
+        .iter()
+        .map(|(run, proj)| (run.clone(), proj.last_seq()))
+        .collect();
+    let mut stream = match client.watch(v1::WatchRequest { after_seq }).await {
         Ok(s) => s.into_inner(),
-        Err(s) if s.code() == tonic::Code::NotFound => return Ended::Gone,
         Err(_) => return Ended::Broken,
     };
-    if resuming {
-        // From here on the channel owes us every later event up to the terminal one.
-        eprintln!(
-            "streamgate tail: run {run} resumed after seq {}",
-            proj.last_seq()
-        );
-    }
     loop {
-        let ev = match stream.message().await {
+        let msg = tokio::select! {
+            () = stop.cancelled() => return Ended::Done,
+            m = stream.message() => m,
+        };
+        let ev = match msg {
             Ok(Some(e)) => e,
             Ok(None) | Err(_) => return Ended::Broken,
         };
         let Ok(ev) = RunEvent::try_from(ev) else {
             continue;
         };
-        // The server sends each seq once, in order; a seq already rendered (a replay
-        // overlapping the last connection) is skipped here as the projection would.
-        if ev.event.seq <= proj.last_seq() {
-            continue;
-        }
-        let ops = proj.apply_run_event(&ev, settings, STATUS_TIER);
-        if view.raw {
-            print_event(&ev, view.tty);
-        } else {
-            print_ops(run, &ops, view.tty);
-        }
-        if ev.event.is_terminal() {
+        if runs.render(&ev) {
             return Ended::Done;
-        }
-    }
-}
-
-/// Follows one run to its end across reconnects.
-async fn follow_run(
-    target: Target,
-    run: String,
-    settings: Settings,
-    view: View,
-    stop: CancellationToken,
-) {
-    let mut proj = RunProjection::new(&run);
-    let mut backoff = Backoff::new();
-    let mut resuming = false;
-    while let Some(mut client) = connect(&target, &stop).await {
-        let ended = tokio::select! {
-            () = stop.cancelled() => return,
-            e = subscribe_once(&mut client, &run, &mut proj, &settings, view, resuming) => e,
-        };
-        resuming = true;
-        match ended {
-            Ended::Done => return,
-            Ended::Gone => {
-                if proj.last_seq() > 0 {
-                    eprintln!(
-                        "streamgate tail: run {run} ended while disconnected (after seq {}); \
-                         `streamgate replay {run}` shows the rest",
-                        proj.last_seq()
-                    );
-                }
-                return;
-            }
-            Ended::Broken => {
-                if !backoff.wait(&stop).await {
-                    return;
-                }
-            }
         }
     }
 }
@@ -282,66 +301,30 @@ pub async fn run(args: TailArgs) -> Result<()> {
     if args.addr.is_none() && Instance::read(&args.data_dir).is_ok() {
         target.resolve()?;
     }
-    let settings = Settings {
-        reasoning: args.reasoning,
-        verbose: args.verbose,
-        ..Settings::default()
+    let mut runs = Runs {
+        only: args.run.clone(),
+        settings: Settings {
+            reasoning: args.reasoning,
+            verbose: args.verbose,
+            ..Settings::default()
+        },
+        view: View {
+            tty: std::io::stdout().is_terminal(),
+            raw: args.raw_events,
+        },
+        open: HashMap::new(),
     };
-    let view = View {
-        tty: std::io::stdout().is_terminal(),
-        raw: args.raw_events,
-    };
-    let mut followed: HashSet<String> = HashSet::new();
-    let mut tasks = tokio::task::JoinSet::new();
     let mut backoff = Backoff::new();
-    'connect: while let Some(mut client) = connect(&target, &stop).await {
-        loop {
-            let runs = match client.list_active_runs(v1::ListActiveRunsRequest {}).await {
-                Ok(r) => r.into_inner().runs,
-                Err(_) => {
-                    // `up` restarted or went away: find it again.
-                    if !backoff.wait(&stop).await {
-                        break 'connect;
-                    }
-                    continue 'connect;
+    while let Some(mut client) = connect(&target, &stop).await {
+        match watch_once(&mut client, &mut runs, &stop).await {
+            Ended::Done => break,
+            // `up` restarted or went away: find it again.
+            Ended::Broken => {
+                if !backoff.wait(&stop).await {
+                    break;
                 }
-            };
-            backoff = Backoff::new();
-            for r in runs {
-                if args.run.as_ref().is_some_and(|want| want != &r.run_id) {
-                    continue;
-                }
-                if followed.insert(r.run_id.clone()) {
-                    eprintln!(
-                        "streamgate tail: following run {} (chat {})",
-                        r.run_id, r.chat_id
-                    );
-                    tasks.spawn(follow_run(
-                        target.clone(),
-                        r.run_id,
-                        settings.clone(),
-                        view,
-                        stop.clone(),
-                    ));
-                }
-            }
-            // With --run, the one run's follower ending is the end.
-            if args.run.is_some() && !tasks.is_empty() {
-                tokio::select! {
-                    () = stop.cancelled() => {}
-                    _ = tasks.join_next() => {}
-                }
-                break 'connect;
-            }
-            // Ended followers are reaped as they go; their runs stay marked as followed.
-            while tasks.try_join_next().is_some() {}
-            tokio::select! {
-                () = stop.cancelled() => break 'connect,
-                () = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
         }
     }
-    stop.cancel();
-    while tasks.join_next().await.is_some() {}
     Ok(())
 }

@@ -6,10 +6,14 @@
 //! only when its seq is exactly the next one, so the boundary has neither a duplicate nor
 //! a gap; a lagging live stream falls back to re-reading the subject.
 //!
+//! `Watch` (in [`watch`]) is the same for every run at once, for `streamgate tail`.
+//!
 //! Every answer comes from this replica: a channel's replicas split the partitions, so
 //! `ListActiveRuns` and `GetDraft` know the runs of the partitions held here, and the
 //! live part of `Subscribe` sees only events processed here (a run on another replica's
 //! partition is replayed from `SG_EVENTS`, then not followed).
+
+mod watch;
 
 use crate::channel::Channel;
 use crate::kv::SettingsOverride;
@@ -129,6 +133,30 @@ type EventStream = Pin<Box<dyn futures::Stream<Item = Result<v1::Event, Status>>
 #[tonic::async_trait]
 impl ProjectorService for Projector {
     type SubscribeStream = EventStream;
+    type WatchStream = EventStream;
+
+    async fn watch(
+        &self,
+        req: Request<v1::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let after = req.into_inner().after_seq;
+        let live = self.channel.subscribe_events();
+        let (tx, rx) = mpsc::channel(1024);
+        let (channel, stop) = (self.channel.clone(), self.shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = watch::watch(channel, after.into_iter().collect(), live, tx.clone()) => {}
+                () = stop.cancelled() => {
+                    let _ = tx
+                        .send(Err(Status::unavailable(
+                            "projector shutting down: watch again with the last seqs",
+                        )))
+                        .await;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
 
     async fn subscribe(
         &self,

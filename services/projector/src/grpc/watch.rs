@@ -1,0 +1,162 @@
+//! `Watch`: every run this replica projects, as one stream — so a watcher (`streamgate
+//! tail`) sees a run from its first event even when it starts and ends within a
+//! millisecond, with no polling gap.
+//!
+//! Same boundary rule as `Subscribe`: the live broadcast is joined *before* the active
+//! runs are read back, and each run's events pass only at exactly its next seq; a gap (a
+//! run first met mid-way) or a lagging broadcast re-reads the run from `SG_EVENTS`.
+
+use crate::channel::Channel;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use streamgate_bus::subject::RunAddr;
+use streamgate_grammar::RunEvent;
+use streamgate_proto::v1;
+use tokio::sync::{broadcast, mpsc};
+use tonic::Status;
+
+/// How many ended runs are remembered, so a late duplicate of theirs is not taken for a
+/// new run.
+const ENDED_MEMORY: usize = 4096;
+
+/// One watcher's view: each open run's next seq and subject.
+struct Watcher {
+    channel: Arc<Channel>,
+    tx: mpsc::Sender<Result<v1::Event, Status>>,
+    open: HashMap<String, (u64, String)>,
+    ended: HashSet<String>,
+    ended_order: VecDeque<String>,
+}
+
+/// Why sending stopped.
+struct Gone;
+
+impl Watcher {
+    fn subject_of(&self, ev: &RunEvent) -> String {
+        RunAddr::new(
+            &ev.envelope.tenant,
+            &ev.envelope.run_id,
+            self.channel.config().partitions,
+        )
+        .events_subject()
+    }
+
+    /// Sends `ev` if it is its run's next event.
+    async fn pass(&mut self, ev: RunEvent) -> Result<(), Gone> {
+        let run = &ev.envelope.run_id;
+        let Some((next, _)) = self.open.get_mut(run) else {
+            return Ok(());
+        };
+        if ev.event.seq != *next {
+            return Ok(());
+        }
+        *next += 1;
+        let end = ev.event.is_terminal();
+        self.tx
+            .send(Ok(v1::Event::from(&ev)))
+            .await
+            .map_err(|_| Gone)?;
+        if end {
+            self.end(ev.envelope.run_id);
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, run: String) {
+        self.open.remove(&run);
+        if self.ended.insert(run.clone()) {
+            self.ended_order.push_back(run);
+            if self.ended_order.len() > ENDED_MEMORY {
+                if let Some(old) = self.ended_order.pop_front() {
+                    self.ended.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Sends what `SG_EVENTS` holds of `run` from its next seq on.
+    async fn reread(&mut self, run: &str) -> Result<(), Gone> {
+        let Some((_, subject)) = self.open.get(run) else {
+            return Ok(());
+        };
+        let events = match self.channel.read_run(subject).await {
+            Ok(evs) => evs,
+            Err(e) => {
+                tracing::warn!(run, error = %e, "watch: run not re-read");
+                return Ok(());
+            }
+        };
+        for ev in events {
+            self.pass(ev).await?;
+        }
+        Ok(())
+    }
+
+    /// One live event: a new run is opened at seq 1; a gap is filled from the stream.
+    async fn live(&mut self, ev: RunEvent) -> Result<(), Gone> {
+        let run = ev.envelope.run_id.clone();
+        if self.ended.contains(&run) {
+            return Ok(());
+        }
+        if !self.open.contains_key(&run) {
+            let subject = self.subject_of(&ev);
+            self.open.insert(run.clone(), (1, subject));
+        }
+        let next = self.open.get(&run).map_or(1, |(n, _)| *n);
+        if ev.event.seq > next {
+            return self.reread(&run).await;
+        }
+        self.pass(ev).await
+    }
+}
+
+/// Streams every run's events into `tx` until the watcher goes away or the broadcast
+/// closes. `after_seq` gives, per run id, the last seq the watcher already has.
+pub(super) async fn watch(
+    channel: Arc<Channel>,
+    after_seq: HashMap<String, u64>,
+    mut live: broadcast::Receiver<Arc<RunEvent>>,
+    tx: mpsc::Sender<Result<v1::Event, Status>>,
+) {
+    let mut w = Watcher {
+        open: channel
+            .active_runs()
+            .into_iter()
+            .map(|r| {
+                let next = after_seq.get(&r.run_id).copied().unwrap_or(0) + 1;
+                (r.run_id, (next, r.subject))
+            })
+            .collect(),
+        channel,
+        tx,
+        ended: HashSet::new(),
+        ended_order: VecDeque::new(),
+    };
+    let active: Vec<String> = w.open.keys().cloned().collect();
+    for run in active {
+        if w.reread(&run).await.is_err() {
+            return;
+        }
+    }
+    loop {
+        let step = match live.recv().await {
+            Ok(ev) => w.live((*ev).clone()).await,
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::debug!(skipped = n, "watch lagged: re-reading open runs");
+                let open: Vec<String> = w.open.keys().cloned().collect();
+                let mut r = Ok(());
+                for run in open {
+                    r = w.reread(&run).await;
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                r
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if step.is_err() {
+            return;
+        }
+    }
+}
