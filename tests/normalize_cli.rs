@@ -1,10 +1,12 @@
 //! The `streamgate normalize` and `conform` commands as a user runs them: for every
 //! corpus row (when `$STREAMGATE_CORPUS` is set) and every own fixture, the printed JSONL
-//! equals the expected file line for line as JSON values; bad input exits non-zero with a
+//! (the live order: thinking tokens as a separate update) folded to the batch form equals
+//! the expected file line for line as JSON values; bad input exits non-zero with a
 //! one-line error and nothing on stdout.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use streamgate_grammar::{fold_token_updates, Event};
 
 fn streamgate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_streamgate"))
@@ -40,6 +42,20 @@ fn json_lines(text: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// What `normalize` printed, folded to the batch (golden) form (spec §3.2).
+fn batch_lines(text: &str) -> Vec<serde_json::Value> {
+    let events: Vec<Event> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| Event::from_json(l).unwrap_or_else(|e| panic!("not an event ({e}): {l}")))
+        .collect();
+    let folded: Vec<String> = fold_token_updates(&events)
+        .iter()
+        .map(Event::to_json)
+        .collect();
+    json_lines(&folded.join("\n"))
+}
+
 #[test]
 fn normalize_prints_exactly_the_expected_events() {
     let rows = rows();
@@ -57,7 +73,7 @@ fn normalize_prints_exactly_the_expected_events() {
         );
         let want = std::fs::read_to_string(dir.join(&expected)).unwrap();
         assert_eq!(
-            json_lines(&String::from_utf8(out.stdout).unwrap()),
+            batch_lines(&String::from_utf8(out.stdout).unwrap()),
             json_lines(&want),
             "{}",
             dir.join(&capture).display()
@@ -76,7 +92,7 @@ fn auto_detects_every_family() {
         let want = std::fs::read_to_string(dir.join(&expected)).unwrap();
         // Captures that are only a fragment (cut before any recognisable frame) cannot be
         // detected; every capture with a recognisable opening must match.
-        let got = json_lines(&String::from_utf8(out.stdout).unwrap());
+        let got = batch_lines(&String::from_utf8(out.stdout).unwrap());
         if got
             .iter()
             .any(|v| v["data"]["diagnostic"]["code"] == "unknown_family")
@@ -140,4 +156,34 @@ fn conform_over_own_fixtures_passes() {
         assert!(out.status.success(), "{stdout}");
         assert!(stdout.trim_end().ends_with(" 0 failed"), "{stdout}");
     }
+}
+
+#[test]
+fn normalize_prints_the_live_order() {
+    let out = streamgate()
+        .args(["normalize", "--family", "f1"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/f1/redacted.sse"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let got = json_lines(&String::from_utf8(out.stdout).unwrap());
+    let pos = |want: serde_json::Value| {
+        got.iter()
+            .position(|v| v["data"] == want)
+            .unwrap_or_else(|| panic!("{want} not printed: {got:#?}"))
+    };
+    // The segment's end marker as the segment ends, the answer delta right after it, the
+    // token count with the usage frame (`message_delta`), then the final answer.
+    let end = pos(serde_json::json!({"id":"1","variant":"redacted","phase":"end"}));
+    let delta = pos(
+        serde_json::json!({"id":"2","phase":"commentary","delta":"Done.","status":"in_progress"}),
+    );
+    let tokens = pos(serde_json::json!({"id":"1","variant":"redacted","tokens":33}));
+    let fin = got
+        .iter()
+        .position(|v| v["data"]["phase"] == "final_answer")
+        .unwrap();
+    assert!(end < delta && delta < tokens && tokens < fin, "{got:#?}");
+    let seqs: Vec<u64> = got.iter().map(|v| v["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=got.len() as u64).collect::<Vec<_>>());
 }

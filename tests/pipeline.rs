@@ -36,6 +36,10 @@
 //! - `follow_replay_is_gapless_while_ingesting`: `ReplayEvents` with `follow`, started
 //!   while the run is still open (from seq 0 and from a seq in the middle), delivers every
 //!   later seq exactly once, in order, ending with the terminal event.
+//! - `answer_deltas_are_archived_before_the_usage_frame`: F1 and F3 thinking captures
+//!   ingested up to (not including) the usage frame already have every answer delta in
+//!   the archive while the run is open (no event waits for the thinking-token count);
+//!   after the rest, the archived run folded to the batch form equals its golden.
 //! - `archive_requires_the_operator_token`: every ArchiveService RPC without a token or
 //!   with a wrong one is `UNAUTHENTICATED`.
 //! - `archiver_start_keeps_the_deployment_stream_settings`: starting the archiver does
@@ -650,6 +654,146 @@ async fn follow_replay_is_gapless_while_ingesting() {
         );
         assert!(is_terminal(want.last().unwrap()));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// 5b. live first, nothing held
+// ---------------------------------------------------------------------------------------
+
+/// A thinking capture, the text of its usage frame, and its golden file.
+struct Thinking {
+    family: &'static str,
+    capture: std::path::PathBuf,
+    golden: std::path::PathBuf,
+    usage_frame: &'static str,
+}
+
+fn thinking_captures() -> Vec<Thinking> {
+    let f = |family, capture: &str, golden: &str, usage_frame| Thinking {
+        family,
+        capture: root().join("fixtures").join(capture),
+        golden: root().join("fixtures").join(golden),
+        usage_frame,
+    };
+    let mut out = vec![
+        f(
+            "f1",
+            "f1/redacted.sse",
+            "f1/redacted.expected.jsonl",
+            r#""type":"message_delta""#,
+        ),
+        f(
+            "f3",
+            "f3/reasoning.sse",
+            "f3/reasoning.expected.jsonl",
+            r#""type":"response.completed""#,
+        ),
+    ];
+    if let Some(corpus) = std::env::var_os("STREAMGATE_CORPUS").filter(|c| !c.is_empty()) {
+        let corpus = std::path::PathBuf::from(corpus);
+        out.push(Thinking {
+            family: "f1",
+            capture: corpus.join("captures/anthropic/02-thinking-stream.sse"),
+            golden: corpus.join("expected/f1__anthropic_02_thinking_stream_sse.jsonl"),
+            usage_frame: r#""type":"message_delta""#,
+        });
+    }
+    out
+}
+
+fn is_answer_delta(v: &Value) -> bool {
+    v["stream"] == "assistant" && v["data"].get("delta").is_some()
+}
+
+/// Issue 10, "live first": a thinking run ingested up to (not including) its usage frame
+/// already has every answer delta archived while the run is still open — nothing waits
+/// behind the thinking segment's end marker for the token count. After the rest, the
+/// archived run folded to the batch form (spec §3.2) equals its golden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_deltas_are_archived_before_the_usage_frame() {
+    let seed = seed("answer_deltas_are_archived_before_the_usage_frame");
+    let mut rng = rng(seed);
+    let p = Pipeline::start(Backend::Sqlite).await;
+    for (i, case) in thinking_captures().into_iter().enumerate() {
+        let name = case.capture.display().to_string();
+        let bytes = std::fs::read(&case.capture).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = std::str::from_utf8(&bytes).unwrap();
+        let at = text.find(case.usage_frame).expect("usage frame");
+        let cut = text[..at].rfind("\n\n").map_or(0, |i| i + 2);
+        let want = expected(case.family, &bytes);
+        let deltas = want.iter().filter(|v| is_answer_delta(v)).count();
+        assert!(deltas > 0, "{name}: no answer deltas");
+
+        let mut chunks = split(&bytes[..cut], &mut rng, 64);
+        let first = chunks.len();
+        chunks.extend(split(&bytes[cut..], &mut rng, 64));
+        let run = format!("live-{i}");
+        let sp = spec(&run, case.family);
+
+        // Everything but the usage frame and what follows it.
+        put_range(&p.ingestor, &sp, &chunks, 0, first).await;
+        let live = expected_prefix(case.family, &bytes[..cut]);
+        wait_some(&*p.store, &run, live.len() as u64).await;
+        let archived = p.store.events_after(&run, 0, 0).await.unwrap();
+        let row = p.store.get_run(&run).await.unwrap().unwrap();
+        assert_eq!(row.status, RunStatusKind::Open, "{name}: run still open");
+        let got = as_json(&archived);
+        assert_eq!(
+            got.iter().filter(|v| is_answer_delta(v)).count(),
+            deltas,
+            "{name} (seed {seed}): answer deltas archived before the usage frame"
+        );
+        assert_eq!(
+            got[..],
+            want[..got.len()],
+            "{name} (seed {seed}): live prefix"
+        );
+        assert!(
+            !got.iter().any(|v| v["stream"] == "thinking"
+                && v["data"].get("tokens").is_some()
+                && v["data"].get("phase").is_none()),
+            "{name}: a tokens update before usage"
+        );
+
+        // The usage frame and the rest.
+        put_range(&p.ingestor, &sp, &chunks, first, chunks.len()).await;
+        put(
+            &p.ingestor,
+            &sp,
+            chunks.len() as u64,
+            Bytes::new(),
+            Some(CloseKind::Normal),
+        )
+        .await;
+        let all = wait_run(&*p.store, &run, want.len(), PATIENCE).await;
+        assert_archive_eq(&run, &all, &want, &format!("{name}, seed {seed}"));
+        let events: Vec<streamgate_grammar::Event> =
+            all.iter().map(|e| e.event.event.clone()).collect();
+        let folded: Vec<Value> = streamgate_grammar::fold_token_updates(&events)
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect();
+        let golden: Vec<Value> = std::fs::read_to_string(&case.golden)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(folded, golden, "{name}: archived run, folded, vs golden");
+        assert!(
+            folded.len() < want.len(),
+            "{name}: no tokens update to fold"
+        );
+    }
+}
+
+/// What `normalize` has emitted after `bytes` without the stream's end.
+fn expected_prefix(family: &str, bytes: &[u8]) -> Vec<Value> {
+    let mut n = streamgate_wire::Normalizer::new(choice(family));
+    n.feed(bytes);
+    n.drain()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------

@@ -251,7 +251,9 @@ pub struct Thinking {
     /// Snapshot reasoning text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// Thinking tokens, back-filled from usage on the `end` marker.
+    /// Thinking tokens from usage: on the `end` marker when usage came before the segment
+    /// ended, else on the one tokens-only update that follows it (see
+    /// [`Thinking::tokens_update`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
 }
@@ -267,6 +269,30 @@ impl Thinking {
             text: None,
             tokens: None,
         }
+    }
+
+    /// The tokens-only update of an ended segment:
+    /// `{"id","variant","tokens"}`, no `phase`, no text. Events go out as soon as their
+    /// frame is read, and thinking-token counts come from a usage frame that usually
+    /// follows the segment, so the `end` marker goes out without `tokens` and this update
+    /// carries them once usage arrives (spec §3.2: "the adapter MAY emit one summary
+    /// marker update"). It belongs to the latest earlier `end` marker of the same
+    /// `variant` and `id`; [`crate::batch::fold_token_updates`] folds it back onto that
+    /// marker, which gives the batch (golden) form.
+    pub fn tokens_update(variant: ThinkingVariant, id: Option<String>, tokens: u64) -> Thinking {
+        Thinking {
+            id,
+            variant,
+            phase: None,
+            delta: None,
+            text: None,
+            tokens: Some(tokens),
+        }
+    }
+
+    /// True for a tokens-only update (see [`Thinking::tokens_update`]).
+    pub fn is_tokens_update(&self) -> bool {
+        self.phase.is_none() && self.delta.is_none() && self.text.is_none() && self.tokens.is_some()
     }
 
     /// An incremental text frame.

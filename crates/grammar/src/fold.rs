@@ -54,7 +54,7 @@ pub struct ThinkingSegment {
     pub variant: ThinkingVariant,
     /// Reasoning text so far (empty for redacted markers).
     pub text: String,
-    /// Thinking tokens from the end marker.
+    /// Thinking tokens, from the end marker or the tokens-only update after it.
     pub tokens: Option<u64>,
     /// First seq of the segment.
     pub first_seq: u64,
@@ -174,6 +174,15 @@ impl RunState {
                         seg.text.push_str(d);
                     }
                     seg.last_seq = ev.seq;
+                }
+            }
+            EventData::Thinking(t) if t.is_tokens_update() => {
+                // The token count of an ended segment (spec §3.2, `batch`): it lands on
+                // that segment and is no activity of its own (no new segment, no span).
+                if let Some(seg) = self.thinking.iter_mut().rev().find(|s| {
+                    s.closed && s.tokens.is_none() && s.variant == t.variant && s.id == t.id
+                }) {
+                    seg.tokens = t.tokens;
                 }
             }
             EventData::Thinking(t) => {
@@ -337,5 +346,33 @@ mod tests {
         assert_eq!(s.final_text.as_deref(), Some("hello"));
         assert!(s.is_terminal());
         assert_eq!(s.usage.unwrap().get(), r#"{"x":1}"#);
+    }
+
+    #[test]
+    fn a_tokens_update_lands_on_its_ended_segment() {
+        let live = [
+            r#"{"seq":1,"stream":"thinking","data":{"id":"0","variant":"raw","phase":"start"}}"#,
+            r#"{"seq":2,"stream":"thinking","data":{"id":"0","variant":"raw","delta":"a"}}"#,
+            r#"{"seq":3,"stream":"thinking","data":{"id":"0","variant":"raw","phase":"end"}}"#,
+            r#"{"seq":4,"stream":"assistant","data":{"phase":"commentary","delta":"he","id":"1"}}"#,
+            r#"{"seq":5,"stream":"thinking","data":{"id":"0","variant":"raw","tokens":3}}"#,
+            r#"{"seq":6,"stream":"assistant","data":{"phase":"final_answer","text":"he","id":"1"}}"#,
+            r#"{"seq":7,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"#,
+        ];
+        let s = fold(&live);
+        assert_eq!(s.thinking.len(), 1, "{:?}", s.thinking);
+        assert_eq!(s.thinking[0].tokens, Some(3));
+        assert_eq!(s.thinking[0].text, "a");
+        assert_eq!(
+            s.thinking[0].last_seq, 3,
+            "the update is not part of the span"
+        );
+        // Same state as the batch form, apart from the seqs the update took.
+        let evs: Vec<Event> = live.iter().map(|l| Event::from_json(l).unwrap()).collect();
+        let batch = RunState::fold(&crate::batch::fold_token_updates(&evs));
+        assert_eq!(batch.thinking[0].tokens, s.thinking[0].tokens);
+        assert_eq!(batch.thinking[0].text, s.thinking[0].text);
+        assert_eq!(batch.final_text, s.final_text);
+        assert_eq!(batch.commentary.len(), s.commentary.len());
     }
 }

@@ -146,6 +146,21 @@ pub fn check(events: &[Event], opaque: &[&str], frames: Option<FrameAccount>) ->
         }
     }
 
+    // I5 (live form, spec §3.2): a tokens-only thinking update carries the count of a
+    // segment that already ended without one; one update per segment.
+    for (i, target) in crate::batch::token_update_targets(events) {
+        if target.is_none() {
+            push(
+                "I5",
+                format!(
+                    "tokens update at seq {} follows no end marker of its segment still \
+                     without tokens",
+                    events[i].seq
+                ),
+            );
+        }
+    }
+
     // I6: every input frame accounted for.
     if let Some(acc) = frames {
         if acc.unaccounted > 0 {
@@ -248,6 +263,29 @@ mod tests {
         assert!(ids.contains(&"I1"));
         assert!(ids.contains(&"I2"));
         assert!(ids.contains(&"I3"));
+    }
+
+    #[test]
+    fn tokens_updates_need_an_ended_segment_without_tokens() {
+        let ok = parse(&[
+            r#"{"seq":1,"stream":"thinking","data":{"id":"0","variant":"redacted","phase":"start"}}"#,
+            r#"{"seq":2,"stream":"thinking","data":{"id":"0","variant":"redacted","phase":"end"}}"#,
+            r#"{"seq":3,"stream":"thinking","data":{"id":"0","variant":"redacted","tokens":5}}"#,
+            r#"{"seq":4,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"#,
+        ]);
+        assert_eq!(check(&ok, &[], None), vec![]);
+        let twice = parse(&[
+            r#"{"seq":1,"stream":"thinking","data":{"id":"0","variant":"raw","phase":"start"}}"#,
+            r#"{"seq":2,"stream":"thinking","data":{"id":"0","variant":"raw","tokens":5}}"#,
+            r#"{"seq":3,"stream":"thinking","data":{"id":"0","variant":"raw","phase":"end"}}"#,
+            r#"{"seq":4,"stream":"thinking","data":{"id":"0","variant":"raw","tokens":5}}"#,
+            r#"{"seq":5,"stream":"thinking","data":{"id":"0","variant":"raw","tokens":5}}"#,
+            r#"{"seq":6,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"#,
+        ]);
+        let v = check(&twice, &[], None);
+        let at: Vec<_> = v.iter().map(|v| v.detail.clone()).collect();
+        assert_eq!(v.len(), 2, "{at:?}");
+        assert!(at[0].contains("seq 2") && at[1].contains("seq 5"), "{at:?}");
     }
 
     #[test]

@@ -5,12 +5,15 @@
 //! - [`event`]: typed events and their canonical JSON line `{"seq","stream","data"}`.
 //! - [`json`]: provider objects (usage, tool arguments, diagnostic detail) kept verbatim.
 //! - [`envelope`]: the routing fields around an event on the bus and in the archive.
+//! - [`batch`]: the live form of a run (thinking tokens as a separate update) versus its
+//!   batch (golden) form, and the fold between them (spec §3.2).
 //! - [`fold`]: the deterministic run-state fold (final text, thinking segments, tool
 //!   items, usage, status) shared by replay and projection.
 //! - [`invariants`]: the spec's conformance invariants I1–I10 as a checker.
 //! - [`timeline`]: segment and item spans (seq and ingest time) for replay.
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod envelope;
 pub mod event;
 pub mod fold;
@@ -18,6 +21,7 @@ pub mod invariants;
 pub mod json;
 pub mod timeline;
 
+pub use batch::fold_token_updates;
 pub use envelope::{Envelope, RunEvent};
 pub use event::{
     Assistant, AssistantPhase, Diagnostic, Event, EventData, Item, ItemPhase, Lifecycle,

@@ -175,7 +175,14 @@ impl RunProjection {
             out.push(Op::Typing);
         }
 
-        if matches!(ev.data, EventData::Thinking(_) | EventData::Item(_)) {
+        // A tokens-only thinking update (spec §3.2) only adds a count to an ended segment:
+        // it is no activity, so it does not end the trailing commentary segment.
+        let activity = match &ev.data {
+            EventData::Thinking(t) => !t.is_tokens_update(),
+            EventData::Item(_) => true,
+            _ => false,
+        };
+        if activity {
             self.last_activity_seq = ev.seq;
         }
         self.state.apply(ev);

@@ -694,3 +694,109 @@ fn clamp_is_declared_once_per_run() {
         0
     );
 }
+
+/// Spec §3.2 live form: a thinking segment's token count arrives as a tokens-only update
+/// after its end marker. A channel renders that exactly like the batch form (count on the
+/// marker): the update shows no text, starts no segment, splits no commentary; at most the
+/// token count appears.
+#[test]
+fn a_tokens_only_update_renders_like_tokens_on_the_end_marker() {
+    let live = vec![
+        start(1),
+        ev(
+            2,
+            "thinking",
+            r#"{"id":"0","variant":"redacted","phase":"start"}"#,
+        ),
+        ev(
+            3,
+            "thinking",
+            r#"{"id":"0","variant":"redacted","phase":"end"}"#,
+        ),
+        ev(
+            4,
+            "thinking",
+            r#"{"id":"1","variant":"raw","phase":"start"}"#,
+        ),
+        ev(
+            5,
+            "thinking",
+            r#"{"id":"1","variant":"raw","delta":"weighing"}"#,
+        ),
+        ev(6, "thinking", r#"{"id":"1","variant":"raw","phase":"end"}"#),
+        ev(7, "assistant", r#"{"phase":"commentary","delta":"The "}"#),
+        ev(
+            8,
+            "thinking",
+            r#"{"id":"0","variant":"redacted","tokens":42}"#,
+        ),
+        ev(9, "assistant", r#"{"phase":"commentary","delta":"answer"}"#),
+        ev(10, "thinking", r#"{"id":"1","variant":"raw","tokens":7}"#),
+        ev(
+            11,
+            "assistant",
+            r#"{"phase":"final_answer","text":"The answer"}"#,
+        ),
+        end(12, "completed"),
+    ];
+    let batch = streamgate_grammar::fold_token_updates(&live);
+    assert_eq!(batch.len(), live.len() - 2);
+    // Ops without their seqs (the update takes seqs of its own).
+    let unseq = |ops: Vec<Op>| -> Vec<String> {
+        ops.iter()
+            .filter(|o| o.name() != "typing")
+            .map(|o| {
+                let s = format!("{o:?}");
+                match s.find(", seq:") {
+                    Some(i) => s[..i].to_owned(),
+                    None => s,
+                }
+            })
+            .collect()
+    };
+    for reasoning in ["off", "on", "stream"] {
+        for verbose in ["off", "on"] {
+            for tier in [Tier::T1, Tier::T2 { status_line: false }, Tier::T0] {
+                let s = settings(reasoning, verbose);
+                let mut live_ops = unseq(flat(&live, &s, tier));
+                let batch_ops = unseq(flat(&batch, &s, tier));
+                // A draft refresh that only adds the count is the update's one effect.
+                live_ops.dedup();
+                let mut b = batch_ops.clone();
+                b.dedup();
+                let ctx = format!("reasoning {reasoning}, verbose {verbose}, {tier:?}");
+                assert_eq!(
+                    live_ops.last(),
+                    b.last(),
+                    "{ctx}: settled differently\nlive {live_ops:#?}\nbatch {b:#?}"
+                );
+                let finals = |ops: &[String]| -> Vec<String> {
+                    ops.iter()
+                        .filter(|o| o.starts_with("Final"))
+                        .cloned()
+                        .collect()
+                };
+                assert_eq!(finals(&live_ops), finals(&b), "{ctx}");
+                assert_eq!(finals(&live_ops).len(), 1, "{ctx}");
+                for op in &live_ops {
+                    assert!(
+                        !op.contains("tokens") && !op.contains("\"7\""),
+                        "{ctx}: {op}"
+                    );
+                }
+            }
+        }
+    }
+    // The folded state has the counts on their segments, and one commentary segment.
+    let mut p = RunProjection::new("r1");
+    for e in &live {
+        p.apply(e, &settings("on", "on"), Tier::T2 { status_line: false });
+    }
+    let st = p.state();
+    assert_eq!(st.thinking.len(), 2, "{:?}", st.thinking);
+    assert_eq!(st.thinking[0].tokens, Some(42));
+    assert_eq!(st.thinking[1].tokens, Some(7));
+    assert_eq!(st.thinking[1].text, "weighing");
+    assert_eq!(st.commentary.len(), 1, "{:?}", st.commentary);
+    assert_eq!(st.commentary[0].text, "The answer");
+}

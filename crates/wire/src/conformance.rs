@@ -1,14 +1,23 @@
 //! Comparing a run against a golden expected file (pure: the caller reads the files).
+//!
+//! Goldens are in batch form: a thinking segment's `tokens` sit on its `end` marker. The
+//! adapters emit the live form, where that count follows as one tokens-only update once
+//! usage arrives; the two are equivalent under spec §3.2 ("MAY emit one summary marker
+//! update"), and produced events are compared after
+//! [`fold_token_updates`](streamgate_grammar::fold_token_updates) turned them into the
+//! batch form. Invariants are checked on the live form, as emitted.
 
 use crate::emitter::TranscriptEntry;
 use crate::normalizer::Normalized;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use streamgate_grammar::check;
+use streamgate_grammar::{check, fold_token_updates};
 
-/// Differences between produced events and the golden JSONL, compared as JSON values
-/// (key order and formatting do not matter). Empty when they match.
+/// Differences between produced events (folded to the batch form, see the module docs)
+/// and the golden JSONL, compared as JSON values (key order and formatting do not
+/// matter). Empty when they match.
 pub fn diff_events(expected_jsonl: &str, produced: &Normalized) -> Vec<String> {
+    let produced = fold_token_updates(&produced.events);
     let mut problems = Vec::new();
     let expected: Vec<&str> = expected_jsonl
         .lines()
@@ -22,7 +31,7 @@ pub fn diff_events(expected_jsonl: &str, produced: &Normalized) -> Vec<String> {
                 continue;
             }
         };
-        match produced.events.get(i) {
+        match produced.get(i) {
             None => {
                 problems.push(format!("missing line {}: {want}", i + 1));
                 break;
@@ -42,11 +51,11 @@ pub fn diff_events(expected_jsonl: &str, produced: &Normalized) -> Vec<String> {
             }
         }
     }
-    if produced.events.len() > expected.len() {
+    if produced.len() > expected.len() {
         problems.push(format!(
             "{} extra events, first: {}",
-            produced.events.len() - expected.len(),
-            produced.events[expected.len()].to_json()
+            produced.len() - expected.len(),
+            produced[expected.len()].to_json()
         ));
     }
     problems

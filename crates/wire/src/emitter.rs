@@ -1,25 +1,12 @@
 //! Where adapters put their output: events (with `seq` assigned in emission order), the
 //! side-channel transcript for opaque material, and frame accounting for invariant I6.
 //!
-//! # Held events
-//! Some values are only known after later frames: F1 reports thinking tokens in the final
-//! usage frame, yet the golden stream places them on the segment's `end` marker. An
-//! adapter [`hold`](Emitter::hold)s such an event; it keeps its seq, and everything emitted
-//! after it waits behind it, so consumers still see seq order. The adapter fills it in and
-//! [`release`](Emitter::release)s it when the value arrives; the run's close releases
-//! everything still held. A hold that waits behind more than [`MAX_HELD_EVENTS`] events
-//! is released as-is, so memory stays bounded — a deterministic rule (counted in events,
-//! not time), so replays of the same bytes still give the same events.
+//! Every event is ready the moment it is emitted: nothing waits for a later frame. A
+//! value that only a later frame supplies (thinking tokens from usage, spec §3.2) goes
+//! out as an event of its own when that frame arrives
+//! ([`Thinking::tokens_update`](streamgate_grammar::Thinking::tokens_update)).
 
-use std::collections::VecDeque;
 use streamgate_grammar::{Event, EventData, FrameAccount, Json, Lifecycle};
-
-/// Upper bound on events queued behind a hold.
-pub const MAX_HELD_EVENTS: usize = 4096;
-
-/// Handle to a held event (its seq).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Hold(u64);
 
 /// Opaque provider material kept off the bus (spec §2: the adapter's provider-native
 /// transcript): signatures, encrypted reasoning, thought signatures, raw reasoning.
@@ -76,18 +63,11 @@ impl<'a> FrameShape<'a> {
     }
 }
 
-#[derive(Debug)]
-struct Queued {
-    event: Event,
-    held: bool,
-}
-
 /// Output collector for one run.
 #[derive(Debug, Default)]
 pub struct Emitter {
     next_seq: u64,
     ready: Vec<Event>,
-    queue: VecDeque<Queued>,
     transcript: Vec<TranscriptEntry>,
     account: FrameAccount,
     /// Outputs recorded since the current frame began (events, transcript, drops).
@@ -120,15 +100,7 @@ impl Emitter {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let event = Event { seq, data };
-        if self.queue.is_empty() {
-            self.ready.push(event);
-        } else {
-            self.queue.push_back(Queued { event, held: false });
-            if self.queue.len() > MAX_HELD_EVENTS {
-                self.release_oldest();
-            }
-        }
+        self.ready.push(Event { seq, data });
         Some(seq)
     }
 
@@ -173,48 +145,6 @@ impl Emitter {
     pub fn malformed_frame(&mut self, data: &str) -> Option<u64> {
         let detail = FrameShape::of(data).detail(None);
         self.diagnostic("malformed_frame", Some(detail))
-    }
-
-    /// Emits an event that later frames will complete; see the module docs. After the
-    /// terminal event the hold is refused like [`emit`](Emitter::emit) (its handle then
-    /// points at nothing).
-    pub fn hold(&mut self, data: impl Into<EventData>) -> Hold {
-        let data = data.into();
-        self.frame_outputs += 1;
-        if !self.admit(&data) {
-            return Hold(0);
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.queue.push_back(Queued {
-            event: Event { seq, data },
-            held: true,
-        });
-        Hold(seq)
-    }
-
-    /// The held event, to fill in; `None` once it was released.
-    pub fn held_mut(&mut self, hold: Hold) -> Option<&mut EventData> {
-        self.queue
-            .iter_mut()
-            .find(|q| q.held && q.event.seq == hold.0)
-            .map(|q| &mut q.event.data)
-    }
-
-    /// Releases a held event (and whatever waited only behind it).
-    pub fn release(&mut self, hold: Hold) {
-        if let Some(q) = self.queue.iter_mut().find(|q| q.event.seq == hold.0) {
-            q.held = false;
-        }
-        self.flush_queue();
-    }
-
-    /// Releases every held event (the run is closing).
-    pub fn release_all(&mut self) {
-        for q in &mut self.queue {
-            q.held = false;
-        }
-        self.flush_queue();
     }
 
     /// Records opaque material in the side-channel transcript.
@@ -275,47 +205,11 @@ impl Emitter {
             self.account.unaccounted += 1;
         }
     }
-
-    fn release_oldest(&mut self) {
-        if let Some(q) = self.queue.iter_mut().find(|q| q.held) {
-            q.held = false;
-        }
-        self.flush_queue();
-    }
-
-    fn flush_queue(&mut self) {
-        while self.queue.front().is_some_and(|q| !q.held) {
-            if let Some(q) = self.queue.pop_front() {
-                self.ready.push(q.event);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use streamgate_grammar::{SegmentPhase, Thinking, ThinkingVariant};
-
-    #[test]
-    fn held_events_keep_their_seq_and_block_later_ones() {
-        let mut e = Emitter::new();
-        e.emit(Lifecycle::diagnostic("a", None));
-        let h = e.hold(Thinking::marker(
-            ThinkingVariant::Raw,
-            SegmentPhase::End,
-            None,
-        ));
-        e.emit(Lifecycle::diagnostic("b", None));
-        assert_eq!(e.drain().map(|ev| ev.seq).collect::<Vec<_>>(), vec![1]);
-        if let Some(EventData::Thinking(t)) = e.held_mut(h) {
-            t.tokens = Some(7);
-        }
-        e.release(h);
-        let rest: Vec<_> = e.drain().collect();
-        assert_eq!(rest.iter().map(|ev| ev.seq).collect::<Vec<_>>(), vec![2, 3]);
-        assert!(matches!(&rest[0].data, EventData::Thinking(t) if t.tokens == Some(7)));
-    }
 
     #[test]
     fn frame_diagnostics_never_quote_values() {
@@ -340,19 +234,5 @@ mod tests {
         assert!(e.is_terminated());
         assert_eq!(e.after_terminal(), 1);
         assert_eq!(e.drain().count(), 1);
-    }
-
-    #[test]
-    fn holds_are_bounded() {
-        let mut e = Emitter::new();
-        let _h = e.hold(Thinking::marker(
-            ThinkingVariant::Raw,
-            SegmentPhase::End,
-            None,
-        ));
-        for _ in 0..=MAX_HELD_EVENTS {
-            e.emit(Lifecycle::diagnostic("x", None));
-        }
-        assert!(e.ready_len() > 0);
     }
 }

@@ -6,8 +6,7 @@
 //! - [`adapter`]: the [`Adapter`] contract, [`Family`] registry and [`Close`] kinds.
 //! - [`families`]: one adapter per wire family (`f1`, `f1e`, `f2`, `f3`, `f5`, `ollama`,
 //!   `codex`).
-//! - [`emitter`]: seq assignment, held (back-filled) events, the opaque-material
-//!   transcript and frame accounting.
+//! - [`emitter`]: seq assignment, the opaque-material transcript and frame accounting.
 //! - [`detect`]: family detection for `--family auto`.
 //! - [`normalizer`]: one run's pipeline (decoder → adapter → emitter).
 //! - [`conformance`]: comparing a run against golden files and the invariants.
@@ -24,6 +23,6 @@ pub mod normalizer;
 pub mod synth;
 
 pub use adapter::{stream_closed, Adapter, Close, Family, FamilyChoice, UnknownFamily};
-pub use emitter::{Emitter, Hold, TranscriptEntry};
+pub use emitter::{Emitter, TranscriptEntry};
 pub use framing::{Decoded, Frame, FrameDecoder, Framing};
 pub use normalizer::{normalize_bytes, Normalized, Normalizer};

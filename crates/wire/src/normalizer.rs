@@ -85,8 +85,8 @@ impl Normalizer {
         decoder.feed(chunk, &mut |d| on_decoded(d, stage, out, family));
     }
 
-    /// The stream ended; flushes everything, releases held events and lets the adapter
-    /// resolve finality (or synthesize `stream_closed`). Idempotent.
+    /// The stream ended; flushes everything and lets the adapter resolve finality (or
+    /// synthesize `stream_closed`). Idempotent.
     pub fn close(&mut self, close: Close) {
         if self.closed {
             return;
@@ -109,7 +109,6 @@ impl Normalizer {
             }
             Stage::Detecting(_) => {}
         }
-        out.release_all();
         self.closed = true;
     }
 

@@ -6,14 +6,14 @@
 //! left to the outer adapter, which gets a [`Step`] back for every inner event.
 
 use crate::adapter::{stream_closed, Adapter, Close};
-use crate::emitter::{Emitter, Hold};
+use crate::emitter::Emitter;
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, EventData, Item, ItemPhase, Json, Lifecycle,
-    LifecyclePhase, RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
+    RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 
 /// Transcript kind for `signature_delta` material (spec §6: adapter transcript only).
@@ -345,8 +345,9 @@ pub struct MessageMachine {
     run_text: String,
     /// Index of the last text block of the run.
     run_id: Option<u64>,
-    /// The last thinking `end` marker, waiting for `thinking_tokens` from usage.
-    thinking_hold: Option<Hold>,
+    /// The last thinking segment that ended before usage gave `thinking_tokens`: it gets
+    /// them as a tokens-only update when usage arrives (spec §3.2).
+    thinking_waiting: Option<(ThinkingVariant, String)>,
     /// Thinking tokens already known when a marker is closed (late blocks).
     thinking_tokens: Option<u64>,
     pending_tools: Vec<PendingTool>,
@@ -415,13 +416,15 @@ impl MessageMachine {
                     out.saw_usage();
                     if let Some(tokens) = thinking_tokens(usage) {
                         self.thinking_tokens = Some(tokens);
-                        self.fill_thinking_tokens(tokens, out);
+                        if let Some((variant, id)) = self.thinking_waiting.take() {
+                            out.emit(Thinking::tokens_update(variant, Some(id), tokens));
+                        }
                     }
                 }
                 out.consumed();
             }
             "message_stop" => {
-                self.release_thinking(out);
+                self.thinking_waiting = None;
                 return Step::Stop;
             }
             "ping" => out.consumed(),
@@ -722,31 +725,14 @@ impl MessageMachine {
     }
 
     fn end_thinking(&mut self, variant: ThinkingVariant, id: String, cut: bool, out: &mut Emitter) {
-        let mut marker = Thinking::marker(variant, SegmentPhase::End, Some(id));
-        if cut || self.thinking_tokens.is_some() {
-            // Nothing left to wait for: usage already came, or never will.
-            marker.tokens = self.thinking_tokens;
-            out.emit(marker);
-            return;
-        }
-        // Usage (with `thinking_tokens`) always arrives after the block (spec §3.2): hold
-        // the marker at its position. Only the message's last segment waits for the
-        // message total; an earlier one is released as-is when the next one closes.
-        self.release_thinking(out);
-        self.thinking_hold = Some(out.hold(marker));
-    }
-
-    fn fill_thinking_tokens(&mut self, tokens: u64, out: &mut Emitter) {
-        if let Some(hold) = self.thinking_hold {
-            if let Some(EventData::Thinking(t)) = out.held_mut(hold) {
-                t.tokens = Some(tokens);
-            }
-        }
-    }
-
-    fn release_thinking(&mut self, out: &mut Emitter) {
-        if let Some(hold) = self.thinking_hold.take() {
-            out.release(hold);
+        let mut marker = Thinking::marker(variant, SegmentPhase::End, Some(id.clone()));
+        marker.tokens = self.thinking_tokens;
+        out.emit(marker);
+        // Usage (with `thinking_tokens`) normally arrives after the block (spec §3.2): the
+        // count follows as a tokens-only update. Only the message's last segment gets the
+        // message total; an earlier one keeps its marker without tokens.
+        if !cut && self.thinking_tokens.is_none() {
+            self.thinking_waiting = Some((variant, id));
         }
     }
 
@@ -785,8 +771,9 @@ impl MessageMachine {
         });
     }
 
-    /// The run is over (terminal frame or stream death): closes open blocks, ends tool
-    /// calls still waiting for a result with `status`, and releases held markers.
+    /// The run is over (terminal frame or stream death): closes open blocks and ends tool
+    /// calls still waiting for a result with `status`; a waiting thinking segment gets no
+    /// tokens any more.
     pub fn close_all(&mut self, pending_status: &str, out: &mut Emitter) {
         for block in std::mem::take(&mut self.blocks) {
             self.close_block(block, true, out);
@@ -802,7 +789,7 @@ impl MessageMachine {
                 ..Item::default()
             });
         }
-        self.release_thinking(out);
+        self.thinking_waiting = None;
     }
 }
 
@@ -935,7 +922,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::normalizer::normalize_bytes;
     use crate::Family;
-    use streamgate_grammar::Event;
+    use streamgate_grammar::{Event, EventData};
 
     fn run(sse: &str) -> Vec<Event> {
         normalize_bytes(Family::F1.into(), sse.as_bytes(), 7).events
@@ -949,7 +936,7 @@ pub(crate) mod tests {
         r#"{"type":"message_start","message":{"id":"m","model":"x","usage":{"input_tokens":1}}}"#;
 
     #[test]
-    fn thinking_end_waits_for_tokens_but_keeps_position() {
+    fn thinking_end_goes_out_at_once_and_tokens_follow_with_usage() {
         let events = run(&sse(&[
             START,
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
@@ -965,10 +952,23 @@ pub(crate) mod tests {
             panic!("{events:?}")
         };
         assert_eq!(end.phase, Some(SegmentPhase::End));
-        assert_eq!(end.tokens, Some(2));
+        assert_eq!(end.tokens, None, "usage has not arrived yet");
         assert!(
             matches!(&events[4].data, EventData::Assistant(a) if a.delta.as_deref() == Some("b"))
         );
+        // `message_delta` brings the count: one tokens-only update for segment 0.
+        assert_eq!(
+            events[5].data,
+            EventData::Thinking(Thinking::tokens_update(
+                ThinkingVariant::Raw,
+                Some("0".into()),
+                2
+            ))
+        );
+        assert_eq!(streamgate_grammar::check(&events, &[], None), vec![]);
+        let batch = streamgate_grammar::fold_token_updates(&events);
+        assert_eq!(batch.len(), events.len() - 1);
+        assert!(matches!(&batch[3].data, EventData::Thinking(t) if t.tokens == Some(2)));
     }
 
     #[test]

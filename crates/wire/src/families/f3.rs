@@ -7,24 +7,26 @@
 //! `message` item as the final answer, unless the turn yields to a `function_call`.
 //! `response.incomplete` branches on `incomplete_details.reason` (§3.4).
 //!
-//! Thinking-token counts only arrive with the terminal usage, so every thinking `end`
-//! marker is held (keeping its position) and back-filled with
-//! `usage.output_tokens_details.reasoning_tokens` at the terminal frame (§3.2).
+//! Thinking-token counts only arrive with the terminal usage
+//! (`usage.output_tokens_details.reasoning_tokens`), so a thinking `end` marker goes out
+//! without `tokens` when its segment ends, and at the terminal frame every such segment
+//! gets one tokens-only update (§3.2); segments that end within the terminal frame
+//! itself carry the count on their marker.
 //!
 //! The pieces the codex app-server envelope shares with F3 (response-item parsing,
 //! argument JSON, malformed-frame reporting, final-answer events) live here as
 //! `pub(crate)` helpers.
 
 use crate::adapter::{stream_closed, Adapter, Close};
-use crate::emitter::{Emitter, Hold};
+use crate::emitter::Emitter;
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::json::deserialize_present as present;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, EventData, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
-    RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Assistant, AssistantPhase, Item, ItemPhase, Json, Lifecycle, LifecyclePhase, RunStatus,
+    SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 
 /// Transcript kind for F3 `reasoning.encrypted_content` (opaque replay state, §2).
@@ -335,8 +337,9 @@ pub struct F3Adapter {
     items: Vec<OutItem>,
     segments: Vec<Segment>,
     tools: Vec<Tool>,
-    /// Held thinking `end` markers awaiting `reasoning_tokens`.
-    holds: Vec<Hold>,
+    /// Thinking segments (variant, id) whose `end` marker went out before usage: each gets
+    /// a tokens-only update once `reasoning_tokens` arrives.
+    waiting_tokens: Vec<(ThinkingVariant, String)>,
 }
 
 impl Adapter for F3Adapter {
@@ -387,7 +390,7 @@ impl Adapter for F3Adapter {
         }
         self.terminated = true;
         self.close_thinking(out);
-        self.release_holds(out);
+        self.send_tokens(out);
         self.end_tools(out, "failed");
         stream_closed(out);
     }
@@ -542,7 +545,7 @@ impl F3Adapter {
     fn finish(&mut self, path: Path, out: &mut Emitter) {
         self.terminated = true;
         self.close_thinking(out);
-        self.release_holds(out);
+        self.send_tokens(out);
         let tool_status = match &path {
             Path::Finalize | Path::ToolYield => "completed",
             Path::Truncate(_) | Path::Unknown(_) => "incomplete",
@@ -613,7 +616,7 @@ impl F3Adapter {
     fn die(&mut self, out: &mut Emitter, diagnostic: streamgate_grammar::Diagnostic) {
         self.terminated = true;
         self.close_thinking(out);
-        self.release_holds(out);
+        self.send_tokens(out);
         self.end_tools(out, "failed");
         out.emit(Lifecycle {
             diagnostic: Some(diagnostic),
@@ -904,12 +907,7 @@ impl F3Adapter {
                         SegmentPhase::Start,
                         Some(id.clone()),
                     ));
-                    let h = out.hold(Thinking::marker(
-                        ThinkingVariant::Redacted,
-                        SegmentPhase::End,
-                        Some(id),
-                    ));
-                    self.holds.push(h);
+                    self.end_marker(ThinkingVariant::Redacted, id, out);
                 }
             }
             ItemKind::FunctionCall | ItemKind::Builtin(_) => {
@@ -1279,7 +1277,7 @@ impl F3Adapter {
         }
     }
 
-    /// Emits the held `end` marker of an open thinking segment.
+    /// Emits the `end` marker of an open thinking segment.
     fn end_thinking(&mut self, si: usize, out: &mut Emitter) {
         let Some(seg) = self.segments.get_mut(si) else {
             return;
@@ -1288,12 +1286,21 @@ impl F3Adapter {
             return;
         }
         seg.ended = true;
-        let h = out.hold(Thinking::marker(
-            thinking_variant(seg.lane),
-            SegmentPhase::End,
-            Some(seg.id.clone()),
-        ));
-        self.holds.push(h);
+        let (variant, id) = (thinking_variant(seg.lane), seg.id.clone());
+        self.end_marker(variant, id, out);
+    }
+
+    /// A thinking `end` marker: with `reasoning_tokens` when usage already came (the
+    /// terminal frame), else without, the count to follow as an update
+    /// ([`Self::send_tokens`]).
+    fn end_marker(&mut self, variant: ThinkingVariant, id: String, out: &mut Emitter) {
+        let mut marker = Thinking::marker(variant, SegmentPhase::End, Some(id.clone()));
+        if self.usage.is_some() {
+            marker.tokens = self.usage.as_ref().and_then(reasoning_tokens);
+        } else {
+            self.waiting_tokens.push((variant, id));
+        }
+        out.emit(marker);
     }
 
     fn close_item_thinking(&mut self, item_id: &str, out: &mut Emitter) {
@@ -1310,14 +1317,15 @@ impl F3Adapter {
         }
     }
 
-    /// Back-fills `reasoning_tokens` into every held `end` marker and releases them.
-    fn release_holds(&mut self, out: &mut Emitter) {
-        let tokens = self.usage.as_ref().and_then(reasoning_tokens);
-        for h in std::mem::take(&mut self.holds) {
-            if let Some(EventData::Thinking(t)) = out.held_mut(h) {
-                t.tokens = tokens;
-            }
-            out.release(h);
+    /// The run is ending: every segment that ended before usage gets `reasoning_tokens`
+    /// as one tokens-only update (none when usage has no count, or never came).
+    fn send_tokens(&mut self, out: &mut Emitter) {
+        let waiting = std::mem::take(&mut self.waiting_tokens);
+        let Some(tokens) = self.usage.as_ref().and_then(reasoning_tokens) else {
+            return;
+        };
+        for (variant, id) in waiting {
+            out.emit(Thinking::tokens_update(variant, Some(id), tokens));
         }
     }
 
@@ -1419,7 +1427,7 @@ mod tests {
     }
 
     #[test]
-    fn thinking_end_marker_keeps_its_position_and_gets_reasoning_tokens() {
+    fn thinking_end_goes_out_at_once_and_reasoning_tokens_follow_as_one_update() {
         let mut s = String::new();
         s += &frame(
             r#"{"type":"response.reasoning_summary_text.delta","item_id":"rs","output_index":0,"summary_index":0,"delta":"x"}"#,
@@ -1435,9 +1443,22 @@ mod tests {
         );
         let ev = run(&s);
         assert_eq!(ev[2]["data"]["phase"], "end");
-        assert_eq!(ev[2]["data"]["tokens"], 9);
-        assert_eq!(ev[3]["data"]["delta"], "y");
+        assert_eq!(ev[2]["data"].get("tokens"), None);
         assert_eq!(ev[2]["seq"], 3);
+        assert_eq!(ev[3]["data"]["delta"], "y");
+        // The update comes with the usage, before the terminal frame's own events.
+        assert_eq!(
+            ev[4]["data"],
+            serde_json::json!({"id":"rs:0","variant":"summary","tokens":9})
+        );
+        assert_eq!(ev[4]["stream"], "thinking");
+        assert_eq!(ev.last().unwrap()["data"]["phase"], "end");
+        assert_eq!(
+            ev.iter()
+                .filter(|e| e["data"].get("tokens").is_some())
+                .count(),
+            1
+        );
     }
 
     #[test]

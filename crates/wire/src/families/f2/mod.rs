@@ -11,8 +11,9 @@
 //!   stay open for the whole turn (F2 has no segment boundaries); all of them close at the
 //!   `finish_reason` chunk, followed by the §3.5 dispatch there: `final_answer` (Finalize,
 //!   Truncate) or tool `end` items (tool yield).
-//! - A usage frame back-fills `tokens` on end markers emitted by an EARLIER chunk (they
-//!   are held until it comes); usage in the finish chunk itself was absorbed before the
+//! - End markers emitted before any usage frame get that frame's reasoning-token count
+//!   as one tokens-only update each when it comes (§3.2; the goldens show the count
+//!   folded onto the markers); usage in the finish chunk itself was absorbed before the
 //!   markers existed, so they carry no tokens (deepseek-direct and Kimi goldens).
 //! - The terminal lifecycle event waits for the end of the stream (`[DONE]` when the
 //!   dialect sends it, else the stream close): usage and pioneer's `x_pioneer` metadata
@@ -22,14 +23,14 @@ mod reasoning;
 mod wire;
 
 use crate::adapter::{Adapter, Close};
-use crate::emitter::{Emitter, Hold};
+use crate::emitter::Emitter;
 use crate::framing::Frame;
 use reasoning::Segments;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, EventData, Item, ItemPhase, Json, Lifecycle,
-    LifecyclePhase, RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
+    RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 use wire::{Chunk, Content, Delta, Detail, FunctionCall};
 
@@ -54,8 +55,9 @@ pub struct F2Adapter {
     segments: Segments,
     /// Tool calls by wire index, in first-seen order.
     tools: Vec<Tool>,
-    /// End markers waiting for a later usage frame's reasoning-token count.
-    waiting_tokens: Vec<Hold>,
+    /// Segments (variant, id) whose end marker went out before any usage frame: each gets
+    /// the next usage frame's reasoning-token count as a tokens-only update.
+    waiting_tokens: Vec<(ThinkingVariant, Option<String>)>,
 }
 
 #[derive(Debug, Default)]
@@ -121,7 +123,6 @@ impl Adapter for F2Adapter {
         // Stream death: close what is open, no final_answer.
         self.close_thinking(out);
         self.end_tools(false, out);
-        self.release_waiting(out);
         out.emit(Lifecycle {
             reason: Some(StopReason::StreamClosed),
             status: Some(RunStatus::Incomplete),
@@ -179,22 +180,12 @@ impl F2Adapter {
         };
         self.usage = Some(Json::from_raw(raw));
         out.saw_usage();
-        if self.waiting_tokens.is_empty() {
-            return;
-        }
+        // The first usage frame settles every waiting segment, with or without a count.
+        let waiting = std::mem::take(&mut self.waiting_tokens);
         if let Some(tokens) = wire::reasoning_tokens(raw) {
-            for hold in &self.waiting_tokens {
-                if let Some(EventData::Thinking(t)) = out.held_mut(*hold) {
-                    t.tokens = Some(tokens);
-                }
+            for (variant, id) in waiting {
+                out.emit(Thinking::tokens_update(variant, id, tokens));
             }
-        }
-        self.release_waiting(out);
-    }
-
-    fn release_waiting(&mut self, out: &mut Emitter) {
-        for hold in self.waiting_tokens.drain(..) {
-            out.release(hold);
         }
     }
 
@@ -476,13 +467,13 @@ impl F2Adapter {
         }
     }
 
-    /// Emits an end marker, held for a later usage frame's token count when none came yet.
+    /// Emits an end marker; when no usage came yet, the next usage frame's token count
+    /// follows as an update.
     fn end_marker(&mut self, end: Thinking, out: &mut Emitter) {
-        if self.usage.is_some() {
-            out.emit(end);
-        } else {
-            self.waiting_tokens.push(out.hold(end));
+        if self.usage.is_none() {
+            self.waiting_tokens.push((end.variant, end.id.clone()));
         }
+        out.emit(end);
     }
 
     fn end_tools(&mut self, completed: bool, out: &mut Emitter) {
@@ -504,7 +495,6 @@ impl F2Adapter {
         let Some(t) = self.terminal.take() else {
             return;
         };
-        self.release_waiting(out);
         out.emit(Lifecycle {
             reason: Some(t.reason),
             status: Some(t.status),

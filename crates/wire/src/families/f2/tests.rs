@@ -30,14 +30,23 @@ fn usage_in_the_finish_chunk_does_not_backfill_tokens() {
 }
 
 #[test]
-fn later_usage_backfills_tokens_and_keeps_the_marker_position() {
+fn later_usage_follows_the_marker_as_one_tokens_update() {
     let (ev, _) = run(&sse(&[
         r#"{"choices":[{"delta":{"reasoning":"r"}}]}"#,
         r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
         r#"{"choices":[],"usage":{"output_tokens_details":{"reasoning_tokens":5}}}"#,
     ]));
-    assert!(ev[3].contains(r#""phase":"end","tokens":5"#), "{ev:?}");
+    // The marker and the final answer go out with the finish chunk, not with the usage.
+    assert!(
+        ev[3].contains(r#""phase":"end""#) && !ev[3].contains("tokens"),
+        "{ev:?}"
+    );
     assert!(ev[4].contains("final_answer"), "{ev:?}");
+    assert_eq!(
+        ev[5],
+        r#"{"seq":6,"stream":"thinking","data":{"variant":"raw","tokens":5}}"#
+    );
+    assert!(ev[6].contains(r#""phase":"end""#), "{ev:?}");
 }
 
 #[test]
