@@ -27,9 +27,10 @@ pub struct ProjectorArgs {
     /// Size the bundled capture is grown to, KiB (more events per run).
     #[arg(long, default_value_t = 16)]
     pub capture_kib: usize,
-    /// Per-chat send rate the delivery engine allows (requests/s).
-    #[arg(long, default_value_t = 50.0)]
-    pub chat_rate: f64,
+    /// Per-chat send rate override (requests/s); by default the webhook sink's own
+    /// pacing applies: none, only bounded concurrency.
+    #[arg(long)]
+    pub chat_rate: Option<f64>,
 }
 
 const CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
@@ -80,8 +81,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             timeout_secs: 10.0,
         })),
     );
-    cfg.delivery.rate_per_sec = args.chat_rate;
-    cfg.delivery.burst = 10;
+    cfg.delivery.chat_rate = args.chat_rate.map(|r| streamgate_sinks::Rate::new(r, 10));
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running =
         streamgate_projector::service::start(nats.clone(), cfg, None, shutdown.clone()).await?;

@@ -50,8 +50,9 @@ struct RunEntry {
 
 /// How long a released partition waits for the engine to execute what it queued, so
 /// the next owner's re-submitted ops do not race ours; bounded because a chat in a long
-/// `retry_after` must not hold the handover (or a shutdown) forever.
-const HANDOVER_FLUSH_LIMIT: Duration = Duration::from_secs(20);
+/// `retry_after` must not hold the handover forever. On shutdown the engine closes
+/// after its own short grace, which ends this wait sooner.
+const HANDOVER_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
 /// Which runs a recovery pass ([`Channel::recover`]) looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -558,7 +559,10 @@ impl Channel {
                     for op in proj.interrupted() {
                         self.delivery.submit(target.clone(), op).await?;
                     }
-                    self.delivery.flush().await;
+                    if !self.delivery.flush_run(&target, &m.run_id).await {
+                        // Shutting down: the marker stays, the next owner settles it.
+                        continue;
+                    }
                     interrupted += 1;
                     tracing::info!(run = %m.run_id, chat = %m.chat_id, "orphaned draft settled: agent interrupted");
                 }
@@ -574,15 +578,9 @@ impl Channel {
                 self.delivery.submit(target.clone(), op).await?;
             }
             if ended {
-                // As in `process`: the marker goes once the engine executed the ops, in
-                // a task so a slow chat (429s) does not hold up the channel's start.
-                let (delivery, kv) = (self.delivery.clone(), self.state_kv.clone());
-                tokio::spawn(async move {
-                    delivery.flush().await;
-                    if let Err(e) = kv::delete_active(&kv, &m).await {
-                        tracing::warn!(error = %e, "active marker not removed; recovery will clear it");
-                    }
-                });
+                // As in `process`: the marker goes once the engine executed the run's
+                // ops, in a task so a slow chat (429s) does not hold up the start.
+                forget_when_delivered(self.delivery.clone(), self.state_kv.clone(), target, m);
             } else {
                 let partition = self.partition_of(&m.subject, &m.run_id);
                 lock(&self.runs).insert(
@@ -677,15 +675,9 @@ impl Channel {
         if done {
             lock(&self.runs).remove(&run_id);
             // The marker is what lets a restarted projector finish the run's final and
-            // settle, so it goes only once the engine has executed them. Flushing in a
-            // task keeps one chat's slow final (429s) from stalling every other chat.
-            let (delivery, kv) = (self.delivery.clone(), self.state_kv.clone());
-            tokio::spawn(async move {
-                delivery.flush().await;
-                if let Err(e) = kv::delete_active(&kv, &marker).await {
-                    tracing::warn!(error = %e, "active marker not removed; recovery will clear it");
-                }
-            });
+            // settle, so it goes only once the engine has executed them (this run's ops
+            // only: another chat's backlog does not keep it).
+            forget_when_delivered(self.delivery.clone(), self.state_kv.clone(), target, marker);
         }
         Ok(())
     }
@@ -822,6 +814,22 @@ impl Channel {
             }
         }
     }
+}
+
+/// Removes a run's active-run marker once the engine has executed (or, for good, given
+/// up on) every op of the run, in a task. When the engine closes first (shutdown) the
+/// marker stays: the next owner of the partition rebuilds the run and delivers what is
+/// left, the KV delivery state skipping what is done.
+fn forget_when_delivered(delivery: Delivery, kv: Store, target: ChatTarget, marker: ActiveRun) {
+    tokio::spawn(async move {
+        if !delivery.flush_run(&target, &marker.run_id).await {
+            tracing::debug!(run = %marker.run_id.escape_debug(), "engine closed first; active marker kept for recovery");
+            return;
+        }
+        if let Err(e) = kv::delete_active(&kv, &marker).await {
+            tracing::warn!(error = %e, "active marker not removed; recovery will clear it");
+        }
+    });
 }
 
 /// Drops a partition's runs from memory when its worker ends, however it ends (a
