@@ -195,6 +195,8 @@ struct LaneQueue {
     last_typing: Option<Instant>,
     paused_until: Option<Instant>,
     bucket: Option<Bucket>,
+    /// The lane's task ended after it idled (`LANE_IDLE`); a submit looks again.
+    retired: bool,
 }
 
 struct Lane {
@@ -345,10 +347,14 @@ impl Delivery {
         if self.inner.flow.borrow().closed {
             return Err(DeliveryError::Closed);
         }
-        let lane = self.lane(&chat, entry);
         let label = op.name();
-        {
+        let lane = loop {
+            let lane = self.lane(&chat, entry);
             let mut q = lane.lock();
+            if q.retired {
+                // Retired idle between the lookup and the lock: take the new one.
+                continue;
+            }
             let now = Instant::now();
             match &op {
                 Op::Typing => {
@@ -390,7 +396,9 @@ impl Delivery {
                 *q.runs.entry(run.run_id.clone()).or_default() += 1;
             }
             q.ops.push_back(op);
-        }
+            drop(q);
+            break lane;
+        };
         // Never under the lane's lock: `flush_run` locks lanes inside the watch.
         self.inner.flow.send_modify(|f| f.queued += 1);
         lane.wake.notify_one();
@@ -478,6 +486,7 @@ impl Delivery {
                 last_typing: None,
                 paused_until: None,
                 bucket: entry.pacing.per_chat.map(Bucket::new),
+                retired: false,
             }),
             wake: Notify::new(),
         });
@@ -487,14 +496,26 @@ impl Delivery {
             Arc::clone(&lane),
             self.inner.flow.subscribe(),
         ));
-        self.inner
-            .tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(task);
+        let mut tasks = self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
         lane
     }
+
+    #[cfg(test)]
+    fn lane_count(&self) -> usize {
+        self.inner
+            .lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
 }
+
+/// A chat's lane (its task and its state) goes after this long without work, so chats
+/// seen once do not hold memory forever; it is only retired when nothing of it is
+/// pending (no op, no running `retry_after`, no typing window).
+const LANE_IDLE: Duration = Duration::from_secs(60);
 
 async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>, mut flow: watch::Receiver<Flow>) {
     loop {
@@ -507,6 +528,12 @@ async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>, mut flow: watch::Receiver
             tokio::select! {
                 () = woken => {}
                 _ = flow.wait_for(|f| f.closed) => return,
+                () = sleep(LANE_IDLE) => {
+                    match inner.upgrade() {
+                        Some(inner) if !inner.retire(&lane) => {}
+                        _ => return,
+                    }
+                }
             }
         };
         let Some(inner) = inner.upgrade() else {
@@ -553,6 +580,28 @@ impl Outcome {
 }
 
 impl Inner {
+    /// Retires `lane` if it is idle: removed from the table and marked, so a submit
+    /// that already holds it looks up (and spawns) a fresh one. Lock order: the table,
+    /// then the lane.
+    fn retire(&self, lane: &Arc<Lane>) -> bool {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = lane.lock();
+        let now = Instant::now();
+        let idle = q.ops.is_empty()
+            && q.runs.is_empty()
+            && q.paused_until.is_none_or(|t| t <= now)
+            && q.last_typing
+                .is_none_or(|t| t + self.config.typing_interval <= now);
+        if !idle {
+            return false;
+        }
+        q.retired = true;
+        if lanes.get(&lane.chat).is_some_and(|l| Arc::ptr_eq(l, lane)) {
+            lanes.remove(&lane.chat);
+        }
+        true
+    }
+
     fn backoff(&self, attempt: u32) -> Duration {
         let exp = self
             .config

@@ -424,3 +424,25 @@ async fn flush_run_waits_for_its_run_only() -> Result<(), DeliveryError> {
     assert!(d.flush_run(&chat(), "never-submitted").await);
     Ok(())
 }
+
+#[tokio::test(start_paused = true)]
+async fn idle_lanes_go_and_come_back() -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    let d = engine(&script, DeliveryConfig::default());
+    for i in 0..50u64 {
+        d.submit(
+            ChatTarget::new("chan", format!("c{i}")),
+            final_op("r", "x", 1),
+        )
+        .await?;
+    }
+    assert!(d.flush().await);
+    assert_eq!(d.lane_count(), 50);
+    sleep(Duration::from_secs(61)).await;
+    assert_eq!(d.lane_count(), 0, "idle lanes retired");
+    d.submit(ChatTarget::new("chan", "c1"), final_op("r2", "y", 1))
+        .await?;
+    assert!(d.flush().await);
+    assert_eq!(script.finals(), 51);
+    Ok(())
+}
