@@ -21,15 +21,20 @@ use streamgate_sinks::{Secret, SinkConfig};
 /// Flags of `streamgate bench projector`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProjectorArgs {
-    /// Runs (each in its own chat).
+    /// Concurrent runs.
     #[arg(long, default_value_t = 200)]
     pub runs: usize,
+    /// Chats the runs are spread over (run r goes to chat r mod N; default: one chat
+    /// per run). `--chats 1` is one busy chat.
+    #[arg(long)]
+    pub chats: Option<usize>,
     /// Size the bundled capture is grown to, KiB (more events per run).
     #[arg(long, default_value_t = 16)]
     pub capture_kib: usize,
-    /// Per-chat send rate the delivery engine allows (requests/s).
-    #[arg(long, default_value_t = 50.0)]
-    pub chat_rate: f64,
+    /// Per-chat send rate override (requests/s); by default the webhook sink's own
+    /// pacing applies: none, only bounded concurrency.
+    #[arg(long)]
+    pub chat_rate: Option<f64>,
 }
 
 const CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
@@ -80,8 +85,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             timeout_secs: 10.0,
         })),
     );
-    cfg.delivery.rate_per_sec = args.chat_rate;
-    cfg.delivery.burst = 10;
+    cfg.delivery.chat_rate = args.chat_rate.map(|r| streamgate_sinks::Rate::new(r, 10));
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running =
         streamgate_projector::service::start(nats.clone(), cfg, None, shutdown.clone()).await?;
@@ -90,6 +94,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     let events =
         streamgate_wire::normalize_bytes(streamgate_wire::Family::F2.into(), &capture, 0).events;
     let total = events.len() * args.runs;
+    let chats = args.chats.unwrap_or(args.runs).max(1);
     let mut published: HashMap<(String, u64), Instant> = HashMap::with_capacity(total);
     let started = Instant::now();
     // Interleave runs event by event, like concurrent live turns.
@@ -100,7 +105,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             let re = RunEvent {
                 envelope: Envelope {
                     tenant: "bench".into(),
-                    session_key: Some(format!("chat-{r}")),
+                    session_key: Some(format!("chat-{}", r % chats)),
                     run_id: run_id.clone(),
                     ts_ms: crate::cli::bench::now_ms(),
                 },
@@ -166,7 +171,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         })
         .collect();
     println!(
-        "projector {} runs, {total} events published in {:.2} s; every final delivered after {:.2} s → {:.0} events/s",
+        "projector {} runs in {chats} chats, {total} events published in {:.2} s; every final delivered after {:.2} s → {:.0} events/s",
         args.runs,
         published_in.as_secs_f64(),
         finished.as_secs_f64(),

@@ -51,9 +51,14 @@ pub fn client(timeout: Duration) -> Result<reqwest::Client, SinkError> {
         .map_err(|e| SinkError::Permanent(format!("http client: {}", e.without_url())))
 }
 
-/// Transport errors are transient. The URL is stripped first: Telegram and Discord
-/// carry their token in the path, and reqwest's `Display` would print it.
+/// Transport errors are transient; a request that could not be built (a header value
+/// with a control character, a bad URL) is permanent — it would fail the same way
+/// forever. The URL is stripped first: Telegram and Discord carry their token in the
+/// path, and reqwest's `Display` would print it.
 pub fn transport_error(e: reqwest::Error) -> SinkError {
+    if e.is_builder() {
+        return SinkError::Permanent(format!("request not built: {}", e.without_url()));
+    }
     let kind = if e.is_timeout() {
         "timeout"
     } else if e.is_connect() {

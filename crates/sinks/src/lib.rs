@@ -46,7 +46,7 @@ pub use delivery::{
     StoreError,
 };
 pub use http::Secret;
-pub use sink::{ChatTarget, DeliveryState, Sink, SinkError};
+pub use sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

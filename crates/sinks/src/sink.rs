@@ -96,6 +96,53 @@ impl SinkError {
     }
 }
 
+/// A token-bucket rate: `per_sec` sustained, `burst` back to back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    /// Sustained requests per second.
+    pub per_sec: f64,
+    /// Requests allowed back to back.
+    pub burst: u32,
+}
+
+impl Rate {
+    /// `per_sec` sustained with a bucket of `burst`.
+    pub const fn new(per_sec: f64, burst: u32) -> Rate {
+        Rate { per_sec, burst }
+    }
+}
+
+/// How the delivery engine paces one sink, declared by the sink from the API's real
+/// limits (there is no engine-wide rule). Every chat has its own queue and worker
+/// whatever the pacing, so a backlog in one chat never delays another.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pacing {
+    /// Token bucket per chat (`None`: no per-chat pace).
+    pub per_chat: Option<Rate>,
+    /// Token bucket shared by every chat of the sink (a bot's or a webhook's global
+    /// limit; `None`: none).
+    pub per_sink: Option<Rate>,
+    /// Requests in flight to the sink at once, over all chats (at least 1).
+    pub concurrency: usize,
+}
+
+impl Pacing {
+    /// No pace at all, only bounded concurrency (webhook, web page, plain text).
+    pub const fn unpaced(concurrency: usize) -> Pacing {
+        Pacing {
+            per_chat: None,
+            per_sink: None,
+            concurrency,
+        }
+    }
+}
+
+impl Default for Pacing {
+    fn default() -> Self {
+        Pacing::unpaced(16)
+    }
+}
+
 /// A chat channel's executor.
 ///
 /// Contract:
@@ -119,6 +166,13 @@ pub trait Sink: Send + Sync {
 
     /// The channel's capability tier (what the projection should produce for it).
     fn tier(&self) -> Tier;
+
+    /// How the engine paces requests to this sink: the API's own limits. The default
+    /// is no pace, only bounded concurrency (a receiver we do not know limits of);
+    /// chat APIs override it. A `retry_after` the API returns is honoured either way.
+    fn pacing(&self) -> Pacing {
+        Pacing::default()
+    }
 
     /// Execute one op for one chat.
     fn execute<'a>(

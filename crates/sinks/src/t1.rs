@@ -1,7 +1,7 @@
 //! The tier-T1 (editable draft + durable messages) op semantics, written once over four
 //! message primitives. Telegram, Discord and Slack differ only in those primitives.
 
-use crate::sink::{final_display_text, ChatTarget, DeliveryState, Sink, SinkError};
+use crate::sink::{final_display_text, ChatTarget, DeliveryState, Pacing, Sink, SinkError};
 use crate::text::{split, truncate, Unit};
 use futures::future::BoxFuture;
 use streamgate_projection::{Op, Tier};
@@ -22,6 +22,8 @@ pub(crate) trait MessageApi: Send + Sync {
     fn channel(&self) -> &str;
     /// Registered kind ([`Sink::kind`]).
     fn kind(&self) -> &'static str;
+    /// The API's rate limits ([`Sink::pacing`]).
+    fn pacing(&self) -> Pacing;
     /// Message size limit, in `unit()`s of the projection text.
     fn limit(&self) -> usize;
     /// How a char counts toward `limit`.
@@ -61,6 +63,10 @@ impl<A: MessageApi> Sink for A {
 
     fn tier(&self) -> Tier {
         Tier::T1
+    }
+
+    fn pacing(&self) -> Pacing {
+        MessageApi::pacing(self)
     }
 
     fn execute<'a>(

@@ -42,8 +42,7 @@ pub(crate) fn final_op(run: &str, text: &str, seq: u64) -> Op {
 pub(crate) fn fast_engine(sink: Arc<dyn Sink>) -> (Delivery, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
     let config = DeliveryConfig {
-        rate_per_sec: 100.0,
-        burst: 10,
+        chat_rate: Some(crate::sink::Rate::new(100.0, 10)),
         retry_base: Duration::from_millis(20),
         retry_max: Duration::from_millis(200),
         attempt_timeout: Duration::from_secs(5),

@@ -57,10 +57,11 @@ pub struct Args {
     /// Draft size budget (characters).
     #[arg(long, env = "STREAMGATE_DRAFT_MAX_CHARS")]
     pub draft_max_chars: Option<usize>,
-    /// Requests per second per chat.
+    /// Requests per second per chat, replacing the sink's own per-chat limit (default:
+    /// the API's documented limit; none for webhook and web).
     #[arg(long, env = "STREAMGATE_RATE_PER_SEC")]
     pub rate_per_sec: Option<f64>,
-    /// Token bucket burst per chat.
+    /// Token bucket burst per chat (with --rate-per-sec; default 3).
     #[arg(long, env = "STREAMGATE_RATE_BURST")]
     pub burst: Option<u32>,
     /// Seconds without events after which a run without terminal is orphaned.
@@ -119,10 +120,9 @@ impl Args {
             c.settings.budgets.draft_max_chars = n;
         }
         if let Some(r) = self.rate_per_sec {
-            c.delivery.rate_per_sec = r;
-        }
-        if let Some(b) = self.burst {
-            c.delivery.burst = b;
+            // An operator override of the sink's own per-chat limit (e.g. a raised
+            // Telegram limit); without it each sink paces by the API's real limits.
+            c.delivery.chat_rate = Some(streamgate_sinks::Rate::new(r, self.burst.unwrap_or(3)));
         }
         c.orphan_after = Duration::from_secs(self.orphan_after_secs);
         c.partitions = self.partitions;

@@ -9,8 +9,9 @@
 //!   limits) and the `kind=target` channel shorthand used by `streamgate up`.
 //! - [`kv`]: the KV buckets — `SG_DELIVERY` as a [`streamgate_sinks::StateStore`], active
 //!   run markers, and `SG_SETTINGS` per-chat overrides.
-//! - [`channel`]: [`Channel`], the per-partition consumer loops, one `RunProjection` per
-//!   run, rebuilds of in-flight runs, crash recovery, settings changes.
+//! - [`channel`]: [`Channel`], one file per job — the run table (one `RunProjection`
+//!   per run, rebuilds of in-flight runs), crash recovery, settings changes, and the
+//!   per-partition consumer loops.
 //! - [`grpc`]: `ProjectorService` (Subscribe / GetDraft / ListActiveRuns / SetSettings).
 //! - [`web`]: the tier-T2 web sink and its self-contained page with SSE.
 //! - [`service`]: everything started together ([`start`]).

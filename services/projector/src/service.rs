@@ -71,7 +71,7 @@ pub async fn start(
         cfg.clone(),
         tier,
         js,
-        delivery,
+        delivery.clone(),
         state_kv,
         settings_kv,
     ));
@@ -91,6 +91,18 @@ pub async fn start(
     .await?;
     let (partitions, member) = (leases.held(), leases.member().to_owned());
     let mut tasks = JoinSet::new();
+    {
+        // Shutdown: queued ops get the engine's short grace, then it closes, so a chat
+        // stuck in retries (or in a 30 s retry_after) cannot hold the process. What is
+        // left stays tracked by the active-run markers for the next start. (A task of
+        // the set: aborting the set, a crash, drops the engine with it.)
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            stop.cancelled().await;
+            delivery.shutdown().await;
+            Ok(())
+        });
+    }
     {
         let (c, stop) = (channel.clone(), shutdown.clone());
         tasks.spawn(async move { Ok(c.follow_settings(settings_watch, stop).await?) });

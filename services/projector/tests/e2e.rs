@@ -137,8 +137,7 @@ fn now_ms() -> i64 {
 
 fn fast_delivery() -> DeliveryConfig {
     DeliveryConfig {
-        rate_per_sec: 50.0,
-        burst: 10,
+        chat_rate: Some(streamgate_sinks::Rate::new(50.0, 10)),
         retry_base: Duration::from_millis(20),
         retry_max: Duration::from_millis(200),
         attempt_timeout: Duration::from_secs(5),

@@ -1,16 +1,34 @@
-//! The delivery engine: runs ops through sinks with the manners chat APIs demand.
+//! The delivery engine: runs ops through sinks with the manners chat APIs demand, and
+//! keeps every chat independent of every other.
 //!
-//! One **lane** (a task and a bounded queue) per chat keeps that chat's ops in order.
-//! A lane:
-//! - takes a token from the chat's token bucket before every request;
-//! - pauses the whole lane until a `retry_after` the API returned has passed (no request
-//!   to that chat before it expires);
+//! **Fairness.** One **lane** (a task and a queue) per chat keeps that chat's ops in
+//! order; chats never wait on each other's queues. [`Delivery::submit`] never waits on a
+//! chat's queue: drafts coalesce, and beyond `lane_capacity` queued ops a chat's new
+//! drafts and typing are dropped (a later draft, settle or final carries the text);
+//! durable ops (final, settle, notice, dismiss, retract) are always taken and only the
+//! engine-wide `max_queued` bound makes `submit` wait (backpressure on the consumer).
+//!
+//! **Pacing** is what each sink declares ([`Sink::pacing`]): a per-chat token bucket
+//! (Telegram, Slack), a sink-wide bucket (Telegram's per-bot limit, a Discord webhook's
+//! bucket), and a bound on requests in flight; a webhook or the web page is not paced at
+//! all, only bounded. `DeliveryConfig::chat_rate` overrides the per-chat bucket. A lane
+//! - pauses until a `retry_after` the API returned has passed (no request to that chat
+//!   before it expires);
 //! - coalesces drafts latest-wins: a new `Draft` for a run whose newest queued op is a
 //!   `Draft` replaces it, and a draft being retried is dropped once a newer one is queued;
 //! - throttles typing (one per chat per `typing_interval`; typing is never retried);
 //! - retries transient failures with exponential backoff and full jitter — ops other
-//!   than `Final` up to `max_attempts`, `Final` until it succeeds or fails permanently;
+//!   than `Final` up to `max_attempts`, `Final` until it succeeds;
+//! - gives a permanent refusal (a 4xx other than 429, a request that cannot be built)
+//!   `permanent_attempts` tries, then drops the op with a warning and
+//!   `streamgate_delivery_dropped_total`, and the chat goes on;
 //! - asks the sink's circuit breaker before every request.
+//!
+//! **Shutdown.** [`Delivery::shutdown`] gives queued ops a grace period, then closes the
+//! engine: lanes stop (an attempt in flight is cut, as a crash would), [`Delivery::flush`]
+//! and [`Delivery::flush_run`] return `false`, and `submit` answers
+//! [`DeliveryError::Closed`]. Whoever needs an op delivered across a restart keeps its
+//! own record until `flush_run` says `true` (the projector's active-run markers).
 //!
 //! **Finals exactly once.** Before each attempt the lane loads the run's
 //! [`DeliveryState`] from the [`StateStore`]; after each attempt — success, error or
@@ -33,59 +51,68 @@ mod tests;
 pub use breaker::BreakerState;
 pub use store::{MemoryStore, StateKey, StateStore, StoreError};
 
-use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
+use crate::sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
 use breaker::Breaker;
 use rand::Rng;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use streamgate_projection::{DraftKey, Op};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
-/// Tunables of the delivery engine.
+/// Tunables of the delivery engine. Pacing is not here: each sink declares its own
+/// ([`Sink::pacing`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeliveryConfig {
-    /// Sustained requests per second per chat (token refill rate).
-    pub rate_per_sec: f64,
-    /// Token bucket size per chat (requests allowed back to back).
-    pub burst: u32,
+    /// Replaces the per-chat token bucket every sink of the engine declares (`None`:
+    /// each sink's own). For operators with raised limits, and tests.
+    pub chat_rate: Option<Rate>,
     /// At most one typing request per chat per this interval.
     pub typing_interval: Duration,
     /// First retry delay; doubles per attempt.
     pub retry_base: Duration,
     /// Cap of the retry delay.
     pub retry_max: Duration,
-    /// Attempts for ops other than `Final` (which retries until success or a permanent
-    /// error).
+    /// Attempts after transient failures for ops other than `Final` (which retries
+    /// until it succeeds).
     pub max_attempts: u32,
+    /// Attempts of any op — `Final` included — the sink refuses permanently (4xx other
+    /// than 429, a request that cannot be built) before it is dropped.
+    pub permanent_attempts: u32,
     /// Consecutive transient failures that open a sink's breaker.
     pub breaker_threshold: u32,
     /// How long an open breaker stays open before a probe.
     pub breaker_cooldown: Duration,
     /// Upper bound on one `Sink::execute` call.
     pub attempt_timeout: Duration,
-    /// Queued ops per chat before `submit` waits (backpressure, not loss).
+    /// Queued ops of one chat beyond which its new drafts and typing are dropped
+    /// (durable ops are always taken).
     pub lane_capacity: usize,
+    /// Queued ops over every chat beyond which `submit` of a durable op waits
+    /// (backpressure, not loss).
+    pub max_queued: usize,
+    /// How long [`Delivery::shutdown`] lets queued ops drain before closing.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for DeliveryConfig {
     fn default() -> Self {
         DeliveryConfig {
-            // Telegram allows ~1 message/s per chat; Discord webhooks 5 per 2 s; Slack
-            // ~1/s per channel: 1/s with a small burst suits all three.
-            rate_per_sec: 1.0,
-            burst: 3,
+            chat_rate: None,
             // Telegram's chat action lasts ~5 s.
             typing_interval: Duration::from_secs(4),
             retry_base: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
             max_attempts: 5,
+            permanent_attempts: 2,
             breaker_threshold: 5,
             breaker_cooldown: Duration::from_secs(30),
             attempt_timeout: Duration::from_secs(30),
             lane_capacity: 256,
+            max_queued: 65_536,
+            shutdown_grace: Duration::from_secs(2),
         }
     }
 }
@@ -96,25 +123,86 @@ pub enum DeliveryError {
     /// No sink is registered under the target's channel name.
     #[error("no sink registered for channel `{0}`")]
     UnknownChannel(String),
+    /// The engine was shut down.
+    #[error("delivery engine closed")]
+    Closed,
 }
 
+const DROPPED: &str = "streamgate_delivery_dropped_total";
+
+fn describe_metrics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        metrics::describe_counter!(
+            DROPPED,
+            "Ops the delivery engine dropped without delivering them, by channel, op and \
+             reason (permanent: the sink refused it for good; too_large; \
+             retries_exhausted: transient failures of a non-final op; lane_full: a draft \
+             or typing beyond a chat's queue bound)"
+        );
+        metrics::describe_counter!(
+            "streamgate_delivery_ops_total",
+            "Ops the delivery engine finished, by channel, op and outcome"
+        );
+        metrics::describe_counter!(
+            "streamgate_delivery_submitted_total",
+            "Ops queued to the delivery engine, by op"
+        );
+        metrics::describe_counter!(
+            "streamgate_delivery_rate_limited_total",
+            "Requests a chat API answered with a rate limit (retry_after honoured)"
+        );
+    });
+}
+
+#[derive(Debug)]
 struct Bucket {
+    rate: Rate,
     tokens: f64,
     at: Instant,
 }
 
+impl Bucket {
+    fn new(rate: Rate) -> Bucket {
+        Bucket {
+            rate,
+            tokens: f64::from(rate.burst.max(1)),
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes a token (`None`) or says how long until one is there.
+    fn take(&mut self, now: Instant) -> Option<Duration> {
+        let rate = self.rate.per_sec.max(0.001);
+        let burst = f64::from(self.rate.burst.max(1));
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * rate).min(burst);
+        self.at = now;
+        // The epsilon and the 1 ms floor matter: float refill can leave 0.999… tokens,
+        // and a wait rounded to 0 ns would spin without the clock moving (forever under
+        // paused time).
+        if self.tokens >= 1.0 - 1e-9 {
+            self.tokens = (self.tokens - 1.0).max(0.0);
+            return None;
+        }
+        Some(Duration::from_secs_f64((1.0 - self.tokens) / rate).max(Duration::from_millis(1)))
+    }
+}
+
 struct LaneQueue {
     ops: VecDeque<Op>,
+    /// Ops of each run queued or being executed (for [`Delivery::flush_run`]).
+    runs: HashMap<String, usize>,
     last_typing: Option<Instant>,
     paused_until: Option<Instant>,
-    bucket: Bucket,
+    bucket: Option<Bucket>,
+    /// The lane's task ended after it idled (`LANE_IDLE`); a submit looks again.
+    retired: bool,
 }
 
 struct Lane {
     chat: ChatTarget,
     queue: Mutex<LaneQueue>,
     wake: Notify,
-    space: Notify,
 }
 
 impl Lane {
@@ -128,11 +216,25 @@ impl Lane {
             .iter()
             .any(|o| matches!(o, Op::Draft { key, .. } if key == run))
     }
+
+    fn pending(&self, run_id: &str) -> usize {
+        self.lock().runs.get(run_id).copied().unwrap_or(0)
+    }
 }
 
 struct SinkEntry {
     sink: Arc<dyn Sink>,
     breaker: Breaker,
+    pacing: Pacing,
+    bucket: Option<Mutex<Bucket>>,
+    permits: Semaphore,
+}
+
+/// Engine-wide counters, watched by `flush` and `submit`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Flow {
+    queued: usize,
+    closed: bool,
 }
 
 struct Inner {
@@ -141,7 +243,7 @@ struct Inner {
     sinks: HashMap<String, SinkEntry>,
     lanes: Mutex<HashMap<ChatTarget, Arc<Lane>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    inflight: watch::Sender<usize>,
+    flow: watch::Sender<Flow>,
 }
 
 impl Drop for Inner {
@@ -185,6 +287,11 @@ fn op_run(op: &Op) -> Option<&DraftKey> {
     }
 }
 
+/// Ops a later op makes redundant; everything else must reach the chat.
+fn is_droppable(op: &Op) -> bool {
+    matches!(op, Op::Typing | Op::Draft { .. })
+}
+
 impl Delivery {
     /// An engine over `sinks` (keyed by [`Sink::channel`]; a later sink with the same
     /// name replaces an earlier one) keeping state in `store`. Must be called inside a
@@ -194,11 +301,19 @@ impl Delivery {
         store: Arc<dyn StateStore>,
         sinks: impl IntoIterator<Item = Arc<dyn Sink>>,
     ) -> Delivery {
+        describe_metrics();
         let sinks = sinks
             .into_iter()
             .map(|sink| {
+                let mut pacing = sink.pacing();
+                if let Some(rate) = config.chat_rate {
+                    pacing.per_chat = Some(rate);
+                }
                 let entry = SinkEntry {
                     breaker: Breaker::new(config.breaker_threshold, config.breaker_cooldown),
+                    bucket: pacing.per_sink.map(|r| Mutex::new(Bucket::new(r))),
+                    permits: Semaphore::new(pacing.concurrency.max(1)),
+                    pacing,
                     sink,
                 };
                 (entry.sink.channel().to_owned(), entry)
@@ -211,82 +326,142 @@ impl Delivery {
                 sinks,
                 lanes: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(Vec::new()),
-                inflight: watch::channel(0).0,
+                flow: watch::channel(Flow::default()).0,
             }),
         }
     }
 
     /// Queue `op` for `chat`. Returns once queued (or coalesced, or dropped as a
-    /// throttled typing); waits while the chat's queue is full. Delivery happens on the
-    /// chat's lane; [`Delivery::flush`] waits for it.
+    /// throttled typing or a draft beyond the chat's bound). Never waits on the chat's
+    /// own queue; a durable op waits only while the whole engine holds `max_queued`
+    /// ops. Delivery happens on the chat's lane; [`Delivery::flush`] waits for it.
     pub async fn submit(&self, chat: ChatTarget, op: Op) -> Result<(), DeliveryError> {
-        if !self.inner.sinks.contains_key(&chat.channel) {
+        let Some(entry) = self.inner.sinks.get(&chat.channel) else {
             return Err(DeliveryError::UnknownChannel(chat.channel));
+        };
+        if !is_droppable(&op) {
+            let max = self.inner.config.max_queued.max(1);
+            let mut rx = self.inner.flow.subscribe();
+            let _ = rx.wait_for(|f| f.closed || f.queued < max).await;
         }
-        let lane = self.lane(&chat);
+        if self.inner.flow.borrow().closed {
+            return Err(DeliveryError::Closed);
+        }
         let label = op.name();
-        let mut op = Some(op);
-        loop {
-            let space = lane.space.notified();
-            tokio::pin!(space);
-            space.as_mut().enable();
-            {
-                let mut q = lane.lock();
-                let now = Instant::now();
-                let Some(cur) = op.take() else {
-                    return Ok(());
-                };
-                match &cur {
-                    Op::Typing => {
-                        let recent = q
-                            .last_typing
-                            .is_some_and(|t| now < t + self.inner.config.typing_interval);
-                        if recent || q.ops.iter().any(|o| matches!(o, Op::Typing)) {
-                            metrics::counter!("streamgate_delivery_typing_throttled_total")
+        let lane = loop {
+            let lane = self.lane(&chat, entry);
+            let mut q = lane.lock();
+            if q.retired {
+                // Retired idle between the lookup and the lock: take the new one.
+                continue;
+            }
+            let now = Instant::now();
+            match &op {
+                Op::Typing => {
+                    let recent = q
+                        .last_typing
+                        .is_some_and(|t| now < t + self.inner.config.typing_interval);
+                    if recent || q.ops.iter().any(|o| matches!(o, Op::Typing)) {
+                        metrics::counter!("streamgate_delivery_typing_throttled_total")
+                            .increment(1);
+                        return Ok(());
+                    }
+                }
+                Op::Draft { key, .. } => {
+                    // Latest wins: replace the run's newest queued op if it is a draft
+                    // (never jump over a queued settle/final of the run).
+                    let newest = q.ops.iter().rposition(|o| op_run(o) == Some(key));
+                    if let Some(pos) = newest {
+                        if let Some(slot @ Op::Draft { .. }) = q.ops.get_mut(pos) {
+                            *slot = op;
+                            metrics::counter!("streamgate_delivery_drafts_coalesced_total")
                                 .increment(1);
                             return Ok(());
                         }
-                        q.last_typing = Some(now);
                     }
-                    Op::Draft { key, .. } => {
-                        // Latest wins: replace the run's newest queued op if it is a
-                        // draft (never jump over a queued settle/final of the run).
-                        let newest = q.ops.iter().rposition(|o| op_run(o) == Some(key));
-                        if let Some(pos) = newest {
-                            if let Some(slot @ Op::Draft { .. }) = q.ops.get_mut(pos) {
-                                *slot = cur;
-                                metrics::counter!("streamgate_delivery_drafts_coalesced_total")
-                                    .increment(1);
-                                return Ok(());
-                            }
-                        }
-                    }
-                    _ => {}
                 }
-                if q.ops.len() < self.inner.config.lane_capacity.max(1) {
-                    q.ops.push_back(cur);
-                    self.inner.inflight.send_modify(|n| *n += 1);
-                    drop(q);
-                    lane.wake.notify_one();
-                    metrics::counter!("streamgate_delivery_submitted_total", "op" => label)
-                        .increment(1);
-                    return Ok(());
-                }
-                if matches!(cur, Op::Typing) {
-                    // A full lane is busy enough; typing would only add load.
-                    q.last_typing = None;
-                    return Ok(());
-                }
-                op = Some(cur);
+                _ => {}
             }
-            space.await;
+            if is_droppable(&op) && q.ops.len() >= self.inner.config.lane_capacity.max(1) {
+                // A full chat is busy enough: a later draft, the settle or the final
+                // carries this text.
+                metrics::counter!(DROPPED, "channel" => chat.channel.clone(), "op" => label, "reason" => "lane_full")
+                    .increment(1);
+                return Ok(());
+            }
+            if matches!(op, Op::Typing) {
+                q.last_typing = Some(now);
+            }
+            if let Some(run) = op_run(&op) {
+                *q.runs.entry(run.run_id.clone()).or_default() += 1;
+            }
+            q.ops.push_back(op);
+            drop(q);
+            break lane;
+        };
+        // Never under the lane's lock: `flush_run` locks lanes inside the watch.
+        self.inner.flow.send_modify(|f| f.queued += 1);
+        lane.wake.notify_one();
+        metrics::counter!("streamgate_delivery_submitted_total", "op" => label).increment(1);
+        Ok(())
+    }
+
+    /// Wait until every queued op has been delivered, dropped or given up on: `true`;
+    /// `false` when the engine closed first (ops may be left undelivered).
+    pub async fn flush(&self) -> bool {
+        let mut rx = self.inner.flow.subscribe();
+        rx.wait_for(|f| f.closed || f.queued == 0)
+            .await
+            .is_ok_and(|f| !f.closed)
+    }
+
+    /// Wait until no op of `run_id` is queued for `chat` or being executed: `true`
+    /// (each was delivered, dropped or given up on); `false` when the engine closed
+    /// first. Other chats and other runs do not hold it up.
+    pub async fn flush_run(&self, chat: &ChatTarget, run_id: &str) -> bool {
+        let lane = self
+            .inner
+            .lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(chat)
+            .cloned();
+        let mut rx = self.inner.flow.subscribe();
+        let Some(lane) = lane else {
+            return !rx.borrow().closed;
+        };
+        let mut done = false;
+        let _ = rx
+            .wait_for(|f| {
+                if f.closed {
+                    return true;
+                }
+                done = lane.pending(run_id) == 0;
+                done
+            })
+            .await;
+        done
+    }
+
+    /// Let queued ops drain for up to `config.shutdown_grace`, then [`Delivery::close`].
+    pub async fn shutdown(&self) {
+        let _ = timeout(self.inner.config.shutdown_grace, self.flush()).await;
+        self.close();
+    }
+
+    /// Close the engine now: every lane stops (an attempt in flight is cut), queued ops
+    /// are left undelivered, waiting `flush`es return `false`, `submit` is refused.
+    pub fn close(&self) {
+        let queued = self.inner.flow.borrow().queued;
+        self.inner.flow.send_modify(|f| f.closed = true);
+        if queued > 0 {
+            tracing::info!(queued, "delivery engine closed with ops queued");
         }
     }
 
-    /// Wait until every queued op has been delivered, dropped or given up on.
-    pub async fn flush(&self) {
-        let mut rx = self.inner.inflight.subscribe();
-        let _ = rx.wait_for(|n| *n == 0).await;
+    /// Whether [`Delivery::close`] (or `shutdown`) ran.
+    pub fn is_closed(&self) -> bool {
+        self.inner.flow.borrow().closed
     }
 
     /// Breaker state of the sink serving `channel`, if registered.
@@ -298,38 +473,51 @@ impl Delivery {
     }
 
     /// The chat's lane, spawning it on first use.
-    fn lane(&self, chat: &ChatTarget) -> Arc<Lane> {
+    fn lane(&self, chat: &ChatTarget, entry: &SinkEntry) -> Arc<Lane> {
         let mut lanes = self.inner.lanes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = lanes.get(chat) {
             return Arc::clone(l);
         }
-        let burst = f64::from(self.inner.config.burst.max(1));
         let lane = Arc::new(Lane {
             chat: chat.clone(),
             queue: Mutex::new(LaneQueue {
                 ops: VecDeque::new(),
+                runs: HashMap::new(),
                 last_typing: None,
                 paused_until: None,
-                bucket: Bucket {
-                    tokens: burst,
-                    at: Instant::now(),
-                },
+                bucket: entry.pacing.per_chat.map(Bucket::new),
+                retired: false,
             }),
             wake: Notify::new(),
-            space: Notify::new(),
         });
         lanes.insert(chat.clone(), Arc::clone(&lane));
-        let task = tokio::spawn(run_lane(Arc::downgrade(&self.inner), Arc::clone(&lane)));
+        let task = tokio::spawn(run_lane(
+            Arc::downgrade(&self.inner),
+            Arc::clone(&lane),
+            self.inner.flow.subscribe(),
+        ));
+        let mut tasks = self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+        lane
+    }
+
+    #[cfg(test)]
+    fn lane_count(&self) -> usize {
         self.inner
-            .tasks
+            .lanes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(task);
-        lane
+            .len()
     }
 }
 
-async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>) {
+/// A chat's lane (its task and its state) goes after this long without work, so chats
+/// seen once do not hold memory forever; it is only retired when nothing of it is
+/// pending (no op, no running `retry_after`, no typing window).
+const LANE_IDLE: Duration = Duration::from_secs(60);
+
+async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>, mut flow: watch::Receiver<Flow>) {
     loop {
         let op = loop {
             let woken = lane.wake.notified();
@@ -337,14 +525,37 @@ async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>) {
             if let Some(op) = next {
                 break op;
             }
-            woken.await;
+            tokio::select! {
+                () = woken => {}
+                _ = flow.wait_for(|f| f.closed) => return,
+                () = sleep(LANE_IDLE) => {
+                    match inner.upgrade() {
+                        Some(inner) if !inner.retire(&lane) => {}
+                        _ => return,
+                    }
+                }
+            }
         };
-        lane.space.notify_waiters();
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        inner.process(&lane, op).await;
-        inner.inflight.send_modify(|n| *n = n.saturating_sub(1));
+        tokio::select! {
+            biased;
+            _ = flow.wait_for(|f| f.closed) => return,
+            () = inner.process(&lane, &op) => {}
+        }
+        if let Some(run) = op_run(&op) {
+            let mut q = lane.lock();
+            if let Some(n) = q.runs.get_mut(&run.run_id) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    q.runs.remove(&run.run_id);
+                }
+            }
+        }
+        inner
+            .flow
+            .send_modify(|f| f.queued = f.queued.saturating_sub(1));
     }
 }
 
@@ -369,6 +580,28 @@ impl Outcome {
 }
 
 impl Inner {
+    /// Retires `lane` if it is idle: removed from the table and marked, so a submit
+    /// that already holds it looks up (and spawns) a fresh one. Lock order: the table,
+    /// then the lane.
+    fn retire(&self, lane: &Arc<Lane>) -> bool {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = lane.lock();
+        let now = Instant::now();
+        let idle = q.ops.is_empty()
+            && q.runs.is_empty()
+            && q.paused_until.is_none_or(|t| t <= now)
+            && q.last_typing
+                .is_none_or(|t| t + self.config.typing_interval <= now);
+        if !idle {
+            return false;
+        }
+        q.retired = true;
+        if lanes.get(&lane.chat).is_some_and(|l| Arc::ptr_eq(l, lane)) {
+            lanes.remove(&lane.chat);
+        }
+        true
+    }
+
     fn backoff(&self, attempt: u32) -> Duration {
         let exp = self
             .config
@@ -381,27 +614,31 @@ impl Inner {
         Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
     }
 
-    /// Wait for the chat's token; returns when one is taken.
-    async fn take_token(&self, lane: &Lane) {
-        let rate = self.config.rate_per_sec.max(0.001);
-        let burst = f64::from(self.config.burst.max(1));
+    /// Wait for the chat's token, then the sink's; returns when both are taken.
+    async fn take_tokens(&self, lane: &Lane, entry: &SinkEntry) {
         loop {
-            let wait = {
-                let mut q = lane.lock();
-                let now = Instant::now();
-                let b = &mut q.bucket;
-                b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(burst);
-                b.at = now;
-                // The epsilon and the 1 ms floor matter: float refill can leave
-                // 0.999… tokens, and a wait rounded to 0 ns would spin without the clock
-                // moving (forever under paused time).
-                if b.tokens >= 1.0 - 1e-9 {
-                    b.tokens = (b.tokens - 1.0).max(0.0);
-                    return;
-                }
-                Duration::from_secs_f64((1.0 - b.tokens) / rate).max(Duration::from_millis(1))
-            };
-            sleep(wait).await;
+            let wait = lane
+                .lock()
+                .bucket
+                .as_mut()
+                .and_then(|b| b.take(Instant::now()));
+            match wait {
+                Some(d) => sleep(d).await,
+                None => break,
+            }
+        }
+        let Some(bucket) = &entry.bucket else {
+            return;
+        };
+        loop {
+            let wait = bucket
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(Instant::now());
+            match wait {
+                Some(d) => sleep(d).await,
+                None => return,
+            }
         }
     }
 
@@ -424,8 +661,8 @@ impl Inner {
         tracing::error!(run = %key.run_id, "delivery state not saved; a retry may repeat");
     }
 
-    async fn process(&self, lane: &Lane, op: Op) {
-        let outcome = self.deliver(lane, &op).await;
+    async fn process(&self, lane: &Lane, op: &Op) {
+        let outcome = self.deliver(lane, op).await;
         metrics::counter!(
             "streamgate_delivery_ops_total",
             "channel" => lane.chat.channel.clone(),
@@ -433,6 +670,13 @@ impl Inner {
             "outcome" => outcome.label()
         )
         .increment(1);
+    }
+
+    fn dropped(&self, chat: &ChatTarget, op: &Op, reason: &'static str, error: &SinkError) {
+        let run = op_run(op).map_or("-", |r| r.run_id.as_str());
+        tracing::warn!(chat = %chat, run = %run.escape_debug(), op = op.name(), reason, error = %error, "op dropped undelivered");
+        metrics::counter!(DROPPED, "channel" => chat.channel.clone(), "op" => op.name(), "reason" => reason)
+            .increment(1);
     }
 
     async fn deliver(&self, lane: &Lane, op: &Op) -> Outcome {
@@ -445,6 +689,7 @@ impl Inner {
         let run = op_run(op);
         let key = run.map(|r| StateKey::new(chat, &r.run_id));
         let mut attempt = 0u32;
+        let mut refused = 0u32;
         loop {
             // 1. The chat API's own pause (retry_after) comes first.
             let paused = lane.lock().paused_until;
@@ -463,13 +708,18 @@ impl Inner {
                     continue;
                 }
             };
-            // 3. The chat's token bucket.
-            self.take_token(lane).await;
+            // 3. The sink's pacing: the chat's and the sink's token buckets, then a
+            //    slot among the requests in flight.
+            self.take_tokens(lane, entry).await;
+            let Ok(permit) = entry.permits.acquire().await else {
+                return Outcome::Failed;
+            };
             // 4. What is already done for this run.
             let mut state = match &key {
                 Some(k) => match self.load(k).await {
                     Ok(s) => s,
                     Err(e) => {
+                        drop(permit);
                         entry.breaker.neutral(probe);
                         attempt += 1;
                         tracing::warn!(error = %e, "loading delivery state failed");
@@ -497,6 +747,7 @@ impl Inner {
             if let Some(k) = &key {
                 self.save(k, &state).await;
             }
+            drop(permit);
             let superseded = || match run {
                 Some(r) if matches!(op, Op::Draft { .. }) => lane.has_queued_draft(r),
                 _ => false,
@@ -523,7 +774,7 @@ impl Inner {
                         return Outcome::Superseded;
                     }
                 }
-                Err(SinkError::Transient(e)) => {
+                Err(e @ SinkError::Transient(_)) => {
                     entry.breaker.failure(Instant::now());
                     attempt += 1;
                     tracing::warn!(chat = %chat, op = op.name(), attempt, error = %e, "transient delivery failure");
@@ -531,6 +782,7 @@ impl Inner {
                         return Outcome::Skipped;
                     }
                     if !is_final && attempt >= self.config.max_attempts {
+                        self.dropped(chat, op, "retries_exhausted", &e);
                         return Outcome::GaveUp;
                     }
                     if superseded() {
@@ -538,14 +790,24 @@ impl Inner {
                     }
                     sleep(self.backoff(attempt)).await;
                 }
-                Err(e @ (SinkError::TooLarge(_) | SinkError::Permanent(_))) => {
+                Err(e @ SinkError::TooLarge(_)) => {
                     entry.breaker.neutral(probe);
-                    if is_final {
-                        tracing::error!(chat = %chat, error = %e, "final answer refused permanently");
-                    } else {
-                        tracing::warn!(chat = %chat, op = op.name(), error = %e, "op refused");
-                    }
+                    self.dropped(chat, op, "too_large", &e);
                     return Outcome::Failed;
+                }
+                Err(e @ SinkError::Permanent(_)) => {
+                    // Bounded: a refusal that holds would otherwise block the chat.
+                    entry.breaker.neutral(probe);
+                    refused += 1;
+                    if is_typing || refused >= self.config.permanent_attempts.max(1) {
+                        self.dropped(chat, op, "permanent", &e);
+                        return Outcome::Failed;
+                    }
+                    tracing::debug!(chat = %chat, op = op.name(), refused, error = %e, "op refused; one more try");
+                    if superseded() {
+                        return Outcome::Superseded;
+                    }
+                    sleep(self.backoff(refused)).await;
                 }
             }
         }

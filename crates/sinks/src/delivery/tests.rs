@@ -2,7 +2,7 @@
 //! are covered per sink against the fakes).
 
 use super::{BreakerState, Delivery, DeliveryConfig, DeliveryError, MemoryStore};
-use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
+use crate::sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
 use crate::testutil::{draft, final_op};
 use futures::future::BoxFuture;
 use std::collections::VecDeque;
@@ -16,6 +16,7 @@ enum Step {
     Ok,
     RateLimited(Duration),
     Transient,
+    Permanent,
     /// Apply the final (record it in the state, as a sink does once the API
     /// confirmed), then hang until the engine's attempt timeout cuts the call.
     ApplyThenHang,
@@ -28,7 +29,7 @@ struct Script {
     finals_applied: Mutex<u32>,
 }
 
-struct ScriptSink(Arc<Script>);
+struct ScriptSink(Arc<Script>, Pacing);
 
 impl Script {
     fn new(steps: &[Step]) -> Arc<Script> {
@@ -59,6 +60,9 @@ impl Sink for ScriptSink {
     }
     fn tier(&self) -> Tier {
         Tier::T1
+    }
+    fn pacing(&self) -> Pacing {
+        self.1
     }
     fn execute<'a>(
         &'a self,
@@ -91,6 +95,7 @@ impl Sink for ScriptSink {
                 }
                 Step::RateLimited(retry_after) => Err(SinkError::RateLimited { retry_after }),
                 Step::Transient => Err(SinkError::Transient("boom".into())),
+                Step::Permanent => Err(SinkError::Permanent("HTTP 400".into())),
                 Step::ApplyThenHang => {
                     apply(state);
                     sleep(Duration::from_secs(3600)).await;
@@ -102,7 +107,11 @@ impl Sink for ScriptSink {
 }
 
 fn engine(script: &Arc<Script>, config: DeliveryConfig) -> Delivery {
-    let sink: Arc<dyn Sink> = Arc::new(ScriptSink(Arc::clone(script)));
+    paced_engine(script, config, Pacing::default())
+}
+
+fn paced_engine(script: &Arc<Script>, config: DeliveryConfig, pacing: Pacing) -> Delivery {
+    let sink: Arc<dyn Sink> = Arc::new(ScriptSink(Arc::clone(script), pacing));
     Delivery::new(config, Arc::new(MemoryStore::new()), [sink])
 }
 
@@ -124,8 +133,7 @@ fn draft_texts(calls: &[(Instant, Op)]) -> Vec<String> {
 async fn drafts_coalesce_latest_wins() -> Result<(), DeliveryError> {
     let script = Script::new(&[]);
     let config = DeliveryConfig {
-        rate_per_sec: 1.0,
-        burst: 1,
+        chat_rate: Some(Rate::new(1.0, 1)),
         ..DeliveryConfig::default()
     };
     let d = engine(&script, config);
@@ -148,8 +156,7 @@ async fn drafts_coalesce_latest_wins() -> Result<(), DeliveryError> {
 async fn coalescing_never_jumps_a_queued_final() -> Result<(), DeliveryError> {
     let script = Script::new(&[]);
     let config = DeliveryConfig {
-        rate_per_sec: 1.0,
-        burst: 1,
+        chat_rate: Some(Rate::new(1.0, 1)),
         ..DeliveryConfig::default()
     };
     let d = engine(&script, config);
@@ -282,4 +289,160 @@ async fn unknown_channel_is_refused() {
     let d = engine(&script, DeliveryConfig::default());
     let r = d.submit(ChatTarget::new("nope", "x"), Op::Typing).await;
     assert_eq!(r, Err(DeliveryError::UnknownChannel("nope".into())));
+}
+
+fn final_chats(calls: &[(Instant, Op)]) -> Vec<String> {
+    calls
+        .iter()
+        .filter_map(|(_, op)| match op {
+            Op::Final { key, .. } => Some(key.run_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backlog_in_one_chat_never_delays_another() -> Result<(), DeliveryError> {
+    // Telegram-like pacing: 1/s per chat. 100 finals queued in one chat would take
+    // ~100 s; the other chat's final goes at once and submit never waits.
+    let script = Script::new(&[]);
+    let pacing = Pacing {
+        per_chat: Some(Rate::new(1.0, 1)),
+        per_sink: Some(Rate::new(30.0, 30)),
+        concurrency: 4,
+    };
+    let d = paced_engine(&script, DeliveryConfig::default(), pacing);
+    let t0 = Instant::now();
+    for i in 0..100u64 {
+        d.submit(chat(), final_op(&format!("busy-{i}"), "x", 1))
+            .await?;
+    }
+    d.submit(ChatTarget::new("chan", "quiet"), final_op("quiet", "y", 1))
+        .await?;
+    assert!(
+        Instant::now() - t0 < Duration::from_millis(1),
+        "submit waited"
+    );
+    sleep(Duration::from_millis(1500)).await;
+    let finals = final_chats(&script.calls());
+    assert!(finals.iter().any(|r| r == "quiet"), "{finals:?}");
+    assert!(finals.len() <= 3, "the busy chat is paced: {finals:?}");
+    d.flush().await;
+    assert_eq!(script.finals(), 101);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unpaced_sink_is_only_bounded() -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    let d = paced_engine(&script, DeliveryConfig::default(), Pacing::unpaced(4));
+    for i in 0..200u64 {
+        d.submit(chat(), final_op(&format!("r{i}"), "x", 1)).await?;
+    }
+    let t0 = Instant::now();
+    d.flush().await;
+    assert_eq!(script.finals(), 200);
+    assert!(Instant::now() - t0 < Duration::from_millis(1), "no pace");
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_refusal_is_bounded_and_the_chat_goes_on() -> Result<(), DeliveryError> {
+    use Step::Permanent as No;
+    let script = Script::new(&[No, No, No, No]);
+    let d = engine(&script, DeliveryConfig::default());
+    d.submit(chat(), final_op("refused", "x", 1)).await?;
+    d.submit(chat(), final_op("next", "y", 1)).await?;
+    assert!(d.flush().await);
+    let finals = final_chats(&script.calls());
+    assert_eq!(finals, ["refused", "refused", "next", "next"]);
+    // The next final ate the two refusals left in the script, then was dropped too:
+    // every op gets `permanent_attempts` and no more.
+    assert_eq!(script.finals(), 0);
+    d.submit(chat(), final_op("third", "z", 1)).await?;
+    assert!(d.flush().await);
+    assert_eq!(script.finals(), 1);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_is_prompt_with_a_final_retrying() -> Result<(), DeliveryError> {
+    let script = Script::new(&[Step::Transient; 1000]);
+    let config = DeliveryConfig {
+        breaker_threshold: 10_000,
+        ..DeliveryConfig::default()
+    };
+    let d = engine(&script, config);
+    d.submit(chat(), final_op("stuck", "x", 1)).await?;
+    d.submit(chat(), draft("stuck2", "d", 1)).await?;
+    sleep(Duration::from_secs(5)).await;
+    let t0 = Instant::now();
+    let waiter = {
+        let d = d.clone();
+        tokio::spawn(async move { d.flush_run(&chat(), "stuck").await })
+    };
+    d.shutdown().await;
+    assert!(Instant::now() - t0 <= Duration::from_secs(2));
+    assert!(d.is_closed());
+    assert_eq!(
+        waiter.await.ok(),
+        Some(false),
+        "the final is not reported done"
+    );
+    assert!(!d.flush().await);
+    assert_eq!(
+        d.submit(chat(), final_op("late", "x", 1)).await,
+        Err(DeliveryError::Closed)
+    );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_run_waits_for_its_run_only() -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    let config = DeliveryConfig {
+        chat_rate: Some(Rate::new(1.0, 1)),
+        ..DeliveryConfig::default()
+    };
+    let d = engine(&script, config);
+    d.submit(chat(), final_op("a", "x", 1)).await?;
+    d.submit(chat(), final_op("b", "x", 1)).await?;
+    for i in 0..20u64 {
+        d.submit(
+            ChatTarget::new("chan", "other"),
+            final_op(&format!("o{i}"), "x", 1),
+        )
+        .await?;
+    }
+    let t0 = Instant::now();
+    assert!(d.flush_run(&chat(), "b").await);
+    let waited = Instant::now() - t0;
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    assert!(d.flush_run(&chat(), "never-submitted").await);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_lanes_go_and_come_back() -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    let d = engine(&script, DeliveryConfig::default());
+    for i in 0..50u64 {
+        d.submit(
+            ChatTarget::new("chan", format!("c{i}")),
+            final_op("r", "x", 1),
+        )
+        .await?;
+    }
+    assert!(d.flush().await);
+    assert_eq!(d.lane_count(), 50);
+    sleep(Duration::from_secs(61)).await;
+    assert_eq!(d.lane_count(), 0, "idle lanes retired");
+    d.submit(ChatTarget::new("chan", "c1"), final_op("r2", "y", 1))
+        .await?;
+    assert!(d.flush().await);
+    assert_eq!(script.finals(), 51);
+    Ok(())
 }

@@ -2,7 +2,7 @@
 
 use super::config::DiscordConfig;
 use crate::http::{self, Secret};
-use crate::sink::{ChatTarget, SinkError};
+use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
 use crate::t1::{Edited, MessageApi};
 use crate::text::{char_unit, Unit};
 use futures::future::BoxFuture;
@@ -109,6 +109,16 @@ impl MessageApi for DiscordSink {
 
     fn kind(&self) -> &'static str {
         super::KIND
+    }
+
+    /// Discord: a webhook's bucket is 5 requests per 2 s, shared by every thread it
+    /// posts to (the API also answers 429s with `retry_after`, which the engine honours).
+    fn pacing(&self) -> Pacing {
+        Pacing {
+            per_chat: None,
+            per_sink: Some(Rate::new(2.5, 5)),
+            concurrency: 4,
+        }
     }
 
     fn limit(&self) -> usize {

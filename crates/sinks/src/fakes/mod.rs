@@ -30,6 +30,12 @@ pub struct Behavior {
     pub delay_first: usize,
     /// See `delay_first`.
     pub delay: Duration,
+    /// Webhook: answer every request for the chats in `refuse_chats` (every chat when
+    /// empty) with this status, forever (a 400 the receiver will never accept, a 500 of
+    /// a receiver that is down).
+    pub refuse_status: Option<u16>,
+    /// See `refuse_status`.
+    pub refuse_chats: Vec<String>,
 }
 
 /// One recorded request.

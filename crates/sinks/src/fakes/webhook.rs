@@ -54,6 +54,15 @@ async fn handle(State(ctx): State<Ctx>, headers: HeaderMap, raw: Bytes) -> Respo
         )
             .into_response();
     };
+    if let Some(status) = ctx.shared.behavior.refuse_status {
+        let chat = body.get("chat").and_then(Value::as_str).unwrap_or("");
+        let refused = &ctx.shared.behavior.refuse_chats;
+        if refused.is_empty() || refused.iter().any(|c| c == chat) {
+            ctx.shared.record(&api, &body, status);
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+            return (code, Json(json!({"error": "refused"}))).into_response();
+        }
+    }
     if let Gate::RateLimited(secs) = ctx.shared.gate(ctx.shared.behavior.retry_after_secs) {
         ctx.shared.record(&api, &body, 429);
         let mut r = StatusCode::TOO_MANY_REQUESTS.into_response();

@@ -2,7 +2,7 @@
 
 use super::config::SlackConfig;
 use crate::http::{self, Secret};
-use crate::sink::{ChatTarget, SinkError};
+use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
 use crate::t1::{Edited, MessageApi};
 use crate::text::{slack_mrkdwn, slack_unit, Unit};
 use futures::future::BoxFuture;
@@ -98,6 +98,18 @@ impl MessageApi for SlackSink {
 
     fn kind(&self) -> &'static str {
         super::KIND
+    }
+
+    /// Slack: `chat.postMessage` allows about one message per second per channel with
+    /// short bursts. `chat.update`/`chat.delete` are Tier 3 (50+ per minute per app,
+    /// not published exactly): those are left to Slack's 429 `Retry-After`, which the
+    /// engine honours, rather than guessed.
+    fn pacing(&self) -> Pacing {
+        Pacing {
+            per_chat: Some(Rate::new(1.0, 3)),
+            per_sink: None,
+            concurrency: 4,
+        }
     }
 
     fn limit(&self) -> usize {

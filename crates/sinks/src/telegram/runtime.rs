@@ -2,7 +2,7 @@
 
 use super::config::TelegramConfig;
 use crate::http::{self, Secret};
-use crate::sink::{ChatTarget, SinkError};
+use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
 use crate::t1::{Edited, MessageApi};
 use crate::text::{telegram_html, utf16_unit, Unit};
 use futures::future::BoxFuture;
@@ -128,6 +128,16 @@ impl MessageApi for TelegramSink {
 
     fn kind(&self) -> &'static str {
         super::KIND
+    }
+
+    /// Telegram: about one message per second in a chat (short bursts tolerated) and
+    /// 30 per second over all chats of the bot.
+    fn pacing(&self) -> Pacing {
+        Pacing {
+            per_chat: Some(Rate::new(1.0, 3)),
+            per_sink: Some(Rate::new(30.0, 30)),
+            concurrency: 8,
+        }
     }
 
     fn limit(&self) -> usize {

@@ -2,7 +2,7 @@
 
 use super::config::WebhookConfig;
 use crate::http::{self, Secret};
-use crate::sink::{ChatTarget, DeliveryState, Sink, SinkError};
+use crate::sink::{ChatTarget, DeliveryState, Pacing, Sink, SinkError};
 use futures::future::BoxFuture;
 use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
@@ -133,6 +133,14 @@ impl WebhookSink {
 
     async fn post(&self, chat: &ChatTarget, op: &Op) -> Result<(), SinkError> {
         let key = idempotency_key(&self.name, op);
+        // A run id with a control character cannot go in a header: no retry will fix
+        // that, so it is a permanent refusal, not a transport error.
+        let key_header = reqwest::header::HeaderValue::from_str(&key).map_err(|_| {
+            SinkError::Permanent(format!(
+                "Idempotency-Key `{}` is not a valid header value",
+                key.escape_debug()
+            ))
+        })?;
         let body = serde_json::to_vec(&payload(&self.name, chat, op, &key))
             .map_err(|e| SinkError::Permanent(format!("webhook payload: {e}")))?;
         let signature = sign(self.secret.expose().as_bytes(), &body);
@@ -141,7 +149,7 @@ impl WebhookSink {
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(SIGNATURE_HEADER, signature)
-            .header("Idempotency-Key", &key)
+            .header("Idempotency-Key", key_header)
             .body(body)
             .send()
             .await
@@ -170,6 +178,12 @@ impl Sink for WebhookSink {
 
     fn tier(&self) -> Tier {
         self.tier
+    }
+
+    /// A webhook has no chat API limits to follow: no pace, only a bound on requests
+    /// in flight; a 429 with `Retry-After` is still honoured.
+    fn pacing(&self) -> Pacing {
+        Pacing::unpaced(16)
     }
 
     fn execute<'a>(

@@ -118,3 +118,39 @@ async fn final_exactly_once_when_first_attempt_times_out_after_apply(
     assert!(fake.duplicates() >= 1, "the retry reached the receiver");
     Ok(())
 }
+
+#[tokio::test]
+async fn run_id_with_a_control_char_is_refused_permanently(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::webhook(SECRET, Behavior::default()).await?;
+    let hook = sink(&fake, SECRET, 5.0)?;
+    let chat = ChatTarget::new("hook", "room");
+    let mut state = DeliveryState::default();
+    let r = hook
+        .execute(&chat, &final_op("bad\u{1}run", "answer", 3), &mut state)
+        .await;
+    assert!(matches!(r, Err(SinkError::Permanent(_))), "{r:?}");
+    assert!(!state.final_delivered);
+    assert!(fake.calls().is_empty(), "nothing went on the wire");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_400_forever_is_permanent() -> Result<(), Box<dyn std::error::Error>> {
+    let behavior = Behavior {
+        refuse_status: Some(400),
+        ..Behavior::default()
+    };
+    let fake = FakeServer::webhook(SECRET, behavior).await?;
+    let hook = sink(&fake, SECRET, 5.0)?;
+    let mut state = DeliveryState::default();
+    let r = hook
+        .execute(
+            &ChatTarget::new("hook", "room"),
+            &final_op("r", "answer", 3),
+            &mut state,
+        )
+        .await;
+    assert!(matches!(r, Err(SinkError::Permanent(_))), "{r:?}");
+    Ok(())
+}

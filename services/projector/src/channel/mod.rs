@@ -1,0 +1,169 @@
+//! [`Channel`]: one chat channel's projector — a durable consumer loop over `SG_EVENTS`
+//! per partition this replica holds ([`Channel::run_partition`]), one [`RunProjection`]
+//! per run, ops handed to the delivery engine, crash recovery and settings changes.
+//!
+//! Partitions: the channel's replicas split the partitions with leases
+//! (`streamgate_bus::lease`, group `projector.<channel>`), so every run is rendered by
+//! one replica. Acquiring a partition runs crash recovery over that partition's
+//! active-run markers before its consumer starts; giving it up (released or lost)
+//! drops its runs from memory — the next owner rebuilds them from `SG_EVENTS`, and the
+//! KV delivery state keeps finals exactly-once across the move. What this replica
+//! answers about runs (`active_runs`, `draft`, live events) covers its own partitions
+//! only.
+//!
+//! Settings: every replica of a channel caches each chat's settings, and follows
+//! `SG_SETTINGS` ([`Channel::follow_settings`]) so a change made through any replica
+//! reaches all of them without a restart and re-renders their runs of that chat. Cached
+//! values carry the key's KV revision; an older value (a lazy load racing the watch)
+//! never replaces a newer one.//!
+//! Layout, one file per job: `mod.rs` (the [`Channel`] and what it answers), `runs`
+//! (the run table: folding events into ops, rebuilds, marker cleanup), `recovery`
+//! (crash recovery and orphans), `settings` (per-chat settings, the `SG_SETTINGS`
+//! watch) and `partition` (a held partition's consumer loop and handover).
+
+mod partition;
+mod recovery;
+mod runs;
+mod settings;
+
+pub use recovery::Recovery;
+
+use crate::config::ChannelConfig;
+use crate::kv::{self, ActiveRun};
+use async_nats::jetstream::{self, kv::Store};
+use settings::CachedSettings;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use streamgate_bus::subject::{partition_of, RunAddr};
+use streamgate_grammar::RunEvent;
+use streamgate_projection::{RunProjection, Tier};
+use streamgate_sinks::{Delivery, StateStore};
+use tokio::sync::broadcast;
+
+/// What the channel knows about one run in flight.
+struct RunEntry {
+    proj: RunProjection,
+    marker: ActiveRun,
+    /// Draft text as last rendered ("" before the first draft or after a dismiss).
+    draft: String,
+    /// The run's partition: its entry goes when this replica gives the partition up.
+    partition: u32,
+}
+
+/// A run in flight, as reported by [`Channel::active_runs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveRunInfo {
+    /// The run.
+    pub run_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Chat it renders into.
+    pub chat_id: String,
+    /// Its session key.
+    pub session_key: Option<String>,
+    /// Highest event seq rendered.
+    pub last_seq: u64,
+    /// The run's `SG_EVENTS` subject.
+    pub subject: String,
+}
+
+/// The current draft of a run ([`Channel::draft`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraftInfo {
+    /// Chat it renders into.
+    pub chat_id: String,
+    /// Rendered draft text.
+    pub text: String,
+    /// Highest event seq rendered.
+    pub last_seq: u64,
+    /// The run settled.
+    pub settled: bool,
+}
+
+/// One channel's projector. Cheap to share (`Arc`); the gRPC and web servers read it.
+pub struct Channel {
+    cfg: ChannelConfig,
+    tier: Tier,
+    js: jetstream::Context,
+    delivery: Delivery,
+    state_kv: Store,
+    settings_kv: Store,
+    store: Arc<dyn StateStore>,
+    runs: Mutex<HashMap<String, RunEntry>>,
+    /// Lock order: `runs` before `chat_settings` wherever both are held.
+    chat_settings: Mutex<HashMap<String, CachedSettings>>,
+    events_tx: broadcast::Sender<Arc<RunEvent>>,
+    /// Runs recovery settled as "agent interrupted" on this replica.
+    interrupted: AtomicUsize,
+    /// The last scan of the active-run markers and when it started.
+    marker_scan: tokio::sync::Mutex<Option<(Instant, Arc<Vec<ActiveRun>>)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere must not take the channel down with a poisoned lock.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Channel {
+    /// A channel over an engine that already has the channel's sink registered, with
+    /// the KV buckets opened.
+    pub fn new(
+        cfg: ChannelConfig,
+        tier: Tier,
+        js: jetstream::Context,
+        delivery: Delivery,
+        state_kv: Store,
+        settings_kv: Store,
+    ) -> Channel {
+        Channel {
+            store: Arc::new(kv::KvStateStore::new(state_kv.clone())),
+            cfg,
+            tier,
+            js,
+            delivery,
+            state_kv,
+            settings_kv,
+            runs: Mutex::new(HashMap::new()),
+            chat_settings: Mutex::new(HashMap::new()),
+            events_tx: broadcast::channel(1024).0,
+            interrupted: AtomicUsize::new(0),
+            marker_scan: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Runs this replica's crash recovery settled as "agent interrupted" so far.
+    pub fn interrupted(&self) -> usize {
+        self.interrupted.load(Ordering::Relaxed)
+    }
+
+    /// The partition of a run from its subject (or, should the subject not parse, from
+    /// its id).
+    fn partition_of(&self, subject: &str, run_id: &str) -> u32 {
+        RunAddr::parse_subject(subject).map_or_else(
+            |_| partition_of(run_id, self.cfg.partitions),
+            |a| a.partition,
+        )
+    }
+
+    /// The channel's configuration.
+    pub fn config(&self) -> &ChannelConfig {
+        &self.cfg
+    }
+
+    /// The tier the projection renders for.
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// The JetStream context (for replays from `SG_EVENTS`).
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    /// Live events after the channel processed them (for `Subscribe`).
+    pub fn subscribe_events(&self) -> broadcast::Receiver<Arc<RunEvent>> {
+        self.events_tx.subscribe()
+    }
+}

@@ -1,0 +1,167 @@
+//! A held partition's worker: recovery, then its durable consumer, each message
+//! processed and acked; on release, a bounded handover; its runs leave memory however
+//! the worker ends.
+
+use super::recovery::Recovery;
+use super::{lock, Channel};
+use crate::error::{nats, ProjectorError};
+use async_nats::jetstream;
+use futures::FutureExt as _;
+use futures::StreamExt as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use streamgate_bus::lease::PartitionWork;
+use streamgate_bus::subject::RunAddr;
+use streamgate_bus::{consume, events, trace, EVENTS_STREAM};
+use tracing::Instrument as _;
+
+/// How long a released partition waits for the engine to execute what it queued, so
+/// the next owner's re-submitted ops do not race ours; bounded because a chat in a long
+/// `retry_after` must not hold the handover forever. On shutdown the engine closes
+/// after its own short grace, which ends this wait sooner.
+const HANDOVER_FLUSH_LIMIT: Duration = Duration::from_secs(5);
+
+impl Channel {
+    /// Forgets the runs of a partition this replica no longer holds.
+    fn drop_partition(&self, partition: u32) {
+        lock(&self.runs).retain(|_, e| e.partition != partition);
+    }
+
+    /// Works on one partition this replica holds the lease of, until it is released
+    /// (or, on a lost lease, the task is aborted): recovery of the partition's marked
+    /// runs, then its durable consumer `sg-projector-<channel>-pNN` from the ack floor
+    /// its previous owner left. Each message is acked after [`Channel::process`] took
+    /// all its events (a redelivered batch re-applies nothing: the projection skips seqs
+    /// it has seen); a message that cannot be decoded is terminated (it would never
+    /// decode on redelivery).
+    ///
+    /// On release, messages already received are processed too and the engine gets a
+    /// bounded time to execute what was queued, so the next owner starts after it.
+    /// However the worker ends, the partition's runs leave memory.
+    pub async fn run_partition(self: Arc<Self>, work: PartitionWork) -> Result<(), ProjectorError> {
+        let partition = work.partition;
+        let acquired = Instant::now();
+        let _forget = ForgetPartition {
+            channel: self.clone(),
+            partition,
+        };
+        let interrupted = self
+            .recover(Recovery::Partition {
+                partition,
+                acquired,
+            })
+            .await?;
+        if interrupted > 0 {
+            tracing::info!(
+                partition,
+                interrupted,
+                "orphaned runs settled on acquiring the partition"
+            );
+        }
+        // The channel's backpressure bound, split over the partitions.
+        let max_ack_pending = (10_000 / i64::from(self.cfg.partitions.max(1))).max(256);
+        // A channel upgraded from its single shared consumer resumes where that one was
+        // acknowledged, not at the start of SG_EVENTS.
+        let start =
+            consume::start_after_legacy(&self.js, EVENTS_STREAM, &self.cfg.durable_name()).await?;
+        let consumer = consume::durable_pull_from(
+            &self.js,
+            EVENTS_STREAM,
+            &self.cfg.partition_durable(partition),
+            vec![self.cfg.partition_filter(partition)],
+            self.cfg.ack_wait,
+            max_ack_pending,
+            start,
+        )
+        .await?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(nats("consumer messages"))?;
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = work.release.cancelled() => break,
+                n = messages.next() => n,
+            };
+            let Some(msg) = next else {
+                // The consumer ended (deleted?): the lease supervisor starts us again.
+                return Ok(());
+            };
+            self.handle_message(msg).await;
+        }
+        while let Some(Some(msg)) = messages.next().now_or_never() {
+            self.handle_message(msg).await;
+        }
+        drop(messages);
+        if tokio::time::timeout(HANDOVER_FLUSH_LIMIT, self.delivery.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                partition,
+                "ops still queued at handover; the next owner re-submits them"
+            );
+        }
+        Ok(())
+    }
+
+    /// One `SG_EVENTS` message: decode, process every event, ack (or leave it for
+    /// redelivery).
+    async fn handle_message(
+        &self,
+        msg: Result<jetstream::Message, jetstream::consumer::pull::MessagesError>,
+    ) {
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "consumer error");
+                return;
+            }
+        };
+        let evs = match events::decode_msg(&msg) {
+            Ok(evs) => evs,
+            Err(e) => {
+                tracing::warn!(subject = %msg.subject, error = %e, "undecodable message terminated");
+                let _ = msg.ack_with(jetstream::AckKind::Term).await;
+                return;
+            }
+        };
+        if let Err(e) = RunAddr::parse_subject(&msg.subject) {
+            tracing::warn!(subject = %msg.subject, error = %e, "event on a foreign subject");
+        }
+        let subject = msg.subject.to_string();
+        let span =
+            streamgate_runtime::hop_span!("project", channel = %self.cfg.name, subject = %subject);
+        trace::follow(&span, trace::extract_context(msg.headers.as_ref()));
+        let processed = self.process_all(evs, &subject).instrument(span).await;
+        match processed {
+            Ok(()) => {
+                if let Err(e) = msg.ack().await {
+                    tracing::warn!(error = %e, "ack failed; the event will be redelivered");
+                }
+            }
+            Err(e) => {
+                // Not acked: JetStream redelivers after ack_wait; the rebuild and
+                // the KV delivery state make the retry idempotent.
+                tracing::warn!(error = %e, "event not processed; leaving it for redelivery");
+                let _ = msg
+                    .ack_with(jetstream::AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
+            }
+        }
+    }
+}
+
+/// Drops a partition's runs from memory when its worker ends, however it ends (a
+/// release, an error, or the abort of a lost lease).
+struct ForgetPartition {
+    channel: Arc<Channel>,
+    partition: u32,
+}
+
+impl Drop for ForgetPartition {
+    fn drop(&mut self) {
+        self.channel.drop_partition(self.partition);
+    }
+}

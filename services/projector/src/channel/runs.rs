@@ -1,0 +1,211 @@
+//! The run table: each event folded into its run's projection and the ops handed to the
+//! engine; rebuilding a run from `SG_EVENTS`; the active-run marker removed once the
+//! run's ops were executed.
+
+use super::{lock, ActiveRunInfo, Channel, DraftInfo, RunEntry};
+use crate::error::ProjectorError;
+use crate::kv::{self, ActiveRun};
+use async_nats::jetstream::kv::Store;
+use std::sync::Arc;
+use streamgate_grammar::RunEvent;
+use streamgate_projection::{Op, RunProjection, Settings, Tier};
+use streamgate_sinks::{ChatTarget, Delivery};
+
+/// A run rebuilt from its events in `SG_EVENTS`: the projection, its draft text, and
+/// the ops to hand to the engine again — every durable op (final, settle, notice, …) in
+/// order plus the newest draft. Re-submitting is safe because the sinks skip what the KV
+/// delivery state says is done (`final_delivered`, `settled`, `notices_sent`, same draft
+/// text), and it is what delivers an op that was queued but not executed before a crash.
+pub(super) struct Rebuilt {
+    pub(super) proj: RunProjection,
+    pub(super) draft: String,
+    pub(super) resubmit: Vec<Op>,
+}
+
+pub(super) fn rebuild<'a>(
+    run_id: &str,
+    events: impl IntoIterator<Item = &'a RunEvent>,
+    settings: &Settings,
+    tier: Tier,
+) -> Rebuilt {
+    let mut proj = RunProjection::new(run_id);
+    let mut draft = String::new();
+    let mut resubmit: Vec<Op> = Vec::new();
+    for ev in events {
+        let ops = proj.apply_run_event(ev, settings, tier);
+        track_draft(&mut draft, &ops);
+        for op in ops {
+            match op {
+                Op::Typing => {}
+                Op::Draft { .. } => {
+                    resubmit.retain(|o| !matches!(o, Op::Draft { .. }));
+                    resubmit.push(op);
+                }
+                _ => resubmit.push(op),
+            }
+        }
+    }
+    Rebuilt {
+        proj,
+        draft,
+        resubmit,
+    }
+}
+
+pub(super) fn track_draft(draft: &mut String, ops: &[Op]) {
+    for op in ops {
+        match op {
+            Op::Draft { text, .. } | Op::Settle { text, .. } => text.clone_into(draft),
+            Op::Dismiss { .. } => draft.clear(),
+            Op::Retract { placeholder, .. } => placeholder.clone_into(draft),
+            _ => {}
+        }
+    }
+}
+
+impl Channel {
+    /// Runs in flight on this channel's partitions held by this replica.
+    pub fn active_runs(&self) -> Vec<ActiveRunInfo> {
+        let mut v: Vec<_> = lock(&self.runs)
+            .values()
+            .map(|e| ActiveRunInfo {
+                run_id: e.marker.run_id.clone(),
+                tenant: e.marker.tenant.clone(),
+                chat_id: e.marker.chat_id.clone(),
+                session_key: e.marker.session_key.clone(),
+                last_seq: e.proj.last_seq(),
+                subject: e.marker.subject.clone(),
+            })
+            .collect();
+        v.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        v
+    }
+
+    /// The run's current draft, if the run is in flight here (on a partition this
+    /// replica holds).
+    pub fn draft(&self, run_id: &str) -> Option<DraftInfo> {
+        lock(&self.runs).get(run_id).map(|e| DraftInfo {
+            chat_id: e.marker.chat_id.clone(),
+            text: e.draft.clone(),
+            last_seq: e.proj.last_seq(),
+            settled: e.proj.is_settled(),
+        })
+    }
+
+    /// Processes one event: rebuild the run if it is new here, fold, submit the ops,
+    /// and return: the event may then be acked (the active-run marker written before
+    /// the first op makes anything queued but unexecuted recoverable).
+    pub async fn process(&self, ev: RunEvent, subject: &str) -> Result<(), ProjectorError> {
+        let env = &ev.envelope;
+        if !self.cfg.accepts(&env.tenant, env.session_key.as_deref()) {
+            return Ok(());
+        }
+        let run_id = env.run_id.clone();
+        let known = lock(&self.runs).contains_key(&run_id);
+        let chat = self.cfg.chat_for(env.session_key.as_deref());
+        let settings = self.settings_for(&chat).await?;
+        if !known {
+            let marker = ActiveRun {
+                channel: self.cfg.name.clone(),
+                chat_id: chat.clone(),
+                run_id: run_id.clone(),
+                tenant: env.tenant.clone(),
+                session_key: env.session_key.clone(),
+                subject: subject.to_owned(),
+            };
+            let rebuilt = if ev.event.seq > 1 {
+                // Restart or redelivery: rebuild from the run's earlier messages —
+                // DESIGN §4 — and hand their durable ops over again (idempotent).
+                let earlier: Vec<RunEvent> = self
+                    .read_run(subject)
+                    .await?
+                    .into_iter()
+                    .filter(|e| e.event.seq < ev.event.seq)
+                    .collect();
+                rebuild(&run_id, &earlier, &settings, self.tier)
+            } else {
+                rebuild(&run_id, [], &settings, self.tier)
+            };
+            // The marker goes first: from here on a crash leaves a trace recovery finds.
+            kv::put_active(&self.state_kv, &marker).await?;
+            let target = ChatTarget::new(&self.cfg.name, &chat);
+            for op in rebuilt.resubmit {
+                self.delivery.submit(target.clone(), op).await?;
+            }
+            lock(&self.runs).insert(
+                run_id.clone(),
+                RunEntry {
+                    proj: rebuilt.proj,
+                    marker,
+                    draft: rebuilt.draft,
+                    partition: self.partition_of(subject, &run_id),
+                },
+            );
+        }
+        let (ops, done, marker) = {
+            let mut runs = lock(&self.runs);
+            let Some(e) = runs.get_mut(&run_id) else {
+                return Ok(());
+            };
+            // The cache as of now: a settings change that landed since `settings` was
+            // read has already re-rendered this run, and must not be undone.
+            let settings = lock(&self.chat_settings)
+                .get(&chat)
+                .map_or(settings, |c| c.settings.clone());
+            let ops = e.proj.apply_run_event(&ev, &settings, self.tier);
+            track_draft(&mut e.draft, &ops);
+            (
+                ops,
+                e.proj.is_settled() || ev.event.is_terminal(),
+                e.marker.clone(),
+            )
+        };
+        let target = ChatTarget::new(&self.cfg.name, &chat);
+        for op in ops {
+            self.delivery.submit(target.clone(), op).await?;
+        }
+        // No receivers is fine: nobody is subscribed.
+        let _ = self.events_tx.send(Arc::new(ev));
+        if done {
+            lock(&self.runs).remove(&run_id);
+            // The marker is what lets a restarted projector finish the run's final and
+            // settle, so it goes only once the engine has executed them (this run's ops
+            // only: another chat's backlog does not keep it).
+            forget_when_delivered(self.delivery.clone(), self.state_kv.clone(), target, marker);
+        }
+        Ok(())
+    }
+
+    /// [`Channel::process`] for each event of one message, stopping at the first error.
+    pub(super) async fn process_all(
+        &self,
+        evs: Vec<RunEvent>,
+        subject: &str,
+    ) -> Result<(), ProjectorError> {
+        for ev in evs {
+            self.process(ev, subject).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Removes a run's active-run marker once the engine has executed (or, for good, given
+/// up on) every op of the run, in a task. When the engine closes first (shutdown) the
+/// marker stays: the next owner of the partition rebuilds the run and delivers what is
+/// left, the KV delivery state skipping what is done.
+pub(super) fn forget_when_delivered(
+    delivery: Delivery,
+    kv: Store,
+    target: ChatTarget,
+    marker: ActiveRun,
+) {
+    tokio::spawn(async move {
+        if !delivery.flush_run(&target, &marker.run_id).await {
+            tracing::debug!(run = %marker.run_id.escape_debug(), "engine closed first; active marker kept for recovery");
+            return;
+        }
+        if let Err(e) = kv::delete_active(&kv, &marker).await {
+            tracing::warn!(error = %e, "active marker not removed; recovery will clear it");
+        }
+    });
+}
