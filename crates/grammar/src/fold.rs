@@ -39,6 +39,9 @@ pub struct TextSegment {
     pub id: Option<String>,
     /// Text so far.
     pub text: String,
+    /// `text.chars().count()`, kept by the fold as text arrives: renderers of long
+    /// texts need the length on every event without a pass over the whole text.
+    pub chars: usize,
     /// First and last seq that touched it.
     pub first_seq: u64,
     /// Last seq that touched it.
@@ -170,8 +173,10 @@ impl RunState {
                 if let Some(seg) = self.commentary.last_mut() {
                     if let Some(t) = &a.text {
                         seg.text.clone_from(t);
+                        seg.chars = t.chars().count();
                     } else if let Some(d) = &a.delta {
                         seg.text.push_str(d);
+                        seg.chars += d.chars().count();
                     }
                     seg.last_seq = ev.seq;
                 }
@@ -334,6 +339,7 @@ mod tests {
         assert!(s.items[0].ended);
         assert_eq!(s.commentary.len(), 1);
         assert_eq!(s.commentary[0].text, "hello");
+        assert_eq!(s.commentary[0].chars, 5);
         assert_eq!(s.final_text.as_deref(), Some("hello"));
         assert!(s.is_terminal());
         assert_eq!(s.usage.unwrap().get(), r#"{"x":1}"#);

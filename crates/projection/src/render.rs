@@ -206,7 +206,7 @@ pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View) -> Rendered 
 
     let mut out = Rendered::default();
     let mut pieces = Vec::new();
-    let mut last_commentary: Option<String> = None;
+    let mut last_commentary: Option<&str> = None;
     for entry in &entries {
         match entry {
             Entry::Thinking(seg) => {
@@ -232,23 +232,19 @@ pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View) -> Rendered 
                 if text.trim().is_empty() || looks_silent(text) {
                     continue;
                 }
-                if view.suppress_repeats && last_commentary.as_deref() == Some(text.trim()) {
+                if view.suppress_repeats && last_commentary == Some(text.trim()) {
                     continue;
                 }
-                last_commentary = Some(text.trim().to_owned());
+                last_commentary = Some(text.trim());
                 out.commentary += 1;
                 if !view.status_line {
-                    let n = text.chars().count();
-                    pieces.push(Piece {
-                        lane: Lane::Commentary,
-                        levels: vec![text.to_owned(), format!("… [{n} chars omitted]")],
-                    });
+                    pieces.push(commentary_piece(seg, text, view.budgets.draft_max_chars));
                 }
             }
         }
     }
     if view.status_line {
-        if let Some(line) = status_line(state, last_commentary.as_deref(), view) {
+        if let Some(line) = status_line(state, last_commentary, view) {
             pieces.push(Piece {
                 lane: Lane::Status,
                 levels: vec![line],
@@ -273,6 +269,35 @@ pub(crate) fn summary(r: &Rendered, elapsed_secs: Option<u64>) -> String {
         s.push_str(&format!(" · {k} s"));
     }
     s
+}
+
+/// A commentary row: the text, else "… [N chars omitted]". `text` is `seg.text` trimmed.
+///
+/// Costs O(`max`), not O(text), per call — it runs on every event of a run, and an
+/// answer streamed in 100k deltas would otherwise be copied and counted 100k times. A
+/// text longer than the whole draft (`max` chars) can never be shown in full: [`fit`]
+/// always takes its last level, and only compares its full level's length with `max`.
+/// So that level is a stand-in of `max + 1` chars (the comparisons come out the same)
+/// and `N` comes from the count the fold keeps.
+fn commentary_piece(seg: &TextSegment, text: &str, max: usize) -> Piece {
+    let start = seg.text.len() - seg.text.trim_start_matches(['\n', '\r']).len();
+    let trimmed_end = seg.text.len() - seg.text.trim_end().len();
+    let n = if seg.chars >= start + trimmed_end && seg.chars > max {
+        // The trimmed bytes are ASCII ('\n', '\r') at the start; at the end they may
+        // be any whitespace, so count those chars.
+        seg.chars - start - seg.text[seg.text.len() - trimmed_end..].chars().count()
+    } else {
+        text.chars().count()
+    };
+    let full = if n > max {
+        text.chars().take(max.saturating_add(1)).collect()
+    } else {
+        text.to_owned()
+    };
+    Piece {
+        lane: Lane::Commentary,
+        levels: vec![full, format!("… [{n} chars omitted]")],
+    }
 }
 
 fn thinking_piece(seg: &ThinkingSegment, view: &View) -> Option<Piece> {
@@ -646,6 +671,39 @@ mod tests {
         Piece {
             lane,
             levels: levels.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn long_commentary_renders_as_if_counted_in_full() {
+        // The fold's count (fast path) and a segment without one (counted here) render
+        // the same draft, with thinking and rows around it.
+        let mut state = RunState::default();
+        let mut seq = 0;
+        let mut ev = |json: String| {
+            seq += 1;
+            let line = json.replace("SEQ", &seq.to_string());
+            state.apply(&streamgate_grammar::Event::from_json(&line).unwrap());
+        };
+        ev(r#"{"seq":SEQ,"stream":"thinking","data":{"variant":"raw","delta":"plan é","id":"t"}}"#.to_owned());
+        ev(r#"{"seq":SEQ,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"t"}}"#.to_owned());
+        ev(r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":"\n\nhé"}}"#.to_owned());
+        for _ in 0..700 {
+            ev(r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":"llo "}}"#.to_owned());
+        }
+        ev(r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":" \u00a0\n"}}"#.to_owned());
+        let settings = Settings {
+            reasoning: Reasoning::Stream,
+            ..Settings::default()
+        };
+        for tier in [Tier::T1, Tier::T2 { status_line: false }] {
+            let view = View::of(&settings, tier);
+            let fast = render(&state, Hidden::default(), &view);
+            let mut slow_state = state.clone();
+            slow_state.commentary[0].chars = 0;
+            let slow = render(&slow_state, Hidden::default(), &view);
+            assert_eq!(fast, slow);
+            assert!(fast.text.contains("… [2801 chars omitted]"), "{}", fast.text);
         }
     }
 
