@@ -685,13 +685,28 @@ mod tests {
             let line = json.replace("SEQ", &seq.to_string());
             state.apply(&streamgate_grammar::Event::from_json(&line).unwrap());
         };
-        ev(r#"{"seq":SEQ,"stream":"thinking","data":{"variant":"raw","delta":"plan é","id":"t"}}"#.to_owned());
-        ev(r#"{"seq":SEQ,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"t"}}"#.to_owned());
-        ev(r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":"\n\nhé"}}"#.to_owned());
+        ev(
+            r#"{"seq":SEQ,"stream":"thinking","data":{"variant":"raw","delta":"plan é","id":"t"}}"#
+                .to_owned(),
+        );
+        ev(
+            r#"{"seq":SEQ,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"t"}}"#
+                .to_owned(),
+        );
+        ev(
+            r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":"\n\nhé"}}"#
+                .to_owned(),
+        );
         for _ in 0..700 {
-            ev(r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":"llo "}}"#.to_owned());
+            ev(
+                r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":"llo "}}"#
+                    .to_owned(),
+            );
         }
-        ev(r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":" \u00a0\n"}}"#.to_owned());
+        ev(
+            r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":" \u00a0\n"}}"#
+                .to_owned(),
+        );
         let settings = Settings {
             reasoning: Reasoning::Stream,
             ..Settings::default()
@@ -703,7 +718,11 @@ mod tests {
             slow_state.commentary[0].chars = 0;
             let slow = render(&slow_state, Hidden::default(), &view);
             assert_eq!(fast, slow);
-            assert!(fast.text.contains("… [2801 chars omitted]"), "{}", fast.text);
+            assert!(
+                fast.text.contains("… [2801 chars omitted]"),
+                "{}",
+                fast.text
+            );
         }
     }
 

@@ -29,6 +29,30 @@ impl ChannelSink {
     }
 }
 
+/// The web page's delivery: no chat API to spare, so no pacing beyond what the engine
+/// does anyway (latest-wins drafts); the page streams coalesce to ~10 updates a second
+/// per run themselves. A chat-API rate (1/s) here would make the page lag a second
+/// behind and hold the channel's consumers back.
+pub fn web_delivery() -> DeliveryConfig {
+    DeliveryConfig {
+        rate_per_sec: 10_000.0,
+        burst: 1_000,
+        retry_base: Duration::from_millis(50),
+        retry_max: Duration::from_secs(1),
+        lane_capacity: 4096,
+        ..DeliveryConfig::default()
+    }
+}
+
+/// The web page's rendering defaults: thinking shown once each segment closes (the page
+/// keeps it collapsed after the answer); `/reasoning` still overrides per chat.
+pub fn web_settings() -> Settings {
+    Settings {
+        reasoning: streamgate_projection::Reasoning::On,
+        ..Settings::default()
+    }
+}
+
 /// One channel: which events, rendered how, delivered where.
 #[derive(Debug, Clone)]
 pub struct ChannelConfig {
@@ -76,6 +100,7 @@ pub struct ChannelConfig {
 impl ChannelConfig {
     /// A channel with default settings around `sink`.
     pub fn new(name: impl Into<String>, sink: ChannelSink) -> ChannelConfig {
+        let web = matches!(sink, ChannelSink::Web { .. });
         ChannelConfig {
             name: name.into(),
             sink,
@@ -85,8 +110,16 @@ impl ChannelConfig {
             fixed_chat: None,
             chat_map: HashMap::new(),
             default_chat: "default".to_owned(),
-            settings: Settings::default(),
-            delivery: DeliveryConfig::default(),
+            settings: if web {
+                web_settings()
+            } else {
+                Settings::default()
+            },
+            delivery: if web {
+                web_delivery()
+            } else {
+                DeliveryConfig::default()
+            },
             token: None,
             orphan_after: Duration::from_secs(300),
             partitions: streamgate_bus::DEFAULT_PARTITIONS,
