@@ -152,6 +152,11 @@ function open(run, push) {
   es.onopen = () => { document.body.dataset.sse = 'open'; };
   es.onerror = () => { document.body.dataset.sse = 'closed'; };
   es.onmessage = m => renderRun(JSON.parse(m.data));
+  // An ended run shows at once, without waiting for the stream to connect.
+  fetch('/api/runs/' + encodeURIComponent(run), { cache: 'no-store' })
+    .then(r => (r.ok ? r.json() : null))
+    .then(v => { if (v && cur === run && !lastView) renderRun(v); })
+    .catch(() => {});
   $('empty').hidden = true;
   $('run').hidden = false;
   $('title').textContent = run;
