@@ -40,7 +40,7 @@ fn escape(s: &str) -> String {
 }
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
-fn prefix(s: &str, max: usize) -> &str {
+pub fn prefix(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -53,6 +53,11 @@ fn prefix(s: &str, max: usize) -> &str {
 
 /// Renders `text` (markdown, untrusted) as sanitized HTML.
 pub fn render(text: &str) -> String {
+    render_cut(text, text.len())
+}
+
+/// [`render`] of the start of a text of `len` bytes (a note says what is not shown).
+pub fn render_cut(text: &str, len: usize) -> String {
     let shown = prefix(text, MAX_RENDER_BYTES);
     let opts = Options::ENABLE_TABLES
         | Options::ENABLE_STRIKETHROUGH
@@ -73,10 +78,11 @@ pub fn render(text: &str) -> String {
     });
     let mut raw = String::with_capacity(shown.len() * 3 / 2 + 64);
     html::push_html(&mut raw, events);
-    if shown.len() < text.len() {
+    let len = len.max(text.len());
+    if shown.len() < len {
         raw.push_str(&format!(
             "<p><em>… {} more bytes not shown on the page</em></p>",
-            text.len() - shown.len()
+            len - shown.len()
         ));
     }
     sanitizer().clean(&raw).to_string()

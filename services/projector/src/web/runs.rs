@@ -70,7 +70,10 @@ struct Record {
     status: Option<RunStatus>,
     /// Lines of the newest draft that had any (a settle keeps them: the activity stays).
     lines: Vec<String>,
+    /// The final answer as far as the page renders it ([`markdown::MAX_RENDER_BYTES`]),
+    /// and its full length in bytes: memory per run stays bounded.
     final_text: Option<Arc<str>>,
+    final_len: usize,
     final_html: Option<Arc<str>>,
     suffix: Option<String>,
     notices: Vec<String>,
@@ -401,7 +404,12 @@ impl Runs {
                     truncated: _,
                     ..
                 } => {
-                    r.final_text = Some(Arc::from(text.as_str()));
+                    r.final_text = Some(Arc::from(markdown::prefix(
+                        text,
+                        markdown::MAX_RENDER_BYTES,
+                    )));
+                    r.final_len = text.len();
+                    r.final_html = None;
                     r.suffix.clone_from(suffix);
                     r.ended_ms.get_or_insert(now);
                 }
@@ -520,12 +528,12 @@ impl Runs {
             let runs = self.lock();
             let r = runs.get(run_id).filter(|r| r.version > 0)?;
             match (&r.final_text, &r.final_html) {
-                (Some(t), None) => Some(t.clone()),
+                (Some(t), None) => Some((t.clone(), r.final_len)),
                 _ => None,
             }
         };
-        if let Some(text) = pending {
-            let html: Arc<str> = Arc::from(markdown::render(&text));
+        if let Some((text, len)) = pending {
+            let html: Arc<str> = Arc::from(markdown::render_cut(&text, len));
             if let Some(r) = self.lock().get_mut(run_id) {
                 if r.final_text.as_ref().is_some_and(|t| Arc::ptr_eq(t, &text)) {
                     r.final_html = Some(html);
@@ -611,6 +619,31 @@ mod tests {
             .contains("<h2>The answer</h2>"));
         let list = runs.list();
         assert_eq!(list[0].preview, "The answer");
+    }
+
+    #[test]
+    fn a_huge_final_is_kept_and_rendered_up_to_the_page_cut() {
+        let runs = Runs::default();
+        let text = "word ".repeat(markdown::MAX_RENDER_BYTES);
+        runs.apply(
+            "r",
+            "c",
+            &Op::Final {
+                key: key("r"),
+                text: text.clone(),
+                truncated: false,
+                suffix: None,
+                seq: 1,
+            },
+        );
+        let kept = runs.lock()["r"].final_text.as_ref().unwrap().len();
+        assert_eq!(kept, markdown::MAX_RENDER_BYTES);
+        let html = runs.view("r").unwrap().final_html.unwrap();
+        let more = text.len() - markdown::MAX_RENDER_BYTES;
+        assert!(
+            html.contains(&format!("… {more} more bytes not shown")),
+            "cut note"
+        );
     }
 
     #[test]
