@@ -242,6 +242,8 @@ async fn run_events(State(s): State<AppState>, Path(run): Path<String>) -> impl 
             }
             tokio::select! {
                 () = stop.cancelled() => return,
+                // The page went away: no task waits for a change that nobody reads.
+                () = tx.closed() => return,
                 r = changed.changed() => if r.is_err() { return },
             }
         }
