@@ -39,6 +39,12 @@ pub struct TextSegment {
     pub id: Option<String>,
     /// Text so far.
     pub text: String,
+    /// `text.chars().count()`, kept by the fold as text arrives: renderers of long
+    /// texts need the length on every event without a pass over the whole text.
+    pub chars: usize,
+    /// Byte offset where `text`'s last line starts (after its last `\n`), kept by the
+    /// fold likewise: a status line shows the last line without scanning the text.
+    pub line_start: usize,
     /// First and last seq that touched it.
     pub first_seq: u64,
     /// Last seq that touched it.
@@ -170,8 +176,14 @@ impl RunState {
                 if let Some(seg) = self.commentary.last_mut() {
                     if let Some(t) = &a.text {
                         seg.text.clone_from(t);
+                        seg.chars = t.chars().count();
+                        seg.line_start = t.rfind('\n').map_or(0, |i| i + 1);
                     } else if let Some(d) = &a.delta {
+                        if let Some(i) = d.rfind('\n') {
+                            seg.line_start = seg.text.len() + i + 1;
+                        }
                         seg.text.push_str(d);
+                        seg.chars += d.chars().count();
                     }
                     seg.last_seq = ev.seq;
                 }
@@ -343,6 +355,8 @@ mod tests {
         assert!(s.items[0].ended);
         assert_eq!(s.commentary.len(), 1);
         assert_eq!(s.commentary[0].text, "hello");
+        assert_eq!(s.commentary[0].chars, 5);
+        assert_eq!(s.commentary[0].line_start, 0);
         assert_eq!(s.final_text.as_deref(), Some("hello"));
         assert!(s.is_terminal());
         assert_eq!(s.usage.unwrap().get(), r#"{"x":1}"#);

@@ -53,7 +53,7 @@ pub mod settings;
 
 pub use ops::{DraftKey, Op};
 pub use projection::{
-    RunProjection, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER, TRUNCATED_SUFFIX,
+    RunProjection, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER, TRUNCATED_SUFFIX,
     TYPING_EVERY_EVENTS,
 };
 pub use render::{draft_line_kind, is_silent, DraftLine, SILENT_TOKENS};

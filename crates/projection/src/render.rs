@@ -206,7 +206,8 @@ pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View) -> Rendered 
 
     let mut out = Rendered::default();
     let mut pieces = Vec::new();
-    let mut last_commentary: Option<String> = None;
+    let mut last_commentary: Option<&str> = None;
+    let mut last_segment: Option<&TextSegment> = None;
     for entry in &entries {
         match entry {
             Entry::Thinking(seg) => {
@@ -232,23 +233,20 @@ pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View) -> Rendered 
                 if text.trim().is_empty() || looks_silent(text) {
                     continue;
                 }
-                if view.suppress_repeats && last_commentary.as_deref() == Some(text.trim()) {
+                if view.suppress_repeats && last_commentary == Some(text.trim()) {
                     continue;
                 }
-                last_commentary = Some(text.trim().to_owned());
+                last_commentary = Some(text.trim());
+                last_segment = Some(seg);
                 out.commentary += 1;
                 if !view.status_line {
-                    let n = text.chars().count();
-                    pieces.push(Piece {
-                        lane: Lane::Commentary,
-                        levels: vec![text.to_owned(), format!("… [{n} chars omitted]")],
-                    });
+                    pieces.push(commentary_piece(seg, text, view.budgets.draft_max_chars));
                 }
             }
         }
     }
     if view.status_line {
-        if let Some(line) = status_line(state, last_commentary.as_deref(), view) {
+        if let Some(line) = status_line(state, last_segment, view) {
             pieces.push(Piece {
                 lane: Lane::Status,
                 levels: vec![line],
@@ -273,6 +271,51 @@ pub(crate) fn summary(r: &Rendered, elapsed_secs: Option<u64>) -> String {
         s.push_str(&format!(" · {k} s"));
     }
     s
+}
+
+/// A commentary row: the text, else "… [N chars omitted]". `text` is `seg.text` trimmed.
+///
+/// Costs O(`max`), not O(text), per call — it runs on every event of a run, and an
+/// answer streamed in 100k deltas would otherwise be copied and counted 100k times. A
+/// text longer than the whole draft (`max` chars) can never be shown in full: [`fit`]
+/// always takes its last level, and only compares its full level's length with `max`.
+/// So that level is a stand-in of `max + 1` chars (the comparisons come out the same)
+/// and `N` comes from the count the fold keeps.
+fn commentary_piece(seg: &TextSegment, text: &str, max: usize) -> Piece {
+    let start = seg.text.len() - seg.text.trim_start_matches(['\n', '\r']).len();
+    let trimmed_end = seg.text.len() - seg.text.trim_end().len();
+    let n = if seg.chars >= start + trimmed_end && seg.chars > max {
+        // The trimmed bytes are ASCII ('\n', '\r') at the start; at the end they may
+        // be any whitespace, so count those chars.
+        seg.chars - start - seg.text[seg.text.len() - trimmed_end..].chars().count()
+    } else {
+        text.chars().count()
+    };
+    let full = if n > max {
+        let end = text
+            .char_indices()
+            .nth(max.saturating_add(1))
+            .map_or(text.len(), |(i, _)| i);
+        text[..end].to_owned()
+    } else {
+        text.to_owned()
+    };
+    Piece {
+        lane: Lane::Commentary,
+        levels: vec![full, format!("… [{n} chars omitted]")],
+    }
+}
+
+/// The last non-blank line of a commentary segment, from the line start the fold keeps
+/// (a text streamed without newlines is not scanned on every event).
+fn last_line(seg: &TextSegment) -> Option<&str> {
+    let text = seg.text.as_str();
+    if let Some(line) = text.get(seg.line_start.min(text.len())..) {
+        if !line.trim().is_empty() {
+            return Some(line);
+        }
+    }
+    text.lines().rev().find(|l| !l.trim().is_empty())
 }
 
 fn thinking_piece(seg: &ThinkingSegment, view: &View) -> Option<Piece> {
@@ -552,16 +595,27 @@ fn summarize_json(v: &Value) -> String {
 }
 
 /// Tier C: spinner + current item title + last commentary line.
-fn status_line(state: &RunState, last_commentary: Option<&str>, view: &View) -> Option<String> {
+fn status_line(
+    state: &RunState,
+    last_commentary: Option<&TextSegment>,
+    view: &View,
+) -> Option<String> {
     let mut parts = Vec::new();
     if view.verbose != Verbose::Off {
         if let Some(item) = state.items.iter().rev().find(|i| !i.ended) {
             parts.push(format!("{} {}", item_emoji(item), item_name(item)));
         }
     }
-    if let Some(line) = last_commentary.and_then(|c| c.lines().rev().find(|l| !l.trim().is_empty()))
-    {
-        parts.push(line.trim().to_owned());
+    if let Some(line) = last_commentary.and_then(last_line) {
+        // The line is cut to the draft anyway: past `max + 1` chars only its being too
+        // long matters (see `commentary_piece`), so a long line costs O(budget).
+        let max = view.budgets.draft_max_chars;
+        let line = line.trim();
+        let cut = line
+            .char_indices()
+            .nth(max.saturating_add(1))
+            .map_or(line, |(i, _)| &line[..i]);
+        parts.push(cut.to_owned());
     }
     (!parts.is_empty()).then(|| format!("⏳ {}", parts.join(" · ")))
 }
@@ -646,6 +700,67 @@ mod tests {
         Piece {
             lane,
             levels: levels.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn long_commentary_renders_as_if_counted_in_full() {
+        // The fold's count (fast path) and a segment without one (counted here) render
+        // the same draft, with thinking and rows around it.
+        let mut state = RunState::default();
+        let mut seq = 0;
+        let mut ev = |json: String| {
+            seq += 1;
+            let line = json.replace("SEQ", &seq.to_string());
+            state.apply(&streamgate_grammar::Event::from_json(&line).unwrap());
+        };
+        ev(
+            r#"{"seq":SEQ,"stream":"thinking","data":{"variant":"raw","delta":"plan é","id":"t"}}"#
+                .to_owned(),
+        );
+        ev(
+            r#"{"seq":SEQ,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"t"}}"#
+                .to_owned(),
+        );
+        ev(
+            r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":"\n\nhé"}}"#
+                .to_owned(),
+        );
+        for _ in 0..700 {
+            ev(
+                r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":"llo "}}"#
+                    .to_owned(),
+            );
+        }
+        ev(
+            r#"{"seq":SEQ,"stream":"assistant","data":{"phase":"commentary","delta":" \u00a0\n"}}"#
+                .to_owned(),
+        );
+        let settings = Settings {
+            reasoning: Reasoning::Stream,
+            ..Settings::default()
+        };
+        for tier in [
+            Tier::T1,
+            Tier::T2 { status_line: false },
+            Tier::T2 { status_line: true },
+        ] {
+            let view = View::of(&settings, tier);
+            let fast = render(&state, Hidden::default(), &view);
+            let mut slow_state = state.clone();
+            slow_state.commentary[0].chars = 0;
+            let slow = render(&slow_state, Hidden::default(), &view);
+            assert_eq!(fast, slow);
+            if tier == (Tier::T2 { status_line: true }) {
+                // Same status rendering as a full scan (the line is the draft's whole
+                // budget here, so the draft drops it: unchanged behaviour).
+                continue;
+            }
+            assert!(
+                fast.text.contains("… [2801 chars omitted]"),
+                "{}",
+                fast.text
+            );
         }
     }
 

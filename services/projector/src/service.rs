@@ -170,7 +170,12 @@ pub async fn start(
         Some((sink, listen)) => {
             let listener = tokio::net::TcpListener::bind(listen).await?;
             let bound = listener.local_addr()?;
-            let app = web::router(channel.clone(), sink, shutdown.clone());
+            let app = web::router(sink.clone(), shutdown.clone());
+            let (c, stop) = (channel.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                web::follow_thinking(c, sink, stop).await;
+                Ok(())
+            });
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 axum::serve(listener, app)

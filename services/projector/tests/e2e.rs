@@ -658,12 +658,11 @@ async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn web_page_lists_runs_and_streams_ops_over_sse() -> R {
+async fn web_page_lists_runs_and_streams_views_over_sse() -> R {
     let nats = NatsServer::start();
     let js = nats.jetstream().await;
     streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
     let f = rich_fixture().ok_or("no fixture")?;
-    let expected = expected_final(&f.events).ok_or("fixture has no final")?;
     let evs = run_events("run-web", "chat-web", &f.events, now_ms());
     let mut cfg = channel(
         "web",
@@ -683,30 +682,40 @@ async fn web_page_lists_runs_and_streams_ops_over_sse() -> R {
         })
         .unwrap_or(evs.len() - 1);
     publish(&js, &evs[..upto]).await?;
-    assert!(
-        wait_until(Duration::from_secs(10), || running
-            .channel
-            .draft("run-web")
-            .is_some_and(|d| !d.text.is_empty()))
-        .await
-    );
     let http = reqwest::Client::new();
+    let list = |http: reqwest::Client| async move {
+        let v: serde_json::Value = http
+            .get(format!("http://{web}/api/runs"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok::<_, Box<dyn std::error::Error>>(v)
+    };
+    let t = Instant::now();
+    let mut runs = list(http.clone()).await?;
+    while runs[0]["run_id"] != "run-web" && t.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        runs = list(http.clone()).await?;
+    }
+    assert_eq!(runs[0]["run_id"], "run-web", "{runs}");
+    assert_eq!(runs[0]["status"], "live", "{runs}");
     let page = http
         .get(format!("http://{web}/"))
         .send()
         .await?
         .text()
         .await?;
-    assert!(page.contains("EventSource") && page.contains("Active runs"));
-    let runs: serde_json::Value = http
-        .get(format!("http://{web}/api/runs"))
+    assert!(page.contains("/assets/app.js") && page.contains("Recent runs"));
+    let js_src = http
+        .get(format!("http://{web}/assets/app.js"))
         .send()
         .await?
-        .json()
+        .text()
         .await?;
-    assert_eq!(runs[0]["run_id"], "run-web", "{runs}");
+    assert!(js_src.contains("EventSource"));
 
-    // SSE: the history (latest draft) first, then the final live.
+    // SSE: the view now, then the ended run with its final, rendered.
     let mut resp = http
         .get(format!("http://{web}/runs/run-web/events"))
         .send()
@@ -719,46 +728,58 @@ async fn web_page_lists_runs_and_streams_ops_over_sse() -> R {
         let _ = publish(&js2, &rest).await;
     });
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !body.contains("\"op\":\"final\"") && Instant::now() < deadline {
+    while !(body.contains("\"final_html\"") && body.contains("\"status\":\"completed\""))
+        && Instant::now() < deadline
+    {
         match tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await {
             Ok(Ok(Some(c))) => body.push_str(&String::from_utf8_lossy(&c)),
             _ => break,
         }
     }
-    assert!(body.contains("\"op\":\"draft\""), "{body}");
-    assert!(body.contains("\"op\":\"final\""), "{body}");
-    let final_line = body
+    let views: Vec<serde_json::Value> = body
         .lines()
-        .find(|l| l.contains("\"op\":\"final\""))
-        .and_then(|l| l.strip_prefix("data: "))
-        .ok_or("no final data line")?;
-    let v: serde_json::Value = serde_json::from_str(final_line)?;
-    let text = v["op"]["text"].as_str().unwrap_or_default();
-    let shown = match v["op"]["suffix"].as_str() {
-        Some(s) => format!("{text}\n{s}"),
-        None => text.to_owned(),
-    };
-    assert_eq!(shown, expected);
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(views[0]["status"], "live", "{body}");
+    let last = views.last().ok_or("no view")?;
+    assert_eq!(last["status"], "completed", "{body}");
+    assert!(last["ended_ms"].as_i64().is_some(), "{body}");
+    assert!(
+        last["final_html"]
+            .as_str()
+            .is_some_and(|h| !h.trim().is_empty()),
+        "{body}"
+    );
+    let runs = list(http.clone()).await?;
+    assert_eq!(runs[0]["status"], "completed", "{runs}");
     Ok(())
 }
 
-/// A turn with everything the web page styles apart: a streamed thinking block, two tool
-/// calls with arguments and results, commentary that becomes the final answer (with
-/// emoji), and the end. Written as canonical events so the page test does not depend on
-/// which captures a corpus happens to hold.
+/// A turn with everything the web page shows apart: a streamed thinking block (4 s), two
+/// tool calls with arguments and results, commentary that becomes the final answer
+/// (markdown, LaTeX, emoji), and the end. Written as canonical events so the page test
+/// does not depend on which captures a corpus happens to hold.
 const BROWSER_RUN: &[&str] = &[
-    r#"{"seq":1,"stream":"lifecycle","data":{"phase":"start","provider":"anthropic","model":"claude-test"}}"#,
-    r#"{"seq":2,"stream":"thinking","data":{"variant":"raw","phase":"start","id":"th_1"}}"#,
-    r#"{"seq":3,"stream":"thinking","data":{"variant":"raw","delta":"The user asks about the weather in Paris. ","id":"th_1"}}"#,
-    r#"{"seq":4,"stream":"thinking","data":{"variant":"raw","delta":"Look it up instead of guessing.","id":"th_1"}}"#,
-    r#"{"seq":5,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"th_1"}}"#,
-    r#"{"seq":6,"stream":"item","data":{"phase":"start","id":"call_1","kind":"tool","name":"web_search","status":"in_progress","arguments":{"query":"Paris weather today"}}}"#,
-    r#"{"seq":7,"stream":"item","data":{"phase":"end","id":"call_1","kind":"tool","name":"web_search","status":"completed","arguments":{"query":"Paris weather today"},"result":"18 °C, sunny, light breeze"}}"#,
-    r#"{"seq":8,"stream":"item","data":{"phase":"start","id":"call_2","kind":"tool","name":"read_file","status":"in_progress","arguments":{"path":"notes/trip.md"}}}"#,
-    r#"{"seq":9,"stream":"item","data":{"phase":"end","id":"call_2","kind":"tool","name":"read_file","status":"completed","arguments":{"path":"notes/trip.md"},"result":"Pack sunglasses"}}"#,
-    r#"{"seq":10,"stream":"assistant","data":{"phase":"commentary","delta":"It is 18 °C and sunny in Paris ☀️ Pack your sunglasses 😎","id":"msg_1","status":"in_progress"}}"#,
-    r#"{"seq":11,"stream":"assistant","data":{"phase":"final_answer","text":"It is 18 °C and sunny in Paris ☀️ Pack your sunglasses 😎","id":"msg_1","status":"completed"}}"#,
-    r#"{"seq":12,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"#,
+    r###"{"seq":1,"stream":"lifecycle","data":{"phase":"start","provider":"anthropic","model":"claude-test"}}"###,
+    r###"{"seq":2,"stream":"thinking","data":{"variant":"raw","phase":"start","id":"th_1"}}"###,
+    r###"{"seq":3,"stream":"thinking","data":{"variant":"raw","delta":"The user asks about the weather in Paris. ","id":"th_1"}}"###,
+    r###"{"seq":4,"stream":"thinking","data":{"variant":"raw","delta":"Look it up instead of guessing.","id":"th_1"}}"###,
+    r###"{"seq":5,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"th_1"}}"###,
+    r###"{"seq":6,"stream":"item","data":{"phase":"start","id":"call_1","kind":"tool","name":"web_search","status":"in_progress","arguments":{"query":"Paris weather today"}}}"###,
+    r###"{"seq":7,"stream":"item","data":{"phase":"end","id":"call_1","kind":"tool","name":"web_search","status":"completed","arguments":{"query":"Paris weather today"},"result":"18 °C, sunny, light breeze"}}"###,
+    r###"{"seq":8,"stream":"item","data":{"phase":"start","id":"call_2","kind":"tool","name":"read_file","status":"in_progress","arguments":{"path":"notes/trip.md"}}}"###,
+    r###"{"seq":9,"stream":"item","data":{"phase":"end","id":"call_2","kind":"tool","name":"read_file","status":"completed","arguments":{"path":"notes/trip.md"},"result":"Pack sunglasses"}}"###,
+    r###"{"seq":10,"stream":"assistant","data":{"phase":"commentary","delta":"## Paris today\n\n- **18 °C**, sunny ☀️\n- light breeze\n\nPack your `sunglasses` 😎 — UV index $\\approx 6$.\n\n```sh\nstreamgate tail --run run-browser\n```\n\nSource: [forecast](https://example.com/paris)","id":"msg_1","status":"in_progress"}}"###,
+    r###"{"seq":11,"stream":"assistant","data":{"phase":"final_answer","text":"## Paris today\n\n- **18 °C**, sunny ☀️\n- light breeze\n\nPack your `sunglasses` 😎 — UV index $\\approx 6$.\n\n```sh\nstreamgate tail --run run-browser\n```\n\nSource: [forecast](https://example.com/paris)","id":"msg_1","status":"completed"}}"###,
+    r###"{"seq":12,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"###,
+];
+
+/// A short ended run whose answer tries to run script in the page.
+const XSS_RUN: &[&str] = &[
+    r###"{"seq":1,"stream":"lifecycle","data":{"phase":"start","provider":"anthropic","model":"claude-test"}}"###,
+    r###"{"seq":2,"stream":"assistant","data":{"phase":"final_answer","text":"# Totally safe\n\n<script>window.__xss='script';document.title='pwned'</script>\n\n<img src=x onerror=\"window.__xss='onerror';document.title='pwned'\">\n\n[click](javascript:window.__xss='link') <b onmouseover=\"window.__xss='hover'\">bold</b>","id":"msg_1","status":"completed"}}"###,
+    r###"{"seq":3,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"###,
 ];
 
 /// Where test artifacts go: `<target dir>/artifacts`.
@@ -769,8 +790,8 @@ fn artifacts_dir() -> PathBuf {
         .join("artifacts")
 }
 
-/// What the browser shows: the visible (laid out, inside the viewport) thinking lines,
-/// tool rows and final answers, and whether the page's SSE stream is open.
+/// What the browser shows: the visible (laid out, inside the viewport) parts of the run
+/// page and of the run list, and whether the page's SSE stream is open.
 const DOM_PROBE: &str = r#"(() => {
   const visible = e => {
     const r = e.getBoundingClientRect(), st = getComputedStyle(e);
@@ -778,14 +799,26 @@ const DOM_PROBE: &str = r#"(() => {
       && st.visibility !== 'hidden' && st.display !== 'none';
   };
   const texts = sel => [...document.querySelectorAll(sel)].filter(visible).map(e => e.innerText);
+  const final = document.getElementById('final');
+  const answer = document.getElementById('answer');
   return {
     // Polled from right after navigation: the body may not exist yet.
     sse: document.body?.dataset.sse || '',
-    connection: document.getElementById('conn')?.innerText ?? '',
-    thinking: texts('#rows .thinking'),
-    tools: texts('#rows .tool'),
-    finals: texts('#out .final'),
-    head: document.getElementById('head')?.innerText ?? '',
+    badge: document.getElementById('badge')?.innerText ?? '',
+    empty: document.getElementById('empty-title')?.innerText ?? '',
+    conn: document.getElementById('conn')?.innerText ?? '',
+    thinking: [...document.querySelectorAll('#steps details.thinking')].map(d => ({
+      summary: d.querySelector('summary')?.innerText ?? '', open: d.open,
+      text: d.querySelector('.thought')?.textContent ?? '' })),
+    tools: texts('#steps .tool'),
+    commentary: texts('#steps .commentary'),
+    answer_shown: !!answer && !answer.hidden && visible(answer),
+    final_text: final?.innerText ?? '',
+    final_html: final?.innerHTML ?? '',
+    headings: final ? [...final.querySelectorAll('h1,h2,h3,h4,h5,h6')].map(h => h.innerText) : [],
+    runs: [...document.querySelectorAll('#runs .run-item')].map(b => ({ run: b.dataset.run, status: b.dataset.status, text: b.innerText })),
+    title: document.title,
+    xss: window.__xss ?? null,
   };
 })()"#;
 
@@ -800,24 +833,7 @@ fn strings(v: &serde_json::Value, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The acceptance check of the web channel, as a person would see it: headless Chromium
-/// opens the page while the run is live (SSE connected, thinking and tool rows showing),
-/// the rest of the run is published, and the browser's own DOM must then show the
-/// thinking text, the tool rows (emoji + detail) and the final answer, all on screen. The
-/// screenshot is kept as `target/artifacts/projector-web.png`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn web_page_in_chromium_shows_thinking_tool_rows_and_final_answer() -> R {
-    let events: Vec<Event> = BROWSER_RUN
-        .iter()
-        .map(|l| Event::from_json(l))
-        .collect::<Result<_, _>>()?;
-    let violations = streamgate_grammar::check(&events, &[], None);
-    assert!(violations.is_empty(), "not a canonical run: {violations:?}");
-    let expected = expected_final(&events).ok_or("no final")?;
-
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+fn web_channel() -> ChannelConfig {
     let mut cfg = channel(
         "web",
         ChannelSink::Web {
@@ -826,9 +842,65 @@ async fn web_page_in_chromium_shows_thinking_tool_rows_and_final_answer() -> R {
     );
     cfg.settings.reasoning = streamgate_projection::Reasoning::Stream;
     cfg.settings.verbose = streamgate_projection::Verbose::Full;
-    let running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
+    cfg
+}
+
+fn canonical(lines: &[&str]) -> Result<Vec<Event>, Box<dyn std::error::Error>> {
+    let events: Vec<Event> = lines
+        .iter()
+        .map(|l| Event::from_json(l))
+        .collect::<Result<_, _>>()?;
+    let violations = streamgate_grammar::check(&events, &[], None);
+    assert!(violations.is_empty(), "not a canonical run: {violations:?}");
+    Ok(events)
+}
+
+/// The acceptance check of the web channel, as a person would see it: headless Chromium
+/// opens the page while a run is live (SSE connected, thinking and tool rows showing),
+/// the rest of the run is published, and the browser's own DOM must then show: the run
+/// ended (badge), in the run list next to an earlier ended run; its answer rendered from
+/// markdown (a heading element, no literal `**`/`##`), shown once; its thinking kept in
+/// a collapsed `<details>` "Thought for 4 s"; the tool rows with their detail. The
+/// screenshot is kept as `target/artifacts/projector-web.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_page_in_chromium_shows_a_rendered_answer_collapsed_thinking_and_the_run_list() -> R {
+    let events = canonical(BROWSER_RUN)?;
+    let earlier = canonical(XSS_RUN)?;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let running = start(
+        nats.client().await,
+        web_channel(),
+        None,
+        CancellationToken::new(),
+    )
+    .await?;
     let web = running.web.ok_or("no web listener")?;
-    let evs = run_events("run-browser", "chat-browser", &events, now_ms());
+    // An earlier run that ended: its short answer is all it has.
+    let mut plain = earlier.clone();
+    if let EventData::Assistant(a) = &mut plain[1].data {
+        a.text = Some("Booked the **10:40** train to Lyon. 🚄".to_owned());
+    }
+    publish(
+        &js,
+        &run_events("run-train", "chat-train", &plain, now_ms() - 90_000),
+    )
+    .await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .active_runs()
+            .is_empty()
+            && running.channel.draft("run-train").is_none())
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The thinking block takes 4 s of event time.
+    let mut evs = run_events("run-browser", "chat-browser", &events, now_ms());
+    for e in evs.iter_mut().filter(|e| e.event.seq >= 5) {
+        e.envelope.ts_ms += 4_000;
+    }
     let live_upto = 9;
     publish(&js, &evs[..live_upto]).await?;
     assert!(
@@ -841,59 +913,181 @@ async fn web_page_in_chromium_shows_thinking_tool_rows_and_final_answer() -> R {
     );
 
     let url = format!("http://{web}/?run=run-browser");
-    let Some(mut browser) = cdp::Browser::launch(&url, 1280, 800).await? else {
+    let Some(mut browser) = cdp::Browser::launch(&url, 1280, 860).await? else {
         return Ok(());
     };
     // Live: the page follows the run over SSE and already shows its activity.
     let (live, ok) = browser
         .wait_for(DOM_PROBE, Duration::from_secs(30), |v| {
-            v["sse"] == "open" && !strings(v, "tools").is_empty()
+            v["sse"] == "open" && strings(v, "tools").len() == 2
         })
         .await?;
     assert!(ok, "the page never showed the live run over SSE: {live}");
     assert!(
-        strings(&live, "finals").is_empty(),
+        live["answer_shown"] == false,
         "final before it was sent: {live}"
     );
-    assert_eq!(live["connection"], "● live", "{live}");
+    assert_eq!(live["badge"], "● Live", "{live}");
+    let shot_live = artifacts_dir().join("projector-web-live.png");
+    browser.screenshot(&shot_live).await?;
 
     publish(&js, &evs[live_upto..]).await?;
     let (shown, ok) = browser
         .wait_for(DOM_PROBE, Duration::from_secs(30), |v| {
-            !strings(v, "finals").is_empty()
-                && v["head"].as_str().is_some_and(|h| h.starts_with("🧠"))
+            v["answer_shown"] == true
+                && v["badge"].as_str().is_some_and(|b| b.contains("ended"))
+                && v["runs"].as_array().is_some_and(|r| {
+                    r.len() == 2 && r[0]["run"] == "run-browser" && r[0]["status"] == "completed"
+                })
         })
         .await?;
     let shot = artifacts_dir().join("projector-web.png");
     browser.screenshot(&shot).await?;
-    eprintln!("screenshot: {}", shot.display());
+    eprintln!("screenshots: {} {}", shot.display(), shot_live.display());
     browser.close().await;
-    assert!(ok, "the final answer and the settle never showed: {shown}");
+    assert!(ok, "the ended run never showed: {shown}");
 
-    let thinking = strings(&shown, "thinking").join("\n");
+    // The answer: rendered markdown, once.
+    assert_eq!(strings(&shown, "headings"), vec!["Paris today"], "{shown}");
+    let text = shown["final_text"].as_str().unwrap_or_default();
+    assert!(!text.contains("**") && !text.contains("##"), "{shown}");
     assert!(
-        thinking.contains("🧠")
-            && thinking.contains("The user asks about the weather in Paris.")
-            && thinking.contains("Look it up instead of guessing."),
-        "thinking not on screen: {shown}"
+        text.contains("18 °C") && text.contains("sunglasses"),
+        "{shown}"
     );
+    let html = shown["final_html"].as_str().unwrap_or_default();
+    assert!(
+        html.contains("<strong>18 °C</strong>") && html.contains("<code>sunglasses</code>"),
+        "{shown}"
+    );
+    assert!(html.contains("<pre><code"), "code block: {shown}");
+    assert!(html.contains("class=\"math\""), "LaTeX as code: {shown}");
+    assert!(
+        strings(&shown, "commentary").is_empty(),
+        "the answer shown twice: {shown}"
+    );
+    // Thinking: kept, collapsed, timed, no internal labels.
+    let thinking = shown["thinking"].as_array().ok_or("no thinking")?;
+    assert_eq!(thinking.len(), 1, "{shown}");
+    assert_eq!(thinking[0]["open"], false, "{shown}");
+    assert_eq!(thinking[0]["summary"], "Thought for 4 s", "{shown}");
+    let t = thinking[0]["text"].as_str().unwrap_or_default();
+    assert!(
+        t.contains("The user asks about the weather in Paris.")
+            && t.contains("Look it up instead of guessing.")
+            && !t.contains("[raw]")
+            && !t.contains('>'),
+        "{shown}"
+    );
+    // Tool rows with their display-safe detail.
     let tools = strings(&shown, "tools");
     assert_eq!(tools.len(), 2, "tool rows on screen: {shown}");
     assert!(
-        tools[0].starts_with("🔍 web_search ✅")
+        tools[0].contains("web_search")
+            && tools[0].contains("done")
             && tools[0].contains("Paris weather today")
             && tools[0].contains("18 °C, sunny"),
         "web_search row: {shown}"
     );
     assert!(
-        tools[1].starts_with("📄 read_file ✅") && tools[1].contains("trip.md"),
+        tools[1].contains("read_file") && tools[1].contains("trip.md"),
         "read_file row: {shown}"
     );
-    assert_eq!(strings(&shown, "finals"), vec![expected], "{shown}");
-    assert_eq!(
-        shown["head"], "🧠 1 segment · 2 tools · 0 s",
-        "settle summary: {shown}"
+    // The list: both runs, newest first, both ended.
+    let runs = shown["runs"].as_array().ok_or("no run list")?;
+    assert_eq!(runs[0]["run"], "run-browser", "{shown}");
+    assert_eq!(runs[1]["run"], "run-train", "{shown}");
+    assert_eq!(runs[1]["status"], "completed", "{shown}");
+    assert!(!shown.to_string().contains("offline"), "{shown}");
+    Ok(())
+}
+
+/// Model output is untrusted: an answer with a `<script>`, an `onerror=` image, a
+/// `javascript:` link and an event-handler attribute must not run any of them in the
+/// browser (each would set `window.__xss` and the title). It reads as text instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_page_never_runs_script_from_an_answer() -> R {
+    let events = canonical(XSS_RUN)?;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let running = start(
+        nats.client().await,
+        web_channel(),
+        None,
+        CancellationToken::new(),
+    )
+    .await?;
+    let web = running.web.ok_or("no web listener")?;
+    // The page is open (idle) before the run arrives.
+    let Some(mut browser) = cdp::Browser::launch(&format!("http://{web}/"), 1280, 700).await?
+    else {
+        return Ok(());
+    };
+    let (idle, ok) = browser
+        .wait_for(DOM_PROBE, Duration::from_secs(30), |v| v["conn"] == "idle")
+        .await?;
+    assert!(ok, "idle page: {idle}");
+    assert_eq!(idle["empty"], "Waiting for runs", "{idle}");
+    assert!(!idle.to_string().contains("offline"), "{idle}");
+    let shot_idle = artifacts_dir().join("projector-web-idle.png");
+    browser.screenshot(&shot_idle).await?;
+
+    publish(&js, &run_events("run-xss", "chat-xss", &events, now_ms())).await?;
+    let (listed, ok) = browser
+        .wait_for(DOM_PROBE, Duration::from_secs(30), |v| {
+            v["runs"].as_array().is_some_and(|r| !r.is_empty())
+        })
+        .await?;
+    assert!(ok, "the run never listed: {listed}");
+    // Open it the way a person does: click it in the list.
+    browser
+        .eval("document.querySelector('#runs .run-item').click()")
+        .await?;
+    let (shown, ok) = browser
+        .wait_for(DOM_PROBE, Duration::from_secs(30), |v| {
+            v["answer_shown"] == true
+        })
+        .await?;
+    assert!(ok, "the answer never showed: {shown}");
+    // Give anything that could fire (image error, timers) the time to.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    browser
+        .eval("document.querySelector('#final b')?.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}))")
+        .await?;
+    browser
+        .eval("document.querySelector('#final a')?.click()")
+        .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = browser.eval(DOM_PROBE).await?;
+    let browser_active = browser
+        .eval(
+            r#"[...document.querySelectorAll('#final *')].flatMap(e =>
+                 ['SCRIPT', 'IMG', 'IFRAME', 'OBJECT', 'EMBED'].includes(e.tagName) ? [e.tagName]
+                 : [...e.attributes].filter(a => a.name.startsWith('on')
+                     || /^\s*javascript:/i.test(a.value)).map(a => e.tagName + '@' + a.name))"#,
+        )
+        .await?;
+    browser
+        .screenshot(&artifacts_dir().join("projector-web-xss.png"))
+        .await?;
+    browser.close().await;
+    assert_eq!(after["xss"], serde_json::Value::Null, "script ran: {after}");
+    assert!(
+        !after["title"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("pwned"),
+        "{after}"
     );
+    assert_eq!(strings(&after, "headings"), vec!["Totally safe"], "{after}");
+    // No element of the answer can run anything: no script, image or frame, no event
+    // handler attribute, no javascript: URL.
+    let active = browser_active;
+    assert_eq!(active, serde_json::json!([]), "{after}");
+    // Shown as text, not dropped silently.
+    let text = after["final_text"].as_str().unwrap_or_default();
+    assert!(text.contains("<script>"), "{after}");
     Ok(())
 }
 
