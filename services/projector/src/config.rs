@@ -29,16 +29,10 @@ impl ChannelSink {
     }
 }
 
-/// The web page's delivery. No chat API to protect, but every executed op costs a
-/// delivery-state load and save in KV: 20 ops a second per chat (drafts coalesce
-/// latest-wins in between) keeps the page live — each run's stream coalesces to ~10
-/// snapshots a second anyway — without a KV round trip per event. The chat-API default
-/// (1/s) made the page lag a second behind; no limit at all cost a 20 MiB ingest ~25%
-/// more time on 2 cores.
+/// The web page's delivery tunables: quick retries (the "sink" is this process's
+/// memory) and a deep lane. Its pace is the web sink's own (`WebSink::pacing`).
 pub fn web_delivery() -> DeliveryConfig {
     DeliveryConfig {
-        rate_per_sec: 20.0,
-        burst: 20,
         retry_base: Duration::from_millis(50),
         retry_max: Duration::from_secs(1),
         lane_capacity: 4096,
