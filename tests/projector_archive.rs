@@ -47,6 +47,9 @@ async fn pipeline() -> (Pipeline, Running, Projector) {
         },
     );
     cfg.token = Some(CHANNEL_TOKEN.into());
+    // The chat defaults, not the web page's (`/reasoning on`): the flips below start
+    // from `off`, so each one changes what the chat sees.
+    cfg.settings = streamgate_projection::Settings::default();
     let running = streamgate_projector::start(
         p.nats.client().await,
         cfg,

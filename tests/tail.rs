@@ -211,3 +211,70 @@ async fn tail_follows_a_run_across_an_up_restart_without_duplicates_or_gaps() {
         log(dir, "up2.err")
     );
 }
+
+/// `tail` started before five back-to-back small runs shows all five finals (runs start
+/// and end between what used to be two polls); `tail --run` on one that has ended prints
+/// its final answer and exits within 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_shows_back_to_back_runs_and_the_final_of_an_ended_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut up = spawn_logged(&["up", "--quiet"], dir, "up1");
+    let inst = wait_up(dir, &mut up, "up1", None);
+    let mut tail_all = spawn_logged(&["tail"], dir, "tail-all");
+    wait_for(
+        "tail never connected",
+        || log(dir, "tail-all.err").is_empty() || !log(dir, "tail-all.err").contains("retrying"),
+        dir,
+    );
+    // Give tail a moment to have its watch open before the burst.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let bytes = fixture(CAPTURE);
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let mut raws = Vec::new();
+    for i in 0..5 {
+        raws.extend(raw_chunks(
+            &spec(&format!("burst{i}"), FAMILY),
+            &[Bytes::copy_from_slice(&bytes)],
+            ts,
+        ));
+    }
+    publish_to(inst["nats_url"].as_str().unwrap(), &raws).await;
+    wait_for(
+        "tail did not show all five finals",
+        || log(dir, "tail-all.out").matches("✅ final answer:").count() >= 5,
+        dir,
+    );
+    for i in 0..5 {
+        assert!(
+            log(dir, "tail-all.out").contains(&format!("burst{i}")),
+            "burst{i} missing:\n{}",
+            log(dir, "tail-all.out")
+        );
+    }
+
+    let started = Instant::now();
+    let out = Command::new(bin())
+        .args(["tail", "--run", "burst3"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        elapsed < Duration::from_secs(2),
+        "tail --run on an ended run took {elapsed:?}"
+    );
+    assert!(stdout.contains(FINAL), "no final answer:\n{stdout}");
+    let _ = tail_all.stop(Duration::from_secs(10));
+}

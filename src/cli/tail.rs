@@ -24,7 +24,7 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Duration;
 use streamgate_grammar::RunEvent;
-use streamgate_projection::{Reasoning, RunProjection, Settings, Verbose};
+use streamgate_projection::{DraftKey, Op, Reasoning, RunProjection, Settings, Verbose};
 use streamgate_proto::v1;
 use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
 use streamgate_runtime::rpc::SendBearer;
@@ -240,18 +240,44 @@ enum Ended {
     Broken,
 }
 
-/// Renders one `Watch` stream into `runs`.
-async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationToken) -> Ended {
-    if !runs.open.is_empty() {
-        let Ok(active) = client.list_active_runs(v1::ListActiveRunsRequest {}).await else {
-            return Ended::Broken;
-        };
-        let active = active
+/// How long a reconnecting tail waits for its runs to show up as active again: a
+/// restarted channel recovers its runs in flight shortly after it starts listening.
+const RECOVERY_GRACE: Duration = Duration::from_secs(5);
+
+/// The channel's active runs, asked until every run of `open` is among them or
+/// [`RECOVERY_GRACE`] has passed; `None` when the channel cannot be asked.
+async fn active_among(
+    client: &mut Client,
+    open: &HashMap<String, RunProjection>,
+    stop: &CancellationToken,
+) -> Option<HashSet<String>> {
+    let deadline = tokio::time::Instant::now() + RECOVERY_GRACE;
+    loop {
+        let active: HashSet<String> = client
+            .list_active_runs(v1::ListActiveRunsRequest {})
+            .await
+            .ok()?
             .into_inner()
             .runs
             .into_iter()
             .map(|r| r.run_id)
             .collect();
+        if open.keys().all(|r| active.contains(r)) || tokio::time::Instant::now() >= deadline {
+            return Some(active);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Some(active),
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+/// Renders one `Watch` stream into `runs`.
+async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationToken) -> Ended {
+    if !runs.open.is_empty() {
+        let Some(active) = active_among(client, &runs.open, stop).await else {
+            return Ended::Broken;
+        };
         runs.forget_ended(&active);
         for (run, proj) in &runs.open {
             eprintln!(
@@ -287,6 +313,58 @@ async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationTok
     }
 }
 
+/// `--run X` for a run that is not active: when the channel remembers it ended, prints
+/// its final answer and says so (true: nothing left to wait for); otherwise says that it
+/// waits, and how to see a run that ended longer ago.
+async fn ended_already(client: &mut Client, run: &str, tty: bool) -> bool {
+    let active = client
+        .list_active_runs(v1::ListActiveRunsRequest {})
+        .await
+        .is_ok_and(|r| r.into_inner().runs.iter().any(|r| r.run_id == run));
+    if active {
+        return false;
+    }
+    match client
+        .get_ended_run(v1::GetEndedRunRequest {
+            run_id: run.to_owned(),
+        })
+        .await
+    {
+        Ok(ended) => {
+            let ended = ended.into_inner();
+            let ops: Vec<Op> = ended
+                .final_text
+                .into_iter()
+                .map(|text| Op::Final {
+                    key: DraftKey {
+                        run_id: run.to_owned(),
+                    },
+                    text,
+                    truncated: false,
+                    suffix: None,
+                    seq: 0,
+                })
+                .collect();
+            if ops.is_empty() {
+                eprintln!("streamgate tail: run {run} has ended without a final answer");
+            } else {
+                print_ops(run, &ops, tty);
+            }
+            eprintln!(
+                "streamgate tail: run {run} has ended; `streamgate replay {run}` shows all of it"
+            );
+            true
+        }
+        Err(_) => {
+            eprintln!(
+                "streamgate tail: run {run} is not active on this channel; waiting for it to \
+                 start (if it ended earlier, `streamgate replay {run}` shows it)"
+            );
+            false
+        }
+    }
+}
+
 /// Runs `streamgate tail` until Ctrl-C (or, with `--run`, until that run ends).
 pub async fn run(args: TailArgs) -> Result<()> {
     let stop = streamgate_runtime::shutdown::on_signal();
@@ -315,7 +393,14 @@ pub async fn run(args: TailArgs) -> Result<()> {
         open: HashMap::new(),
     };
     let mut backoff = Backoff::new();
+    let mut first = true;
     while let Some(mut client) = connect(&target, &stop).await {
+        if let (Some(run), true) = (args.run.as_deref(), first) {
+            first = false;
+            if ended_already(&mut client, run, runs.view.tty).await {
+                break;
+            }
+        }
         match watch_once(&mut client, &mut runs, &stop).await {
             Ended::Done => break,
             // `up` restarted or went away: find it again.

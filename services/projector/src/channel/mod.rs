@@ -21,11 +21,13 @@
 //! (crash recovery and orphans), `settings` (per-chat settings, the `SG_SETTINGS`
 //! watch) and `partition` (a held partition's consumer loop and handover).
 
+mod ended;
 mod partition;
 mod recovery;
 mod runs;
 mod settings;
 
+pub use ended::EndedRun;
 pub use recovery::Recovery;
 
 use crate::config::ChannelConfig;
@@ -48,6 +50,8 @@ struct RunEntry {
     marker: ActiveRun,
     /// Draft text as last rendered ("" before the first draft or after a dismiss).
     draft: String,
+    /// The final answer as sent, once the projection has sent it.
+    final_text: Option<String>,
     /// The run's partition: its entry goes when this replica gives the partition up.
     partition: u32,
 }
@@ -92,6 +96,8 @@ pub struct Channel {
     settings_kv: Store,
     store: Arc<dyn StateStore>,
     runs: Mutex<HashMap<String, RunEntry>>,
+    /// Runs that ended here recently, with their final answers.
+    ended: Mutex<ended::EndedRuns>,
     /// Lock order: `runs` before `chat_settings` wherever both are held.
     chat_settings: Mutex<HashMap<String, CachedSettings>>,
     events_tx: broadcast::Sender<Arc<RunEvent>>,
@@ -126,6 +132,7 @@ impl Channel {
             state_kv,
             settings_kv,
             runs: Mutex::new(HashMap::new()),
+            ended: Mutex::new(ended::EndedRuns::default()),
             chat_settings: Mutex::new(HashMap::new()),
             events_tx: broadcast::channel(1024).0,
             interrupted: AtomicUsize::new(0),
@@ -160,6 +167,11 @@ impl Channel {
     /// The JetStream context (for replays from `SG_EVENTS`).
     pub fn jetstream(&self) -> &jetstream::Context {
         &self.js
+    }
+
+    /// A run that ended on this replica within the last hour (1024 runs at most).
+    pub fn ended_run(&self, run_id: &str) -> Option<EndedRun> {
+        lock(&self.ended).get(run_id)
     }
 
     /// Live events after the channel processed them (for `Subscribe`).

@@ -156,6 +156,7 @@ impl Channel {
                         proj: rebuilt.proj,
                         marker: m,
                         draft: rebuilt.draft,
+                        final_text: rebuilt.final_text,
                         partition,
                     },
                 );

@@ -2,7 +2,7 @@
 //! engine; rebuilding a run from `SG_EVENTS`; the active-run marker removed once the
 //! run's ops were executed.
 
-use super::{lock, ActiveRunInfo, Channel, DraftInfo, RunEntry};
+use super::{lock, ActiveRunInfo, Channel, DraftInfo, EndedRun, RunEntry};
 use crate::error::ProjectorError;
 use crate::kv::{self, ActiveRun};
 use async_nats::jetstream::kv::Store;
@@ -19,6 +19,7 @@ use streamgate_sinks::{ChatTarget, Delivery};
 pub(super) struct Rebuilt {
     pub(super) proj: RunProjection,
     pub(super) draft: String,
+    pub(super) final_text: Option<String>,
     pub(super) resubmit: Vec<Op>,
 }
 
@@ -30,10 +31,11 @@ pub(super) fn rebuild<'a>(
 ) -> Rebuilt {
     let mut proj = RunProjection::new(run_id);
     let mut draft = String::new();
+    let mut final_text = None;
     let mut resubmit: Vec<Op> = Vec::new();
     for ev in events {
         let ops = proj.apply_run_event(ev, settings, tier);
-        track_draft(&mut draft, &ops);
+        track_draft(&mut draft, &mut final_text, &ops);
         for op in ops {
             match op {
                 Op::Typing => {}
@@ -48,13 +50,15 @@ pub(super) fn rebuild<'a>(
     Rebuilt {
         proj,
         draft,
+        final_text,
         resubmit,
     }
 }
 
-pub(super) fn track_draft(draft: &mut String, ops: &[Op]) {
+pub(super) fn track_draft(draft: &mut String, final_text: &mut Option<String>, ops: &[Op]) {
     for op in ops {
         match op {
+            Op::Final { text, .. } => *final_text = Some(text.clone()),
             Op::Draft { text, .. } | Op::Settle { text, .. } => text.clone_into(draft),
             Op::Dismiss { .. } => draft.clear(),
             Op::Retract { placeholder, .. } => placeholder.clone_into(draft),
@@ -138,6 +142,7 @@ impl Channel {
                     proj: rebuilt.proj,
                     marker,
                     draft: rebuilt.draft,
+                    final_text: rebuilt.final_text,
                     partition: self.partition_of(subject, &run_id),
                 },
             );
@@ -153,12 +158,19 @@ impl Channel {
                 .get(&chat)
                 .map_or(settings, |c| c.settings.clone());
             let ops = e.proj.apply_run_event(&ev, &settings, self.tier);
-            track_draft(&mut e.draft, &ops);
-            (
-                ops,
-                e.proj.is_settled() || ev.event.is_terminal(),
-                e.marker.clone(),
-            )
+            track_draft(&mut e.draft, &mut e.final_text, &ops);
+            let done = e.proj.is_settled() || ev.event.is_terminal();
+            if done {
+                lock(&self.ended).insert(
+                    run_id.clone(),
+                    EndedRun {
+                        chat_id: e.marker.chat_id.clone(),
+                        final_text: e.final_text.clone(),
+                        ended_at: std::time::SystemTime::now(),
+                    },
+                );
+            }
+            (ops, done, e.marker.clone())
         };
         let target = ChatTarget::new(&self.cfg.name, &chat);
         for op in ops {

@@ -127,7 +127,7 @@ impl Channel {
             }
             for e in runs.values_mut().filter(|e| e.marker.chat_id == chat) {
                 let ops = e.proj.resettle(&settings, self.tier);
-                track_draft(&mut e.draft, &ops);
+                track_draft(&mut e.draft, &mut e.final_text, &ops);
                 batches.push(ops);
             }
         }

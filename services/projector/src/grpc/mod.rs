@@ -214,6 +214,28 @@ impl ProjectorService for Projector {
         }))
     }
 
+    async fn get_ended_run(
+        &self,
+        req: Request<v1::GetEndedRunRequest>,
+    ) -> Result<Response<v1::EndedRun>, Status> {
+        let run_id = req.into_inner().run_id;
+        let ended = self.channel.ended_run(&run_id).ok_or_else(|| {
+            Status::not_found(
+                "no run of that id ended on this channel recently (`streamgate replay` has every run)",
+            )
+        })?;
+        let ended_at_ms = ended
+            .ended_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Ok(Response::new(v1::EndedRun {
+            run_id,
+            chat_id: ended.chat_id,
+            final_text: ended.final_text,
+            ended_at_ms,
+        }))
+    }
+
     async fn list_active_runs(
         &self,
         _req: Request<v1::ListActiveRunsRequest>,

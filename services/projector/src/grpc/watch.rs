@@ -22,6 +22,9 @@ const ENDED_MEMORY: usize = 4096;
 /// One watcher's view: each open run's next seq and subject.
 struct Watcher {
     channel: Arc<Channel>,
+    /// What the watcher already has, per run (a run recovered after the watch began
+    /// resumes after it).
+    after_seq: HashMap<String, u64>,
     tx: mpsc::Sender<Result<v1::Event, Status>>,
     open: HashMap<String, (u64, String)>,
     ended: HashSet<String>,
@@ -100,7 +103,8 @@ impl Watcher {
         }
         if !self.open.contains_key(&run) {
             let subject = self.subject_of(&ev);
-            self.open.insert(run.clone(), (1, subject));
+            let next = self.after_seq.get(&run).copied().unwrap_or(0) + 1;
+            self.open.insert(run.clone(), (next, subject));
         }
         let next = self.open.get(&run).map_or(1, |(n, _)| *n);
         if ev.event.seq > next {
@@ -128,6 +132,7 @@ pub(super) async fn watch(
             })
             .collect(),
         channel,
+        after_seq,
         tx,
         ended: HashSet::new(),
         ended_order: VecDeque::new(),
