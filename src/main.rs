@@ -57,6 +57,8 @@ enum Command {
     /// Follow a channel's runs live in this terminal (status line and final answers),
     /// through the channel's ProjectorService.
     Tail(cli::tail::TailArgs),
+    /// Show or change a chat's `/reasoning` and `/verbose` on a running channel.
+    Settings(cli::settings::SettingsArgs),
     /// Run the normalizer service (same flags as `streamgate-normalizer`).
     Normalizer(streamgate_normalizer::cli::Args),
     /// Run the archiver service (same flags as `streamgate-archiver`).
@@ -135,6 +137,7 @@ fn main() -> ExitCode {
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),
         Command::Tail(a) => block_on(cli::tail::run(a)),
+        Command::Settings(a) => block_on(cli::settings::run(a)),
         Command::Normalizer(a) => block_on(streamgate_normalizer::cli::run(a)),
         Command::Archiver(a) => block_on(streamgate_archiver::cli::run(a)),
         Command::Projector(a) => block_on(streamgate_projector::cli::run(a)),

@@ -204,12 +204,13 @@ pub fn print_event(ev: &RunEvent, tty: bool) {
 }
 
 /// Follows every new run on SG_EVENTS through the projection core ([`STATUS_TIER`],
-/// default settings) until `shutdown`. An ephemeral ordered consumer: the terminal is a
+/// `settings`) until `shutdown`. An ephemeral ordered consumer: the terminal is a
 /// local view, so it keeps no durable state. Each run it has settled (final answer
 /// printed) is reported on `settled`, when given.
 pub async fn follow_status(
     js: async_nats::jetstream::Context,
     shutdown: CancellationToken,
+    settings: Settings,
     settled: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 ) -> anyhow::Result<()> {
     let stream = js.get_stream(EVENTS_STREAM).await?;
@@ -221,7 +222,6 @@ pub async fn follow_status(
         .await?;
     let mut messages = consumer.messages().await?;
     let tty = std::io::stdout().is_terminal();
-    let settings = Settings::default();
     let mut runs: HashMap<String, RunProjection> = HashMap::new();
     loop {
         let msg = tokio::select! {

@@ -6,6 +6,8 @@
 //!   dir exits non-zero naming the first; SIGKILL of `up`'s nats-server is recovered from
 //!   (an ingest goes through again within 15 s); SIGTERM ends `up` within 10 s and takes
 //!   its nats-server with it.
+//! - `settings_from_the_command_line`: `up --verbose` sets the channels' default and
+//!   `streamgate settings` changes and shows one chat's override on the running `up`.
 //! - `replay_into_a_closed_pipe_exits_quietly`: `streamgate replay … | head -n 0` prints no
 //!   panic.
 
@@ -158,4 +160,55 @@ fn replay_into_a_closed_pipe_exits_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "replay panicked:\n{stderr}");
     assert!(out.status.success(), "replay | head failed:\n{stderr}");
+}
+
+/// `up --verbose full` sets its channels' default; `streamgate settings` changes one
+/// chat's override on the running instance and shows it back without flags.
+#[test]
+fn settings_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut up = Graceful(
+        Command::new(bin())
+            .args(["up", "--quiet", "--verbose", "full"])
+            .current_dir(dir.path())
+            .stdout(std::fs::File::create(dir.path().join("up.out")).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("up.err")).unwrap())
+            .spawn()
+            .expect("spawn streamgate up"),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while !data_dir(dir.path()).join("up.json").exists() {
+        assert!(up.0.try_wait().unwrap().is_none(), "{}", up_err(dir.path()));
+        assert!(Instant::now() < deadline, "no up.json");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let settings = |args: &[&str]| {
+        let out = Command::new(bin())
+            .arg("settings")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        settings(&["web"]).contains("/verbose full"),
+        "up --verbose full not applied"
+    );
+    let set = settings(&["web", "--chat", "c1", "--reasoning", "stream"]);
+    assert!(set.contains("/reasoning stream"), "{set}");
+    let shown = settings(&["web", "--chat", "c1"]);
+    assert!(
+        shown.contains("/reasoning stream") && shown.contains("/verbose full"),
+        "{shown}"
+    );
+    assert!(
+        settings(&["web", "--chat", "c2"]).contains("/reasoning on"),
+        "another chat changed too"
+    );
 }

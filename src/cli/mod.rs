@@ -3,10 +3,12 @@
 pub mod archive_client;
 pub mod bench;
 pub mod bench_projector;
+pub mod channel_client;
 pub mod conform;
 pub mod discover;
 pub mod ingest;
 pub mod normalize;
+pub mod settings;
 pub mod synth;
 pub mod tail;
 pub mod up;

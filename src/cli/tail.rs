@@ -16,9 +16,10 @@
 //! by the projection anyway — no duplicate, no gap. A run that ended while disconnected
 //! gets no progress replay (spec §7.3); tail says so.
 
-use super::discover::{channel_token_path, endpoint, Instance, DEFAULT_DATA_DIR};
+use super::channel_client::{Client, Target};
+use super::discover::{Instance, DEFAULT_DATA_DIR};
 use crate::terminal::{print_event, print_ops, STATUS_TIER};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -26,11 +27,7 @@ use std::time::Duration;
 use streamgate_grammar::RunEvent;
 use streamgate_projection::{DraftKey, Op, Reasoning, RunProjection, Settings, Verbose};
 use streamgate_proto::v1;
-use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
-use streamgate_runtime::rpc::SendBearer;
 use tokio_util::sync::CancellationToken;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
 /// Flags of `streamgate tail`.
 #[derive(Debug, Clone, clap::Args)]
@@ -59,69 +56,6 @@ pub struct TailArgs {
     /// Data dir of the local instance to find.
     #[arg(long, default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
-}
-
-type Client = ProjectorServiceClient<InterceptedService<Channel, SendBearer>>;
-
-/// How to reach the channel, looked up again on every (re)connect.
-#[derive(Debug, Clone)]
-struct Target {
-    addr: Option<String>,
-    token: Option<String>,
-    channel: Option<String>,
-    data_dir: PathBuf,
-}
-
-impl Target {
-    /// The address and token to use now.
-    fn resolve(&self) -> Result<(String, Option<String>)> {
-        if let Some(a) = &self.addr {
-            return Ok((a.clone(), self.token.clone()));
-        }
-        let inst = Instance::read(&self.data_dir)?;
-        let ch = match &self.channel {
-            Some(name) => inst.channels.iter().find(|c| &c.name == name),
-            None => inst
-                .channels
-                .iter()
-                .find(|c| c.kind == "web")
-                .or(inst.channels.first()),
-        };
-        let Some(ch) = ch else {
-            let names: Vec<&str> = inst.channels.iter().map(|c| c.name.as_str()).collect();
-            anyhow::bail!(
-                "the local streamgate up has no channel {} (channels: {})",
-                self.channel.as_deref().unwrap_or("at all"),
-                if names.is_empty() {
-                    "none".to_owned()
-                } else {
-                    names.join(", ")
-                }
-            );
-        };
-        let token = match &self.token {
-            Some(t) => Some(t.clone()),
-            None => {
-                let path = channel_token_path(&self.data_dir, &ch.name);
-                let t = std::fs::read_to_string(&path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                Some(t.trim().to_owned())
-            }
-        };
-        Ok((ch.grpc.clone(), token))
-    }
-
-    async fn connect(&self) -> Result<Client> {
-        let (addr, token) = self.resolve()?;
-        let channel = Channel::from_shared(endpoint(&addr))?
-            .connect()
-            .await
-            .with_context(|| format!("cannot reach the channel at {addr}"))?;
-        Ok(ProjectorServiceClient::with_interceptor(
-            channel,
-            SendBearer::new(token.as_deref()),
-        ))
-    }
 }
 
 /// Output mode shared by every run's follower.

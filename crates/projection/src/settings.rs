@@ -146,3 +146,25 @@ impl FromStr for Verbose {
         }
     }
 }
+
+impl std::fmt::Display for Reasoning {
+    /// The chat command's spelling (`off`, `on`, `stream`), as [`FromStr`] reads it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reasoning::Off => "off",
+            Reasoning::On => "on",
+            Reasoning::Stream => "stream",
+        })
+    }
+}
+
+impl std::fmt::Display for Verbose {
+    /// The chat command's spelling (`off`, `on`, `full`), as [`FromStr`] reads it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verbose::Off => "off",
+            Verbose::On => "on",
+            Verbose::Full => "full",
+        })
+    }
+}

@@ -74,6 +74,13 @@ pub struct UpArgs {
     /// No default web channel.
     #[arg(long)]
     pub no_web: bool,
+    /// `/reasoning` default of every channel (off, on or stream; a web channel's own
+    /// default is `on`); `streamgate settings` changes one chat's on a running instance.
+    #[arg(long)]
+    pub reasoning: Option<streamgate_projection::Reasoning>,
+    /// `/verbose` default of every channel (off, on or full).
+    #[arg(long)]
+    pub verbose: Option<streamgate_projection::Verbose>,
     /// Partition count. Default: the count the streams already record (an existing data
     /// dir or `--nats` deployment keeps its own), else 8.
     #[arg(long, env = "STREAMGATE_PARTITIONS")]
@@ -174,6 +181,12 @@ pub async fn run(args: UpArgs) -> Result<()> {
             args.channel_secret.as_deref(),
         )?;
         cfg.partitions = partitions;
+        if let Some(r) = args.reasoning {
+            cfg.settings.reasoning = r;
+        }
+        if let Some(v) = args.verbose {
+            cfg.settings.verbose = v;
+        }
         let token = streamgate_runtime::rpc::random_token();
         write_token(&channel_token_path(&data_dir, &name), &token)?;
         cfg.token = Some(token);
@@ -247,7 +260,12 @@ pub async fn run(args: UpArgs) -> Result<()> {
             tasks.spawn(async move { crate::terminal::follow(js, stop).await });
         } else {
             let settled = Some(settled_tx);
-            tasks.spawn(async move { crate::terminal::follow_status(js, stop, settled).await });
+            let mut settings = streamgate_projection::Settings::default();
+            settings.reasoning = args.reasoning.unwrap_or(settings.reasoning);
+            settings.verbose = args.verbose.unwrap_or(settings.verbose);
+            tasks.spawn(async move {
+                crate::terminal::follow_status(js, stop, settings, settled).await
+            });
         }
     }
     let shown = (!args.quiet && !args.raw_events).then_some(settled_rx);

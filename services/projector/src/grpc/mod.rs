@@ -278,40 +278,10 @@ impl ProjectorService for Projector {
             .set_settings(&req.chat_id, o)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
-        let name = |v: &dyn erased::Named| v.name();
         Ok(Response::new(v1::SetSettingsReply {
-            reasoning: name(&s.reasoning),
-            verbose: name(&s.verbose),
+            reasoning: s.reasoning.to_string(),
+            verbose: s.verbose.to_string(),
             rerendered: n,
         }))
-    }
-}
-
-/// Setting names as the chat commands spell them.
-mod erased {
-    use streamgate_projection::{Reasoning, Verbose};
-
-    pub trait Named {
-        fn name(&self) -> String;
-    }
-    impl Named for Reasoning {
-        fn name(&self) -> String {
-            match self {
-                Reasoning::Off => "off",
-                Reasoning::On => "on",
-                Reasoning::Stream => "stream",
-            }
-            .to_owned()
-        }
-    }
-    impl Named for Verbose {
-        fn name(&self) -> String {
-            match self {
-                Verbose::Off => "off",
-                Verbose::On => "on",
-                Verbose::Full => "full",
-            }
-            .to_owned()
-        }
     }
 }

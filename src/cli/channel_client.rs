@@ -1,0 +1,80 @@
+//! How CLI commands reach a projector channel's `ProjectorService`: an explicit address
+//! and token, or the local `streamgate up`'s channel found through `up.json` and
+//! `channel-<name>.token` (looked up again on every connect: a restarted `up` listens
+//! elsewhere with a new token).
+
+use super::discover::{channel_token_path, endpoint, Instance};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
+use streamgate_runtime::rpc::SendBearer;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// A channel's ProjectorService client with its bearer token.
+pub type Client = ProjectorServiceClient<InterceptedService<Channel, SendBearer>>;
+
+/// How to reach the channel, looked up again on every (re)connect.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// ProjectorService address (`None`: the local `up`'s channel).
+    pub addr: Option<String>,
+    /// Bearer token (`None`: the local instance's token file).
+    pub token: Option<String>,
+    /// Channel name of the local instance (`None`: its web channel, else its first).
+    pub channel: Option<String>,
+    /// Data dir of the local instance.
+    pub data_dir: PathBuf,
+}
+
+impl Target {
+    /// The address and token to use now.
+    pub fn resolve(&self) -> Result<(String, Option<String>)> {
+        if let Some(a) = &self.addr {
+            return Ok((a.clone(), self.token.clone()));
+        }
+        let inst = Instance::read(&self.data_dir)?;
+        let ch = match &self.channel {
+            Some(name) => inst.channels.iter().find(|c| &c.name == name),
+            None => inst
+                .channels
+                .iter()
+                .find(|c| c.kind == "web")
+                .or(inst.channels.first()),
+        };
+        let Some(ch) = ch else {
+            let names: Vec<&str> = inst.channels.iter().map(|c| c.name.as_str()).collect();
+            anyhow::bail!(
+                "the local streamgate up has no channel {} (channels: {})",
+                self.channel.as_deref().unwrap_or("at all"),
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            );
+        };
+        let token = match &self.token {
+            Some(t) => Some(t.clone()),
+            None => {
+                let path = channel_token_path(&self.data_dir, &ch.name);
+                let t = std::fs::read_to_string(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                Some(t.trim().to_owned())
+            }
+        };
+        Ok((ch.grpc.clone(), token))
+    }
+
+    pub async fn connect(&self) -> Result<Client> {
+        let (addr, token) = self.resolve()?;
+        let channel = Channel::from_shared(endpoint(&addr))?
+            .connect()
+            .await
+            .with_context(|| format!("cannot reach the channel at {addr}"))?;
+        Ok(ProjectorServiceClient::with_interceptor(
+            channel,
+            SendBearer::new(token.as_deref()),
+        ))
+    }
+}
