@@ -4,6 +4,9 @@
 //! events/s through the projector (until every final arrived) and event→sink latency
 //! p50/p99 of the ops delivered (from the publish of the event an op renders to the
 //! receiver seeing it; drafts are coalesced latest-wins, so not every event has an op).
+//! `--sink web` measures the web channel at its pages instead ([`web_page`]).
+
+mod web_page;
 
 use anyhow::Result;
 use axum::routing::post;
@@ -35,9 +38,22 @@ pub struct ProjectorArgs {
     /// pacing applies: none, only bounded concurrency.
     #[arg(long)]
     pub chat_rate: Option<f64>,
+    /// The channel: `webhook` (a signed webhook to an in-process receiver) or `web`
+    /// (the web page, watched by one SSE client per run).
+    #[arg(long, default_value = "webhook")]
+    pub sink: BenchSink,
 }
 
-const CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
+/// Which channel `bench projector` loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchSink {
+    /// A signed webhook.
+    Webhook,
+    /// The web page.
+    Web,
+}
+
+const CAPTURE: &[u8] = include_bytes!("../../../fixtures/f2/deepseek-thinking.sse");
 
 type Seen = Arc<Mutex<Vec<(String, u64, String, Instant)>>>;
 
@@ -75,16 +91,19 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     let hook = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let mut cfg = ChannelConfig::new(
-        "bench",
-        ChannelSink::Sink(SinkConfig::Webhook(WebhookConfig {
+    let sink = match args.sink {
+        BenchSink::Webhook => ChannelSink::Sink(SinkConfig::Webhook(WebhookConfig {
             name: "bench".into(),
             url: format!("http://{hook}/hook"),
             secret: Secret::new("bench"),
             tier: streamgate_projection::Tier::T1,
             timeout_secs: 10.0,
         })),
-    );
+        BenchSink::Web => ChannelSink::Web {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        },
+    };
+    let mut cfg = ChannelConfig::new("bench", sink);
     cfg.delivery.chat_rate = args.chat_rate.map(|r| streamgate_sinks::Rate::new(r, 10));
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running =
@@ -95,13 +114,25 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         streamgate_wire::normalize_bytes(streamgate_wire::Family::F2.into(), &capture, 0).events;
     let total = events.len() * args.runs;
     let chats = args.chats.unwrap_or(args.runs).max(1);
+    let run_ids: Vec<String> = (0..args.runs).map(|r| format!("proj-bench-{r}")).collect();
+    let pages = match running.web {
+        Some(web) => Some(web_page::open_pages(web, &run_ids).await?),
+        None => None,
+    };
+    let final_seq = events
+        .iter()
+        .find(|e| {
+            matches!(&e.data, streamgate_grammar::EventData::Assistant(a)
+                if a.phase == Some(streamgate_grammar::AssistantPhase::FinalAnswer))
+        })
+        .map_or(0, |e| e.seq);
     let mut published: HashMap<(String, u64), Instant> = HashMap::with_capacity(total);
     let started = Instant::now();
     // Interleave runs event by event, like concurrent live turns.
     for ev in &events {
         let mut batch = Vec::with_capacity(args.runs);
         for r in 0..args.runs {
-            let run_id = format!("proj-bench-{r}");
+            let run_id = run_ids[r].clone();
             let re = RunEvent {
                 envelope: Envelope {
                     tenant: "bench".into(),
@@ -128,6 +159,18 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         }
     }
     let published_in = started.elapsed();
+    if let Some(pages) = pages {
+        web_page::wait_finals(&pages, args.runs, Duration::from_secs(300)).await?;
+        let finished = started.elapsed();
+        shutdown.cancel();
+        drop(running);
+        report_pages(
+            &pages, &published, &run_ids, final_seq, finished, total, &args,
+        );
+        drop(nats_server);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Ok(());
+    }
     let deadline = Instant::now() + Duration::from_secs(300);
     let finished = loop {
         let finals = seen
@@ -191,4 +234,50 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// Prints the web page figures: first snapshot and final shown, p50/p99 over runs.
+fn report_pages(
+    pages: &web_page::Pages,
+    published: &HashMap<(String, u64), Instant>,
+    runs: &[String],
+    final_seq: u64,
+    finished: Duration,
+    total: usize,
+    args: &ProjectorArgs,
+) {
+    let pages = pages.lock().map(|p| p.clone()).unwrap_or_default();
+    let mut first = Vec::new();
+    let mut finals = Vec::new();
+    for run in runs {
+        let Some(t) = pages.get(run) else { continue };
+        let since = |seq: u64, at: Option<Instant>| {
+            Some(
+                at?.duration_since(*published.get(&(run.clone(), seq))?)
+                    .as_secs_f64()
+                    * 1000.0,
+            )
+        };
+        first.extend(since(1, t.first));
+        finals.extend(since(final_seq, t.final_shown));
+    }
+    let pct = |v: &mut Vec<f64>, p: f64| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(((v.len().max(1) - 1) as f64 * p) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    println!(
+        "projector (web page) {} runs, {total} events; every page showed its final after {:.2} s → {:.0} events/s",
+        args.runs,
+        finished.as_secs_f64(),
+        total as f64 / finished.as_secs_f64()
+    );
+    println!(
+        "pages     first event→first snapshot p50 {:.1} ms, p99 {:.1} ms; final event→final shown p50 {:.1} ms, p99 {:.1} ms",
+        pct(&mut first, 0.5),
+        pct(&mut first, 0.99),
+        pct(&mut finals, 0.5),
+        pct(&mut finals, 0.99)
+    );
 }
