@@ -131,8 +131,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     // Interleave runs event by event, like concurrent live turns.
     for ev in &events {
         let mut batch = Vec::with_capacity(args.runs);
-        for r in 0..args.runs {
-            let run_id = run_ids[r].clone();
+        for (r, run_id) in run_ids.iter().enumerate() {
             let re = RunEvent {
                 envelope: Envelope {
                     tenant: "bench".into(),
@@ -143,7 +142,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
                 event: ev.clone(),
             };
             batch.push((
-                RunAddr::new("bench", &run_id, streamgate_bus::DEFAULT_PARTITIONS),
+                RunAddr::new("bench", run_id, streamgate_bus::DEFAULT_PARTITIONS),
                 re,
             ));
         }
