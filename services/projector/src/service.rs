@@ -170,7 +170,11 @@ pub async fn start(
         Some((sink, listen)) => {
             let listener = tokio::net::TcpListener::bind(listen).await?;
             let bound = listener.local_addr()?;
-            let app = web::router(sink.clone(), shutdown.clone());
+            let access = web::access::PageAccess {
+                token: cfg.token.as_deref().map(Into::into),
+                listen: bound,
+            };
+            let app = web::router(sink.clone(), shutdown.clone(), access);
             let (c, stop) = (channel.clone(), shutdown.clone());
             tasks.spawn(async move {
                 web::follow_thinking(c, sink, stop).await;

@@ -167,6 +167,9 @@ pub async fn run(args: UpArgs) -> Result<()> {
         specs.push("web=127.0.0.1:0".to_owned());
     }
     let mut projectors = Vec::new();
+    // The web pages' addresses carry their channel's token, as a notebook server's do:
+    // the page sets it as a cookie and drops it from the address.
+    let mut page_tokens = std::collections::HashMap::new();
     let mut channels = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         let kind = spec.split_once('=').map_or(spec.as_str(), |(k, _)| k);
@@ -189,7 +192,8 @@ pub async fn run(args: UpArgs) -> Result<()> {
         }
         let token = streamgate_runtime::rpc::random_token();
         write_token(&channel_token_path(&data_dir, &name), &token)?;
-        cfg.token = Some(token);
+        cfg.token = Some(token.clone());
+        page_tokens.insert(name.clone(), token);
         let p = streamgate_projector::start(
             nats.clone(),
             cfg,
@@ -237,8 +241,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     for c in &instance.channels {
         match &c.web {
             Some(web) => eprintln!(
-                "  channel         {}: http://{web}/  (ProjectorService {})",
-                c.name, c.grpc
+                "  channel         {}: http://{web}/?token={}  (ProjectorService {})",
+                c.name,
+                page_tokens.get(&c.name).map_or("", String::as_str),
+                c.grpc
             ),
             None => eprintln!(
                 "  channel         {} ({}; ProjectorService {})",

@@ -18,6 +18,7 @@
 //! (markdown is rendered when a page asks, not per op), so the channel's consumers keep
 //! their own pace whatever the pages do.
 
+pub mod access;
 pub mod markdown;
 pub mod runs;
 
@@ -188,7 +189,14 @@ struct AppState {
 /// The web page's router. SSE streams end when `shutdown` fires: a graceful shutdown
 /// waits for open connections, and an open page would otherwise hold the process up
 /// (the page's `EventSource` reconnects to the next instance by itself).
-pub fn router(sink: Arc<WebSink>, shutdown: CancellationToken) -> Router {
+///
+/// Every route is behind [`access::guard`]: loopback host names only on a loopback
+/// page, and the channel token when `access` has one.
+pub fn router(
+    sink: Arc<WebSink>,
+    shutdown: CancellationToken,
+    access: access::PageAccess,
+) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/assets/app.js", get(script))
@@ -197,6 +205,7 @@ pub fn router(sink: Arc<WebSink>, shutdown: CancellationToken) -> Router {
         .route("/api/runs/{run}", get(one))
         .route("/runs/{run}/events", get(run_events))
         .with_state(AppState { sink, shutdown })
+        .layer(axum::middleware::from_fn_with_state(access, access::guard))
 }
 
 async fn page() -> Html<&'static str> {
