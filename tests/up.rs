@@ -212,3 +212,70 @@ fn settings_from_the_command_line() {
         "another chat changed too"
     );
 }
+
+/// `up --metrics` serves Prometheus text where every streamgate series has `# HELP`,
+/// with the build info and the consumers' lag.
+#[test]
+fn metrics_carry_help_text_build_info_and_consumer_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut up = Graceful(
+        Command::new(bin())
+            .args(["up", "--quiet", "--metrics", &addr])
+            .current_dir(dir.path())
+            .stdout(std::fs::File::create(dir.path().join("up.out")).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("up.err")).unwrap())
+            .spawn()
+            .expect("spawn streamgate up"),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while !data_dir(dir.path()).join("up.json").exists() {
+        assert!(up.0.try_wait().unwrap().is_none(), "{}", up_err(dir.path()));
+        assert!(Instant::now() < deadline, "no up.json");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(ingest(dir.path(), "m1"));
+    // The lag reporter runs every 5 s.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let out = Command::new("curl")
+            .args(["-s", &format!("http://{addr}/metrics")])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("streamgate_consumer_pending_messages{") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(text.contains("streamgate_build_info{"), "{text}");
+    assert!(
+        text.contains("streamgate_consumer_pending_messages{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("streamgate_archive_commit_latency_seconds_bucket"),
+        "{text}"
+    );
+    for line in text.lines() {
+        let Some(name) = line.split(['{', ' ']).next() else {
+            continue;
+        };
+        if line.starts_with('#') || !name.starts_with("streamgate_") {
+            continue;
+        }
+        let base = name
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_sum")
+            .trim_end_matches("_count");
+        assert!(
+            text.contains(&format!("# HELP {base} ")),
+            "{base} has no # HELP"
+        );
+    }
+}

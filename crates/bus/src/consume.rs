@@ -155,3 +155,38 @@ pub async fn read_subject(
     }
     Ok(out)
 }
+
+/// How often [`report_lag`] asks the broker.
+pub const LAG_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// Publishes the lag of durable consumers on `stream` as gauges
+/// (`streamgate_consumer_pending_messages`, `streamgate_consumer_ack_pending_messages`,
+/// labelled by stream and consumer) every [`LAG_REPORT_EVERY`] until `stop`. Each
+/// replica reports every consumer it names (the same values from every replica: the
+/// broker's view), so a scrape of any replica shows the group's lag. A consumer that
+/// does not exist yet is skipped.
+pub async fn report_lag(
+    js: jetstream::Context,
+    stream: &'static str,
+    consumers: Vec<String>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        if let Ok(s) = js.get_stream(stream).await {
+            for name in &consumers {
+                let Ok(info) = s.consumer_info(name).await else {
+                    continue;
+                };
+                let labels = [("stream", stream.to_owned()), ("consumer", name.clone())];
+                metrics::gauge!("streamgate_consumer_pending_messages", &labels)
+                    .set(info.num_pending as f64);
+                metrics::gauge!("streamgate_consumer_ack_pending_messages", &labels)
+                    .set(info.num_ack_pending as f64);
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(LAG_REPORT_EVERY) => {}
+        }
+    }
+}

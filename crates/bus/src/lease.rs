@@ -381,7 +381,7 @@ impl Supervisor {
 
     fn publish_held(&self) {
         let set: BTreeSet<u32> = self.held.keys().copied().collect();
-        metrics::gauge!("sg_lease_partitions_held", "group" => self.leases.group.clone())
+        metrics::gauge!("streamgate_lease_partitions_held", "group" => self.leases.group.clone())
             .set(set.len() as f64);
         self.leases.held_tx.send_if_modified(|cur| {
             if *cur == set {
@@ -524,7 +524,7 @@ impl Supervisor {
             if let Some(w) = h.worker {
                 w.abort();
             }
-            metrics::counter!("sg_lease_lost_total", "group" => self.leases.group.clone())
+            metrics::counter!("streamgate_lease_lost_total", "group" => self.leases.group.clone())
                 .increment(1);
             tracing::warn!(group = %self.leases.group, partition = p, why, "partition lease lost: worker stopped");
             self.publish_held();
@@ -646,7 +646,7 @@ impl Supervisor {
         for (p, r) in results {
             match r {
                 Ok(Ok(())) => {
-                    metrics::counter!("sg_lease_released_total", "group" => self.leases.group.clone())
+                    metrics::counter!("streamgate_lease_released_total", "group" => self.leases.group.clone())
                         .increment(1);
                     tracing::info!(group = %self.leases.group, partition = p, "partition released");
                 }
@@ -889,7 +889,7 @@ impl Supervisor {
                             restart_at: None,
                         },
                     );
-                    metrics::counter!("sg_lease_acquired_total", "group" => self.leases.group.clone())
+                    metrics::counter!("streamgate_lease_acquired_total", "group" => self.leases.group.clone())
                         .increment(1);
                     tracing::info!(group = %self.leases.group, partition = p, "partition acquired");
                     self.start_worker(p);

@@ -4,12 +4,14 @@
 //!
 //! # Layout
 //! - [`telemetry`]: logging, Prometheus metrics, OpenTelemetry span export.
+//! - [`metrics`]: the catalogue of every metric and its help text.
 //! - [`config`]: `KEY=VALUE` config files that back flags and environment variables.
 //! - [`shutdown`]: SIGINT/SIGTERM into a cancellation token.
 //! - [`rpc`]: bearer-token interceptors (server and client), health and reflection.
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod metrics;
 pub mod rpc;
 pub mod shutdown;
 pub mod telemetry;

@@ -89,6 +89,18 @@ pub fn reflection() -> Result<
         .build_v1()
 }
 
+/// The gRPC reflection service, v1alpha (what older `grpcurl` and tools ask for).
+pub fn reflection_v1alpha() -> Result<
+    tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+    tonic_reflection::server::Error,
+> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(streamgate_proto::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+}
+
 /// A random token for local instances (`streamgate up`): 32 bytes, hex.
 pub fn random_token() -> String {
     (0..4)

@@ -122,11 +122,20 @@ pub fn init(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
     if let Some(addr) = cfg.metrics_addr {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
+                crate::metrics::SECONDS_BUCKETS,
+            )
+            .map_err(|e| TelemetryError::Metrics {
+                addr,
+                reason: e.to_string(),
+            })?
             .install()
             .map_err(|e| TelemetryError::Metrics {
                 addr,
                 reason: e.to_string(),
             })?;
+        crate::metrics::describe_all();
     }
     let _ = INSTALLED.set(());
     Ok(())

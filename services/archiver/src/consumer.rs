@@ -108,7 +108,7 @@ pub async fn run_events(
                         .map(|event| ArchivedEvent { event, journal_seq }),
                 ),
                 Err(e) => {
-                    metrics::counter!("sg_archiver_undecodable_total").increment(1);
+                    metrics::counter!("streamgate_archiver_undecodable_total").increment(1);
                     warn!(error = %e, subject = %m.subject, "undecodable event skipped");
                 }
             }
@@ -116,10 +116,13 @@ pub async fn run_events(
         loop {
             match store.insert_batch(&events).await {
                 Ok(outcome) => {
-                    metrics::counter!("sg_archiver_events_inserted_total")
+                    metrics::counter!("streamgate_archiver_events_inserted_total")
                         .increment(outcome.inserted);
-                    metrics::counter!("sg_archiver_duplicates_total").increment(outcome.duplicates);
-                    metrics::counter!("sg_archiver_conflicts_total").increment(outcome.conflicts);
+                    record_commit_latency(&events);
+                    metrics::counter!("streamgate_archiver_duplicates_total")
+                        .increment(outcome.duplicates);
+                    metrics::counter!("streamgate_archiver_conflicts_total")
+                        .increment(outcome.conflicts);
                     if let Some(hook) = &cfg.on_commit {
                         (hook.0)(&events);
                     }
@@ -193,4 +196,17 @@ pub async fn run_raw(
         }
     }
     Ok(())
+}
+
+/// Ingest → commit, per event of a committed batch (the envelope carries the chunk's
+/// ingest time).
+fn record_commit_latency(events: &[ArchivedEvent]) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let histogram = metrics::histogram!("streamgate_archive_commit_latency_seconds");
+    for e in events {
+        let ms = now_ms.saturating_sub(e.event.envelope.ts_ms).max(0);
+        histogram.record(ms as f64 / 1000.0);
+    }
 }

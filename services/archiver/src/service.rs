@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use streamgate_archive::Store;
 use streamgate_proto::v1::archive_service_server::ArchiveServiceServer;
-use streamgate_runtime::rpc::{reflection, RequireBearer};
+use streamgate_runtime::rpc::{reflection, reflection_v1alpha, RequireBearer};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -56,6 +56,15 @@ pub async fn start(
     streamgate_bus::ensure_streams_exist(&js, &streams).await?;
     let mut tasks = JoinSet::new();
     {
+        let (js, stop) = (js.clone(), shutdown.clone());
+        let durables = vec![cfg.durable.clone()];
+        tasks.spawn(async move {
+            streamgate_bus::consume::report_lag(js, streamgate_bus::EVENTS_STREAM, durables, stop)
+                .await;
+            Ok(())
+        });
+    }
+    {
         let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());
         tasks.spawn(async move { run_events(js, store, cfg, stop).await });
     }
@@ -75,6 +84,7 @@ pub async fn start(
                 RequireBearer::new(&listen.operator_token),
             );
             let reflect = reflection()?;
+            let reflect_alpha = reflection_v1alpha()?;
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -82,6 +92,7 @@ pub async fn start(
                     .add_service(service)
                     .add_service(health)
                     .add_service(reflect)
+                    .add_service(reflect_alpha)
                     .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                     .await?;
                 Ok(())

@@ -356,7 +356,7 @@ impl RunTable {
             return;
         };
         if let Some(run) = self.unload(&key) {
-            metrics::counter!("sg_normalizer_runs_evicted_total").increment(1);
+            metrics::counter!("streamgate_normalizer_runs_evicted_total").increment(1);
             self.dormant.insert(
                 key,
                 Dormant {

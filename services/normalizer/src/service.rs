@@ -6,7 +6,7 @@ use crate::ingest::{grpc::IngestServer, http, Ingestor};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use streamgate_proto::v1::ingest_service_server::IngestServiceServer;
-use streamgate_runtime::rpc::{reflection, RequireBearer};
+use streamgate_runtime::rpc::{reflection, reflection_v1alpha, RequireBearer};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -47,9 +47,20 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
     let js = async_nats::jetstream::new(nats);
+    let durables = (0..listen.partitions)
+        .map(|p| streamgate_bus::subject::partition_durable(&cfg.durable, listen.partitions, p))
+        .collect();
     let worker = crate::worker::Worker::open(js.clone(), cfg, listen.partitions).await?;
     let ingestor = Ingestor::new(js.clone(), listen.partitions);
     let mut tasks = JoinSet::new();
+    {
+        let (js, stop) = (js.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            streamgate_bus::consume::report_lag(js, streamgate_bus::RAW_STREAM, durables, stop)
+                .await;
+            Ok(())
+        });
+    }
 
     let grpc = match listen.grpc {
         None => None,
@@ -66,6 +77,7 @@ pub async fn start(
                 auth,
             );
             let reflect = reflection()?;
+            let reflect_alpha = reflection_v1alpha()?;
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -73,6 +85,7 @@ pub async fn start(
                     .add_service(service)
                     .add_service(health)
                     .add_service(reflect)
+                    .add_service(reflect_alpha)
                     .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                     .await?;
                 Ok(())

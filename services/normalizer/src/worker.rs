@@ -278,7 +278,7 @@ async fn handle_batch(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     table.trim();
-    metrics::gauge!("sg_normalizer_open_runs").set(budget.used() as f64);
+    metrics::gauge!("streamgate_normalizer_open_runs").set(budget.used() as f64);
 }
 
 async fn process_batch(
@@ -342,7 +342,7 @@ async fn apply_and_publish(
                 // A message nobody can read is acknowledged (it would loop forever) and
                 // counted; the raw bytes stay in SG_RAW for inspection.
                 warn!(error = %e, subject = %msg.subject, "unreadable raw message");
-                metrics::counter!("sg_normalizer_bad_raw_total").increment(1);
+                metrics::counter!("streamgate_normalizer_bad_raw_total").increment(1);
                 continue;
             }
         };
@@ -364,7 +364,7 @@ async fn apply_and_publish(
                     .filter_map(|m| RawChunk::from_message(m).ok())
                     .collect();
                 info!(run = %chunk.addr.run_id, chunks = history.len(), "rebuilding run from SG_RAW");
-                metrics::counter!("sg_normalizer_rebuilds_total").increment(1);
+                metrics::counter!("streamgate_normalizer_rebuilds_total").increment(1);
                 rebuilt = true;
                 let mut groups = table.rebuild(&chunk, history);
                 match table.apply(&chunk) {
@@ -436,8 +436,8 @@ async fn apply_and_publish(
         .values()
         .flat_map(|(_, produced)| produced.iter().map(|p| p.events.len()))
         .sum();
-    metrics::counter!("sg_normalizer_events_published_total").increment(published as u64);
-    metrics::counter!("sg_normalizer_chunks_total").increment(chunks_applied);
+    metrics::counter!("streamgate_normalizer_events_published_total").increment(published as u64);
+    metrics::counter!("streamgate_normalizer_chunks_total").increment(chunks_applied);
     drop(spans);
     Ok(())
 }

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use streamgate_bus::lease::{LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_proto::v1::projector_service_server::ProjectorServiceServer;
-use streamgate_runtime::rpc::{reflection, RequireBearer};
+use streamgate_runtime::rpc::{reflection, reflection_v1alpha, RequireBearer};
 use streamgate_sinks::{Delivery, Sink};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -92,6 +92,18 @@ pub async fn start(
     let (partitions, member) = (leases.held(), leases.member().to_owned());
     let mut tasks = JoinSet::new();
     {
+        let js = channel.jetstream().clone();
+        let durables = (0..cfg.partitions)
+            .map(|p| cfg.partition_durable(p))
+            .collect();
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            streamgate_bus::consume::report_lag(js, streamgate_bus::EVENTS_STREAM, durables, stop)
+                .await;
+            Ok(())
+        });
+    }
+    {
         // Shutdown: queued ops get the engine's short grace, then it closes, so a chat
         // stuck in retries (or in a 30 s retry_after) cannot hold the process. What is
         // left stays tracked by the active-run markers for the next start. (A task of
@@ -151,6 +163,7 @@ pub async fn start(
                 RequireBearer::optional(cfg.token.as_deref()),
             );
             let reflect = reflection()?;
+            let reflect_alpha = reflection_v1alpha()?;
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -158,6 +171,7 @@ pub async fn start(
                     .add_service(service)
                     .add_service(health)
                     .add_service(reflect)
+                    .add_service(reflect_alpha)
                     .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                     .await?;
                 Ok(())

@@ -129,31 +129,9 @@ pub enum DeliveryError {
 }
 
 const DROPPED: &str = "streamgate_delivery_dropped_total";
-
-fn describe_metrics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        metrics::describe_counter!(
-            DROPPED,
-            "Ops the delivery engine dropped without delivering them, by channel, op and \
-             reason (permanent: the sink refused it for good; too_large; \
-             retries_exhausted: transient failures of a non-final op; lane_full: a draft \
-             or typing beyond a chat's queue bound)"
-        );
-        metrics::describe_counter!(
-            "streamgate_delivery_ops_total",
-            "Ops the delivery engine finished, by channel, op and outcome"
-        );
-        metrics::describe_counter!(
-            "streamgate_delivery_submitted_total",
-            "Ops queued to the delivery engine, by op"
-        );
-        metrics::describe_counter!(
-            "streamgate_delivery_rate_limited_total",
-            "Requests a chat API answered with a rate limit (retry_after honoured)"
-        );
-    });
-}
+/// Seconds from an op's submission to the sink's answer (the delivery part of
+/// event→sink; the projector records the part before it).
+const LATENCY: &str = "streamgate_delivery_latency_seconds";
 
 #[derive(Debug)]
 struct Bucket {
@@ -188,8 +166,15 @@ impl Bucket {
     }
 }
 
+/// An op waiting on its chat's lane, with when it was submitted (a coalesced draft
+/// keeps its slot's time: the chat has waited since then).
+struct Queued {
+    op: Op,
+    since: Instant,
+}
+
 struct LaneQueue {
-    ops: VecDeque<Op>,
+    ops: VecDeque<Queued>,
     /// Ops of each run queued or being executed (for [`Delivery::flush_run`]).
     runs: HashMap<String, usize>,
     last_typing: Option<Instant>,
@@ -214,7 +199,7 @@ impl Lane {
         self.lock()
             .ops
             .iter()
-            .any(|o| matches!(o, Op::Draft { key, .. } if key == run))
+            .any(|o| matches!(&o.op, Op::Draft { key, .. } if key == run))
     }
 
     fn pending(&self, run_id: &str) -> usize {
@@ -301,7 +286,6 @@ impl Delivery {
         store: Arc<dyn StateStore>,
         sinks: impl IntoIterator<Item = Arc<dyn Sink>>,
     ) -> Delivery {
-        describe_metrics();
         let sinks = sinks
             .into_iter()
             .map(|sink| {
@@ -361,7 +345,7 @@ impl Delivery {
                     let recent = q
                         .last_typing
                         .is_some_and(|t| now < t + self.inner.config.typing_interval);
-                    if recent || q.ops.iter().any(|o| matches!(o, Op::Typing)) {
+                    if recent || q.ops.iter().any(|o| matches!(o.op, Op::Typing)) {
                         metrics::counter!("streamgate_delivery_typing_throttled_total")
                             .increment(1);
                         return Ok(());
@@ -370,9 +354,10 @@ impl Delivery {
                 Op::Draft { key, .. } => {
                     // Latest wins: replace the run's newest queued op if it is a draft
                     // (never jump over a queued settle/final of the run).
-                    let newest = q.ops.iter().rposition(|o| op_run(o) == Some(key));
+                    let newest = q.ops.iter().rposition(|o| op_run(&o.op) == Some(key));
                     if let Some(pos) = newest {
-                        if let Some(slot @ Op::Draft { .. }) = q.ops.get_mut(pos) {
+                        if let Some(slot @ Op::Draft { .. }) = q.ops.get_mut(pos).map(|o| &mut o.op)
+                        {
                             *slot = op;
                             metrics::counter!("streamgate_delivery_drafts_coalesced_total")
                                 .increment(1);
@@ -395,7 +380,7 @@ impl Delivery {
             if let Some(run) = op_run(&op) {
                 *q.runs.entry(run.run_id.clone()).or_default() += 1;
             }
-            q.ops.push_back(op);
+            q.ops.push_back(Queued { op, since: now });
             drop(q);
             break lane;
         };
@@ -519,11 +504,11 @@ const LANE_IDLE: Duration = Duration::from_secs(60);
 
 async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>, mut flow: watch::Receiver<Flow>) {
     loop {
-        let op = loop {
+        let Queued { op, since } = loop {
             let woken = lane.wake.notified();
             let next = lane.lock().ops.pop_front();
-            if let Some(op) = next {
-                break op;
+            if let Some(queued) = next {
+                break queued;
             }
             tokio::select! {
                 () = woken => {}
@@ -544,6 +529,7 @@ async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>, mut flow: watch::Receiver
             _ = flow.wait_for(|f| f.closed) => return,
             () = inner.process(&lane, &op) => {}
         }
+        metrics::histogram!(LATENCY, "op" => op.name()).record(since.elapsed().as_secs_f64());
         if let Some(run) = op_run(&op) {
             let mut q = lane.lock();
             if let Some(n) = q.runs.get_mut(&run.run_id) {

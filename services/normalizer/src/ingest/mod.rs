@@ -105,7 +105,7 @@ impl Ingestor {
             .await
             .map_err(|e| IngestError::Broker(e.to_string()))?
             .sequence;
-        metrics::counter!("sg_ingest_chunks_total").increment(1);
+        metrics::counter!("streamgate_ingest_chunks_total").increment(1);
         Ok(seq)
     }
 
