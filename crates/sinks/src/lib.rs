@@ -14,8 +14,11 @@
 //! - [`plain`]: tier T0, append-only lines to any `AsyncWrite`.
 //!
 //! Shared pieces: [`sink`] (the contract: [`Sink`], [`ChatTarget`], [`DeliveryState`],
-//! [`SinkError`]), [`delivery`] (the engine, [`StateStore`]), [`text`] (measuring,
-//! splitting, escaping), [`http`] (client, [`Secret`]), and `fakes` (feature `fakes`):
+//! [`SinkError`]), [`delivery`] (the engine, [`StateStore`]), [`format`] (model markdown
+//! → each chat's format, split at its limit without breaking a code block or a tag; one
+//! module per target: `format/telegram.rs`, `format/slack.rs`, `format/discord.rs`),
+//! [`text`] (measuring, escaping of projection text), [`http`] (client, [`Secret`]),
+//! and `fakes` (feature `fakes`):
 //! local axum servers that behave like the chat APIs, for tests here and end-to-end
 //! tests of the projector.
 //!
@@ -30,6 +33,7 @@ pub mod delivery;
 pub mod discord;
 #[cfg(feature = "fakes")]
 pub mod fakes;
+pub mod format;
 pub mod http;
 pub mod plain;
 pub mod sink;
