@@ -26,7 +26,9 @@
 //! Drafts are created lazily, edited in place, never split (the projection budgets
 //! them; an over-limit draft is cut with `…` as a last guard). A `Final` is sent as new
 //! message(s) under the settled draft, split only when over the channel's limit, with
-//! progress recorded per part. See [`delivery`] for exactly-once and its residual window.
+//! progress recorded per part. Drafts and finals are model markdown, rendered by
+//! [`format`] (Telegram HTML, Slack mrkdwn, Discord markdown); settle summaries,
+//! notices and placeholders are projection text, only escaped. See [`delivery`] for exactly-once and its residual window.
 #![forbid(unsafe_code)]
 
 pub mod delivery;
