@@ -22,6 +22,19 @@ impl Style for Discord {
         out.push(c);
     }
 
+    fn code<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        // Three backticks in a row would end the fence early: break each run with a
+        // zero-width space.
+        if !s.contains("```") {
+            return Cow::Borrowed(s);
+        }
+        let mut out = s.to_owned();
+        while out.contains("```") {
+            out = out.replace("```", "``\u{200B}`");
+        }
+        Cow::Owned(out)
+    }
+
     fn text<'a>(&self, s: &'a str) -> Cow<'a, str> {
         neutralize_mentions(s)
     }
@@ -114,6 +127,15 @@ mod tests {
         assert_eq!(dc("```rust\nfn f() {}\n```"), "```rust\nfn f() {}\n```");
         assert_eq!(dc("a `x*y` b"), "a `x*y` b");
         assert_eq!(dc("a ``x`y`` b"), "a `` x`y `` b");
+        assert_eq!(
+            dc("````md\n```\ninner\n```\n````"),
+            "```md\n``\u{200B}`\ninner\n``\u{200B}`\n```"
+        );
+        assert_eq!(
+            dc("see https://e.com/a_b*c and a_b"),
+            "see https://e.com/a_b*c and a\\_b",
+            "bare URLs are not escaped"
+        );
     }
 
     #[test]

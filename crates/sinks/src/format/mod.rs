@@ -18,7 +18,7 @@ pub mod discord;
 pub mod slack;
 pub mod telegram;
 
-use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd, TextMergeStream};
 use std::borrow::Cow;
 
 /// A construct that wraps content and must be closed (and reopened across a split).
@@ -72,6 +72,10 @@ pub(crate) trait Style {
     fn text<'a>(&self, s: &'a str) -> Cow<'a, str> {
         Cow::Borrowed(s)
     }
+    /// Prepare code (span or block content) before escaping.
+    fn code<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        Cow::Borrowed(s)
+    }
     fn strong(&self) -> Frame;
     fn emphasis(&self) -> Frame;
     fn strike(&self) -> Frame;
@@ -101,6 +105,16 @@ pub(crate) fn safe_url(url: &str) -> Option<&str> {
         || lower.starts_with("https://")
         || lower.starts_with("mailto:");
     (ok && !u.chars().any(|c| c.is_control() || c.is_whitespace())).then_some(u)
+}
+
+/// Byte offset of the first `http://` / `https://` in `s`.
+fn find_url(s: &str) -> Option<usize> {
+    let a = s.find("http://");
+    let b = s.find("https://");
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// A code block's language tag, if it is a plain identifier.
@@ -193,8 +207,24 @@ impl<'s> Render<'s> {
             return;
         }
         self.sep();
-        let t = self.style.text(s).into_owned();
-        self.push(Tok::Text(t));
+        // Bare URLs go out verbatim (as code is): escaping them for a markdown chat
+        // would put backslashes into the link the chat detects.
+        let mut rest = s;
+        while let Some(at) = find_url(rest) {
+            let end = rest[at..]
+                .find(|c: char| c.is_whitespace() || c == '<' || c == '>' || c == '"')
+                .map_or(rest.len(), |n| at + n);
+            if at > 0 {
+                let t = self.style.text(&rest[..at]).into_owned();
+                self.push(Tok::Text(t));
+            }
+            self.push(Tok::Code(rest[at..end].to_owned()));
+            rest = &rest[end..];
+        }
+        if !rest.is_empty() {
+            let t = self.style.text(rest).into_owned();
+            self.push(Tok::Text(t));
+        }
     }
 
     fn event(&mut self, ev: Event<'_>) {
@@ -206,7 +236,8 @@ impl<'s> Render<'s> {
                 self.sep();
                 let f = self.style.inline_code(&s);
                 self.push(Tok::Open(f));
-                self.push(Tok::Code(s.into_string()));
+                let code = self.style.code(&s).into_owned();
+                self.push(Tok::Code(code));
                 self.push(Tok::Close);
             }
             Event::FootnoteReference(s) => self.text(&format!("[{s}]")),
@@ -299,7 +330,9 @@ impl<'s> Render<'s> {
             }
             Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } => {
                 self.sep();
-                match safe_url(&dest_url) {
+                // No link inside a link (an image in a link): the outer one wins.
+                let inside = self.links.contains(&true);
+                match safe_url(&dest_url).filter(|_| !inside) {
                     Some(u) => {
                         let f = self.style.link(u);
                         self.push(Tok::Open(f));
@@ -331,6 +364,7 @@ impl<'s> Render<'s> {
                     }
                     let f = self.style.code_block(&lang);
                     self.push(Tok::Open(f));
+                    let code = self.style.code(&code).into_owned();
                     self.push(Tok::Code(code));
                     self.push(Tok::Close);
                 }
@@ -363,7 +397,8 @@ impl<'s> Render<'s> {
 pub(crate) fn tokens(style: &dyn Style, markdown: &str) -> Vec<Tok> {
     let opts = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
     let mut r = Render::new(style);
-    for ev in Parser::new_ext(markdown, opts) {
+    // Merged text: a bare URL split at a would-be delimiter (`*`, `_`) stays whole.
+    for ev in TextMergeStream::new(Parser::new_ext(markdown, opts)) {
         r.event(ev);
     }
     r.toks

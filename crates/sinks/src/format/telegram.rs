@@ -176,6 +176,15 @@ mod tests {
             "&lt;div&gt;\nblock\n&lt;/div&gt;"
         );
         assert_eq!(tg("[click](javascript:alert(1))"), "click");
+        assert_eq!(
+            tg("[![img](https://e.com/i.png)](https://e.com)"),
+            "<a href=\"https://e.com\">img</a>",
+            "no link nested in a link"
+        );
+        assert_eq!(
+            tg("go https://e.com/?a=1&b=2 now"),
+            "go https://e.com/?a=1&amp;b=2 now"
+        );
         assert_eq!(tg("[x](JavaScript:alert(1)) [y](data:text/html,hi)"), "x y");
         assert_eq!(tg("a & b"), "a &amp; b");
     }
