@@ -149,6 +149,7 @@ struct Render<'s> {
     code: Option<(String, String)>,
     html: Option<String>,
     links: Vec<bool>,
+    quotes: usize,
 }
 
 impl<'s> Render<'s> {
@@ -163,6 +164,7 @@ impl<'s> Render<'s> {
             code: None,
             html: None,
             links: Vec::new(),
+            quotes: 0,
         }
     }
 
@@ -268,9 +270,16 @@ impl<'s> Render<'s> {
                 self.push(Tok::Open(f));
             }
             Tag::BlockQuote(_) => {
-                self.newlines(1);
-                let f = self.style.quote();
-                self.push(Tok::Open(f));
+                // Telegram refuses nested blockquotes (and the others show one level):
+                // an inner quote is just more of the outer one.
+                self.quotes += 1;
+                if self.quotes == 1 {
+                    self.newlines(1);
+                    let f = self.style.quote();
+                    self.push(Tok::Open(f));
+                } else {
+                    self.sep();
+                }
             }
             Tag::CodeBlock(kind) => {
                 self.sep();
@@ -353,9 +362,14 @@ impl<'s> Render<'s> {
                 self.end_block(2);
             }
             TagEnd::BlockQuote(_) => {
-                self.push(Tok::Close);
-                self.boundary = true;
-                self.pending = self.style.newlines_after_quote();
+                self.quotes = self.quotes.saturating_sub(1);
+                if self.quotes == 0 {
+                    self.push(Tok::Close);
+                    self.boundary = true;
+                    self.pending = self.style.newlines_after_quote();
+                } else {
+                    self.end_block(2);
+                }
             }
             TagEnd::CodeBlock => {
                 if let Some((lang, mut code)) = self.code.take() {

@@ -163,6 +163,11 @@ mod tests {
             tg("> quoted\n\nafter"),
             "<blockquote>quoted</blockquote>after"
         );
+        assert_eq!(
+            tg("> outer\n>\n> > inner\n\nafter"),
+            "<blockquote>outer\n\ninner</blockquote>after",
+            "Telegram refuses nested blockquotes"
+        );
     }
 
     #[test]

@@ -12,6 +12,29 @@ fn visible(parts: &[String]) -> String {
         .collect()
 }
 
+/// Telegram's nesting rules: no blockquote in a blockquote, nothing inside code/pre
+/// (except pre's own code).
+fn telegram_nesting_ok(part: &str) -> bool {
+    let mut stack: Vec<&str> = Vec::new();
+    for tag in part.split('<').skip(1).filter_map(|t| t.split('>').next()) {
+        if tag.starts_with('/') {
+            stack.pop();
+            continue;
+        }
+        let name = tag.split_whitespace().next().unwrap_or("");
+        if name == "blockquote" && stack.contains(&"blockquote") {
+            return false;
+        }
+        match stack.last() {
+            Some(&"code") => return false,
+            Some(&"pre") if name != "code" => return false,
+            _ => {}
+        }
+        stack.push(name);
+    }
+    true
+}
+
 fn no_ws(s: &str) -> String {
     s.chars().filter(|c| !c.is_whitespace()).collect()
 }
@@ -144,6 +167,7 @@ proptest! {
         for p in &parts {
             let text = parse_html(p);
             prop_assert!(text.is_ok(), "unbalanced part {:?}: {:?}", p, text);
+            prop_assert!(telegram_nesting_ok(p), "bad nesting: {:?}", p);
             let text = text.unwrap_or_default();
             prop_assert!(measure(&text, utf16_unit) <= limit, "{} > {}: {:?}", measure(&text, utf16_unit), limit, p);
             seen.push_str(&text);
