@@ -407,13 +407,21 @@ impl<'s> Render<'s> {
     }
 }
 
-/// Markdown → tokens for `style`.
+/// Markdown → tokens for `style`. Markdown that renders to nothing visible (only link
+/// reference definitions, say) is shown as its source text: an answer is never empty.
 pub(crate) fn tokens(style: &dyn Style, markdown: &str) -> Vec<Tok> {
     let opts = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
     let mut r = Render::new(style);
     // Merged text: a bare URL split at a would-be delimiter (`*`, `_`) stays whole.
     for ev in TextMergeStream::new(Parser::new_ext(markdown, opts)) {
         r.event(ev);
+    }
+    let visible = r.toks.iter().any(|t| match t {
+        Tok::Text(s) | Tok::Code(s) | Tok::Markup(s) => !s.trim().is_empty(),
+        _ => false,
+    });
+    if !visible && !markdown.trim().is_empty() {
+        return vec![Tok::Text(style.text(markdown.trim()).into_owned())];
     }
     r.toks
 }

@@ -89,6 +89,15 @@ fn slack_split_keeps_links_and_emphasis_whole() {
 }
 
 #[test]
+fn markdown_that_renders_to_nothing_is_shown_as_text() {
+    assert_eq!(
+        Target::Telegram.render("[a]: https://e.com"),
+        "[a]: https://e.com"
+    );
+    assert_eq!(Target::Slack.render(""), "");
+}
+
+#[test]
 fn suffix_stays_out_of_an_open_block() {
     let p = Target::Telegram.parts("```\nunclosed", Some("⚠️ truncated"), 4096);
     assert_eq!(p, vec!["<pre>unclosed</pre>\n⚠️ truncated".to_owned()]);
