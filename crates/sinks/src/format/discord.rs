@@ -146,7 +146,7 @@ mod tests {
             dc("[t](https://e.com/a_(b))"),
             "[t](https://e.com/a_%28b%29)"
         );
-        assert_eq!(dc("> q\n\nafter"), "> q\nafter");
+        assert_eq!(dc("> q\n\nafter"), "> q\n\nafter");
     }
 
     #[test]

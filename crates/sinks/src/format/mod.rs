@@ -91,9 +91,10 @@ pub(crate) trait Style {
     fn rule(&self) -> &'static str {
         "———"
     }
-    /// Line breaks after a quote (Telegram's `<blockquote>` is a block: none).
-    fn newlines_after_quote(&self) -> usize {
-        1
+    /// A quote is a block element of its own (Telegram's `<blockquote>`): one line
+    /// break before it, none after.
+    fn quote_is_block(&self) -> bool {
+        false
     }
 }
 
@@ -150,10 +151,12 @@ struct Render<'s> {
     html: Option<String>,
     links: Vec<bool>,
     quotes: usize,
+    /// Drafts: thinking quotes sit between rows without blank lines.
+    compact: bool,
 }
 
 impl<'s> Render<'s> {
-    fn new(style: &'s dyn Style) -> Render<'s> {
+    fn new(style: &'s dyn Style, compact: bool) -> Render<'s> {
         Render {
             style,
             toks: Vec::new(),
@@ -165,6 +168,7 @@ impl<'s> Render<'s> {
             html: None,
             links: Vec::new(),
             quotes: 0,
+            compact,
         }
     }
 
@@ -274,7 +278,12 @@ impl<'s> Render<'s> {
                 // an inner quote is just more of the outer one.
                 self.quotes += 1;
                 if self.quotes == 1 {
-                    self.newlines(1);
+                    let n = if self.compact || self.style.quote_is_block() || !self.boundary {
+                        1
+                    } else {
+                        self.pending.max(1)
+                    };
+                    self.newlines(n);
                     let f = self.style.quote();
                     self.push(Tok::Open(f));
                 } else {
@@ -366,7 +375,13 @@ impl<'s> Render<'s> {
                 if self.quotes == 0 {
                     self.push(Tok::Close);
                     self.boundary = true;
-                    self.pending = self.style.newlines_after_quote();
+                    self.pending = if self.style.quote_is_block() {
+                        0
+                    } else if self.compact {
+                        1
+                    } else {
+                        2
+                    };
                 } else {
                     self.end_block(2);
                 }
@@ -409,9 +424,9 @@ impl<'s> Render<'s> {
 
 /// Markdown → tokens for `style`. Markdown that renders to nothing visible (only link
 /// reference definitions, say) is shown as its source text: an answer is never empty.
-pub(crate) fn tokens(style: &dyn Style, markdown: &str) -> Vec<Tok> {
+pub(crate) fn tokens(style: &dyn Style, markdown: &str, compact: bool) -> Vec<Tok> {
     let opts = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
-    let mut r = Render::new(style);
+    let mut r = Render::new(style, compact);
     // Merged text: a bare URL split at a would-be delimiter (`*`, `_`) stays whole.
     for ev in TextMergeStream::new(Parser::new_ext(markdown, opts)) {
         r.event(ev);
@@ -682,7 +697,7 @@ impl Target {
     /// open block) as messages of at most `limit` each.
     pub fn parts(self, markdown: &str, suffix: Option<&str>, limit: usize) -> Vec<String> {
         let style = self.style();
-        let mut toks = tokens(style, markdown);
+        let mut toks = tokens(style, markdown, false);
         if let Some(s) = suffix.filter(|s| !s.is_empty()) {
             if !toks.is_empty() {
                 toks.push(Tok::Break);
@@ -698,7 +713,7 @@ impl Target {
     pub fn draft(self, text: &str, limit: usize) -> String {
         let style = self.style();
         let md = draft_markdown(text);
-        let toks = tokens(style, &md);
+        let toks = tokens(style, &md, true);
         let whole = pack(style, &toks, usize::MAX).concat();
         if style.measure(&whole) <= limit {
             return whole;

@@ -95,7 +95,7 @@ mod tests {
             sl("[docs](https://e.com/a?b=1&c=2|x)"),
             "<https://e.com/a?b=1&amp;c=2%7Cx|docs>"
         );
-        assert_eq!(sl("> q\n> r\n\nafter"), "> q\n> r\nafter");
+        assert_eq!(sl("p\n\n> q\n> r\n\nafter"), "p\n\n> q\n> r\n\nafter");
     }
 
     #[test]

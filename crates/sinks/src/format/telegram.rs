@@ -107,8 +107,8 @@ impl Style for Telegram {
         Frame::new(open, "</a>")
     }
 
-    fn newlines_after_quote(&self) -> usize {
-        0
+    fn quote_is_block(&self) -> bool {
+        true
     }
 }
 
