@@ -14,8 +14,11 @@
 //! - [`plain`]: tier T0, append-only lines to any `AsyncWrite`.
 //!
 //! Shared pieces: [`sink`] (the contract: [`Sink`], [`ChatTarget`], [`DeliveryState`],
-//! [`SinkError`]), [`delivery`] (the engine, [`StateStore`]), [`text`] (measuring,
-//! splitting, escaping), [`http`] (client, [`Secret`]), and `fakes` (feature `fakes`):
+//! [`SinkError`]), [`delivery`] (the engine, [`StateStore`]), [`format`] (model markdown
+//! → each chat's format, split at its limit without breaking a code block or a tag; one
+//! module per target: `format/telegram.rs`, `format/slack.rs`, `format/discord.rs`),
+//! [`text`] (measuring, escaping of projection text), [`http`] (client, [`Secret`]),
+//! and `fakes` (feature `fakes`):
 //! local axum servers that behave like the chat APIs, for tests here and end-to-end
 //! tests of the projector.
 //!
@@ -23,13 +26,16 @@
 //! Drafts are created lazily, edited in place, never split (the projection budgets
 //! them; an over-limit draft is cut with `…` as a last guard). A `Final` is sent as new
 //! message(s) under the settled draft, split only when over the channel's limit, with
-//! progress recorded per part. See [`delivery`] for exactly-once and its residual window.
+//! progress recorded per part. Drafts and finals are model markdown, rendered by
+//! [`format`] (Telegram HTML, Slack mrkdwn, Discord markdown); settle summaries,
+//! notices and placeholders are projection text, only escaped. See [`delivery`] for exactly-once and its residual window.
 #![forbid(unsafe_code)]
 
 pub mod delivery;
 pub mod discord;
 #[cfg(feature = "fakes")]
 pub mod fakes;
+pub mod format;
 pub mod http;
 pub mod plain;
 pub mod sink;

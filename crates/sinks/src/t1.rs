@@ -1,8 +1,9 @@
 //! The tier-T1 (editable draft + durable messages) op semantics, written once over four
 //! message primitives. Telegram, Discord and Slack differ only in those primitives.
 
+use crate::format::Target;
 use crate::sink::{final_display_text, ChatTarget, DeliveryState, Pacing, Sink, SinkError};
-use crate::text::{split, truncate, Unit};
+use crate::text::{truncate, Unit};
 use futures::future::BoxFuture;
 use streamgate_projection::{Op, Tier};
 
@@ -15,8 +16,10 @@ pub(crate) enum Edited {
     NotFound,
 }
 
-/// The primitives of an editable-message chat API. Texts are projection text (plain,
-/// `> ` blockquotes); the implementation renders/escapes for its wire format.
+/// The primitives of an editable-message chat API. Texts given to `send` and `edit` are
+/// already in the wire format: drafts and finals are model markdown rendered by
+/// [`MessageApi::target`] (see [`crate::format`]), other texts (settle summaries,
+/// notices, placeholders) are projection text escaped by [`MessageApi::plain`].
 pub(crate) trait MessageApi: Send + Sync {
     /// Name of the configured channel ([`Sink::channel`]).
     fn channel(&self) -> &str;
@@ -26,8 +29,12 @@ pub(crate) trait MessageApi: Send + Sync {
     fn pacing(&self) -> Pacing;
     /// Message size limit, in `unit()`s of the projection text.
     fn limit(&self) -> usize;
-    /// How a char counts toward `limit`.
+    /// How a char of projection text counts toward `limit`.
     fn unit(&self) -> Unit;
+    /// The wire format markdown is rendered to.
+    fn target(&self) -> Target;
+    /// Projection text (plain, `> ` blockquotes) in the wire format.
+    fn plain(&self, text: &str) -> String;
     /// Post a new message; returns its id.
     fn send<'a>(
         &'a self,
@@ -127,13 +134,13 @@ pub(crate) async fn execute<A: MessageApi>(
             if state.last_rendered_seq.is_some_and(|s| *seq < s) {
                 return Ok(());
             }
-            // Drafts are budgeted by the projection and never split; the truncation is
-            // only a guard so that nothing over the limit is ever sent.
-            let text = truncate(text, limit, unit);
             if text.trim().is_empty() {
                 return Ok(());
             }
-            upsert_draft(api, chat, &text, state).await?;
+            // Drafts are budgeted by the projection and never split; the cut is only a
+            // guard so that nothing over the limit is ever sent.
+            let wire = api.target().draft(text, limit);
+            upsert_draft(api, chat, &wire, state).await?;
             state.last_rendered_seq = Some(*seq);
             Ok(())
         }
@@ -149,7 +156,7 @@ pub(crate) async fn execute<A: MessageApi>(
                 state.draft_message_id = None;
                 state.dismissed = true;
             } else {
-                upsert_draft(api, chat, &text, state).await?;
+                upsert_draft(api, chat, &api.plain(&text), state).await?;
             }
             state.settled = true;
             state.last_rendered_seq = Some(state.last_rendered_seq.unwrap_or(0).max(*seq));
@@ -172,8 +179,11 @@ pub(crate) async fn execute<A: MessageApi>(
             if full.trim().is_empty() {
                 return Err(SinkError::Permanent("empty final answer".into()));
             }
-            // Split deterministically so a retry resumes at the first unsent part.
-            let parts: Vec<String> = split(&full, limit, unit)
+            // Render and split deterministically so a retry resumes at the first unsent
+            // part; a split never breaks a code block or a tag (see `crate::format`).
+            let parts: Vec<String> = api
+                .target()
+                .parts(text, suffix.as_deref(), limit)
                 .into_iter()
                 .filter(|p| !p.trim().is_empty())
                 .collect();
@@ -188,7 +198,7 @@ pub(crate) async fn execute<A: MessageApi>(
             if state.retracted {
                 return Ok(());
             }
-            let placeholder = truncate(placeholder, limit, unit);
+            let placeholder = api.plain(&truncate(placeholder, limit, unit));
             if let Some(first) = state.final_message_ids.first().cloned() {
                 // The withdrawn text is the delivered answer: first part becomes the
                 // placeholder, the other parts go.
@@ -220,7 +230,7 @@ pub(crate) async fn execute<A: MessageApi>(
             }
             let text = truncate(text, limit, unit);
             if !text.trim().is_empty() {
-                api.send(chat, &text).await?;
+                api.send(chat, &api.plain(&text)).await?;
             }
             state.notices_sent.insert(*seq);
             Ok(())

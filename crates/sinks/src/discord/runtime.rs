@@ -1,6 +1,7 @@
 //! Discord sink runtime.
 
 use super::config::DiscordConfig;
+use crate::format::Target;
 use crate::http::{self, Secret};
 use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
 use crate::t1::{Edited, MessageApi};
@@ -127,6 +128,14 @@ impl MessageApi for DiscordSink {
 
     fn unit(&self) -> Unit {
         char_unit
+    }
+
+    fn target(&self) -> Target {
+        Target::Discord
+    }
+
+    fn plain(&self, text: &str) -> String {
+        text.to_owned()
     }
 
     fn send<'a>(

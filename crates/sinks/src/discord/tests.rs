@@ -40,7 +40,8 @@ async fn happy_path_and_2000_limit() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|m| m.text.as_str())
             .collect::<String>(),
-        answer
+        answer.trim_end(),
+        "markdown drops the trailing space"
     );
     assert!(fake.calls().iter().all(|c| c.status < 300));
     // The over-budget draft was cut to the limit, not split.

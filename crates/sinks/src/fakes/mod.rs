@@ -8,7 +8,7 @@
 
 mod discord;
 mod slack;
-mod telegram;
+pub(crate) mod telegram;
 mod webhook;
 
 use axum::Router;

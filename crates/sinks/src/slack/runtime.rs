@@ -1,6 +1,7 @@
 //! Slack sink runtime.
 
 use super::config::SlackConfig;
+use crate::format::Target;
 use crate::http::{self, Secret};
 use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
 use crate::t1::{Edited, MessageApi};
@@ -120,6 +121,14 @@ impl MessageApi for SlackSink {
         slack_unit
     }
 
+    fn target(&self) -> Target {
+        Target::Slack
+    }
+
+    fn plain(&self, text: &str) -> String {
+        slack_mrkdwn(text)
+    }
+
     fn send<'a>(
         &'a self,
         chat: &'a ChatTarget,
@@ -128,7 +137,7 @@ impl MessageApi for SlackSink {
         Box::pin(async move {
             let body = json!({
                 "channel": chat.chat_id,
-                "text": slack_mrkdwn(text),
+                "text": text,
                 "mrkdwn": true,
                 "unfurl_links": false,
                 "unfurl_media": false,
@@ -148,7 +157,7 @@ impl MessageApi for SlackSink {
         text: &'a str,
     ) -> BoxFuture<'a, Result<Edited, SinkError>> {
         Box::pin(async move {
-            let body = json!({"channel": chat.chat_id, "ts": id, "text": slack_mrkdwn(text)});
+            let body = json!({"channel": chat.chat_id, "ts": id, "text": text});
             match self.call("chat.update", body).await {
                 Ok(_) => Ok(Edited::Applied),
                 Err(Fail::NotFound) => Ok(Edited::NotFound),

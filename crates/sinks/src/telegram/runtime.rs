@@ -1,6 +1,7 @@
 //! Telegram sink runtime.
 
 use super::config::TelegramConfig;
+use crate::format::Target;
 use crate::http::{self, Secret};
 use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
 use crate::t1::{Edited, MessageApi};
@@ -148,6 +149,14 @@ impl MessageApi for TelegramSink {
         utf16_unit
     }
 
+    fn target(&self) -> Target {
+        Target::Telegram
+    }
+
+    fn plain(&self, text: &str) -> String {
+        telegram_html(text)
+    }
+
     fn send<'a>(
         &'a self,
         chat: &'a ChatTarget,
@@ -156,7 +165,7 @@ impl MessageApi for TelegramSink {
         Box::pin(async move {
             let body = json!({
                 "chat_id": chat_id(chat),
-                "text": telegram_html(text),
+                "text": text,
                 "parse_mode": "HTML",
                 "link_preview_options": {"is_disabled": true},
             });
@@ -179,7 +188,7 @@ impl MessageApi for TelegramSink {
             let body = json!({
                 "chat_id": chat_id(chat),
                 "message_id": message_id(id)?,
-                "text": telegram_html(text),
+                "text": text,
                 "parse_mode": "HTML",
                 "link_preview_options": {"is_disabled": true},
             });
