@@ -8,7 +8,7 @@
 
 mod discord;
 mod slack;
-pub(crate) mod telegram;
+pub mod telegram;
 mod webhook;
 
 use axum::Router;

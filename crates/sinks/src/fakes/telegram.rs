@@ -42,7 +42,7 @@ pub(super) fn router(shared: Shared, token: String) -> Router {
 }
 
 /// Visible text of Telegram HTML, or the API's parse error.
-pub(crate) fn parse_html(raw: &str) -> Result<String, String> {
+pub fn parse_html(raw: &str) -> Result<String, String> {
     let mut out = String::new();
     let mut stack: Vec<String> = Vec::new();
     let mut rest = raw;
