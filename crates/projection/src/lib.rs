@@ -51,6 +51,7 @@ pub mod ops;
 pub mod projection;
 pub mod redact;
 mod render;
+pub mod safe_events;
 pub mod settings;
 
 pub use ops::{DraftKey, Op};
@@ -59,4 +60,5 @@ pub use projection::{
     TYPING_EVERY_EVENTS,
 };
 pub use render::{draft_line_kind, is_silent, DraftLine, SILENT_TOKENS};
+pub use safe_events::EventRedactor;
 pub use settings::{Budgets, Delivery, Reasoning, Settings, Tier, Verbose};

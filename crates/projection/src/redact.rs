@@ -48,10 +48,11 @@ pub const RULES: [(&str, &str); 17] = [
         "pem_private_key",
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?P<s>(?s:.*?))(?:-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\z)",
     ),
-    // Authorization: Bearer x / Basic x, and a bare `Bearer <token>`.
+    // Authorization: Bearer x / Basic x (the scheme is masked too, so the masked text is
+    // the same however far the value has streamed), and a bare `Bearer <token>`.
     (
         "authorization_header",
-        r#"(?i)\b(?:proxy-)?authorization["']?[ \t]*[:=][ \t]*["']?(?:(?:bearer|basic|token|digest)[ \t]+)?(?P<s>[^\s"',;]+)"#,
+        r#"(?i)\b(?:proxy-)?authorization["']?[ \t]*[:=][ \t]*["']?(?P<s>(?:bearer|basic|token|digest)[ \t]+[^\s"',;]*|[^\s"',;]+)"#,
     ),
     (
         "bearer",
@@ -111,14 +112,58 @@ pub const RULES: [(&str, &str); 17] = [
     // JSON Web Tokens: three base64url parts, the first two JSON objects.
     (
         "jwt",
-        r"\b(?P<s>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)",
+        r"\beyJ(?P<s>[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)",
     ),
-    // Telegram bot tokens `123456:AA…` (35 chars), also glued to `bot` in API URLs.
+    // Telegram bot tokens `123456:AA…` (35 chars), also glued to `bot` in API URLs; the
+    // bot id before the colon is public and stays.
     (
         "telegram_bot_token",
-        r"(?:^|[^A-Za-z0-9_]|bot)(?P<s>[0-9]{5,12}:[A-Za-z0-9_-]{35})(?:[^A-Za-z0-9_-]|\z)",
+        r"(?:^|[^A-Za-z0-9_]|bot)[0-9]{5,12}:(?P<s>[A-Za-z0-9_-]{35})(?:[^A-Za-z0-9_-]|\z)",
     ),
 ];
+
+/// A key name whose value is a secret (the key part of the `secret_key_value` rule).
+static SECRET_KEY_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    // A constant covered by tests: failing to compile is a bug.
+    #[allow(clippy::expect_used)]
+    Regex::new(&format!(
+        r"(?i)^[A-Za-z0-9_.-]*{SECRET_KEY}$|(?i)^(?:proxy-)?authorization$"
+    ))
+    .expect("secret key rule compiles")
+});
+
+/// True when a key (a JSON member, an env name) names a secret: `password`,
+/// `AWS_SECRET_ACCESS_KEY`, `db_pass`, `Authorization`, … (case-insensitive).
+pub fn is_secret_key(name: &str) -> bool {
+    SECRET_KEY_NAME.is_match(name)
+}
+
+/// Redacts a JSON value in place: every string through [`redact`], and every scalar
+/// under a secret key ([`is_secret_key`]) replaced by [`MASK`]. The result is still
+/// valid JSON of the same shape.
+pub fn redact_json(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => {
+            let r = redact(s);
+            if r != *s {
+                *s = r;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_json),
+        Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                let scalar = matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_));
+                if scalar && is_secret_key(k) && v.as_str() != Some(MASK) {
+                    *v = Value::String(MASK.to_owned());
+                } else {
+                    redact_json(v);
+                }
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
 
 struct Catalogue {
     set: RegexSet,
@@ -171,12 +216,7 @@ pub fn redact(text: &str) -> String {
                     continue;
                 }
                 if let Some(m) = caps.get(g) {
-                    // `Authorization: Bearer` with its token still to come: the scheme
-                    // is no secret (and masking it would change text already shown).
-                    let scheme = ["bearer", "basic", "token", "digest"]
-                        .iter()
-                        .any(|w| m.as_str().eq_ignore_ascii_case(w));
-                    if m.as_str() != MASK && !scheme {
+                    if m.as_str() != MASK {
                         spans.push((m.start(), m.end()));
                     }
                 }
@@ -223,14 +263,28 @@ static PARTIAL: LazyLock<Regex> = LazyLock::new(|| {
 /// not, once the token is complete (followed by whitespace or long enough to match).
 pub fn redact_open(text: &str) -> String {
     let mut red = redact(text);
-    let token_start = red
-        .rfind(char::is_whitespace)
-        .map_or(0, |i| i + red[i..].chars().next().map_or(1, char::len_utf8));
-    let token = &red[token_start..];
-    if !token.is_empty() && !token.contains(MASK) && PARTIAL.is_match(&red) {
-        red.truncate(token_start);
-    }
+    let cut = partial_tail(&red);
+    red.truncate(red.len() - cut);
     red
+}
+
+/// Length in bytes of `text`'s last token when it may be the first part of a secret no
+/// rule recognises yet ([`PARTIAL`]), else 0. A masked token is complete.
+fn partial_tail(text: &str) -> usize {
+    let token_start = text.rfind(char::is_whitespace).map_or(0, |i| {
+        i + text[i..].chars().next().map_or(1, char::len_utf8)
+    });
+    let token = &text[token_start..];
+    // The last token and the word before it are all the rule looks at.
+    let mut from = token_start.saturating_sub(16);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    if !token.is_empty() && !token.contains(MASK) && PARTIAL.is_match(&text[from..]) {
+        token.len()
+    } else {
+        0
+    }
 }
 
 /// [`display_safe`] for a text that is still growing (see [`redact_open`]).
@@ -246,9 +300,9 @@ pub fn display_safe_open(text: &str, max_chars: Option<usize>) -> String {
 
 /// Display-safe text for a stream of deltas (`ProjectorService` events): each lane's
 /// deltas are accumulated and the accumulated text redacted, so a secret split across
-/// deltas is still caught. What goes out is the new part of the redacted text up to the
-/// last whitespace (a token still being streamed is held back until it is complete, or
-/// until [`StreamRedactor::finish`]). Completed lines are dropped from the buffer
+/// deltas is still caught. What goes out is the new part of the redacted text, except a
+/// last token that may be a secret still being streamed (as in [`redact_open`]), held
+/// back until it is complete or [`StreamRedactor::finish`]. Completed lines are dropped from the buffer
 /// (rules other than PEM never cross a newline; an open PEM block keeps its lines), so a
 /// long segment costs O(line) per delta, not O(segment).
 #[derive(Debug, Default, Clone)]
@@ -268,13 +322,11 @@ impl StreamRedactor {
     /// Adds `delta`; returns the display-safe text to send now (possibly empty).
     pub fn push(&mut self, delta: &str) -> String {
         self.raw.push_str(delta);
-        let stable = self.raw.rfind(char::is_whitespace).map_or(0, |i| {
-            i + self.raw[i..].chars().next().map_or(1, char::len_utf8)
-        });
-        self.emit(stable)
+        let upto = self.raw.len() - partial_tail(&self.raw);
+        self.emit(upto)
     }
 
-    /// The lane ended: sends whatever was held back.
+    /// The lane ended: sends whatever was held back (redacted; it is complete now).
     pub fn finish(&mut self) -> String {
         let out = self.emit(self.raw.len());
         self.raw.clear();
@@ -284,16 +336,22 @@ impl StreamRedactor {
 
     fn emit(&mut self, upto: usize) -> String {
         let red = redact(&self.raw[..upto]);
-        let out = match red.strip_prefix(self.sent.as_str()) {
-            Some(new) => new.to_owned(),
+        let out = if let Some(new) = red.strip_prefix(self.sent.as_str()) {
+            let out = new.to_owned();
+            self.sent = red;
+            out
+        } else if self.sent.starts_with(&red) {
+            // The start of a token went out before it looked like a secret (`sk`); it is
+            // held back now: nothing new to send.
+            String::new()
+        } else {
             // A rule re-read text already sent (rare: a quoted value with spaces): send
-            // only what differs from the sent part's end, never the raw text.
-            None => {
-                let common = common_prefix(&red, &self.sent);
-                red[common..].to_owned()
-            }
+            // what differs from the common part, never raw text.
+            let common = common_prefix(&red, &self.sent);
+            let out = red[common..].to_owned();
+            self.sent = red;
+            out
         };
-        self.sent = red;
         // Drop completed lines unless a PEM block is open in them.
         if let Some(nl) = self.raw[..upto].rfind('\n') {
             // Only where no PEM block spans the newline (an open one keeps its lines).
@@ -400,12 +458,9 @@ mod tests {
         check("Bearer abcdefgh123", "Bearer ***");
         check(
             "curl -H 'Authorization: Bearer abc.def-ghi' url",
-            "curl -H 'Authorization: Bearer ***' url",
+            "curl -H 'Authorization: ***' url",
         );
-        check(
-            "authorization: Basic dXNlcjpwYXNz",
-            "authorization: Basic ***",
-        );
+        check("authorization: Basic dXNlcjpwYXNz", "authorization: ***");
         check(
             r#"{"Authorization":"tok123"}"#,
             r#"{"Authorization":"***"}"#,
@@ -503,8 +558,8 @@ mod tests {
     #[test]
     fn jwts() {
         let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
-        check(&format!("token {jwt} end"), "token *** end");
-        check(&format!("jwt={jwt}"), "jwt=***");
+        check(&format!("token {jwt} end"), "token eyJ*** end");
+        check(&format!("jwt={jwt}"), "jwt=eyJ***");
         keep("eyJhbGciOi is half a header");
     }
 
@@ -512,8 +567,8 @@ mod tests {
     fn telegram_bot_tokens() {
         let tok = format!("123456789:{}", "A".repeat(20) + &"b_-".repeat(5));
         assert_eq!(tok.len(), 10 + 35);
-        check(&format!("token {tok} end"), "token *** end");
-        check(&format!("/bot{tok}/getMe"), "/bot***/getMe");
+        check(&format!("token {tok} end"), "token 123456789:*** end");
+        check(&format!("/bot{tok}/getMe"), "/bot123456789:***/getMe");
         keep("12:abc");
         keep("at 10:30 the build 2024:ok");
         keep(&format!("1:{}", "a".repeat(34)));

@@ -211,3 +211,95 @@ fn error_notices_are_redacted() {
             .any(|t| t.contains("sk-ant-***")));
     }
 }
+
+/// The display-safe event stream (what `ProjectorService` sends): the secret never
+/// appears in any event, final answers are untouched, and a projection of the safe
+/// events renders the same drafts as one of the raw events (the redaction is the same).
+#[test]
+fn display_safe_events_hide_secrets_and_keep_finals() {
+    use streamgate_projection::EventRedactor;
+    let answer = "Your key is sk-ant-api03-Zq9Xw7Vk3Lm1Np5Rt as requested.";
+    for (secret, hidden) in SECRETS {
+        let text = format!("checking {secret} now");
+        for cut in (1..text.len()).filter(|i| text.is_char_boundary(*i)) {
+            let (a, b) = text.split_at(cut);
+            let args_a = serde_json::to_string(a).unwrap();
+            let args_b = serde_json::to_string(b).unwrap();
+            let events = vec![
+                start(1),
+                think_start(2, "raw"),
+                think_delta(3, "raw", a),
+                think_delta(4, "raw", b),
+                think_end(5, "raw", None),
+                say(6, "c1", a),
+                say(7, "c1", b),
+                common::ev(
+                    8,
+                    "item",
+                    r#"{"phase":"start","id":"t","kind":"tool","name":"bash"}"#,
+                ),
+                common::ev(
+                    9,
+                    "item",
+                    &format!(
+                        r#"{{"phase":"update","id":"t","kind":"tool","input_delta":{args_a}}}"#
+                    ),
+                ),
+                common::ev(
+                    10,
+                    "item",
+                    &format!(
+                        r#"{{"phase":"update","id":"t","kind":"tool","input_delta":{args_b}}}"#
+                    ),
+                ),
+                common::ev(
+                    11,
+                    "item",
+                    &format!(
+                        r#"{{"phase":"end","id":"t","kind":"tool","arguments":{{"command":{}}},"result":{{"password":"Hq7Zt2Wv9x","n":1}}}}"#,
+                        serde_json::to_string(&text).unwrap()
+                    ),
+                ),
+                final_answer(12, "f", answer, false),
+                end(13, "stop"),
+            ];
+            let mut r = EventRedactor::new();
+            let safe: Vec<Event> = events.iter().filter_map(|e| r.apply(e)).collect();
+            assert_eq!(safe.len(), events.len());
+            for (raw, ev) in events.iter().zip(&safe) {
+                let line = ev.to_json();
+                if raw.seq == 12 {
+                    assert_eq!(raw, ev, "final answers pass verbatim");
+                    continue;
+                }
+                for w in hidden.as_bytes().windows(5) {
+                    let piece = std::str::from_utf8(w).unwrap();
+                    assert!(!line.contains(piece), "{secret} cut {cut}: {line}");
+                }
+                assert!(!line.contains("Hq7Zt2Wv9x"), "{line}");
+            }
+            // Nothing is lost: the lanes' safe text is the redaction of the whole text.
+            let mut p = streamgate_projection::RunProjection::new("r1");
+            for e in &safe {
+                p.apply(e, &settings("stream", "full"), Tier::T1);
+            }
+            let st = p.state();
+            assert_eq!(
+                st.thinking[0].text,
+                streamgate_projection::redact::redact(&text)
+            );
+            assert_eq!(
+                st.commentary[0].text,
+                streamgate_projection::redact::redact(&text)
+            );
+            assert_eq!(
+                st.items[0].input_text,
+                streamgate_projection::redact::redact(&text)
+            );
+        }
+    }
+    // Replays are dropped; a resumed stream is primed by feeding what the receiver has.
+    let mut r = EventRedactor::new();
+    assert!(r.apply(&start(1)).is_some());
+    assert!(r.apply(&start(1)).is_none());
+}
