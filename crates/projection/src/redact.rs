@@ -11,13 +11,14 @@
 //! streamed in pieces is still caught.
 //!
 //! **Final answers are not redacted.** The final is the model's answer to the user who
-//! asked, and the channel delivers it as produced: the spec requires it exactly once and
-//! byte-for-byte on the reliable path (§3.5, §4.3, §7.2; a webhook's `final` op "carries
-//! the final answer exactly as the model produced it"), and spec §10 item 5 scopes the
-//! privacy stance to *thinking* display (rendered only on explicit `/reasoning`). A secret
-//! the model chose to put in its answer is the answer; masking it would silently change
-//! what the user asked for. Everything else — reasoning, drafts, tool data — is
-//! incidental material the user did not ask to see, and is masked.
+//! asked, and channels deliver it as produced: the spec requires it exactly once, on a
+//! path that never drops (§5 item 5, §7.1, §8), and this project's webhook contract is
+//! that a `final` op "carries the final answer exactly as the model produced it"
+//! (README). Spec §10 has no rule that masks answers: its privacy items cover thinking
+//! display (item 5: rendered only on explicit `/reasoning`) and the archive (item 7:
+//! operator/audit-only). A secret the model chose to put in its answer *is* the answer;
+//! masking it would silently change what the user asked for. Everything else —
+//! reasoning, drafts, tool data, errors — is incidental material, and is masked.
 //!
 //! The rules are deliberately over-eager: a false positive costs a `***` in a progress
 //! row, a false negative leaks a key into a chat history nobody can scrub. The catalogue
