@@ -6,6 +6,10 @@
 //! (`terminal`): a live status line per run on a TTY, then the settle summary, notices
 //! and the final answer as lasting lines.
 //!
+//! The events arrive display-safe: the channel passes them through the projection's one
+//! redactor (thinking, commentary and tool text masked on accumulated text, finals
+//! verbatim), so neither the rendering nor `--raw-events` can show a secret.
+//!
 //! Without `--addr` it finds the local `streamgate up` through `<data dir>/up.json` and
 //! the channel's token in `<data dir>/channel-<name>.token`, and looks both up again on
 //! every reconnect: a restarted `up` listens elsewhere with a new token.

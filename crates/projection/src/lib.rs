@@ -10,7 +10,9 @@
 //!   recovery and reconnect support.
 //! - `render` (private, but for [`draft_line_kind`]): the draft text from the folded run state — truth tables
 //!   (spec §4.3), tiers (§7.1–7.2), overflow elision (§7.2), settle summary.
-//! - [`redact`]: display-safe tool details for `/verbose full` (secrets masked, paths
+//! - [`redact`]: the one redactor for every channel surface (drafts, thinking, tool rows,
+//!   notices, settles, `ProjectorService` events; final answers verbatim), and
+//!   display-safe tool details for `/verbose full` (secrets masked, paths
 //!   shortened, length capped).
 //!
 //! # Rendering decisions (spec lines in brackets)
@@ -49,6 +51,7 @@ pub mod ops;
 pub mod projection;
 pub mod redact;
 mod render;
+pub mod safe_events;
 pub mod settings;
 
 pub use ops::{DraftKey, Op};
@@ -57,4 +60,5 @@ pub use projection::{
     TYPING_EVERY_EVENTS,
 };
 pub use render::{draft_line_kind, is_silent, DraftLine, SILENT_TOKENS};
+pub use safe_events::EventRedactor;
 pub use settings::{Budgets, Delivery, Reasoning, Settings, Tier, Verbose};

@@ -6,7 +6,7 @@
 //! from the fold, so settings may change between any two calls.
 
 use crate::ops::{DraftKey, Op};
-use crate::redact::{display_safe, truncate_chars};
+use crate::redact::{display_safe, redact, truncate_chars};
 use crate::render::{self, clamp_notice, is_silent, summary, Hidden, Rendered, View};
 use crate::settings::{Delivery, Settings, Tier};
 use streamgate_grammar::fold::RunProgress;
@@ -273,6 +273,7 @@ impl RunProjection {
     /// Pushes a visible op, declaring a settings clamp first (once per run). Declaring
     /// with the first visible op, not the first event, keeps silent runs silent.
     fn emit(&mut self, op: Op, seq: u64, settings: &Settings, tier: Tier, out: &mut Vec<Op>) {
+        let op = display_safe_op(op, settings.budgets.draft_max_chars);
         if !self.clamp_declared {
             self.clamp_declared = true;
             let clamp = match settings.delivery {
@@ -498,6 +499,42 @@ impl RunProjection {
             "❌ error: {}",
             display_safe(&detail, Some(ERROR_DETAIL_CHARS))
         )
+    }
+}
+
+/// The one choke point every op passes on its way out: draft, settle, notice and retract
+/// text is redacted ([`crate::redact`]; the lanes were already redacted on their
+/// accumulated text, this also covers notices and settle lines and anything a future
+/// rendering adds). Masking can lengthen a text (`password=x` → `password=***`), so drafts
+/// and settles are re-cut to the budget. Final answers pass verbatim (see the module doc
+/// of [`crate::redact`]).
+fn display_safe_op(op: Op, draft_max_chars: usize) -> Op {
+    match op {
+        Op::Draft { key, text, seq } => Op::Draft {
+            key,
+            text: truncate_chars(&redact(&text), draft_max_chars),
+            seq,
+        },
+        Op::Settle { key, text, seq } => Op::Settle {
+            key,
+            text: truncate_chars(&redact(&text), draft_max_chars),
+            seq,
+        },
+        Op::Notice { key, text, seq } => Op::Notice {
+            key,
+            text: redact(&text),
+            seq,
+        },
+        Op::Retract {
+            key,
+            placeholder,
+            seq,
+        } => Op::Retract {
+            key,
+            placeholder: redact(&placeholder),
+            seq,
+        },
+        op @ (Op::Typing | Op::Dismiss { .. } | Op::Final { .. }) => op,
     }
 }
 

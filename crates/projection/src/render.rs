@@ -4,8 +4,11 @@
 //! Rendering is a pure function of the fold, so flipping `/reasoning` or `/verbose`
 //! mid-turn re-renders from the same state (DESIGN §6) and a replayed run renders the
 //! same text as the live one.
+//!
+//! Every lane is display-safe ([`crate::redact`]): thinking and commentary are redacted on
+//! the segment's accumulated text before elision, tool rows through [`display_safe`].
 
-use crate::redact::{display_safe, truncate_chars};
+use crate::redact::{display_safe, display_safe_open, redact, redact_open, truncate_chars};
 use crate::settings::{Budgets, Reasoning, Settings, Tier, Verbose};
 use serde::Serialize;
 use serde_json::Value;
@@ -291,14 +294,17 @@ fn commentary_piece(seg: &TextSegment, text: &str, max: usize) -> Piece {
     } else {
         text.chars().count()
     };
+    // Redacted on the accumulated text. The stand-in (longer than the whole draft, so
+    // never shown) is redacted too, keeping the cost O(`max`).
     let full = if n > max {
         let end = text
             .char_indices()
             .nth(max.saturating_add(1))
             .map_or(text.len(), |(i, _)| i);
-        text[..end].to_owned()
+        redact(&text[..end])
     } else {
-        text.to_owned()
+        // A segment may still grow (the fold does not mark commentary closed).
+        redact_open(text)
     };
     Piece {
         lane: Lane::Commentary,
@@ -344,7 +350,14 @@ fn thinking_piece(seg: &ThinkingSegment, view: &View) -> Option<Piece> {
     } else {
         String::new()
     };
-    let text = seg.text.trim();
+    // Redacted whole, before any elision can cut a secret in two; an open segment also
+    // holds back a half-streamed secret.
+    let redacted = if seg.closed {
+        redact(seg.text.trim())
+    } else {
+        redact_open(seg.text.trim())
+    };
+    let text = redacted.trim();
     let n = text.chars().count();
     let first = if view.lane_budgets {
         view.budgets.thinking_chars
@@ -517,7 +530,11 @@ fn item_piece(item: &ItemState, view: &View) -> Piece {
     let mut levels = Vec::new();
     if view.verbose == Verbose::Full {
         let cap = view.lane_budgets.then_some(view.budgets.item_detail_chars);
-        let detail = display_safe(&item_detail(item), cap);
+        let detail = if item.ended {
+            display_safe(&item_detail(item), cap)
+        } else {
+            display_safe_open(&item_detail(item), cap)
+        };
         if !detail.is_empty() {
             levels.push(format!("{short} — {detail}"));
         }
@@ -611,11 +628,14 @@ fn status_line(
         // long matters (see `commentary_piece`), so a long line costs O(budget).
         let max = view.budgets.draft_max_chars;
         let line = line.trim();
-        let cut = line
-            .char_indices()
-            .nth(max.saturating_add(1))
-            .map_or(line, |(i, _)| &line[..i]);
-        parts.push(cut.to_owned());
+        let cut = match line.char_indices().nth(max.saturating_add(1)) {
+            // A token cut in two could be a secret too short to recognise: drop it.
+            Some((i, _)) => line[..i]
+                .rsplit_once(char::is_whitespace)
+                .map_or("", |(head, _)| head),
+            None => line,
+        };
+        parts.push(redact_open(cut));
     }
     (!parts.is_empty()).then(|| format!("⏳ {}", parts.join(" · ")))
 }

@@ -596,7 +596,7 @@ fn full_verbose_details_are_display_safe() {
         "{text}"
     );
     assert!(
-        text.contains("💻 bash ⏳ — curl -H 'Authorization: ***"),
+        text.contains("💻 bash ⏳ — curl -H 'Authorization: ***' https://x.io"),
         "{text}"
     );
     let s = Settings {

@@ -1588,3 +1588,120 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
     );
     Ok(())
 }
+
+/// A run whose thinking, tool arguments and results carry secrets (one split across
+/// deltas), and whose final answer quotes one.
+const SECRET_RUN: &[&str] = &[
+    r###"{"seq":1,"stream":"lifecycle","data":{"phase":"start","provider":"anthropic","model":"claude-test"}}"###,
+    r###"{"seq":2,"stream":"thinking","data":{"variant":"raw","phase":"start","id":"th_1"}}"###,
+    r###"{"seq":3,"stream":"thinking","data":{"variant":"raw","delta":"I found the key sk-ant-api03-Zq9Xw","id":"th_1"}}"###,
+    r###"{"seq":4,"stream":"thinking","data":{"variant":"raw","delta":"7Vk3Lm1Np5Rt in .env and password=Hq7","id":"th_1"}}"###,
+    r###"{"seq":5,"stream":"thinking","data":{"variant":"raw","delta":"Zt2Wv9x there. ","id":"th_1"}}"###,
+    r###"{"seq":6,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"th_1"}}"###,
+    r###"{"seq":7,"stream":"item","data":{"phase":"start","id":"call_1","kind":"tool","name":"bash","status":"in_progress","arguments":{"command":"psql postgres://app:S3cr3tPw@db/x"}}}"###,
+    r###"{"seq":8,"stream":"item","data":{"phase":"end","id":"call_1","kind":"tool","name":"bash","status":"completed","result":{"db_pass":"Mn4Bv6Cx8Zl","rows":1}}}"###,
+    r###"{"seq":9,"stream":"assistant","data":{"phase":"commentary","delta":"Done. ","id":"msg_1","status":"in_progress"}}"###,
+    r###"{"seq":10,"stream":"assistant","data":{"phase":"final_answer","text":"The key is sk-ant-api03-Zq9Xw7Vk3Lm1Np5Rt.","id":"msg_2","status":"completed"}}"###,
+    r###"{"seq":11,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"###,
+];
+
+/// Issue 11: `Subscribe` and `Watch` hand channel token holders display-safe events —
+/// thinking, tool arguments and results redacted (a secret split across deltas too, and
+/// for a subscriber resuming between the halves), the final answer verbatim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_and_watch_send_display_safe_events() -> R {
+    use streamgate_proto::v1;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let events: Vec<Event> = SECRET_RUN
+        .iter()
+        .map(|l| Event::from_json(l))
+        .collect::<Result<_, _>>()?;
+    let evs = run_events("run-secret", "chat-secret", &events, now_ms());
+    let mut cfg = web_channel();
+    cfg.token = Some("chan-token".into());
+    let running = start(
+        nats.client().await,
+        cfg,
+        Some(([127, 0, 0, 1], 0).into()),
+        CancellationToken::new(),
+    )
+    .await?;
+    publish(&js, &evs[..4]).await?;
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .draft("run-secret")
+            .is_some_and(|d| d.last_seq == 4))
+        .await
+    );
+    let mut client = projector_client(running.grpc.ok_or("no grpc")?, "chan-token").await?;
+    let sub = |after_seq: u64| v1::SubscribeRequest {
+        target: Some(v1::subscribe_request::Target::RunId("run-secret".into())),
+        after_seq,
+    };
+    let mut from_start = client.subscribe(sub(0)).await?.into_inner();
+    // Resumes between the two halves of the split key.
+    let mut resumed = client.subscribe(sub(3)).await?.into_inner();
+    let mut watch = client
+        .watch(v1::WatchRequest::default())
+        .await?
+        .into_inner();
+    publish(&js, &evs[4..]).await?;
+
+    let limit = Duration::from_secs(20);
+    let mut streams: Vec<(&str, Vec<RunEvent>)> = Vec::new();
+    for (name, s) in [
+        ("subscribe", &mut from_start),
+        ("resumed", &mut resumed),
+        ("watch", &mut watch),
+    ] {
+        let mut got = Vec::new();
+        while let Some(ev) = tokio::time::timeout(limit, s.message()).await?? {
+            let ev = RunEvent::try_from(ev)?;
+            let end = ev.event.is_terminal();
+            got.push(ev);
+            if end {
+                break;
+            }
+        }
+        streams.push((name, got));
+    }
+    let hidden = ["Zq9Xw7Vk3Lm1Np5Rt", "Hq7Zt2Wv9x", "S3cr3tPw", "Mn4Bv6Cx8Zl"];
+    for (name, got) in &streams {
+        let first = if *name == "resumed" { 4 } else { 1 };
+        let seqs: Vec<u64> = got.iter().map(|e| e.event.seq).collect();
+        assert_eq!(seqs, (first..=11).collect::<Vec<u64>>(), "{name}");
+        for ev in got {
+            if ev.event.seq == 10 {
+                assert_eq!(
+                    ev.event, events[9],
+                    "{name}: the final answer passes verbatim"
+                );
+                continue;
+            }
+            let line = ev.event.to_json();
+            for h in hidden {
+                for w in h.as_bytes().windows(5) {
+                    let piece = std::str::from_utf8(w)?;
+                    assert!(!line.contains(piece), "{name}: {piece} in {line}");
+                }
+            }
+        }
+        let text: String = got
+            .iter()
+            .filter_map(|e| match &e.event.data {
+                EventData::Thinking(t) => t.delta.clone(),
+                _ => None,
+            })
+            .collect();
+        if *name != "resumed" {
+            assert_eq!(
+                text, "I found the key sk-ant-*** in .env and password=*** there. ",
+                "{name}"
+            );
+        }
+    }
+    Ok(())
+}

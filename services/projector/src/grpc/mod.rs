@@ -8,6 +8,11 @@
 //!
 //! `Watch` (in [`watch`]) is the same for every run at once, for `streamgate tail`.
 //!
+//! Both send display-safe events (DESIGN §6, issue 11): a channel token holder gets the
+//! events with thinking, commentary and tool text passed through the projection's one
+//! redactor ([`streamgate_projection::EventRedactor`], on each lane's accumulated text);
+//! final answers verbatim. Raw events stay operator-only (`ArchiveService`).
+//!
 //! Every answer comes from this replica: a channel's replicas split the partitions, so
 //! `ListActiveRuns` and `GetDraft` know the runs of the partitions held here, and the
 //! live part of `Subscribe` sees only events processed here (a run on another replica's
@@ -20,6 +25,7 @@ use crate::kv::SettingsOverride;
 use std::pin::Pin;
 use std::sync::Arc;
 use streamgate_grammar::RunEvent;
+use streamgate_projection::EventRedactor;
 use streamgate_proto::v1;
 use streamgate_proto::v1::projector_service_server::ProjectorService;
 use tokio::sync::{broadcast, mpsc};
@@ -43,20 +49,40 @@ impl Projector {
     }
 }
 
-/// Sends `events` with seq == `*next` onwards in order; returns false when the receiver
-/// is gone or the terminal event was sent.
+/// The display-safe form of `ev` (DESIGN §6: channel surfaces are display-safe; raw
+/// events stay operator-only): progress text redacted on each lane's accumulated text,
+/// finals verbatim. `None` when the redactor has seen that seq already.
+pub(crate) fn display_safe(redactor: &mut EventRedactor, ev: &RunEvent) -> Option<v1::Event> {
+    let event = redactor.apply(&ev.event)?;
+    Some(v1::Event::from(&RunEvent {
+        envelope: ev.envelope.clone(),
+        event,
+    }))
+}
+
+/// Sends `events` with seq == `*next` onwards in order, display-safe; returns false when
+/// the receiver is gone or the terminal event was sent. Earlier events only prime the
+/// redactor (a resumed subscriber's secret may have started before its resume point).
 async fn send_in_order(
     tx: &mpsc::Sender<Result<v1::Event, Status>>,
     events: impl IntoIterator<Item = RunEvent>,
     next: &mut u64,
+    redactor: &mut EventRedactor,
 ) -> bool {
     for ev in events {
+        if ev.event.seq < *next {
+            let _ = redactor.apply(&ev.event);
+            continue;
+        }
         if ev.event.seq != *next {
             continue;
         }
         *next += 1;
         let end = ev.event.is_terminal();
-        if tx.send(Ok(v1::Event::from(&ev))).await.is_err() || end {
+        let Some(safe) = display_safe(redactor, &ev) else {
+            continue;
+        };
+        if tx.send(Ok(safe)).await.is_err() || end {
             return false;
         }
     }
@@ -93,13 +119,14 @@ async fn follow_run(
     tx: mpsc::Sender<Result<v1::Event, Status>>,
 ) {
     let mut next = after_seq.saturating_add(1);
+    let mut redactor = EventRedactor::new();
     let mut reread = true;
     loop {
         if reread {
             reread = false;
             match channel.read_run(&subject).await {
                 Ok(evs) => {
-                    if !send_in_order(&tx, evs, &mut next).await {
+                    if !send_in_order(&tx, evs, &mut next, &mut redactor).await {
                         return;
                     }
                 }
@@ -117,7 +144,7 @@ async fn follow_run(
                     reread = true;
                     continue;
                 }
-                if !send_in_order(&tx, [(*ev).clone()], &mut next).await {
+                if !send_in_order(&tx, [(*ev).clone()], &mut next, &mut redactor).await {
                     return;
                 }
             }

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use streamgate_bus::subject::RunAddr;
 use streamgate_grammar::RunEvent;
+use streamgate_projection::EventRedactor;
 use streamgate_proto::v1;
 use tokio::sync::{broadcast, mpsc};
 use tonic::Status;
@@ -27,6 +28,8 @@ struct Watcher {
     after_seq: HashMap<String, u64>,
     tx: mpsc::Sender<Result<v1::Event, Status>>,
     open: HashMap<String, (u64, String)>,
+    /// Per open run: its display-safe event redactor.
+    redactors: HashMap<String, EventRedactor>,
     ended: HashSet<String>,
     ended_order: VecDeque<String>,
 }
@@ -44,21 +47,27 @@ impl Watcher {
         .events_subject()
     }
 
-    /// Sends `ev` if it is its run's next event.
+    /// Sends `ev`, display-safe, if it is its run's next event (an earlier one only
+    /// primes the run's redactor: the watcher resumed after it).
     async fn pass(&mut self, ev: RunEvent) -> Result<(), Gone> {
         let run = &ev.envelope.run_id;
         let Some((next, _)) = self.open.get_mut(run) else {
             return Ok(());
         };
+        let redactor = self.redactors.entry(run.clone()).or_default();
+        if ev.event.seq < *next {
+            let _ = redactor.apply(&ev.event);
+            return Ok(());
+        }
         if ev.event.seq != *next {
             return Ok(());
         }
         *next += 1;
         let end = ev.event.is_terminal();
-        self.tx
-            .send(Ok(v1::Event::from(&ev)))
-            .await
-            .map_err(|_| Gone)?;
+        let Some(safe) = super::display_safe(redactor, &ev) else {
+            return Ok(());
+        };
+        self.tx.send(Ok(safe)).await.map_err(|_| Gone)?;
         if end {
             self.end(ev.envelope.run_id);
         }
@@ -67,6 +76,7 @@ impl Watcher {
 
     fn end(&mut self, run: String) {
         self.open.remove(&run);
+        self.redactors.remove(&run);
         if self.ended.insert(run.clone()) {
             self.ended_order.push_back(run);
             if self.ended_order.len() > ENDED_MEMORY {
@@ -134,6 +144,7 @@ pub(super) async fn watch(
         channel,
         after_seq,
         tx,
+        redactors: HashMap::new(),
         ended: HashSet::new(),
         ended_order: VecDeque::new(),
     };
