@@ -134,6 +134,9 @@ pub enum BusError {
     /// on a fixed id).
     #[error("close marker for run {0:?} has a non-empty body")]
     CloseWithBody(String),
+    /// A tenant, run or session id breaks the id rule ([`streamgate_grammar::ids`]).
+    #[error(transparent)]
+    InvalidId(#[from] streamgate_grammar::ids::IdError),
     /// An event's envelope names a different run than the address it is published to.
     #[error("event for run {event_run:?} published to run {addr_run:?}")]
     RunMismatch {
