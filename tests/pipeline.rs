@@ -44,6 +44,10 @@
 //!   with a wrong one is `UNAUTHENTICATED`.
 //! - `archiver_start_keeps_the_deployment_stream_settings`: starting the archiver does
 //!   not reset the stream settings (limits, dedupe window) the deployment provisioned.
+//! - `longest_ids_reach_a_channel`: a run whose tenant, run id and session are each the
+//!   longest the id rule allows (256 bytes, every byte escaped in subjects and KV keys)
+//!   is archived and its final answer delivered by a projector channel (its delivery
+//!   state in `SG_DELIVERY` says so): every derived key stays inside NATS' limits.
 //! - `up_demo_smoke`: `streamgate up --demo` (the README run command) with an old
 //!   nats-server first on `PATH` and an empty cache exits 0 and prints every demo run's
 //!   final answer.
@@ -1171,4 +1175,96 @@ fn up_ingest_replay_cli() {
         "streamgate up did not stop cleanly on SIGINT: {status:?}\n{}",
         std::fs::read_to_string(dir.path().join("up.err")).unwrap_or_default()
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// ids at the limit of the id rule
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn longest_ids_reach_a_channel() {
+    let p = Pipeline::start(Backend::Sqlite).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _projector = streamgate_projector::start(
+        p.nats.client().await,
+        streamgate_projector::ChannelConfig::new(
+            "web",
+            streamgate_projector::ChannelSink::Web {
+                listen: ([127, 0, 0, 1], 0).into(),
+            },
+        ),
+        None,
+        stop.clone(),
+    )
+    .await
+    .expect("start projector");
+    wait_projector(&p.js, "web").await;
+    // 256 bytes each, none of them subject- or key-safe: 768 bytes once escaped.
+    let run = format!("{}.", "中".repeat(85));
+    let spec = v1_spec("é".repeat(128), run.clone(), Some("🦀".repeat(64)));
+    for id in [
+        &spec.tenant,
+        &spec.run_id,
+        spec.session_key.as_ref().unwrap(),
+    ] {
+        assert_eq!(id.len(), streamgate_grammar::ids::MAX_ID_BYTES);
+    }
+    let bytes = fixture("f1/end-turn.sse");
+    put_run(&p.ingestor, &spec, &[Bytes::from(bytes.clone())]).await;
+    let want = expected("f1", &bytes);
+    let got = wait_run(&*p.store, &run, want.len(), PATIENCE).await;
+    assert_eq!(as_json(&got), want, "256-byte ids: archived events");
+    let env = &got[0].event.envelope;
+    assert_eq!(
+        (&env.tenant, &env.session_key),
+        (&spec.tenant, &spec.session_key)
+    );
+
+    let kv =
+        p.js.get_key_value(streamgate_projector::kv::DELIVERY_BUCKET)
+            .await
+            .expect("delivery bucket");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let delivered = streamgate_bus::kv::current(&kv, "")
+            .await
+            .expect("read SG_DELIVERY")
+            .into_iter()
+            .filter(|e| !e.deleted && !e.key.starts_with("active."))
+            .filter(|e| {
+                e.key
+                    .rsplit('.')
+                    .next()
+                    .and_then(streamgate_bus::kv::untoken)
+                    .as_deref()
+                    == Some(run.as_str())
+            })
+            .filter_map(|e| {
+                serde_json::from_slice::<streamgate_sinks::DeliveryState>(&e.value).ok()
+            })
+            .any(|s| s.final_delivered);
+        if delivered {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the channel never delivered the final answer of the 256-byte run"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+}
+
+fn v1_spec(
+    tenant: String,
+    run_id: String,
+    session_key: Option<String>,
+) -> streamgate_normalizer::ingest::RunSpec {
+    streamgate_normalizer::ingest::RunSpec {
+        tenant,
+        run_id,
+        session_key,
+        family: "f1".into(),
+        dialect: None,
+    }
 }
