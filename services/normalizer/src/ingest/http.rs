@@ -9,6 +9,10 @@
 //! stored before more is read (so a slow broker slows the sender), and the end of the
 //! body writes a `normal` close marker — or `abnormal` when the body breaks off. The
 //! reply says how many chunks were stored.
+//!
+//! Ids that break the id rule get 400; a run another request is ingesting right now
+//! (or an already closed run) gets 409. `Authorization: Bearer <token>` is matched with
+//! the scheme in any case.
 
 use super::{IngestError, Ingestor, RunSpec};
 use axum::body::Body;
