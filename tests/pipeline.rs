@@ -41,7 +41,8 @@
 //!   the archive while the run is open (no event waits for the thinking-token count);
 //!   after the rest, the archived run folded to the batch form equals its golden.
 //! - `archive_requires_the_operator_token`: every ArchiveService RPC without a token or
-//!   with a wrong one is `UNAUTHENTICATED`.
+//!   with a wrong one is `UNAUTHENTICATED`; run ids breaking the id rule are
+//!   `INVALID_ARGUMENT` and leave the archiver serving.
 //! - `archiver_start_keeps_the_deployment_stream_settings`: starting the archiver does
 //!   not reset the stream settings (limits, dedupe window) the deployment provisioned.
 //! - `longest_ids_reach_a_channel`: a run whose tenant, run id and session are each the
@@ -883,6 +884,34 @@ async fn archive_requires_the_operator_token() {
             );
         }
     }
+
+    // Run ids breaking the id rule are refused before they become NATS subjects (a
+    // 4 KiB one would drop the archiver's connection); the archiver still serves after.
+    for bad in ["r".repeat(4100), "r\n1".into(), String::new()] {
+        let err = ok
+            .raw_chunks(v1::RawChunksRequest {
+                run_id: bad.clone(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().starts_with("run id: "), "{err:?}");
+        let err = ok
+            .replay_events(v1::ReplayEventsRequest {
+                run_id: bad,
+                after_seq: 0,
+                follow: true,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    }
+    let mut raw = ok
+        .raw_chunks(v1::RawChunksRequest { run_id: run.into() })
+        .await
+        .expect("raw chunks after refused ids")
+        .into_inner();
+    assert!(raw.message().await.expect("a raw chunk").is_some());
 }
 
 // ---------------------------------------------------------------------------------------
