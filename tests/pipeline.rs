@@ -49,6 +49,10 @@
 //!   longest the id rule allows (256 bytes, every byte escaped in subjects and KV keys)
 //!   is archived and its final answer delivered by a projector channel (its delivery
 //!   state in `SG_DELIVERY` says so): every derived key stays inside NATS' limits.
+//! - `raw_messages_breaking_the_id_rule_are_terminated`: raw messages published straight
+//!   to NATS with a control character, an empty id or a 257-byte id in their subject or
+//!   session are terminated by the normalizer: no event, no stuck consumer, and a good
+//!   run of the same partition behind them is archived.
 //! - `up_demo_smoke`: `streamgate up --demo` (the README run command) with an old
 //!   nats-server first on `PATH` and an empty cache exits 0 and prints every demo run's
 //!   final answer.
@@ -61,6 +65,7 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use streamgate_archive::{InsertOutcome, RunStatusKind};
@@ -1295,5 +1300,71 @@ fn v1_spec(
         session_key,
         family: "f1".into(),
         dialect: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_messages_breaking_the_id_rule_are_terminated() {
+    let p = Pipeline::start(Backend::Sqlite).await;
+    let long = "r".repeat(257);
+    let bad: Vec<(&str, &str, Option<&str>)> = vec![
+        (TENANT, "bad\n1", None),
+        (TENANT, &long, None),
+        ("", "bad-tenant", None),
+        (TENANT, "bad-session", Some("s\r\nX: 1")),
+    ];
+    let bytes = fixture("f1/end-turn.sse");
+    let mut partitions = BTreeSet::new();
+    for (tenant, run, session) in &bad {
+        // Published by hand: `publish_raw` itself refuses such ids.
+        let raw = streamgate_bus::raw::RawChunk {
+            addr: streamgate_bus::subject::RunAddr::new(tenant, run, DEFAULT_PARTITIONS),
+            session_key: session.map(str::to_owned),
+            family: "f1".into(),
+            dialect: None,
+            chunk: 0,
+            ingest_ts_ms: 1,
+            close: None,
+            body: Bytes::from(bytes.clone()),
+        };
+        partitions.insert(raw.addr.partition);
+        p.js.publish_with_headers(raw.addr.raw_subject(), raw.headers(), raw.body.clone())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored in SG_RAW");
+    }
+    // A good run behind them in each of their partitions.
+    let mut good = Vec::new();
+    for i in 0.. {
+        let run = format!("good-{i}");
+        if partitions.remove(&streamgate_bus::subject::partition_of(
+            &run,
+            DEFAULT_PARTITIONS,
+        )) {
+            put_run(
+                &p.ingestor,
+                &spec(&run, "f1"),
+                &[Bytes::from(bytes.clone())],
+            )
+            .await;
+            good.push(run);
+        }
+        if partitions.is_empty() {
+            break;
+        }
+    }
+    let want = expected("f1", &bytes);
+    for run in &good {
+        let got = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+        assert_archive_eq(run, &got, &want, "behind bad ids");
+    }
+    // Nothing left pending or unacknowledged anywhere, and no event for a bad id.
+    wait_quiet(&p.js).await;
+    for (_, run, _) in &bad {
+        assert!(
+            p.store.get_run(run).await.expect("get_run").is_none(),
+            "{run:?} was archived"
+        );
     }
 }
