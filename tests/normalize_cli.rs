@@ -187,3 +187,41 @@ fn normalize_prints_the_live_order() {
     let seqs: Vec<u64> = got.iter().map(|v| v["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=got.len() as u64).collect::<Vec<_>>());
 }
+
+/// `streamgate ingest` applies the id rule before it connects: nothing reaches the
+/// ingest address.
+#[test]
+fn ingest_refuses_bad_ids_before_sending() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let capture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/f1/end-turn.sse");
+    let long = "r".repeat(257);
+    for (flag, value, want) in [
+        ("--run", "run\n1", "run id: no control characters"),
+        (
+            "--run",
+            long.as_str(),
+            "run id: at most 256 bytes (got 257)",
+        ),
+        ("--tenant", "", "tenant: must not be empty"),
+        ("--session", "s\r\n", "session: no control characters"),
+    ] {
+        let mut cmd = streamgate();
+        cmd.arg("ingest")
+            .arg(&capture)
+            .args(["--family", "f1", "--addr", &addr])
+            .args([flag, value]);
+        if flag != "--run" {
+            cmd.args(["--run", "ok-run"]);
+        }
+        let out = cmd.output().expect("run streamgate ingest");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value:?} accepted");
+        assert!(stderr.contains(want), "{flag}: {stderr}");
+    }
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the CLI connected despite a bad id"
+    );
+}

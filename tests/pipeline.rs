@@ -41,9 +41,18 @@
 //!   the archive while the run is open (no event waits for the thinking-token count);
 //!   after the rest, the archived run folded to the batch form equals its golden.
 //! - `archive_requires_the_operator_token`: every ArchiveService RPC without a token or
-//!   with a wrong one is `UNAUTHENTICATED`.
+//!   with a wrong one is `UNAUTHENTICATED`; run ids breaking the id rule are
+//!   `INVALID_ARGUMENT` and leave the archiver serving.
 //! - `archiver_start_keeps_the_deployment_stream_settings`: starting the archiver does
 //!   not reset the stream settings (limits, dedupe window) the deployment provisioned.
+//! - `longest_ids_reach_a_channel`: a run whose tenant, run id and session are each the
+//!   longest the id rule allows (256 bytes, every byte escaped in subjects and KV keys)
+//!   is archived and its final answer delivered by a projector channel (its delivery
+//!   state in `SG_DELIVERY` says so): every derived key stays inside NATS' limits.
+//! - `raw_messages_breaking_the_id_rule_are_terminated`: raw messages published straight
+//!   to NATS with a control character, an empty id or a 257-byte id in their subject or
+//!   session are terminated by the normalizer: no event, no stuck consumer, and a good
+//!   run of the same partition behind them is archived.
 //! - `up_demo_smoke`: `streamgate up --demo` (the README run command) with an old
 //!   nats-server first on `PATH` and an empty cache exits 0 and prints every demo run's
 //!   final answer.
@@ -56,6 +65,7 @@ mod common;
 use bytes::Bytes;
 use common::*;
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use streamgate_archive::{InsertOutcome, RunStatusKind};
@@ -879,6 +889,34 @@ async fn archive_requires_the_operator_token() {
             );
         }
     }
+
+    // Run ids breaking the id rule are refused before they become NATS subjects (a
+    // 4 KiB one would drop the archiver's connection); the archiver still serves after.
+    for bad in ["r".repeat(4100), "r\n1".into(), String::new()] {
+        let err = ok
+            .raw_chunks(v1::RawChunksRequest {
+                run_id: bad.clone(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().starts_with("run id: "), "{err:?}");
+        let err = ok
+            .replay_events(v1::ReplayEventsRequest {
+                run_id: bad,
+                after_seq: 0,
+                follow: true,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    }
+    let mut raw = ok
+        .raw_chunks(v1::RawChunksRequest { run_id: run.into() })
+        .await
+        .expect("raw chunks after refused ids")
+        .into_inner();
+    assert!(raw.message().await.expect("a raw chunk").is_some());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1171,4 +1209,162 @@ fn up_ingest_replay_cli() {
         "streamgate up did not stop cleanly on SIGINT: {status:?}\n{}",
         std::fs::read_to_string(dir.path().join("up.err")).unwrap_or_default()
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// ids at the limit of the id rule
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn longest_ids_reach_a_channel() {
+    let p = Pipeline::start(Backend::Sqlite).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _projector = streamgate_projector::start(
+        p.nats.client().await,
+        streamgate_projector::ChannelConfig::new(
+            "web",
+            streamgate_projector::ChannelSink::Web {
+                listen: ([127, 0, 0, 1], 0).into(),
+            },
+        ),
+        None,
+        stop.clone(),
+    )
+    .await
+    .expect("start projector");
+    wait_projector(&p.js, "web").await;
+    // 256 bytes each, none of them subject- or key-safe: 768 bytes once escaped.
+    let run = format!("{}.", "中".repeat(85));
+    let spec = v1_spec("é".repeat(128), run.clone(), Some("🦀".repeat(64)));
+    for id in [
+        &spec.tenant,
+        &spec.run_id,
+        spec.session_key.as_ref().unwrap(),
+    ] {
+        assert_eq!(id.len(), streamgate_grammar::ids::MAX_ID_BYTES);
+    }
+    let bytes = fixture("f1/end-turn.sse");
+    put_run(&p.ingestor, &spec, &[Bytes::from(bytes.clone())]).await;
+    let want = expected("f1", &bytes);
+    let got = wait_run(&*p.store, &run, want.len(), PATIENCE).await;
+    assert_eq!(as_json(&got), want, "256-byte ids: archived events");
+    let env = &got[0].event.envelope;
+    assert_eq!(
+        (&env.tenant, &env.session_key),
+        (&spec.tenant, &spec.session_key)
+    );
+
+    let kv =
+        p.js.get_key_value(streamgate_projector::kv::DELIVERY_BUCKET)
+            .await
+            .expect("delivery bucket");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let delivered = streamgate_bus::kv::current(&kv, "")
+            .await
+            .expect("read SG_DELIVERY")
+            .into_iter()
+            .filter(|e| !e.deleted && !e.key.starts_with("active."))
+            .filter(|e| {
+                e.key
+                    .rsplit('.')
+                    .next()
+                    .and_then(streamgate_bus::kv::untoken)
+                    .as_deref()
+                    == Some(run.as_str())
+            })
+            .filter_map(|e| {
+                serde_json::from_slice::<streamgate_sinks::DeliveryState>(&e.value).ok()
+            })
+            .any(|s| s.final_delivered);
+        if delivered {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the channel never delivered the final answer of the 256-byte run"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+}
+
+fn v1_spec(
+    tenant: String,
+    run_id: String,
+    session_key: Option<String>,
+) -> streamgate_normalizer::ingest::RunSpec {
+    streamgate_normalizer::ingest::RunSpec {
+        tenant,
+        run_id,
+        session_key,
+        family: "f1".into(),
+        dialect: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_messages_breaking_the_id_rule_are_terminated() {
+    let p = Pipeline::start(Backend::Sqlite).await;
+    let long = "r".repeat(257);
+    let bad: Vec<(&str, &str, Option<&str>)> = vec![
+        (TENANT, "bad\n1", None),
+        (TENANT, &long, None),
+        ("", "bad-tenant", None),
+        (TENANT, "bad-session", Some("s\r\nX: 1")),
+    ];
+    let bytes = fixture("f1/end-turn.sse");
+    let mut partitions = BTreeSet::new();
+    for (tenant, run, session) in &bad {
+        // Published by hand: `publish_raw` itself refuses such ids.
+        let raw = streamgate_bus::raw::RawChunk {
+            addr: streamgate_bus::subject::RunAddr::new(tenant, run, DEFAULT_PARTITIONS),
+            session_key: session.map(str::to_owned),
+            family: "f1".into(),
+            dialect: None,
+            chunk: 0,
+            ingest_ts_ms: 1,
+            close: None,
+            body: Bytes::from(bytes.clone()),
+        };
+        partitions.insert(raw.addr.partition);
+        p.js.publish_with_headers(raw.addr.raw_subject(), raw.headers(), raw.body.clone())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored in SG_RAW");
+    }
+    // A good run behind them in each of their partitions.
+    let mut good = Vec::new();
+    for i in 0.. {
+        let run = format!("good-{i}");
+        if partitions.remove(&streamgate_bus::subject::partition_of(
+            &run,
+            DEFAULT_PARTITIONS,
+        )) {
+            put_run(
+                &p.ingestor,
+                &spec(&run, "f1"),
+                &[Bytes::from(bytes.clone())],
+            )
+            .await;
+            good.push(run);
+        }
+        if partitions.is_empty() {
+            break;
+        }
+    }
+    let want = expected("f1", &bytes);
+    for run in &good {
+        let got = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+        assert_archive_eq(run, &got, &want, "behind bad ids");
+    }
+    // Nothing left pending or unacknowledged anywhere, and no event for a bad id.
+    wait_quiet(&p.js).await;
+    for (_, run, _) in &bad {
+        assert!(
+            p.store.get_run(run).await.expect("get_run").is_none(),
+            "{run:?} was archived"
+        );
+    }
 }

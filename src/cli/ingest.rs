@@ -70,6 +70,8 @@ async fn connect(addr: &str, token: Option<&str>) -> Result<Client> {
 
 /// Runs the subcommand.
 pub async fn run(args: IngestArgs) -> Result<()> {
+    // The front door would refuse them too; refusing here sends nothing at all.
+    streamgate_grammar::ids::check_run(&args.tenant, &args.run, args.session.as_deref())?;
     let bytes = std::fs::read(&args.capture)
         .with_context(|| format!("cannot read {}", args.capture.display()))?;
     args.family

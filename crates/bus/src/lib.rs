@@ -13,6 +13,8 @@
 //! Any NATS client can ingest by publishing to JetStream with these rules.
 //!
 //! **Subject** `sg.raw.<tenant>.<part>.<run>`:
+//! - Tenant, run id and session key follow the id rule ([`streamgate_grammar::ids`]):
+//!   UTF-8, 1–256 bytes, no control characters; a message breaking it is unreadable.
 //! - `<tenant>` and `<run>` are token-encoded ([`subject::encode_token`]): every byte of
 //!   the UTF-8 string outside `[A-Za-z0-9_-]` (including `%`) becomes `%XX` with uppercase
 //!   hex; the empty string is `%`. Ids made of `[A-Za-z0-9_-]` appear unchanged.
@@ -134,6 +136,9 @@ pub enum BusError {
     /// on a fixed id).
     #[error("close marker for run {0:?} has a non-empty body")]
     CloseWithBody(String),
+    /// A tenant, run or session id breaks the id rule ([`streamgate_grammar::ids`]).
+    #[error(transparent)]
+    InvalidId(#[from] streamgate_grammar::ids::IdError),
     /// An event's envelope names a different run than the address it is published to.
     #[error("event for run {event_run:?} published to run {addr_run:?}")]
     RunMismatch {

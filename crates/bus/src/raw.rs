@@ -5,6 +5,8 @@ use async_nats::jetstream;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
+use streamgate_grammar::ids;
+
 use crate::subject::{encode_token, RunAddr, SubjectKind};
 use crate::{hdr, nats, BusError, SubjectError};
 
@@ -220,11 +222,15 @@ impl RawChunk {
         if close.is_some() && !payload.is_empty() {
             return Err(BusError::CloseWithBody(addr.run_id));
         }
+        let session_key = hdr::text(h, HDR_SESSION)?;
+        // The id rule, as at the other front doors: a message that breaks it is refused
+        // here, so it never reaches a run table, a KV key or an outbound header.
+        ids::check_run(&addr.tenant, &addr.run_id, session_key.as_deref())?;
         let family = hdr::text(h, HDR_FAMILY)?
             .filter(|f| !f.is_empty())
             .unwrap_or_else(|| FAMILY_AUTO.to_owned());
         Ok(RawChunk {
-            session_key: hdr::text(h, HDR_SESSION)?,
+            session_key,
             dialect: hdr::text(h, HDR_DIALECT)?.filter(|d| !d.is_empty()),
             family,
             chunk,
@@ -261,6 +267,13 @@ pub async fn publish_raw_with(
         // Refuse instead of publishing bytes that the dedupe id would make unrecoverable.
         return Err(BusError::CloseWithBody(chunk.addr.run_id.clone()));
     }
+    // Refused before it reaches the connection: an over-long id would make a subject
+    // past the broker's control-line limit, which drops the whole client connection.
+    ids::check_run(
+        &chunk.addr.tenant,
+        &chunk.addr.run_id,
+        chunk.session_key.as_deref(),
+    )?;
     let mut headers = chunk.headers();
     if let Some(cx) = trace {
         crate::trace::inject_context(&mut headers, cx);
@@ -284,7 +297,7 @@ mod tests {
     fn chunk(close: Option<CloseKind>) -> RawChunk {
         RawChunk {
             addr: RunAddr::new("acme", "run 1", 32),
-            session_key: Some("tg:42\r\n".into()),
+            session_key: Some("tg:42 é".into()),
             family: "f2".into(),
             dialect: Some("openrouter".into()),
             chunk: 3,
@@ -340,6 +353,35 @@ mod tests {
             RawChunk::from_parts(&subject, None, Bytes::new()),
             Err(BusError::MissingHeader(HDR_CHUNK))
         ));
+        // The id rule: control characters, over-long and empty ids are refused.
+        for (tenant, run, session) in [
+            ("acme", "run\n1", None),
+            ("acme", &*"r".repeat(257), None),
+            ("acme", &*"r".repeat(4100), None),
+            ("", "run", None),
+            ("acme", "run", Some("s\r\n")),
+        ] {
+            let mut bad = chunk(None);
+            bad.addr = RunAddr::new(tenant, run, 32);
+            bad.session_key = session.map(str::to_owned);
+            assert!(
+                matches!(
+                    RawChunk::from_parts(
+                        &bad.addr.raw_subject(),
+                        Some(&bad.headers()),
+                        bad.body.clone()
+                    ),
+                    Err(BusError::InvalidId(_))
+                ),
+                "{run:?}"
+            );
+        }
+        let mut ok = chunk(None);
+        ok.addr = RunAddr::new(&"t".repeat(256), &"é".repeat(128), 32);
+        assert!(
+            RawChunk::from_parts(&ok.addr.raw_subject(), Some(&ok.headers()), ok.body.clone())
+                .is_ok()
+        );
         assert!(RawChunk::from_parts(
             &raw.addr.events_subject(),
             Some(&raw.headers()),

@@ -9,6 +9,7 @@
 //!   batch (golden) form, and the fold between them (spec §3.2).
 //! - [`fold`]: the deterministic run-state fold (final text, thinking segments, tool
 //!   items, usage, status) shared by replay and projection.
+//! - [`ids`]: the rule for tenant, run and session ids at every front door.
 //! - [`invariants`]: the spec's conformance invariants I1–I10 as a checker.
 //! - [`timeline`]: segment and item spans (seq and ingest time) for replay.
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@ pub mod batch;
 pub mod envelope;
 pub mod event;
 pub mod fold;
+pub mod ids;
 pub mod invariants;
 pub mod json;
 pub mod timeline;

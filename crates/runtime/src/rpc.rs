@@ -36,15 +36,42 @@ impl Interceptor for RequireBearer {
         let presented = req
             .metadata()
             .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        match presented {
-            Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(req),
-            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
-            None => Err(Status::unauthenticated(
-                "missing `authorization: Bearer <token>`",
-            )),
-        }
+            .and_then(|v| v.to_str().ok());
+        check_bearer(presented, token)
+            .map(|()| req)
+            .map_err(|e| Status::unauthenticated(e.to_string()))
+    }
+}
+
+/// Why an `Authorization` value was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BearerError {
+    /// No `Authorization` value, or not of the `Bearer` scheme.
+    #[error("missing `authorization: Bearer <token>`")]
+    Missing,
+    /// A bearer token, but not the expected one.
+    #[error("invalid bearer token")]
+    Wrong,
+}
+
+/// The token of an `Authorization` value of the `Bearer` scheme. The scheme is matched
+/// in any case (`bearer`, `BEARER`: RFC 9110 §11.1 makes auth schemes case-insensitive)
+/// and may be followed by more than one space.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("Bearer")
+        .then(|| rest.trim_start_matches(' '))
+        .filter(|t| !t.is_empty())
+}
+
+/// Checks an `Authorization` value (HTTP header or gRPC metadata) against `expected`,
+/// in constant time over the token. Shared by every front door.
+pub fn check_bearer(value: Option<&str>, expected: &str) -> Result<(), BearerError> {
+    match value.and_then(bearer_token) {
+        Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => Ok(()),
+        Some(_) => Err(BearerError::Wrong),
+        None => Err(BearerError::Missing),
     }
 }
 
@@ -130,6 +157,25 @@ mod tests {
             auth.call(Request::new(())).unwrap_err().code(),
             tonic::Code::Unauthenticated
         );
+        for scheme in ["bearer", "BEARER", "Bearer", "beArer"] {
+            let mut ok = Request::new(());
+            ok.metadata_mut()
+                .insert("authorization", format!("{scheme} s3cret").parse().unwrap());
+            assert!(auth.call(ok).is_ok(), "{scheme}");
+        }
         assert_eq!(random_token().len(), 64);
+    }
+
+    #[test]
+    fn bearer_values() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+        assert_eq!(check_bearer(Some("bearer s"), "s"), Ok(()));
+        assert_eq!(check_bearer(Some("bearer x"), "s"), Err(BearerError::Wrong));
+        assert_eq!(check_bearer(None, "s"), Err(BearerError::Missing));
     }
 }

@@ -132,9 +132,7 @@ impl ArchiveService for Replay {
         request: Request<v1::ReplayEventsRequest>,
     ) -> Result<Response<Self::ReplayEventsStream>, Status> {
         let r = request.into_inner();
-        if r.run_id.is_empty() {
-            return Err(Status::invalid_argument("run_id is required"));
-        }
+        check_run_id(&r.run_id)?;
         let (tx, rx) = mpsc::channel(256);
         let this = self.clone();
         tokio::spawn(async move {
@@ -243,6 +241,7 @@ impl ArchiveService for Replay {
         request: Request<v1::RawChunksRequest>,
     ) -> Result<Response<Self::RawChunksStream>, Status> {
         let run_id = request.into_inner().run_id;
+        check_run_id(&run_id)?;
         let mut chunks = self.store.raw_chunks(&run_id).await.map_err(internal)?;
         if chunks.is_empty() {
             // No raw archive: SG_RAW itself is the provider-native transcript.
@@ -264,6 +263,14 @@ impl ArchiveService for Replay {
             chunks.into_iter().map(|c| Ok(convert::raw(c))).collect();
         Ok(Response::new(Box::pin(futures::stream::iter(items))))
     }
+}
+
+/// The id rule ([`streamgate_grammar::ids`]) for a run id that becomes a NATS subject
+/// (follow, raw chunks): an id of kilobytes would push the subject past the broker's
+/// control-line limit and drop this service's connection.
+fn check_run_id(run_id: &str) -> Result<(), Status> {
+    streamgate_grammar::ids::check(streamgate_grammar::ids::IdKind::Run, run_id)
+        .map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 impl Replay {

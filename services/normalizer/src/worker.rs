@@ -19,6 +19,7 @@
 use crate::config::NormalizerConfig;
 use crate::open_runs::OpenRuns;
 use crate::runs::{Applied, RunBudget, RunKey, RunTable};
+use async_nats::jetstream::message::AckKind;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
@@ -288,7 +289,9 @@ async fn process_batch(
     msgs: Vec<async_nats::jetstream::Message>,
 ) -> anyhow::Result<()> {
     let mut out = BTreeMap::new();
-    if let Err(e) = apply_and_publish(js, open_runs, table, &msgs, &mut out).await {
+    let mut unreadable = BTreeSet::new();
+    if let Err(e) = apply_and_publish(js, open_runs, table, &msgs, &mut out, &mut unreadable).await
+    {
         // The table already holds these runs' state past this batch, but (some of) the
         // batch's events never reached SG_EVENTS. Forget the runs: their redelivered
         // chunks, or their next ones, rebuild them from SG_RAW and publish every event
@@ -299,7 +302,15 @@ async fn process_batch(
         }
         return Err(e);
     }
-    for msg in &msgs {
+    for (i, msg) in msgs.iter().enumerate() {
+        if unreadable.contains(&i) {
+            // Terminated, not acknowledged: never redelivered, and the broker reports it
+            // (`$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED`) for whoever watches.
+            if let Err(e) = msg.ack_with(AckKind::Term).await {
+                warn!(error = %e, "terminating an unreadable raw message failed");
+            }
+            continue;
+        }
         if let Err(e) = msg.ack().await {
             warn!(error = %e, "raw ack failed; the chunk will be redelivered (idempotent)");
         }
@@ -326,6 +337,7 @@ async fn apply_and_publish(
     table: &mut RunTable,
     msgs: &[async_nats::jetstream::Message],
     out: &mut BTreeMap<RunKey, RunBatches>,
+    unreadable: &mut BTreeSet<usize>,
 ) -> anyhow::Result<()> {
     // `out`: per run whose state this batch moved, in seq order, the events of each
     // chunk; runs are published concurrently.
@@ -335,12 +347,14 @@ async fn apply_and_publish(
     // One span per chunk, open until its events are published: the normalizer's step of
     // the trace the chunk carries.
     let mut spans = Vec::with_capacity(msgs.len());
-    for msg in msgs {
+    for (i, msg) in msgs.iter().enumerate() {
         let chunk = match RawChunk::from_message(msg) {
             Ok(c) => c,
             Err(e) => {
-                // A message nobody can read is acknowledged (it would loop forever) and
-                // counted; the raw bytes stay in SG_RAW for inspection.
+                // A message nobody can read (a malformed header, an id breaking the id
+                // rule, …) is terminated (it would loop forever) and counted; the raw
+                // bytes stay in SG_RAW for inspection.
+                unreadable.insert(i);
                 warn!(error = %e, subject = %msg.subject, "unreadable raw message");
                 metrics::counter!("streamgate_normalizer_bad_raw_total").increment(1);
                 continue;

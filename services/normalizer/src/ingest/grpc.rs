@@ -29,8 +29,57 @@ impl IngestServer {
 fn status(e: IngestError) -> Status {
     match e {
         IngestError::Invalid(m) => Status::invalid_argument(m),
-        IngestError::Closed(m) => Status::failed_precondition(format!("run {m} is already closed")),
+        IngestError::Id(e) => Status::invalid_argument(e.to_string()),
+        e @ IngestError::Closed(_) => Status::failed_precondition(e.to_string()),
+        e @ IngestError::Busy(_) => Status::aborted(e.to_string()),
         IngestError::Broker(m) => Status::unavailable(m),
+    }
+}
+
+/// The status a producer gets when its request stream fails: a message over the size
+/// limit (tonic says OUT_OF_RANGE) becomes RESOURCE_EXHAUSTED naming the limit; anything
+/// else (a broken connection, …) is passed on. Never a silent end of the ack stream.
+fn inbound_status(s: Status) -> Status {
+    if s.code() == tonic::Code::OutOfRange && s.message().contains("too large") {
+        Status::resource_exhausted(format!(
+            "ingest message too large: {}; send the body in smaller chunks",
+            s.message()
+        ))
+    } else {
+        s
+    }
+}
+
+/// The run a stream is bound to (its first message's), with its claim.
+struct Bound {
+    tenant: String,
+    run_id: String,
+    _claim: super::Claim,
+}
+
+/// Binds the stream to the run of its first message (claiming it), or checks that a
+/// later message names the same run.
+fn bind(
+    ingestor: &Ingestor,
+    bound: &mut Option<Bound>,
+    chunk: &IngestChunk,
+) -> Result<(), IngestError> {
+    match bound {
+        Some(b) if b.tenant == chunk.tenant && b.run_id == chunk.run_id => Ok(()),
+        Some(b) => Err(IngestError::Invalid(format!(
+            "an ingest stream carries one run: it is bound to tenant {:?} run {:?}, this chunk names tenant {:?} run {:?}",
+            b.tenant, b.run_id, chunk.tenant, chunk.run_id
+        ))),
+        None => {
+            Ingestor::check(&spec_of(chunk))?;
+            let claim = ingestor.claim(&chunk.tenant, &chunk.run_id)?;
+            *bound = Some(Bound {
+                tenant: chunk.tenant.clone(),
+                run_id: chunk.run_id.clone(),
+                _claim: claim,
+            });
+            Ok(())
+        }
     }
 }
 
@@ -73,19 +122,29 @@ impl IngestService for IngestServer {
         tokio::spawn(
             async move {
                 let mut resume: Option<super::ResumePoint> = None;
+                // Held until the stream ends: the run is claimed for this stream.
+                let mut bound: Option<Bound> = None;
                 while let Some(item) = inbound.next().await {
                     let chunk = match item {
                         Ok(c) => c,
-                        Err(_) => break,
+                        Err(s) => {
+                            let s = inbound_status(s);
+                            tracing::debug!(status = %s, "ingest stream failed");
+                            let _ = tx.send(Err(s)).await;
+                            break;
+                        }
                     };
-                    if resume.is_none() {
+                    if bound.is_none() {
                         let span = tracing::Span::current();
                         span.record("tenant", chunk.tenant.as_str());
                         span.record("run", chunk.run_id.as_str());
                     }
-                    let ack = handle(&ingestor, &chunk, &mut resume, trace.as_ref())
-                        .await
-                        .map_err(status);
+                    let ack = match bind(&ingestor, &mut bound, &chunk) {
+                        Ok(()) => handle(&ingestor, &chunk, &mut resume, trace.as_ref())
+                            .await
+                            .map_err(status),
+                        Err(e) => Err(status(e)),
+                    };
                     let failed = ack.is_err();
                     if tx.send(ack).await.is_err() || failed {
                         break;

@@ -9,6 +9,10 @@
 //! stored before more is read (so a slow broker slows the sender), and the end of the
 //! body writes a `normal` close marker — or `abnormal` when the body breaks off. The
 //! reply says how many chunks were stored.
+//!
+//! Ids that break the id rule get 400; a run another request is ingesting right now
+//! (or an already closed run) gets 409. `Authorization: Bearer <token>` is matched with
+//! the scheme in any case.
 
 use super::{IngestError, Ingestor, RunSpec};
 use axum::body::Body;
@@ -50,6 +54,16 @@ pub fn router(ingestor: Ingestor, token: Option<String>) -> Router {
         .with_state(AppState { ingestor, token })
 }
 
+/// The status of a failed `put`: the broker's fault unless the request was wrong.
+fn put_error(e: IngestError) -> Response {
+    let code = match e {
+        IngestError::Invalid(_) | IngestError::Id(_) => StatusCode::BAD_REQUEST,
+        IngestError::Closed(_) | IngestError::Busy(_) => StatusCode::CONFLICT,
+        IngestError::Broker(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(code, e.to_string())
+}
+
 fn error(code: StatusCode, msg: impl Into<String>) -> Response {
     (code, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
@@ -86,10 +100,9 @@ async fn ingest_body(
     if let Some(token) = &st.token {
         let presented = headers
             .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if presented != Some(token.as_str()) {
-            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+            .and_then(|v| v.to_str().ok());
+        if let Err(e) = streamgate_runtime::rpc::check_bearer(presented, token) {
+            return error(StatusCode::UNAUTHORIZED, e.to_string());
         }
     }
     let spec = RunSpec {
@@ -102,13 +115,19 @@ async fn ingest_body(
     if let Err(e) = Ingestor::check(&spec) {
         return error(StatusCode::BAD_REQUEST, e.to_string());
     }
+    // One request per run at a time; the claim is released when this handler returns
+    // (or is dropped with a broken connection).
+    let _claim = match st.ingestor.claim(&spec.tenant, &spec.run_id) {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::CONFLICT, e.to_string()),
+    };
     let chunk_bytes = q
         .chunk_bytes
         .unwrap_or(DEFAULT_CHUNK_BYTES)
         .clamp(1, 4 << 20);
     let point = match st.ingestor.resume_point(&spec.tenant, &spec.run_id).await {
         Ok(p) => p,
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => return put_error(e),
     };
     if point.closed {
         return error(
@@ -129,7 +148,7 @@ async fn ingest_body(
                 while pending.len() >= chunk_bytes {
                     let part = pending.split_to(chunk_bytes).freeze();
                     if let Err(e) = st.ingestor.put(&spec, next, part, None, trace).await {
-                        return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+                        return put_error(e);
                     }
                     next += 1;
                 }
@@ -147,7 +166,7 @@ async fn ingest_body(
             .put(&spec, next, pending.freeze(), None, trace)
             .await
         {
-            return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            return put_error(e);
         }
         next += 1;
     }
@@ -156,7 +175,7 @@ async fn ingest_body(
         .put(&spec, next, Bytes::new(), Some(close), trace)
         .await
     {
-        return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        return put_error(e);
     }
     Json(serde_json::json!({
         "tenant": spec.tenant,

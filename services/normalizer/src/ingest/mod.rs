@@ -11,10 +11,13 @@ pub mod http;
 
 use crate::worker::now_ms;
 use bytes::Bytes;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use streamgate_bus::raw::{publish_raw_with, CloseKind, RawChunk, HDR_CHUNK, HDR_CLOSE};
 use streamgate_bus::subject::RunAddr;
 use streamgate_bus::trace::TraceContext;
-use streamgate_bus::RAW_STREAM;
+use streamgate_bus::{BusError, RAW_STREAM};
+use streamgate_grammar::ids;
 
 /// Something went wrong landing a chunk.
 #[derive(Debug, thiserror::Error)]
@@ -22,9 +25,15 @@ pub enum IngestError {
     /// The request was wrong (unknown family, bad close kind, chunk out of order, …).
     #[error("{0}")]
     Invalid(String),
+    /// A tenant, run or session id breaks the id rule ([`streamgate_grammar::ids`]).
+    #[error(transparent)]
+    Id(#[from] streamgate_grammar::ids::IdError),
     /// The run was already closed: nothing more is accepted for it.
     #[error("run {0} is already closed")]
     Closed(String),
+    /// Another request of this process is ingesting the run right now.
+    #[error("run {0} is being ingested by another request")]
+    Busy(String),
     /// The broker did not take the chunk.
     #[error("broker: {0}")]
     Broker(String),
@@ -54,26 +63,67 @@ pub struct RunSpec {
     pub dialect: Option<String>,
 }
 
+/// Runs with an open ingest request in this process, by (tenant, run id).
+type Ingesting = Arc<Mutex<HashSet<(String, String)>>>;
+
 /// Lands raw chunks in SG_RAW.
 #[derive(Clone)]
 pub struct Ingestor {
     js: async_nats::jetstream::Context,
     partitions: u32,
+    ingesting: Ingesting,
+}
+
+/// A run claimed by one ingest request ([`Ingestor::claim`]); the claim ends when this
+/// is dropped, however the request ends.
+#[derive(Debug)]
+pub struct Claim {
+    ingesting: Ingesting,
+    key: (String, String),
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.ingesting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.key);
+    }
 }
 
 impl Ingestor {
     /// An ingestor on a JetStream context with the deployment's partition count.
     pub fn new(js: async_nats::jetstream::Context, partitions: u32) -> Ingestor {
-        Ingestor { js, partitions }
+        Ingestor {
+            js,
+            partitions,
+            ingesting: Arc::default(),
+        }
     }
 
-    /// Validates a run spec.
-    pub fn check(spec: &RunSpec) -> Result<(), IngestError> {
-        if spec.tenant.is_empty() || spec.run_id.is_empty() {
-            return Err(IngestError::Invalid(
-                "tenant and run_id are required".into(),
-            ));
+    /// Claims `tenant`/`run_id` for one ingest request: two requests writing one run's
+    /// chunks at once would interleave them, so a second one is refused
+    /// ([`IngestError::Busy`]) until the first ends. The registry is in-process: requests
+    /// to one replica are serialized per run.
+    pub fn claim(&self, tenant: &str, run_id: &str) -> Result<Claim, IngestError> {
+        let key = (tenant.to_owned(), run_id.to_owned());
+        let mut ingesting = self
+            .ingesting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !ingesting.insert(key.clone()) {
+            return Err(IngestError::Busy(run_id.to_owned()));
         }
+        Ok(Claim {
+            ingesting: self.ingesting.clone(),
+            key,
+        })
+    }
+
+    /// Validates a run spec: the id rule ([`streamgate_grammar::ids`]) for tenant, run
+    /// and session, and a known family.
+    pub fn check(spec: &RunSpec) -> Result<(), IngestError> {
+        ids::check_run(&spec.tenant, &spec.run_id, spec.session_key.as_deref())?;
         spec.family
             .parse::<streamgate_wire::FamilyChoice>()
             .map_err(|e| IngestError::Invalid(e.to_string()))?;
@@ -103,7 +153,10 @@ impl Ingestor {
         };
         let seq = publish_raw_with(&self.js, &raw, trace)
             .await
-            .map_err(|e| IngestError::Broker(e.to_string()))?
+            .map_err(|e| match e {
+                BusError::InvalidId(e) => IngestError::Id(e),
+                e => IngestError::Broker(e.to_string()),
+            })?
             .sequence;
         metrics::counter!("streamgate_ingest_chunks_total").increment(1);
         Ok(seq)
@@ -115,6 +168,8 @@ impl Ingestor {
         tenant: &str,
         run_id: &str,
     ) -> Result<ResumePoint, IngestError> {
+        ids::check(ids::IdKind::Tenant, tenant)?;
+        ids::check(ids::IdKind::Run, run_id)?;
         let addr = RunAddr::new(tenant, run_id, self.partitions);
         let stream = self
             .js

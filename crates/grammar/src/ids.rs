@@ -1,0 +1,135 @@
+//! The one rule for identifiers at every front door (HTTP and gRPC ingest, raw NATS
+//! messages, the CLI): tenant, run and session ids are UTF-8, 1–[`MAX_ID_BYTES`] bytes,
+//! with no control characters.
+//!
+//! Why: ids end up in NATS subjects, message ids, KV keys (escaped up to 3× their size)
+//! and outbound headers (webhooks). A control character breaks a header line; an id of
+//! kilobytes pushes a subject past the broker's control-line limit, which drops the
+//! whole connection. 256 bytes keeps every derived key far inside NATS' limits.
+
+/// Longest id, in UTF-8 bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Which id a value is (named in errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IdKind {
+    /// A tenant.
+    Tenant,
+    /// A run id.
+    Run,
+    /// A chat session key.
+    Session,
+}
+
+impl IdKind {
+    /// `tenant`, `run id` or `session`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IdKind::Tenant => "tenant",
+            IdKind::Run => "run id",
+            IdKind::Session => "session",
+        }
+    }
+}
+
+impl std::fmt::Display for IdKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An id that breaks the rule; the message names the id and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// Empty.
+    #[error("{0}: must not be empty (1-256 bytes)")]
+    Empty(IdKind),
+    /// Longer than [`MAX_ID_BYTES`].
+    #[error("{kind}: at most 256 bytes (got {len})")]
+    TooLong {
+        /// Which id.
+        kind: IdKind,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// Holds a control character.
+    #[error("{kind}: no control characters (found U+{code:04X} at byte {at})")]
+    Control {
+        /// Which id.
+        kind: IdKind,
+        /// The character's code point.
+        code: u32,
+        /// Its byte offset.
+        at: usize,
+    },
+}
+
+/// Checks `value` against the rule.
+pub fn check(kind: IdKind, value: &str) -> Result<(), IdError> {
+    if value.is_empty() {
+        return Err(IdError::Empty(kind));
+    }
+    if value.len() > MAX_ID_BYTES {
+        return Err(IdError::TooLong {
+            kind,
+            len: value.len(),
+        });
+    }
+    if let Some((at, c)) = value.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(IdError::Control {
+            kind,
+            code: u32::from(c),
+            at,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a tenant, a run id and an optional session against the rule.
+pub fn check_run(tenant: &str, run_id: &str, session: Option<&str>) -> Result<(), IdError> {
+    check(IdKind::Tenant, tenant)?;
+    check(IdKind::Run, run_id)?;
+    if let Some(s) = session {
+        check(IdKind::Session, s)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule() {
+        assert!(check(IdKind::Run, "r").is_ok());
+        assert!(check(IdKind::Run, &"é".repeat(128)).is_ok());
+        assert!(check(IdKind::Run, &"x".repeat(256)).is_ok());
+        assert!(check(IdKind::Run, "run 1 / é 中 🦀").is_ok());
+        assert_eq!(
+            check(IdKind::Run, &"x".repeat(4100))
+                .unwrap_err()
+                .to_string(),
+            "run id: at most 256 bytes (got 4100)"
+        );
+        assert_eq!(
+            check(IdKind::Run, &"x".repeat(257)).unwrap_err(),
+            IdError::TooLong {
+                kind: IdKind::Run,
+                len: 257
+            }
+        );
+        assert_eq!(
+            check(IdKind::Tenant, "").unwrap_err().to_string(),
+            "tenant: must not be empty (1-256 bytes)"
+        );
+        assert_eq!(
+            check(IdKind::Run, "a\nb").unwrap_err().to_string(),
+            "run id: no control characters (found U+000A at byte 1)"
+        );
+        for bad in ["\0", "a\rb", "\u{7f}", "\u{85}x", "tab\t"] {
+            assert!(check(IdKind::Session, bad).is_err(), "{bad:?}");
+        }
+        assert!(check_run("t", "r", Some("s\n")).is_err());
+        assert!(check_run("t", "r", None).is_ok());
+    }
+}
