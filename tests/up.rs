@@ -279,3 +279,122 @@ fn metrics_carry_help_text_build_info_and_consumer_lag() {
         );
     }
 }
+
+/// The web page through the address `up` prints (token and all), in headless Chromium:
+/// an ended run is in the run list, its final is rendered markdown (a heading element,
+/// no literal `**`/`##`), its thinking is in a collapsed `<details>`. The screenshot is
+/// kept as `target/artifacts/up-web.png`. (The XSS test of the page is
+/// services/projector/tests/e2e.rs, on the same page.)
+#[test]
+fn the_web_page_up_prints_shows_rendered_answers() {
+    let chromium =
+        std::env::var("STREAMGATE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    if !std::path::Path::new(&chromium).exists() {
+        assert_eq!(
+            std::env::var("STREAMGATE_SKIP_BROWSER").as_deref(),
+            Ok("1"),
+            "no browser at {chromium} (set STREAMGATE_SKIP_BROWSER=1 to skip)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    let err = up_err(dir.path());
+    let url = err
+        .split_whitespace()
+        .find(|w| w.starts_with("http://") && w.contains("?token="))
+        .unwrap_or_else(|| panic!("up printed no page address:\n{err}"))
+        .to_owned();
+    let chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"m\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    let capture = [
+        chunk(
+            r#"{"role":"assistant","content":null,"reasoning_content":"Check the forecast."}"#,
+            "null",
+        ),
+        chunk(
+            &serde_json::json!({"content": "## Paris today\n\n**18 °C**, sunny.\n"}).to_string(),
+            "null",
+        ),
+        chunk(r#"{"content":""}"#, r#""stop""#),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("md.sse"), capture).unwrap();
+    let ok = Command::new(bin())
+        .args(["ingest", "--family", "f2", "--run", "md-run"])
+        .arg(dir.path().join("md.sse"))
+        .current_dir(dir.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ingest failed");
+    let page = format!("{url}&run=md-run");
+    let browse = |extra: &[&str]| {
+        // `timeout`: a browser that hangs fails the look, not the test run. `--timeout`
+        // (not a virtual-time budget, which waits for the page's open event stream).
+        Command::new("timeout")
+            .arg("30")
+            .arg(&chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-sync",
+                "--window-size=1280,800",
+                "--timeout=4000",
+            ])
+            .arg(format!(
+                "--user-data-dir={}",
+                tempfile::tempdir().unwrap().keep().display()
+            ))
+            .args(extra)
+            .arg(&page)
+            .output()
+            .unwrap()
+    };
+    // The run ends a moment after the ingest returns; look until the page shows it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dom = loop {
+        let dom = String::from_utf8_lossy(&browse(&["--dump-dom"]).stdout).into_owned();
+        if dom.contains("Paris today") || Instant::now() > deadline {
+            break dom;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let heading = in_heading(&dom, "Paris today");
+    assert!(
+        heading,
+        "the answer heading is not a heading element:\n{dom}"
+    );
+    assert!(
+        !dom.contains("**18") && !dom.contains("## Paris"),
+        "raw markdown:\n{dom}"
+    );
+    assert!(
+        dom.contains("<details"),
+        "thinking not in <details>:\n{dom}"
+    );
+    assert!(dom.contains("md-run"), "the run is not in the list:\n{dom}");
+    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("up-web.png");
+    browse(&[&format!("--screenshot={}", shot.display())]);
+}
+
+/// True when `text` stands in an `<h1>`…`<h6>` element of `dom`.
+fn in_heading(dom: &str, text: &str) -> bool {
+    (1..=6).any(|n| {
+        dom.split(&format!("<h{n}")).skip(1).any(|rest| {
+            rest.split(&format!("</h{n}>"))
+                .next()
+                .is_some_and(|h| h.contains(text))
+        })
+    })
+}
