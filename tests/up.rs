@@ -22,11 +22,12 @@ fn data_dir(dir: &std::path::Path) -> std::path::PathBuf {
     dir.join(".streamgate")
 }
 
-/// Starts `streamgate up --quiet` in `dir` and waits for its `up.json`.
-fn start_up(dir: &std::path::Path) -> Graceful {
+/// Starts `streamgate up --quiet <extra>` in `dir` and waits for its `up.json`.
+fn start_up_with(dir: &std::path::Path, extra: &[&str]) -> Graceful {
     let mut up = Graceful(
         Command::new(bin())
             .args(["up", "--quiet"])
+            .args(extra)
             .current_dir(dir)
             .stdout(std::fs::File::create(dir.join("up.out")).unwrap())
             .stderr(std::fs::File::create(dir.join("up.err")).unwrap())
@@ -42,6 +43,11 @@ fn start_up(dir: &std::path::Path) -> Graceful {
         std::thread::sleep(Duration::from_millis(25));
     }
     up
+}
+
+/// Starts `streamgate up --quiet` in `dir` and waits for its `up.json`.
+fn start_up(dir: &std::path::Path) -> Graceful {
+    start_up_with(dir, &[])
 }
 
 fn up_err(dir: &std::path::Path) -> String {
@@ -167,21 +173,7 @@ fn replay_into_a_closed_pipe_exits_quietly() {
 #[test]
 fn settings_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
-    let mut up = Graceful(
-        Command::new(bin())
-            .args(["up", "--quiet", "--verbose", "full"])
-            .current_dir(dir.path())
-            .stdout(std::fs::File::create(dir.path().join("up.out")).unwrap())
-            .stderr(std::fs::File::create(dir.path().join("up.err")).unwrap())
-            .spawn()
-            .expect("spawn streamgate up"),
-    );
-    let deadline = Instant::now() + PATIENCE;
-    while !data_dir(dir.path()).join("up.json").exists() {
-        assert!(up.0.try_wait().unwrap().is_none(), "{}", up_err(dir.path()));
-        assert!(Instant::now() < deadline, "no up.json");
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    let _up = start_up_with(dir.path(), &["--verbose", "full"]);
     let settings = |args: &[&str]| {
         let out = Command::new(bin())
             .arg("settings")
@@ -224,21 +216,7 @@ fn metrics_carry_help_text_build_info_and_consumer_lag() {
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let mut up = Graceful(
-        Command::new(bin())
-            .args(["up", "--quiet", "--metrics", &addr])
-            .current_dir(dir.path())
-            .stdout(std::fs::File::create(dir.path().join("up.out")).unwrap())
-            .stderr(std::fs::File::create(dir.path().join("up.err")).unwrap())
-            .spawn()
-            .expect("spawn streamgate up"),
-    );
-    let deadline = Instant::now() + PATIENCE;
-    while !data_dir(dir.path()).join("up.json").exists() {
-        assert!(up.0.try_wait().unwrap().is_none(), "{}", up_err(dir.path()));
-        assert!(Instant::now() < deadline, "no up.json");
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    let _up = start_up_with(dir.path(), &["--metrics", &addr]);
     assert!(ingest(dir.path(), "m1"));
     // The lag reporter runs every 5 s.
     let deadline = Instant::now() + Duration::from_secs(30);
