@@ -179,7 +179,6 @@ impl NatsCluster {
         let js = self.jetstream().await;
         let probe = format!("SG_TESTKIT_PROBE_{:08x}", rand::random::<u32>());
         let deadline = Instant::now() + CLUSTER_READY;
-        let mut last = String::new();
         loop {
             let cfg = async_nats::jetstream::stream::Config {
                 name: probe.clone(),
@@ -188,14 +187,15 @@ impl NatsCluster {
                 num_replicas: running,
                 ..Default::default()
             };
-            match tokio::time::timeout(Duration::from_secs(5), js.create_stream(cfg)).await {
-                Ok(Ok(_)) => {
-                    let _ = js.delete_stream(&probe).await;
-                    return;
-                }
-                Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = "create stream timed out".to_owned(),
-            }
+            let last =
+                match tokio::time::timeout(Duration::from_secs(5), js.create_stream(cfg)).await {
+                    Ok(Ok(_)) => {
+                        let _ = js.delete_stream(&probe).await;
+                        return;
+                    }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "create stream timed out".to_owned(),
+                };
             if Instant::now() >= deadline {
                 panic!(
                     "cluster not ready after {CLUSTER_READY:?} (an R{running} stream cannot be placed: {last})\n{}",
@@ -326,18 +326,15 @@ impl NatsCluster {
         patience: Duration,
     ) -> usize {
         let deadline = Instant::now() + patience;
-        let mut last = String::new();
         loop {
-            match stream_leader_name(js, stream).await {
-                Ok(Some(name)) => {
-                    if let Some(i) = self.index_of(&name) {
-                        return i;
-                    }
-                    last = format!("unknown leader {name}");
-                }
-                Ok(None) => last = "no leader".to_owned(),
-                Err(e) => last = e,
-            }
+            let last = match stream_leader_name(js, stream).await {
+                Ok(Some(name)) => match self.index_of(&name) {
+                    Some(i) => return i,
+                    None => format!("unknown leader {name}"),
+                },
+                Ok(None) => "no leader".to_owned(),
+                Err(e) => e,
+            };
             assert!(
                 Instant::now() < deadline,
                 "stream {stream}: no leader after {patience:?}: {last}"
@@ -358,9 +355,8 @@ impl NatsCluster {
         patience: Duration,
     ) {
         let deadline = Instant::now() + patience;
-        let mut last = String::new();
         loop {
-            match js.get_stream(stream).await {
+            let last = match js.get_stream(stream).await {
                 Ok(s) => {
                     let info = s.cached_info();
                     match &info.cluster {
@@ -374,13 +370,13 @@ impl NatsCluster {
                             if good >= want {
                                 return;
                             }
-                            last = format!("{good} of {want} followers current: {c:?}");
+                            format!("{good} of {want} followers current: {c:?}")
                         }
-                        other => last = format!("cluster info {other:?}"),
+                        other => format!("cluster info {other:?}"),
                     }
                 }
-                Err(e) => last = e.to_string(),
-            }
+                Err(e) => e.to_string(),
+            };
             assert!(
                 Instant::now() < deadline,
                 "stream {stream}: replicas not current after {patience:?}: {last}"
