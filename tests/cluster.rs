@@ -599,3 +599,63 @@ async fn normalizer_replica_crashes_mid_load() {
         t0.elapsed()
     );
 }
+
+/// `streamgate up --nats <every node> --replicas 3` makes its streams and every KV
+/// bucket (leases, open runs, a channel's delivery state and settings) at R3; without
+/// `--nats` it refuses replicas its single local server cannot hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_on_a_cluster_makes_everything_r3() {
+    let _serial = SERIAL.lock().await;
+    let cluster = NatsCluster::start().await;
+    let js = cluster.jetstream().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join(".streamgate");
+    let err_log = dir.path().join("up.err");
+    let up = |extra: &[&str]| {
+        std::process::Command::new(bin())
+            .args(["up", "--quiet", "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&err_log).expect("up.err"))
+            .spawn()
+            .expect("spawn streamgate up")
+    };
+    let refused = up(&["--replicas", "3"]).wait().expect("up exits");
+    let err = std::fs::read_to_string(&err_log).unwrap_or_default();
+    assert!(!refused.success(), "up --replicas 3 without --nats ran");
+    assert!(err.contains("--replicas 3 needs --nats"), "{err}");
+
+    let urls = cluster.urls();
+    let mut running = Graceful(up(&["--nats", &urls, "--replicas", "3"]));
+    let deadline = Instant::now() + PATIENCE;
+    while !data.join("up.json").exists() {
+        if let Ok(Some(s)) = running.0.try_wait() {
+            panic!(
+                "streamgate up exited with {s}:\n{}",
+                std::fs::read_to_string(&err_log).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "no up.json after {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    for stream in [
+        RAW_STREAM,
+        EVENTS_STREAM,
+        "KV_SG_LEASES",
+        "KV_SG_OPEN_RUNS",
+        "KV_SG_DELIVERY",
+        "KV_SG_SETTINGS",
+    ] {
+        let s = js
+            .get_stream(stream)
+            .await
+            .unwrap_or_else(|e| panic!("{stream}: {e}"));
+        assert_eq!(s.cached_info().config.num_replicas, 3, "{stream}");
+    }
+    let stopped = running.stop(Duration::from_secs(15));
+    assert!(
+        stopped.is_some_and(|s| s.success()),
+        "up did not stop cleanly"
+    );
+}
