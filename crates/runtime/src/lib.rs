@@ -6,12 +6,14 @@
 //! - [`telemetry`]: logging, Prometheus metrics, OpenTelemetry span export.
 //! - [`metrics`]: the catalogue of every metric and its help text.
 //! - [`config`]: `KEY=VALUE` config files that back flags and environment variables.
+//! - [`nats`]: `--nats` server lists (one URL or a cluster's) and connecting to them.
 //! - [`shutdown`]: SIGINT/SIGTERM into a cancellation token.
 //! - [`rpc`]: bearer-token interceptors (server and client), health and reflection.
 #![forbid(unsafe_code)]
 
 pub mod config;
 pub mod metrics;
+pub mod nats;
 pub mod rpc;
 pub mod shutdown;
 pub mod telemetry;

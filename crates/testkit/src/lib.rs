@@ -7,6 +7,9 @@
 //! - [`NatsServer`]: one JetStream server on a free loopback port with a temp file store;
 //!   it can be killed (SIGKILL) and restarted on the same port and store to test crash
 //!   recovery.
+//! - [`NatsCluster`]: a 3-node nats-server cluster on loopback (JetStream, routes, server
+//!   names `n0`…`n2`): waits for a meta leader, kills and restarts nodes, finds a
+//!   stream's leader.
 //! - [`PgDatabase`]: a fresh database on the PostgreSQL server, dropped `WITH (FORCE)`
 //!   when the value is dropped.
 //!
@@ -14,9 +17,12 @@
 //! panic with a clear message (and the server log) is the most useful failure.
 #![forbid(unsafe_code)]
 
+mod cluster;
+
 use std::path::Path;
 use streamgate_bus::local::{free_port, LocalNats};
 
+pub use cluster::{stream_leader_name, NatsCluster};
 pub use streamgate_bus::local::{nats_server_binary, NATS_SERVER_ENV};
 
 /// Environment variable that overrides the PostgreSQL server URL.
@@ -268,5 +274,51 @@ mod tests {
             .unwrap()
             .get::<_, i64>(0);
         assert_eq!(n, 0);
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cluster_elects_kills_a_stream_leader_and_heals() {
+        let mut cluster = NatsCluster::start().await;
+        assert_eq!(cluster.len(), 3);
+        let js = cluster.jetstream().await;
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "R3".into(),
+            subjects: vec!["r3.>".into()],
+            num_replicas: 3,
+            ..Default::default()
+        })
+        .await
+        .expect("R3 stream");
+        js.publish("r3.a", "one".into())
+            .await
+            .expect("publish")
+            .await
+            .expect("ack");
+        let patience = std::time::Duration::from_secs(20);
+        let leader = cluster.stream_leader(&js, "R3", patience).await;
+        cluster.kill(leader);
+        assert!(!cluster.is_running(leader));
+        // A new leader among the survivors, and the stream keeps taking messages.
+        let next = cluster.stream_leader(&js, "R3", patience).await;
+        assert_ne!(next, leader);
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            let acked = match js.publish("r3.b", "two".into()).await {
+                Ok(f) => f.await.is_ok(),
+                Err(_) => false,
+            };
+            if acked {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no ack after the leader died"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        cluster.restart(leader);
+        cluster.wait_ready().await;
+        cluster.wait_stream_current(&js, "R3", patience).await;
+        let mut s = js.get_stream("R3").await.expect("stream");
+        assert_eq!(s.info().await.expect("info").state.messages, 2);
     }
 }

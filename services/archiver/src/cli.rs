@@ -14,7 +14,7 @@ pub struct Args {
     /// Config file of STREAMGATE_*=value lines.
     #[arg(long, env = "STREAMGATE_CONFIG")]
     pub config: Option<std::path::PathBuf>,
-    /// NATS server URL.
+    /// NATS server URL, or a cluster's servers comma-separated.
     #[arg(
         long,
         env = "STREAMGATE_NATS_URL",
@@ -53,7 +53,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_telemetry(&args.telemetry.config("streamgate-archiver"))?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
-    let nats = async_nats::connect(&args.nats).await?;
+    let nats = streamgate_runtime::nats::connect(&args.nats).await?;
     let store = streamgate_archive::open_store(&args.archive).await?;
     let mut running = start(
         nats,

@@ -15,7 +15,7 @@ pub struct Args {
     /// Config file of STREAMGATE_*=value lines.
     #[arg(long, env = "STREAMGATE_CONFIG")]
     pub config: Option<std::path::PathBuf>,
-    /// NATS server URL.
+    /// NATS server URL, or a cluster's servers comma-separated.
     #[arg(
         long,
         env = "STREAMGATE_NATS_URL",
@@ -62,7 +62,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_telemetry(&args.telemetry.config("streamgate-normalizer"))?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
-    let nats = async_nats::connect(&args.nats).await?;
+    let nats = streamgate_runtime::nats::connect(&args.nats).await?;
     let mut cfg = NormalizerConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
         max_open_runs: args.max_open_runs,

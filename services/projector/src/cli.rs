@@ -16,7 +16,7 @@ pub struct Args {
     /// Config file of STREAMGATE_*=value lines.
     #[arg(long, env = "STREAMGATE_CONFIG")]
     pub config: Option<std::path::PathBuf>,
-    /// NATS server URL.
+    /// NATS server URL, or a cluster's servers comma-separated.
     #[arg(
         long,
         env = "STREAMGATE_NATS_URL",
@@ -138,7 +138,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     init_telemetry(&args.telemetry.config("streamgate-projector"))?;
     let cfg = args.channel_config()?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
-    let nats = async_nats::connect(&args.nats).await?;
+    let nats = streamgate_runtime::nats::connect(&args.nats).await?;
     let mut running = start(nats, cfg, Some(args.grpc), shutdown).await?;
     tracing::info!(grpc = ?running.grpc, web = ?running.web, member = %running.member, "projector running");
     if let Some(web) = running.web {

@@ -30,9 +30,15 @@ pub struct UpArgs {
     /// Where the local instance keeps its broker store, archive and `up.json`.
     #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
-    /// Use this NATS server instead of spawning one.
+    /// Use this NATS server instead of spawning one: a URL, or a cluster's servers
+    /// comma-separated (`nats://a:4222,nats://b:4222,nats://c:4222`).
     #[arg(long, env = "STREAMGATE_NATS_URL")]
     pub nats: Option<String>,
+    /// JetStream replicas of the streams and KV buckets `up` creates (and of existing
+    /// streams, which are scaled to it): 3 on a 3-node cluster. Needs `--nats`; the
+    /// spawned local server is a single node.
+    #[arg(long, env = "STREAMGATE_REPLICAS", default_value_t = 1)]
+    pub replicas: usize,
     /// Archive URL (default: SQLite at `<data dir>/archive.db`).
     #[arg(long, env = "STREAMGATE_ARCHIVE_URL")]
     pub archive: Option<String>,
@@ -109,6 +115,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let _lock = DataDirLock::acquire(&data_dir)?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
 
+    let replicas = args.replicas.max(1);
+    if replicas > 1 && args.nats.is_none() {
+        anyhow::bail!("--replicas {replicas} needs --nats <cluster servers>: the local nats-server `up` spawns is a single node");
+    }
     let local_nats = match &args.nats {
         Some(_) => None,
         None => Some(SupervisedNats::start(data_dir.join("nats")).await?),
@@ -118,9 +128,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         (None, Some(n)) => n.url().to_owned(),
         (None, None) => unreachable!("a local server is spawned when no URL is given"),
     };
-    let nats = async_nats::connect(&nats_url)
-        .await
-        .with_context(|| format!("cannot connect to NATS at {nats_url}"))?;
+    let nats = streamgate_runtime::nats::connect(&nats_url).await?;
     let archive_url = args
         .archive
         .clone()
@@ -134,12 +142,14 @@ pub async fn run(args: UpArgs) -> Result<()> {
             .unwrap_or(streamgate_bus::DEFAULT_PARTITIONS),
     };
 
+    let mut normalizer_cfg = NormalizerConfig {
+        idle_timeout: Duration::from_secs(args.idle_timeout_secs),
+        ..NormalizerConfig::default()
+    };
+    normalizer_cfg.streams.replicas = replicas;
     let normalizer = streamgate_normalizer::start(
         nats.clone(),
-        NormalizerConfig {
-            idle_timeout: Duration::from_secs(args.idle_timeout_secs),
-            ..NormalizerConfig::default()
-        },
+        normalizer_cfg,
         Listeners {
             grpc: Some(args.ingest_grpc),
             http: Some(args.ingest_http),
@@ -184,6 +194,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             args.channel_secret.as_deref(),
         )?;
         cfg.partitions = partitions;
+        cfg.replicas = replicas;
         if let Some(r) = args.reasoning {
             cfg.settings.reasoning = r;
         }
