@@ -49,7 +49,7 @@ impl Watcher {
 
     /// Sends `ev`, display-safe, if it is its run's next event (an earlier one only
     /// primes the run's redactor: the watcher resumed after it).
-    async fn pass(&mut self, ev: RunEvent) -> Result<(), Gone> {
+    async fn pass(&mut self, ev: &RunEvent) -> Result<(), Gone> {
         let run = &ev.envelope.run_id;
         let Some((next, _)) = self.open.get_mut(run) else {
             return Ok(());
@@ -64,12 +64,12 @@ impl Watcher {
         }
         *next += 1;
         let end = ev.event.is_terminal();
-        let Some(safe) = super::display_safe(redactor, &ev) else {
+        let Some(safe) = super::display_safe(redactor, ev) else {
             return Ok(());
         };
         self.tx.send(Ok(safe)).await.map_err(|_| Gone)?;
         if end {
-            self.end(ev.envelope.run_id);
+            self.end(ev.envelope.run_id.clone());
         }
         Ok(())
     }
@@ -99,20 +99,20 @@ impl Watcher {
                 return Ok(());
             }
         };
-        for ev in events {
+        for ev in &events {
             self.pass(ev).await?;
         }
         Ok(())
     }
 
     /// One live event: a new run is opened at seq 1; a gap is filled from the stream.
-    async fn live(&mut self, ev: RunEvent) -> Result<(), Gone> {
+    async fn live(&mut self, ev: &RunEvent) -> Result<(), Gone> {
         let run = ev.envelope.run_id.clone();
         if self.ended.contains(&run) {
             return Ok(());
         }
         if !self.open.contains_key(&run) {
-            let subject = self.subject_of(&ev);
+            let subject = self.subject_of(ev);
             let next = self.after_seq.get(&run).copied().unwrap_or(0) + 1;
             self.open.insert(run.clone(), (next, subject));
         }
@@ -156,7 +156,7 @@ pub(super) async fn watch(
     }
     loop {
         let step = match live.recv().await {
-            Ok(ev) => w.live((*ev).clone()).await,
+            Ok(ev) => w.live(&ev).await,
             Err(broadcast::error::RecvError::Lagged(n)) => {
                 tracing::debug!(skipped = n, "watch lagged: re-reading open runs");
                 let open: Vec<String> = w.open.keys().cloned().collect();

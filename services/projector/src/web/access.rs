@@ -50,10 +50,7 @@ impl PageAccess {
         if let Some(bearer) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, rest) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then_some(rest.trim())
-            })
+            .and_then(streamgate_runtime::rpc::bearer_token)
         {
             return Some(bearer);
         }
