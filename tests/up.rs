@@ -8,6 +8,9 @@
 //!   its nats-server with it.
 //! - `settings_from_the_command_line`: `up --verbose` sets the channels' default and
 //!   `streamgate settings` changes and shows one chat's override on the running `up`.
+//! - `secrets_reach_no_channel_surface`: with `--reasoning stream --verbose full`, every
+//!   secret shape of issue 11 in thinking and tool arguments reaches neither the webhook,
+//!   the web page's data nor `tail` (status lines or raw events).
 //! - `replay_into_a_closed_pipe_exits_quietly`: `streamgate replay … | head -n 0` prints no
 //!   panic.
 
@@ -375,4 +378,274 @@ fn in_heading(dom: &str, text: &str) -> bool {
                 .is_some_and(|h| h.contains(text))
         })
     })
+}
+
+/// Every secret shape of issue 11, as `(prefix, secret, suffix)`: the secret part must
+/// never reach a channel surface; prefix and suffix are context that may.
+const SECRET_SHAPES: &[(&str, &str, &str)] = &[
+    ("key sk-ant-api03-", "Zq9Xw7Vk3Lm1Np5Rt8Yu", " in .env"),
+    ("password=", "Hq7Zt2Wv9xQ", " there"),
+    (
+        "AWS_SECRET_ACCESS_KEY=",
+        "wJalrXUtnFEMI7K7MDENGbPxRfiCYEXAMPLE",
+        " set",
+    ),
+    ("psql postgres://app:", "S3cr3tPw42", "@db.internal/x"),
+    (
+        "git clone https://deploy:",
+        "Gh7Kl9Mn3Pq",
+        "@git.example.com/r.git",
+    ),
+    ("curl -u admin:", "Vb8Nm2Qw4Er", " https://api.example.com"),
+    ("mysql -h db -p", "Rt5Yu7Io9Pa", " app"),
+    ("stripe sk_live_", "51HxTestKey4242abcdEFGH", " ok"),
+    ("gitlab glpat-", "Xy8Zw6Vu4Ts2Rq0Po9Nm", " ok"),
+    ("github ghp_", "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0UvWxYz", " ok"),
+    ("maps AIza", "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q", " ok"),
+    (
+        "jwt eyJ",
+        "hbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r",
+        " ok",
+    ),
+    (r#"{"db_pass": ""#, "Mn4Bv6Cx8ZlQ", r#""}"#),
+    ("Authorization: Bearer ", "Tk9Lm8Nb7Vc6Xz5As4Df", " sent"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\n",
+        "MIIEpAIBAAKCAQEA7xQz3Kp9Lm2Nb8Vc",
+        "\n-----END RSA PRIVATE KEY-----",
+    ),
+    (
+        "bot 123456789:",
+        "AAHd7Kx9Lm2Np4Qr6St8Uv0Wx1Yz3Ab5Cd7",
+        " ok",
+    ),
+];
+
+/// An Anthropic Messages capture (family f1): every secret shape in the thinking, split
+/// across deltas of 7 bytes, then a clean answer.
+fn thinking_capture(text: &str) -> String {
+    let data = |v: serde_json::Value| format!("data: {v}\n\n");
+    let mut out = String::from("event: message_start\n");
+    out += &data(
+        serde_json::json!({"type":"message_start","message":{"id":"msg_s","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
+    );
+    out += &data(
+        serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}),
+    );
+    for piece in pieces(text, 7) {
+        out += &data(
+            serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":piece}}),
+        );
+    }
+    out += &data(serde_json::json!({"type":"content_block_stop","index":0}));
+    out += &data(
+        serde_json::json!({"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}),
+    );
+    out += &data(
+        serde_json::json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"All credentials are rotated."}}),
+    );
+    out += &data(serde_json::json!({"type":"content_block_stop","index":1}));
+    out += &data(
+        serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":20}}),
+    );
+    out += &data(serde_json::json!({"type":"message_stop"}));
+    out
+}
+
+/// The same family: a tool call whose streamed arguments hold every secret shape.
+fn tool_capture(args: &serde_json::Value) -> String {
+    let data = |v: serde_json::Value| format!("data: {v}\n\n");
+    let mut out = String::from("event: message_start\n");
+    out += &data(
+        serde_json::json!({"type":"message_start","message":{"id":"msg_t","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
+    );
+    out += &data(
+        serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_s","name":"bash","input":{}}}),
+    );
+    for piece in pieces(&args.to_string(), 7) {
+        out += &data(
+            serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":piece}}),
+        );
+    }
+    out += &data(serde_json::json!({"type":"content_block_stop","index":0}));
+    out += &data(
+        serde_json::json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":20}}),
+    );
+    out += &data(serde_json::json!({"type":"message_stop"}));
+    out
+}
+
+/// `text` cut into pieces of at most `n` bytes, on char boundaries.
+fn pieces(text: &str, n: usize) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for c in text.chars() {
+        if out.last().is_some_and(|p| p.len() + c.len_utf8() > n) {
+            out.push(String::new());
+        }
+        out.last_mut().unwrap().push(c);
+    }
+    out
+}
+
+/// The secrets (or any 8-byte piece of one) found in `surface`.
+fn leaks(surface: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (_, secret, _) in SECRET_SHAPES {
+        let bytes = secret.as_bytes();
+        if let Some(w) = bytes
+            .windows(8.min(bytes.len()))
+            .filter_map(|w| std::str::from_utf8(w).ok())
+            .find(|w| surface.contains(w))
+        {
+            found.push(format!("{secret} (as {w:?})"));
+        }
+    }
+    found
+}
+
+/// Issue 11: with `/reasoning stream` and `/verbose full` on every channel, a run whose
+/// thinking holds every secret shape and a run whose tool arguments hold them show none
+/// of them on the webhook, the web page or `tail` (status lines and raw events).
+#[test]
+fn secrets_reach_no_channel_surface() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let hook = rt
+        .block_on(streamgate_sinks::fakes::FakeServer::webhook(
+            "hook-secret",
+            Default::default(),
+        ))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up_with(
+        dir.path(),
+        &[
+            "--reasoning",
+            "stream",
+            "--verbose",
+            "full",
+            "--channel",
+            "web=127.0.0.1:0",
+            "--channel",
+            &format!("webhook={}", hook.base_url),
+            "--channel-secret",
+            "hook-secret",
+        ],
+    );
+    let err = up_err(dir.path());
+    let url = err
+        .split_whitespace()
+        .find(|w| w.starts_with("http://") && w.contains("?token="))
+        .unwrap_or_else(|| panic!("up printed no page address:\n{err}"))
+        .to_owned();
+    let (base, token) = url.split_once("/?token=").unwrap();
+
+    let text: String = SECRET_SHAPES
+        .iter()
+        .map(|(p, s, x)| format!("{p}{s}{x}\n"))
+        .collect();
+    let args = serde_json::json!({
+        "command": SECRET_SHAPES.iter().take(12).map(|(p, s, x)| format!("{p}{s}{x}")).collect::<Vec<_>>().join(" && "),
+        "env": {"AWS_SECRET_ACCESS_KEY": SECRET_SHAPES[2].1, "db_pass": SECRET_SHAPES[12].1},
+        "headers": format!("Authorization: Bearer {}", SECRET_SHAPES[13].1),
+        "key": format!("{}{}{}", SECRET_SHAPES[14].0, SECRET_SHAPES[14].1, SECRET_SHAPES[14].2),
+        "bot": format!("123456789:{}", SECRET_SHAPES[15].1),
+    });
+    let runs = [
+        ("secret-thinking", thinking_capture(&text)),
+        ("secret-tool", tool_capture(&args)),
+    ];
+    // Both tails (status lines and raw events) follow a run from its start to its end.
+    let mut tails = Vec::new();
+    for (run, _) in &runs {
+        for raw in [false, true] {
+            let mut cmd = Command::new(bin());
+            cmd.args(["tail", "--run", run, "--reasoning", "on", "--verbose", "on"]);
+            if raw {
+                cmd.arg("--raw-events");
+            }
+            let child = cmd
+                .current_dir(dir.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            tails.push((format!("tail {run} raw={raw}"), child));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for (run, capture) in &runs {
+        let path = dir.path().join(format!("{run}.sse"));
+        std::fs::write(&path, capture).unwrap();
+        let ok = Command::new(bin())
+            .args(["ingest", "--family", "f1", "--run", run])
+            .arg(&path)
+            .current_dir(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "ingest of {run} failed");
+    }
+
+    let mut surfaces: Vec<(String, String)> = Vec::new();
+    for (name, mut child) in tails {
+        // A tail that never sees its run end is killed (and then fails below).
+        let deadline = Instant::now() + PATIENCE;
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        surfaces.push((name, shown));
+    }
+    // The webhook's ops: drafts (thinking, tool rows), notices, the settle.
+    let deadline = Instant::now() + PATIENCE;
+    while !runs.iter().all(|(run, _)| {
+        hook.calls().iter().any(|c| {
+            c.body.to_string().contains(run)
+                && ["final", "settle", "dismiss"].contains(&c.api.as_str())
+        })
+    }) && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let calls: Vec<String> = hook.calls().iter().map(|c| c.body.to_string()).collect();
+    assert!(
+        calls.iter().any(|c| c.contains("sk-ant-***")),
+        "the webhook never showed the masked thinking: {calls:#?}\n{}",
+        up_err(dir.path())
+    );
+    assert!(
+        calls.iter().any(|c| c.contains("postgres://app:***@")),
+        "the webhook never showed the masked tool arguments: {calls:#?}"
+    );
+    surfaces.push(("webhook".into(), calls.join("\n")));
+    // The web page's data, as the page reads it.
+    let client = reqwest::Client::new();
+    for (run, _) in &runs {
+        let body = rt.block_on(async {
+            client
+                .get(format!("{base}/api/runs/{run}"))
+                .bearer_auth(token)
+                .send()
+                .await?
+                .text()
+                .await
+        });
+        surfaces.push((format!("web {run}"), body.unwrap()));
+    }
+    for (name, shown) in &surfaces {
+        let found = leaks(shown);
+        assert!(found.is_empty(), "{name} shows {found:#?}:\n{shown}");
+    }
+    let thinking_tail = &surfaces[1].1;
+    assert!(
+        thinking_tail.contains("secret-thinking"),
+        "the raw tail saw nothing: {thinking_tail}"
+    );
 }
