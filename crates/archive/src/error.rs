@@ -42,6 +42,14 @@ pub enum ArchiveError {
     /// A list cursor was not produced by this store.
     #[error("invalid list cursor {0:?}")]
     BadCursor(String),
+    /// The database file could not be created or made private to its owner.
+    #[error("cannot make {path} private (mode 0600): {source}")]
+    Private {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The SQLite writer thread or a blocking reader task stopped unexpectedly.
     #[error("sqlite worker stopped: {0}")]
     WorkerGone(String),

@@ -178,6 +178,7 @@ impl SqliteStore {
 }
 
 fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, ArchiveError> {
+    make_private(path)?;
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -194,6 +195,44 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, Archi
     conn.set_prepared_statement_cache_capacity(32);
     migrate(&mut conn)?;
     Ok(conn)
+}
+
+/// Creates the database file readable by its owner only before SQLite opens it (SQLite
+/// creates the `-wal` and `-shm` files with the database file's mode), and narrows an
+/// existing database's mode, and its `-wal`/`-shm` files', to 0600: the archive holds
+/// every run's text.
+fn make_private(path: &Path) -> Result<(), ArchiveError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let private = |p: &Path, e: std::io::Error| ArchiveError::Private {
+            path: p.display().to_string(),
+            source: e,
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| private(path, e))?;
+        let mode = std::fs::Permissions::from_mode(0o600);
+        file.set_permissions(mode.clone())
+            .map_err(|e| private(path, e))?;
+        for suffix in ["-wal", "-shm"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            let side = std::path::PathBuf::from(side);
+            match std::fs::set_permissions(&side, mode.clone()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(private(&side, e)),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 fn migrate(conn: &mut Connection) -> Result<(), ArchiveError> {
