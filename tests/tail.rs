@@ -89,8 +89,13 @@ fn seqs(out: &str, run: &str) -> Vec<u64> {
         .collect()
 }
 
-async fn publish_to(nats_url: &str, raws: &[streamgate_bus::raw::RawChunk]) {
-    let client = async_nats::connect(nats_url)
+/// Publishes to the broker of the `up` that wrote `inst` (its `up.json`), with the
+/// credentials it requires.
+async fn publish_to(inst: &serde_json::Value, raws: &[streamgate_bus::raw::RawChunk]) {
+    let field = |k: &str| inst[k].as_str().unwrap_or_default().to_owned();
+    let client = async_nats::ConnectOptions::new()
+        .user_and_password(field("nats_user"), field("nats_password"))
+        .connect(field("nats_url"))
         .await
         .expect("connect to NATS");
     let js = async_nats::jetstream::new(client);
@@ -119,7 +124,7 @@ async fn tail_follows_a_run_across_an_up_restart_without_duplicates_or_gaps() {
         .unwrap_or(0);
     let raws = raw_chunks(&spec("r1", FAMILY), &chunks, ts);
     let half = chunks.len() / 2;
-    publish_to(inst["nats_url"].as_str().unwrap(), &raws[..half]).await;
+    publish_to(&inst, &raws[..half]).await;
 
     // Both tails are following the live run and have rendered its first part.
     wait_for(
@@ -155,7 +160,7 @@ async fn tail_follows_a_run_across_an_up_restart_without_duplicates_or_gaps() {
         || log(dir, "tail-run.err").contains(resumed) && log(dir, "tail-all.err").contains(resumed),
         dir,
     );
-    publish_to(inst2["nats_url"].as_str().unwrap(), &raws[half..]).await;
+    publish_to(&inst2, &raws[half..]).await;
 
     // `tail --run` exits by itself once the run ended.
     let deadline = Instant::now() + PATIENCE;
@@ -243,7 +248,7 @@ async fn tail_shows_back_to_back_runs_and_the_final_of_an_ended_run() {
             ts,
         ));
     }
-    publish_to(inst["nats_url"].as_str().unwrap(), &raws).await;
+    publish_to(&inst, &raws).await;
     wait_for(
         "tail did not show all five finals",
         || log(dir, "tail-all.out").matches("✅ final answer:").count() >= 5,

@@ -649,3 +649,115 @@ fn secrets_reach_no_channel_surface() {
         "the raw tail saw nothing: {thinking_tail}"
     );
 }
+
+/// Permission bits of `p`.
+#[cfg(unix)]
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Connects to `url` with these credentials (none when `user` is `None`).
+async fn nats_connect(
+    url: &str,
+    user: Option<(&str, &str)>,
+) -> Result<async_nats::Client, async_nats::ConnectError> {
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some((u, p)) = user {
+        options = options.user_and_password(u.to_owned(), p.to_owned());
+    }
+    options.connect(url).await
+}
+
+/// Issue #11: what `up` keeps in its data dir is its owner's only — the dir 0700, the
+/// archive and its WAL/SHM, `up.json`, channel tokens and the broker's credentials 0600
+/// — and its nats-server refuses clients without the credentials `up` generated (none
+/// of them on the broker's command line), also after the broker was killed and brought
+/// back.
+#[cfg(unix)]
+#[test]
+fn local_secrets_are_private_and_the_broker_requires_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    assert!(ingest(dir.path(), "r1"), "{}", up_err(dir.path()));
+    let data = data_dir(dir.path());
+    assert_eq!(mode(&data), 0o700, "data dir");
+    for file in [
+        "up.json",
+        "channel-web.token",
+        "nats.env",
+        "nats/nats-server.conf",
+        "archive.db",
+        "archive.db-wal",
+        "archive.db-shm",
+    ] {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file}");
+    }
+
+    let inst: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("up.json")).unwrap()).unwrap();
+    let url = inst["nats_url"].as_str().unwrap().to_owned();
+    let user = inst["nats_user"].as_str().expect("nats_user").to_owned();
+    let password = inst["nats_password"]
+        .as_str()
+        .expect("nats_password")
+        .to_owned();
+    assert!(password.len() >= 32, "a weak password");
+    let env = std::fs::read_to_string(data.join("nats.env")).unwrap();
+    assert!(env.contains(&format!("STREAMGATE_NATS_PASSWORD={password}")));
+    for pid in broker_pids(dir.path()) {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&cmdline).contains(&password),
+            "the password is on the broker's command line"
+        );
+    }
+    assert!(
+        !up_err(dir.path()).contains(&password),
+        "up printed the password"
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let check = |when: &str| {
+        rt.block_on(async {
+            assert!(
+                nats_connect(&url, None).await.is_err(),
+                "{when}: a client without credentials was let in"
+            );
+            assert!(
+                nats_connect(&url, Some((&user, "wrong"))).await.is_err(),
+                "{when}: a wrong password was let in"
+            );
+            let client = nats_connect(&url, Some((&user, &password)))
+                .await
+                .unwrap_or_else(|e| panic!("{when}: the credentials were refused: {e}"));
+            let js = async_nats::jetstream::new(client);
+            js.get_stream(streamgate_bus::RAW_STREAM)
+                .await
+                .unwrap_or_else(|e| panic!("{when}: no JetStream with the credentials: {e}"));
+        });
+    };
+    check("at start");
+
+    // The supervisor brings a killed broker back with the same credentials.
+    let pids = broker_pids(dir.path());
+    assert_eq!(pids.len(), 1, "one broker expected: {pids:?}");
+    Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !ingest(dir.path(), "r2") {
+        assert!(
+            Instant::now() < deadline,
+            "no ingest within 15 s of killing the broker:\n{}",
+            up_err(dir.path())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check("after a broker restart");
+}

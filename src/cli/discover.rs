@@ -1,6 +1,6 @@
 //! How CLI clients find a local `streamgate up`: it writes `<data dir>/up.json` (mode
 //! 0600: it holds the operator token) with every address it listens on, once everything
-//! (projector channels included) is listening.
+//! (projector channels included) is listening, and the local broker's credentials.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,13 @@ pub struct Instance {
     pub pid: u32,
     /// The broker.
     pub nats_url: String,
+    /// The user the local broker requires (absent with `up --nats`: the deployment's
+    /// own credentials are not copied here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_user: Option<String>,
+    /// Its password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats_password: Option<String>,
     /// gRPC IngestService.
     pub ingest_grpc: String,
     /// HTTP ingest.
@@ -60,21 +67,9 @@ impl Instance {
     pub fn write(&self, data_dir: &Path) -> Result<()> {
         let p = path(data_dir);
         let text = serde_json::to_string_pretty(self)?;
-        #[cfg(unix)]
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&p)
-                .with_context(|| format!("cannot write {}", p.display()))?;
-            f.write_all(text.as_bytes())?;
-        }
-        #[cfg(not(unix))]
-        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+        // Created 0600, and an existing file narrowed before it is rewritten.
+        streamgate_bus::local::write_private(&p, &text)
+            .with_context(|| format!("cannot write {}", p.display()))?;
         Ok(())
     }
 

@@ -6,7 +6,8 @@
 //! - [`telemetry`]: logging, Prometheus metrics, OpenTelemetry span export.
 //! - [`metrics`]: the catalogue of every metric and its help text.
 //! - [`config`]: `KEY=VALUE` config files that back flags and environment variables.
-//! - [`nats`]: `--nats` server lists (one URL or a cluster's) and connecting to them.
+//! - [`nats`]: the shared bus flags ([`nats::NatsArgs`]: `--nats` server lists and NATS
+//!   credentials) and connecting with them.
 //! - [`shutdown`]: SIGINT/SIGTERM into a cancellation token.
 //! - [`rpc`]: bearer-token interceptors (server and client), health and reflection.
 #![forbid(unsafe_code)]
@@ -18,4 +19,5 @@ pub mod rpc;
 pub mod shutdown;
 pub mod telemetry;
 
+pub use nats::NatsArgs;
 pub use telemetry::{init as init_telemetry, TelemetryArgs, TelemetryConfig};

