@@ -761,3 +761,89 @@ fn local_secrets_are_private_and_the_broker_requires_credentials() {
     }
     check("after a broker restart");
 }
+
+/// A service joins a running `up` with nothing but `--config <data dir>/nats.env` (the
+/// shared bus flags read the broker's address and credentials from it, exported before
+/// the runtime starts); the same service without the credentials is refused by the broker.
+#[test]
+fn a_service_joins_up_with_its_nats_env_and_is_refused_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    let data = data_dir(dir.path());
+    let inst: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("up.json")).unwrap()).unwrap();
+    let url = inst["nats_url"].as_str().unwrap().to_owned();
+    let projector = |extra: &[&str], log: &str| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["projector", "--name", "joined", "--sink", "plain=stdout"])
+            .args(["--grpc", "127.0.0.1:0"])
+            .args(extra)
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join(log)).unwrap());
+        for var in [
+            "STREAMGATE_NATS_URL",
+            "STREAMGATE_NATS_USER",
+            "STREAMGATE_NATS_PASSWORD",
+            "STREAMGATE_NATS_TOKEN",
+            "STREAMGATE_NATS_CREDS",
+            "STREAMGATE_CONFIG",
+        ] {
+            cmd.env_remove(var);
+        }
+        Graceful(cmd.spawn().expect("spawn streamgate projector"))
+    };
+
+    // Without credentials: refused, and the error says so without leaking anything.
+    let mut refused = projector(&["--nats", &url], "refused.err");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = refused.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a projector without NATS credentials kept running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let err = std::fs::read_to_string(dir.path().join("refused.err")).unwrap();
+    assert!(
+        err.to_lowercase().contains("authorization"),
+        "no authorization error:\n{err}"
+    );
+
+    // With the instance's nats.env: it joins (its durable consumers appear).
+    let env = data.join("nats.env");
+    let _joined = projector(&["--config", env.to_str().unwrap()], "joined.err");
+    let user = inst["nats_user"].as_str().unwrap().to_owned();
+    let password = inst["nats_password"].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let joined = rt.block_on(async {
+        let client = nats_connect(&url, Some((&user, &password))).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let stream = js.get_stream(streamgate_bus::EVENTS_STREAM).await.unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            let names: Vec<String> = {
+                use tokio_stream::StreamExt as _;
+                stream
+                    .consumer_names()
+                    .filter_map(Result::ok)
+                    .collect::<Vec<_>>()
+                    .await
+            };
+            if names.iter().any(|n| n.starts_with("sg-projector-joined")) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        false
+    });
+    assert!(
+        joined,
+        "the projector never joined with --config nats.env:\n{}",
+        std::fs::read_to_string(dir.path().join("joined.err")).unwrap_or_default()
+    );
+}

@@ -220,7 +220,30 @@ pub async fn connect_with(
     options
         .connect(servers)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot connect to NATS at {list}: {e}"))
+        .map_err(|e| anyhow::anyhow!("cannot connect to NATS at {}: {e}", redact_servers(list)))
+}
+
+/// A `--nats` value fit to show: the user and password of `nats://user:pass@host`
+/// entries replaced by `***`.
+pub fn redact_servers(list: &str) -> String {
+    list.split(',')
+        .map(|entry| {
+            let (scheme, rest) = match entry.split_once("://") {
+                Some((s, r)) => (Some(s), r),
+                None => (None, entry),
+            };
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            let redacted = match rest[..authority_end].rfind('@') {
+                Some(at) => format!("***{}", &rest[at..]),
+                None => rest.to_owned(),
+            };
+            match scheme {
+                Some(s) => format!("{s}://{redacted}"),
+                None => redacted,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -294,6 +317,15 @@ mod tests {
         let three = parse_servers(" nats://127.0.0.1:1, 127.0.0.1:2 ,nats://127.0.0.1:3,").unwrap();
         let ports: Vec<u16> = three.iter().map(ServerAddr::port).collect();
         assert_eq!(ports, [1, 2, 3]);
+    }
+
+    #[test]
+    fn urls_are_shown_without_their_credentials() {
+        assert_eq!(
+            redact_servers("nats://u:secret@a:1, b:2,tls://tok@c:3"),
+            "nats://***@a:1, b:2,tls://***@c:3"
+        );
+        assert_eq!(redact_servers("nats://a:4222"), "nats://a:4222");
     }
 
     #[test]

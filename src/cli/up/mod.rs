@@ -258,7 +258,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     // Written last: a client that finds up.json finds everything listening.
     instance.write(&data_dir)?;
     eprintln!("streamgate is up");
-    eprintln!("  nats            {nats_url}");
+    eprintln!(
+        "  nats            {}",
+        streamgate_runtime::nats::redact_servers(&nats_url)
+    );
     eprintln!("  ingest (gRPC)   {}", instance.ingest_grpc);
     eprintln!(
         "  ingest (HTTP)   http://{}/v1/ingest/<tenant>/<run>?family=<f>",
