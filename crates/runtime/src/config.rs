@@ -77,7 +77,9 @@ pub fn load_env_file_from_args() -> Result<(), ConfigError> {
     }
 }
 
-/// Exports the file's keys that the environment does not already set.
+/// Exports the file's keys that the environment does not already set. Call it while the
+/// process is single-threaded (before a tokio runtime starts): `set_var` races with any
+/// thread reading the environment.
 pub fn load_env_file(path: &Path) -> Result<(), ConfigError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {

@@ -5,8 +5,14 @@
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // The config file's variables are exported while the process is still single-threaded
+    // (setting the environment races with threads reading it): before the tokio runtime
+    // and its worker threads start.
     streamgate_runtime::config::load_env_file_from_args()?;
-    streamgate_archiver::cli::run(streamgate_archiver::cli::Args::parse()).await
+    let args = streamgate_archiver::cli::Args::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(streamgate_archiver::cli::run(args))
 }
