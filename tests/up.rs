@@ -13,6 +13,12 @@
 //!   the web page's data nor `tail` (status lines or raw events).
 //! - `replay_into_a_closed_pipe_exits_quietly`: `streamgate replay … | head -n 0` prints no
 //!   panic.
+//! - `local_secrets_are_private_and_the_broker_requires_credentials`: the data dir is 0700
+//!   and the archive (WAL/SHM too), `up.json`, `nats.env`, channel tokens and the broker's
+//!   config 0600; the broker refuses clients without up's credentials (or with a wrong
+//!   password), also after a restart, and the password is on no command line.
+//! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
+//!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
 mod common;
 
