@@ -527,7 +527,11 @@ impl Proc {
             self.log_tail()
         );
         self.restarts += 1;
-        eprintln!("{name} exited ({status}); restart {}", self.restarts);
+        eprintln!(
+            "{name} exited ({status}); restart {}\n{}",
+            self.restarts,
+            tail(&std::fs::read_to_string(&self.log).unwrap_or_default(), 3)
+        );
         self.child = Proc::start(&self.container, &self.log);
     }
 
