@@ -112,8 +112,11 @@ async fn run(args: &ClusterArgs, tmp: &Path) -> Result<()> {
     let hook = start_receiver(seen.clone()).await?;
     let mut projectors: Vec<Replica> = Vec::new();
     let ingestor = Ingestor::new(js.clone(), args.partitions);
-    for &n in &args.replicas {
+    for (i, &n) in args.replicas.iter().enumerate() {
         scale(&mut projectors, n, args, &urls, &hook).await?;
+        if i == 0 {
+            warm_up(args, &ingestor, &capture, events_per_run, &ingested, &seen).await?;
+        }
         let phase = Phase {
             prefix: format!("c{n}"),
             runs,
@@ -133,6 +136,38 @@ async fn run(args: &ClusterArgs, tmp: &Path) -> Result<()> {
         r??;
     }
     drop(nodes);
+    Ok(())
+}
+
+/// One run through the whole pipeline before measuring: every partition consumer,
+/// stream leader and the receiver's connection are in place.
+async fn warm_up(
+    args: &ClusterArgs,
+    ingestor: &Ingestor,
+    capture: &Bytes,
+    events_per_run: usize,
+    ingested: &Ingested,
+    seen: &Seen,
+) -> Result<()> {
+    let one = ClusterArgs {
+        runs: 1,
+        rounds: 1,
+        rate: 0,
+        ..args.clone()
+    };
+    let phase = Phase {
+        prefix: "warm".into(),
+        runs: 1,
+        events: events_per_run,
+    };
+    let started = Instant::now();
+    produce(&one, ingestor, capture, &phase.prefix).await?;
+    wait_archived(ingested, &phase, started).await?;
+    let took = wait_finals(seen, &phase, started).await?;
+    println!(
+        "warm-up   one run archived and delivered after {:.2} s",
+        took.as_secs_f64()
+    );
     Ok(())
 }
 
@@ -174,8 +209,8 @@ impl Nodes {
             ports: client.to_vec(),
             dir: dir.to_owned(),
         };
-        for i in 0..n {
-            let child = spawn_node(binary, i, client[i], cluster, dir)?;
+        for (i, port) in client.iter().enumerate() {
+            let child = spawn_node(binary, i, *port, cluster, dir)?;
             nodes.children.push(child);
         }
         for (i, port) in client.iter().enumerate() {
