@@ -70,8 +70,9 @@ const SECRET: &str = "bench";
 /// How long one phase may take to be archived and delivered.
 const SETTLE: Duration = Duration::from_secs(600);
 
-/// (run, seq) → ingest time (ms since the epoch), from the archive's commits.
-type Ingested = Arc<Mutex<HashMap<(String, u64), i64>>>;
+/// (run, seq) → (ingest time, archive commit time), ms since the epoch, from the
+/// archive's commits.
+type Ingested = Arc<Mutex<HashMap<(String, u64), (i64, i64)>>>;
 /// (run, seq, op, ms since the epoch) of every webhook request.
 type Seen = Arc<Mutex<Vec<(String, u64, String, i64)>>>;
 
@@ -342,10 +343,11 @@ async fn start_services(
     let hook = {
         let ingested = ingested.clone();
         CommitHook(Arc::new(move |batch| {
+            let now = crate::cli::bench::now_ms();
             if let Ok(mut m) = ingested.lock() {
                 for e in batch {
                     let key = (e.event.envelope.run_id.clone(), e.event.event.seq);
-                    m.insert(key, e.event.envelope.ts_ms);
+                    m.insert(key, (e.event.envelope.ts_ms, now));
                 }
             }
         }))
@@ -602,12 +604,26 @@ fn report(
 ) {
     let ingested = ingested.lock().map(|m| m.clone()).unwrap_or_default();
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let since_ingest =
+        |run: &str, seq: u64, at: i64| ingested.get(&(run.to_owned(), seq)).map(|(ts, _)| at - ts);
     let mut webhook: Vec<i64> = seen
         .iter()
         .filter(|x| phase.owns(&x.0))
-        .filter_map(|(run, seq, _, at)| Some(at - ingested.get(&(run.clone(), *seq))?))
+        .filter_map(|(run, seq, _, at)| since_ingest(run, *seq, *at))
         .collect();
     webhook.sort_unstable();
+    let mut finals: Vec<i64> = seen
+        .iter()
+        .filter(|x| phase.owns(&x.0) && x.2 == "final")
+        .filter_map(|(run, seq, _, at)| since_ingest(run, *seq, *at))
+        .collect();
+    finals.sort_unstable();
+    let mut archive: Vec<i64> = ingested
+        .iter()
+        .filter(|((run, _), _)| phase.owns(run))
+        .map(|(_, (ts, commit))| commit - ts)
+        .collect();
+    archive.sort_unstable();
     let pct = crate::cli::bench::percentile;
     println!(
         "replicas  {n}: pipeline {:.0} events/s ingest→archived ({} events in {:.2} s); every final delivered after {:.2} s",
@@ -622,5 +638,12 @@ fn report(
         pct(&webhook, 0.99),
         webhook.last().copied().unwrap_or(0),
         webhook.len()
+    );
+    println!(
+        "replicas  {n}: latency final event→webhook final p50 {} ms, p99 {} ms; ingest→archive-commit p50 {} ms, p99 {} ms",
+        pct(&finals, 0.5),
+        pct(&finals, 0.99),
+        pct(&archive, 0.5),
+        pct(&archive, 0.99)
     );
 }
