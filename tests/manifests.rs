@@ -22,6 +22,8 @@
 //!   creates) gets `test-<secret>-<key>`. A `telegram=<bot>@<chat>` channel sink (a bot
 //!   token cannot apply locally) becomes `webhook=<local receiver>` with a
 //!   `STREAMGATE_CHANNEL_SECRET` added to the same Secret.
+//! - File paths: Secret and ConfigMap volumes are written to a temp dir, and a value
+//!   under a `mountPath` names the local copy.
 //! - Binaries: `/usr/local/bin/<name>` is cargo's `<name>` of this build.
 //! - The process environment is cleared except `PATH`.
 //!
@@ -188,6 +190,9 @@ struct Container {
     /// In Kubernetes order: `envFrom` sources, then `env`.
     env: Vec<(String, String)>,
     ports: Vec<u16>,
+    /// Secret/ConfigMap volumes: mount path → files (name → content); a `subPath` mount
+    /// is one file, named by the empty string.
+    mounts: Vec<(String, BTreeMap<String, String>)>,
 }
 
 impl Container {
@@ -216,7 +221,9 @@ fn containers(docs: &[Value], secrets: &Secrets) -> Vec<Container> {
             spec.as_array().is_some_and(|a| a.len() == 1),
             "Deployment {name}: one container expected (the test runs one process each)"
         );
-        out.push(container(&name, c, docs, secrets));
+        let mut one = container(&name, c, docs, secrets);
+        one.mounts = mounts(&d["spec"]["template"]["spec"]["volumes"], c, docs, secrets);
+        out.push(one);
     }
     out
 }
@@ -261,7 +268,55 @@ fn container(deployment: &str, c: &Value, docs: &[Value], secrets: &Secrets) -> 
         argv,
         env,
         ports,
+        mounts: Vec::new(),
     }
+}
+
+/// The container's Secret and ConfigMap volume mounts with their files.
+fn mounts(
+    volumes: &Value,
+    c: &Value,
+    docs: &[Value],
+    secrets: &Secrets,
+) -> Vec<(String, BTreeMap<String, String>)> {
+    let mut out = Vec::new();
+    for m in c["volumeMounts"].as_array().into_iter().flatten() {
+        let name = m["name"].as_str().unwrap_or_default();
+        let Some(v) = volumes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == name)
+        else {
+            continue;
+        };
+        let mut files = if let Some(s) = v["secret"]["secretName"].as_str() {
+            secrets.all(s)
+        } else if let Some(cm) = v["configMap"]["name"].as_str() {
+            config_map(docs, cm)
+        } else {
+            continue;
+        };
+        let items = v["secret"]["items"]
+            .as_array()
+            .or(v["configMap"]["items"].as_array());
+        if let Some(items) = items {
+            files = items
+                .iter()
+                .filter_map(|i| {
+                    let key = i["key"].as_str()?;
+                    Some((i["path"].as_str()?.to_owned(), files.get(key)?.clone()))
+                })
+                .collect();
+        }
+        if let Some(sub) = m["subPath"].as_str() {
+            let content = files.get(sub).cloned().unwrap_or_default();
+            files = BTreeMap::from([(String::new(), content)]);
+        }
+        let path = m["mountPath"].as_str().unwrap_or_default().to_owned();
+        out.push((path, files));
+    }
+    out
 }
 
 fn config_map(docs: &[Value], name: &str) -> BTreeMap<String, String> {
@@ -322,6 +377,8 @@ fn expand(s: &str, env: &[(String, String)]) -> String {
 
 /// Where the Kubernetes Services are on this machine.
 struct Local {
+    /// Where Secret and ConfigMap volumes are written.
+    files: PathBuf,
     /// `nats://127.0.0.1:<port>` of every cluster node.
     nats: Vec<String>,
     /// The fresh database.
@@ -345,11 +402,14 @@ fn listen_var(port: u16) -> Option<&'static str> {
 /// each declared container port to its local address.
 fn localize(c: &mut Container, local: &Local) -> BTreeMap<u16, String> {
     let mut ports: BTreeMap<u16, String> = BTreeMap::new();
+    let mounted = write_mounts(c, &local.files);
     for (_, v) in c.env.iter_mut() {
+        *v = mount_paths(v, &mounted);
         *v = service_addresses(v, local);
         *v = listen_addresses(v, &mut ports);
     }
-    for a in c.argv.iter_mut() {
+    for a in c.argv.iter_mut().skip(1) {
+        *a = mount_paths(a, &mounted);
         *a = listen_addresses(&service_addresses(a, local), &mut ports);
     }
     for p in c.ports.clone() {
@@ -368,6 +428,44 @@ fn localize(c: &mut Container, local: &Local) -> BTreeMap<u16, String> {
         ports.insert(p, addr);
     }
     ports
+}
+
+/// Writes the container's volume files under `base`; returns (mount path, local path).
+fn write_mounts(c: &Container, base: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, (path, files)) in c.mounts.iter().enumerate() {
+        let dir = base.join(format!("{}-{i}", c.deployment));
+        std::fs::create_dir_all(&dir).expect("volume dir");
+        for (name, content) in files {
+            let file = if name.is_empty() {
+                dir.join("file")
+            } else {
+                dir.join(name)
+            };
+            std::fs::write(&file, content).expect("volume file");
+            if name.is_empty() {
+                out.push((path.clone(), file.display().to_string()));
+            }
+        }
+        if !files.contains_key("") {
+            out.push((path.clone(), dir.display().to_string()));
+        }
+    }
+    // Longest mount path first, so nested mounts win.
+    out.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    out
+}
+
+/// A value that names a file under a mount path names the local copy instead.
+fn mount_paths(v: &str, mounted: &[(String, String)]) -> String {
+    for (path, local) in mounted {
+        if let Some(rest) = v.strip_prefix(path.as_str()) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return format!("{local}{rest}");
+            }
+        }
+    }
+    v.to_owned()
 }
 
 fn free_addr() -> String {
@@ -603,11 +701,12 @@ impl Deployed {
 async fn deploy(overlay: &str, cluster: &NatsCluster, pg: &PgDatabase, hook: &str) -> Deployed {
     let docs = render(overlay);
     let secrets = Secrets::new(&docs, hook);
+    let logs = tempfile::tempdir().expect("log dir");
     let local = Local {
         nats: (0..cluster.len()).map(|i| cluster.url(i)).collect(),
         pg_url: pg.url().to_owned(),
+        files: logs.path().join("volumes"),
     };
-    let logs = tempfile::tempdir().expect("log dir");
     let mut containers = Vec::new();
     let mut procs = Vec::new();
     let mut addrs = Vec::new();
