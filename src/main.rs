@@ -100,6 +100,10 @@ enum BenchCommand {
     /// One projector channel (signed webhook to a local receiver) under N concurrent runs:
     /// events/s and event→sink latency.
     Projector(cli::bench_projector::ProjectorArgs),
+    /// The pipeline on a 3-node loopback nats-server cluster (R3) with a webhook channel
+    /// at 1 and then 3 projector replicas: events/s ingest→archived and event→webhook
+    /// latency for each.
+    Cluster(cli::bench_cluster::ClusterArgs),
 }
 
 /// Ends the process quietly when stdout is a closed pipe (`streamgate replay r1 | head`).
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
         Command::Up(a) => block_on(cli::up::run(a)),
         Command::Bench(BenchCommand::Pipeline(a)) => block_on(cli::bench::pipeline(a)),
         Command::Bench(BenchCommand::Projector(a)) => block_on(cli::bench_projector::projector(a)),
+        Command::Bench(BenchCommand::Cluster(a)) => block_on(cli::bench_cluster::cluster(a)),
         Command::Ingest(a) => block_on(cli::ingest::run(a)),
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),

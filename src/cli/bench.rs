@@ -245,7 +245,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
 }
 
 /// The `p` quantile (0..=1) of sorted values; 0 when there are none.
-fn percentile(sorted: &[i64], p: f64) -> i64 {
+pub fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted
         .get(((sorted.len() as f64 - 1.0) * p) as usize)
         .copied()
