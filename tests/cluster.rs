@@ -107,6 +107,7 @@ async fn start_normalizer(cluster: &NatsCluster) -> Svc {
             http: None,
             ingest_token: None,
             partitions: DEFAULT_PARTITIONS,
+            ..Default::default()
         },
         stop.clone(),
     )

@@ -120,6 +120,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             http: None,
             ingest_token: None,
             partitions: args.partitions,
+            ..Default::default()
         },
         shutdown.clone(),
     )

@@ -1,6 +1,7 @@
 //! How CLI clients find a local `streamgate up`: it writes `<data dir>/up.json` (mode
 //! 0600: it holds the operator token) with every address it listens on, once everything
-//! (projector channels included) is listening.
+//! (projector channels included) is listening; tokens sit beside it in files of mode
+//! 0600 (`ingest.token`, `channel-<name>.token`).
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -49,6 +50,18 @@ pub struct ChannelEntry {
 /// Where `up` keeps channel `name`'s ProjectorService token.
 pub fn channel_token_path(data_dir: &Path, name: &str) -> PathBuf {
     data_dir.join(format!("channel-{name}.token"))
+}
+
+/// Where `up` keeps its all-tenant ingest token.
+pub fn ingest_token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("ingest.token")
+}
+
+/// The local `up`'s ingest token.
+pub fn read_ingest_token(data_dir: &Path) -> Result<String> {
+    let p = ingest_token_path(data_dir);
+    let t = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    Ok(t.trim().to_owned())
 }
 
 fn path(data_dir: &Path) -> PathBuf {

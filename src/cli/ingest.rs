@@ -1,8 +1,9 @@
 //! `streamgate ingest`: sends a capture to the gRPC IngestService chunk by chunk, waits
 //! for each durable ack, and resumes from the last acknowledged chunk if the connection
-//! breaks.
+//! breaks. Without `--addr` it talks to the local `streamgate up` (`up.json`) with its
+//! ingest token (`ingest.token`); `--token` / `STREAMGATE_INGEST_TOKEN` overrides it.
 
-use super::discover::{endpoint, Instance};
+use super::discover::{endpoint, read_ingest_token, Instance};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -47,7 +48,8 @@ pub struct IngestArgs {
     /// IngestService address (default: the local `streamgate up`).
     #[arg(long, env = "STREAMGATE_INGEST_ADDR")]
     pub addr: Option<String>,
-    /// Ingest bearer token, when the front door requires one.
+    /// Ingest bearer token (default with no `--addr`: the local `up`'s
+    /// `<data dir>/ingest.token`).
     #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Data dir of the local instance to find.
@@ -77,14 +79,21 @@ pub async fn run(args: IngestArgs) -> Result<()> {
     args.family
         .parse::<streamgate_wire::FamilyChoice>()
         .map_err(anyhow::Error::msg)?;
-    let addr = match &args.addr {
-        Some(a) => a.clone(),
-        None => Instance::read(&args.data_dir)?.ingest_grpc,
+    let (addr, token) = match &args.addr {
+        Some(a) => (a.clone(), args.token.clone()),
+        None => {
+            let inst = Instance::read(&args.data_dir)?;
+            let token = match &args.token {
+                Some(t) => t.clone(),
+                None => read_ingest_token(&args.data_dir)?,
+            };
+            (inst.ingest_grpc, Some(token))
+        }
     };
     let chunks: Vec<&[u8]> = bytes.chunks(args.chunk_bytes.max(1)).collect();
     let mut attempts = 0;
     loop {
-        match send(&addr, &args, &chunks).await {
+        match send(&addr, token.as_deref(), &args, &chunks).await {
             Ok(sent) => {
                 eprintln!(
                     "ingested {} ({} bytes, {} chunks) as run {}",
@@ -110,8 +119,8 @@ fn display(p: &Path) -> String {
 }
 
 /// Sends every chunk not yet durable, then the close marker; returns chunks sent.
-async fn send(addr: &str, args: &IngestArgs, chunks: &[&[u8]]) -> Result<u64> {
-    let mut client = connect(addr, args.token.as_deref()).await?;
+async fn send(addr: &str, token: Option<&str>, args: &IngestArgs, chunks: &[&[u8]]) -> Result<u64> {
+    let mut client = connect(addr, token).await?;
     let point = client
         .resume_point(ResumePointRequest {
             tenant: args.tenant.clone(),

@@ -598,6 +598,7 @@ impl Pipeline {
                 http: None,
                 ingest_token: None,
                 partitions: DEFAULT_PARTITIONS,
+                ..Default::default()
             },
             self.normalizer_stop.clone(),
         )
@@ -655,6 +656,7 @@ impl NormalizerReplica {
                 http: None,
                 ingest_token: None,
                 partitions: DEFAULT_PARTITIONS,
+                ..Default::default()
             },
             stop.clone(),
         )

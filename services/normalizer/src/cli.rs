@@ -34,9 +34,13 @@ pub struct Args {
     /// HTTP ingest listen address.
     #[arg(long, env = "STREAMGATE_INGEST_HTTP", default_value = "0.0.0.0:7311")]
     pub http: SocketAddr,
-    /// Bearer token required by the ingest front doors.
+    /// Bearer token of the ingest front doors that may write every tenant.
     #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
     pub ingest_token: Option<String>,
+    /// Token file of ingest tokens scoped to tenants: lines `<token> <tenant>[,…]` or
+    /// `<token> *` (mode 0600; see `streamgate_normalizer::ingest::auth`).
+    #[arg(long, env = "STREAMGATE_INGEST_TOKENS")]
+    pub ingest_tokens: Option<std::path::PathBuf>,
     /// Seconds without a chunk before a run is closed with a timeout marker.
     #[arg(long, env = "STREAMGATE_IDLE_TIMEOUT_SECS", default_value_t = 120)]
     pub idle_timeout_secs: u64,
@@ -78,6 +82,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             grpc: Some(args.grpc),
             http: Some(args.http),
             ingest_token: args.ingest_token,
+            ingest_tokens: args.ingest_tokens,
             partitions: args.partitions,
         },
         shutdown,

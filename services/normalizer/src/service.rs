@@ -2,24 +2,29 @@
 //! by `streamgate up`).
 
 use crate::config::NormalizerConfig;
+use crate::ingest::auth::{IngestAuth, IngestInterceptor};
 use crate::ingest::{grpc::IngestServer, http, Ingestor};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use streamgate_proto::v1::ingest_service_server::IngestServiceServer;
-use streamgate_runtime::rpc::{reflection, reflection_v1alpha, RequireBearer};
+use streamgate_runtime::rpc::{reflection, reflection_v1alpha};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// Where to listen (port 0 picks a free port).
-#[derive(Debug, Clone)]
+/// Where to listen (port 0 picks a free port), and who may ingest.
+#[derive(Debug, Clone, Default)]
 pub struct Listeners {
     /// gRPC `IngestService` (+ health, reflection); `None` disables it.
     pub grpc: Option<SocketAddr>,
     /// HTTP ingest; `None` disables it.
     pub http: Option<SocketAddr>,
-    /// Bearer token required by both front doors, when set.
+    /// A bearer token that may write every tenant (`--ingest-token`).
     pub ingest_token: Option<String>,
+    /// A token file of tokens scoped to tenants (`--ingest-tokens`, format in
+    /// [`crate::ingest::auth`]). With neither this nor `ingest_token` the front doors
+    /// are open.
+    pub ingest_tokens: Option<std::path::PathBuf>,
     /// Partition count of the deployment.
     pub partitions: u32,
 }
@@ -46,6 +51,13 @@ pub async fn start(
     listen: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
+    let auth = IngestAuth::load(
+        listen.ingest_token.as_deref(),
+        listen.ingest_tokens.as_deref(),
+    )?;
+    if auth.is_open() {
+        tracing::warn!("ingest front doors are open: no --ingest-token or --ingest-tokens given");
+    }
     let js = async_nats::jetstream::new(nats);
     let durables = (0..listen.partitions)
         .map(|p| streamgate_bus::subject::partition_durable(&cfg.durable, listen.partitions, p))
@@ -71,7 +83,7 @@ pub async fn start(
             reporter
                 .set_serving::<IngestServiceServer<IngestServer>>()
                 .await;
-            let auth = RequireBearer::optional(listen.ingest_token.as_deref());
+            let auth = IngestInterceptor::new(auth.clone());
             let service = tonic::service::interceptor::InterceptedService::new(
                 IngestServiceServer::new(IngestServer::new(ingestor.clone())),
                 auth,
@@ -99,7 +111,7 @@ pub async fn start(
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr).await?;
             let bound = listener.local_addr()?;
-            let app = http::router(ingestor, listen.ingest_token.clone());
+            let app = http::router(ingestor, auth);
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 axum::serve(listener, app)

@@ -1,5 +1,6 @@
 //! The ingest front doors against a real nats-server: the id rule, one ingest per run,
-//! a gRPC stream bound to its first run, size limits, and the bearer scheme.
+//! a gRPC stream bound to its first run, size limits, the bearer scheme, and tokens
+//! scoped to tenants.
 
 use bytes::Bytes;
 use std::net::SocketAddr;
@@ -36,6 +37,12 @@ impl Drop for Doors {
 }
 
 async fn start() -> Doors {
+    start_with(None).await
+}
+
+/// A normalizer requiring [`TOKEN`] (every tenant) and, when given, a token file's
+/// tokens scoped to tenants.
+async fn start_with(tokens: Option<std::path::PathBuf>) -> Doors {
     let nats = NatsServer::start();
     let client = nats.client().await;
     let stop = CancellationToken::new();
@@ -46,7 +53,9 @@ async fn start() -> Doors {
             grpc: Some("127.0.0.1:0".parse().unwrap()),
             http: Some("127.0.0.1:0".parse().unwrap()),
             ingest_token: Some(TOKEN.into()),
+            ingest_tokens: tokens,
             partitions: DEFAULT_PARTITIONS,
+            ..Default::default()
         },
         stop.clone(),
     )
@@ -108,7 +117,16 @@ impl Doors {
 
     /// Sends `chunks` on one stream; the acks, then the status the stream ended with.
     async fn stream(&self, chunks: Vec<IngestChunk>) -> (Vec<IngestAck>, Option<tonic::Status>) {
-        let mut client = self.grpc(&format!("Bearer {TOKEN}")).await;
+        self.stream_as(&format!("Bearer {TOKEN}"), chunks).await
+    }
+
+    /// [`Doors::stream`] with the `authorization` value `auth`.
+    async fn stream_as(
+        &self,
+        auth: &str,
+        chunks: Vec<IngestChunk>,
+    ) -> (Vec<IngestAck>, Option<tonic::Status>) {
+        let mut client = self.grpc(auth).await;
         let mut acks = Vec::new();
         let mut stream = match client.ingest(futures::stream::iter(chunks)).await {
             Ok(r) => r.into_inner(),
@@ -418,6 +436,76 @@ async fn the_bearer_scheme_is_case_insensitive() {
         .resume_point(ResumePointRequest {
             tenant: "acme".into(),
             run_id: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+}
+
+const ACME_TOKEN: &str = "acme-only-token-0123456789";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_write_only_their_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ingest-tokens");
+    std::fs::write(&file, format!("# scoped\n{ACME_TOKEN} acme,globex\n")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let d = start_with(Some(file)).await;
+    let acme = format!("Bearer {ACME_TOKEN}");
+    // HTTP: own tenant 200, another tenant 403, no/unknown token 401 naming the rule.
+    let (code, body) = d.post("acme", "scoped-1", "", &acme).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = d.post("initech", "scoped-2", "", &acme).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("may not write tenant"), "{body}");
+    assert!(!body.contains(ACME_TOKEN), "{body}");
+    let resp = reqwest::Client::new()
+        .post(d.url("acme", "scoped-3", ""))
+        .body(CAPTURE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(
+        resp.headers().get("www-authenticate").map(|v| v.as_bytes()),
+        Some(&b"Bearer"[..])
+    );
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("Authorization: Bearer"), "{body}");
+    // The all-tenant token still writes anyone.
+    let (code, body) = d
+        .post("initech", "scoped-4", "", &format!("Bearer {TOKEN}"))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(d.stored("initech", "scoped-2").await, 0);
+
+    // gRPC: the same rules, PERMISSION_DENIED for another tenant.
+    let mut client = d.grpc(&acme).await;
+    let denied = client
+        .resume_point(ResumePointRequest {
+            tenant: "initech".into(),
+            run_id: "scoped-5".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    let (acks, status) = d.stream_as(&acme, run_chunks("initech", "scoped-5")).await;
+    assert!(acks.is_empty(), "{acks:?}");
+    assert_eq!(status.map(|s| s.code()), Some(Code::PermissionDenied));
+    assert_eq!(d.stored("initech", "scoped-5").await, 0);
+    let (acks, status) = d.stream_as(&acme, run_chunks("globex", "scoped-6")).await;
+    assert!(status.is_none(), "{status:?}");
+    assert!(acks.last().is_some_and(|a| a.close), "{acks:?}");
+    let status = d
+        .grpc("Bearer not-a-token-at-all")
+        .await
+        .resume_point(ResumePointRequest {
+            tenant: "acme".into(),
+            run_id: "scoped-7".into(),
         })
         .await
         .unwrap_err();

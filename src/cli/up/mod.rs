@@ -9,11 +9,17 @@
 //! channel on a free local port (`--no-web` drops it). Each channel's ProjectorService
 //! token is written to `<data dir>/channel-<name>.token`, never printed; `up.json` lists
 //! the channels' addresses (`streamgate tail` finds them there).
+//!
+//! Ingest needs a token: `up` writes a fresh all-tenant token to
+//! `<data dir>/ingest.token` (mode 0600, never printed) on every start, and
+//! `streamgate ingest` sends it by default when it talks to this instance
+//! (`curl -H "Authorization: Bearer $(cat .streamgate/ingest.token)"` for HTTP).
+//! `--ingest-tokens <file>` adds tokens scoped to tenants.
 
 mod broker;
 mod demo;
 
-use super::discover::{channel_token_path, ChannelEntry, Instance};
+use super::discover::{channel_token_path, ingest_token_path, ChannelEntry, Instance};
 use anyhow::{Context, Result};
 use broker::{DataDirLock, SupervisedNats};
 use std::net::SocketAddr;
@@ -87,6 +93,10 @@ pub struct UpArgs {
     /// `/verbose` default of every channel (off, on or full).
     #[arg(long)]
     pub verbose: Option<streamgate_projection::Verbose>,
+    /// Token file of extra ingest tokens scoped to tenants (lines `<token> <tenant>[,…]`
+    /// or `<token> *`, mode 0600), besides the all-tenant `<data dir>/ingest.token`.
+    #[arg(long, env = "STREAMGATE_INGEST_TOKENS")]
+    pub ingest_tokens: Option<PathBuf>,
     /// Partition count. Default: the count the streams already record (an existing data
     /// dir or `--nats` deployment keeps its own), else 8.
     #[arg(long, env = "STREAMGATE_PARTITIONS")]
@@ -147,14 +157,19 @@ pub async fn run(args: UpArgs) -> Result<()> {
         ..NormalizerConfig::default()
     };
     normalizer_cfg.streams.replicas = replicas;
+    // Ingest is never open on `up`: a fresh all-tenant token, found by `streamgate ingest`.
+    let ingest_token = streamgate_runtime::rpc::random_token();
+    write_token(&ingest_token_path(&data_dir), &ingest_token)?;
     let normalizer = streamgate_normalizer::start(
         nats.clone(),
         normalizer_cfg,
         Listeners {
             grpc: Some(args.ingest_grpc),
             http: Some(args.ingest_http),
-            ingest_token: None,
+            ingest_token: Some(ingest_token),
+            ingest_tokens: args.ingest_tokens.clone(),
             partitions,
+            ..Default::default()
         },
         shutdown.clone(),
     )
@@ -239,6 +254,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     eprintln!(
         "  ingest (HTTP)   http://{}/v1/ingest/<tenant>/<run>?family=<f>",
         instance.ingest_http
+    );
+    eprintln!(
+        "  ingest token    {}  (Authorization: Bearer …)",
+        ingest_token_path(&data_dir).display()
     );
     eprintln!(
         "  archive (gRPC)  {}  (operator token in {}/up.json)",
@@ -381,14 +400,26 @@ fn private_dir(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes a channel token readable by the owner only (it is a credential: never printed).
+/// Writes a token readable by the owner only (it is a credential: never printed). The
+/// file is created 0600 (never briefly readable by others) and made 0600 if it existed.
 fn write_token(path: &std::path::Path, token: &str) -> Result<()> {
-    std::fs::write(path, token).with_context(|| format!("cannot write {}", path.display()))?;
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        f.write_all(token.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    #[cfg(not(unix))]
+    std::fs::write(path, token).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 
