@@ -9,12 +9,15 @@
 //! - [`nats`]: `--nats` server lists (one URL or a cluster's) and connecting to them.
 //! - [`shutdown`]: SIGINT/SIGTERM into a cancellation token.
 //! - [`rpc`]: bearer-token interceptors (server and client), health and reflection.
+//! - [`serve`]: starting gRPC and HTTP servers the one shared way: auth interceptor,
+//!   health, reflection, TLS/mTLS, connection limit, header-read and idle timeouts.
 #![forbid(unsafe_code)]
 
 pub mod config;
 pub mod metrics;
 pub mod nats;
 pub mod rpc;
+pub mod serve;
 pub mod shutdown;
 pub mod telemetry;
 
