@@ -130,6 +130,7 @@ async fn start_archiver(cluster: &NatsCluster, store: Arc<dyn Store>) -> Svc {
             grpc: None,
             operator_token: TOKEN.into(),
             partitions: DEFAULT_PARTITIONS,
+            ..Default::default()
         },
         stop.clone(),
     )

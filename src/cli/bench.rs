@@ -136,6 +136,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             grpc: None,
             operator_token: "bench".into(),
             partitions: args.partitions,
+            ..Default::default()
         },
         shutdown.clone(),
     )

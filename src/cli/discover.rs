@@ -108,12 +108,3 @@ impl Instance {
         let _ = std::fs::remove_file(path(data_dir));
     }
 }
-
-/// An address as a gRPC endpoint URL.
-pub fn endpoint(addr: &str) -> String {
-    if addr.starts_with("http://") || addr.starts_with("https://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    }
-}

@@ -3,13 +3,14 @@
 //! breaks. Without `--addr` it talks to the local `streamgate up` (`up.json`) with its
 //! ingest token (`ingest.token`); `--token` / `STREAMGATE_INGEST_TOKEN` overrides it.
 
-use super::discover::{endpoint, read_ingest_token, Instance};
+use super::discover::{read_ingest_token, Instance};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use streamgate_proto::v1::ingest_service_client::IngestServiceClient;
 use streamgate_proto::v1::{IngestChunk, ResumePointRequest};
 use streamgate_runtime::rpc::SendBearer;
+use streamgate_runtime::serve::ClientTlsArgs;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -55,12 +56,16 @@ pub struct IngestArgs {
     /// Data dir of the local instance to find.
     #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
+    /// TLS to the IngestService.
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 type Client = IngestServiceClient<InterceptedService<Channel, SendBearer>>;
 
-async fn connect(addr: &str, token: Option<&str>) -> Result<Client> {
-    let channel = Channel::from_shared(endpoint(addr))?
+async fn connect(addr: &str, token: Option<&str>, tls: &ClientTlsArgs) -> Result<Client> {
+    let channel = tls
+        .endpoint(addr)?
         .connect()
         .await
         .with_context(|| format!("cannot reach the ingest service at {addr}"))?;
@@ -120,7 +125,7 @@ fn display(p: &Path) -> String {
 
 /// Sends every chunk not yet durable, then the close marker; returns chunks sent.
 async fn send(addr: &str, token: Option<&str>, args: &IngestArgs, chunks: &[&[u8]]) -> Result<u64> {
-    let mut client = connect(addr, token).await?;
+    let mut client = connect(addr, token, &args.tls).await?;
     let point = client
         .resume_point(ResumePointRequest {
             tenant: args.tenant.clone(),

@@ -562,6 +562,7 @@ impl Pipeline {
                 grpc: Some("127.0.0.1:0".parse().unwrap()),
                 operator_token: TOKEN.into(),
                 partitions: DEFAULT_PARTITIONS,
+                ..Default::default()
             },
             archiver_stop.clone(),
         )

@@ -6,6 +6,7 @@ use crate::{start, Listeners, NormalizerConfig};
 use clap::Parser;
 use std::net::SocketAddr;
 use std::time::Duration;
+use streamgate_runtime::serve::ServeArgs;
 use streamgate_runtime::{init_telemetry, TelemetryArgs};
 
 /// Normalizer service: ingest front doors and the SG_RAW → SG_EVENTS worker.
@@ -57,6 +58,9 @@ pub struct Args {
     /// its TTL.
     #[arg(long, env = "STREAMGATE_LEASE_TTL", default_value_t = 10)]
     pub lease_ttl: u64,
+    /// TLS and connection limits of the front doors.
+    #[command(flatten)]
+    pub serve: ServeArgs,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -84,6 +88,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ingest_token: args.ingest_token,
             ingest_tokens: args.ingest_tokens,
             partitions: args.partitions,
+            serve: args.serve.options(),
         },
         shutdown,
     )

@@ -1,5 +1,6 @@
 //! Starts the worker and the ingest front doors together (used by the service binary and
-//! by `streamgate up`).
+//! by `streamgate up`). Both doors start through `streamgate_runtime::serve` (health,
+//! reflection, TLS, connection limits) and authenticate with [`crate::ingest::auth`].
 
 use crate::config::NormalizerConfig;
 use crate::ingest::auth::{IngestAuth, IngestInterceptor};
@@ -7,7 +8,7 @@ use crate::ingest::{grpc::IngestServer, http, Ingestor};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use streamgate_proto::v1::ingest_service_server::IngestServiceServer;
-use streamgate_runtime::rpc::{reflection, reflection_v1alpha};
+use streamgate_runtime::serve::{self, ServeOptions};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +28,8 @@ pub struct Listeners {
     pub ingest_tokens: Option<std::path::PathBuf>,
     /// Partition count of the deployment.
     pub partitions: u32,
+    /// TLS and connection limits of both front doors.
+    pub serve: ServeOptions,
 }
 
 /// A started normalizer.
@@ -77,31 +80,16 @@ pub async fn start(
     let grpc = match listen.grpc {
         None => None,
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            let bound = listener.local_addr()?;
-            let (reporter, health) = tonic_health::server::health_reporter();
-            reporter
-                .set_serving::<IngestServiceServer<IngestServer>>()
-                .await;
-            let auth = IngestInterceptor::new(auth.clone());
-            let service = tonic::service::interceptor::InterceptedService::new(
+            let server = serve::grpc::start(
+                addr,
                 IngestServiceServer::new(IngestServer::new(ingestor.clone())),
-                auth,
-            );
-            let reflect = reflection()?;
-            let reflect_alpha = reflection_v1alpha()?;
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-                tonic::transport::Server::builder()
-                    .add_service(service)
-                    .add_service(health)
-                    .add_service(reflect)
-                    .add_service(reflect_alpha)
-                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await?;
-                Ok(())
-            });
+                IngestInterceptor::new(auth.clone()),
+                &listen.serve,
+                shutdown.clone(),
+            )
+            .await?;
+            let bound = server.addr;
+            tasks.spawn(async move { Ok(server.task.await?) });
             Some(bound)
         }
     };
@@ -109,16 +97,10 @@ pub async fn start(
     let http_addr = match listen.http {
         None => None,
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            let bound = listener.local_addr()?;
             let app = http::router(ingestor, auth);
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await?;
-                Ok(())
-            });
+            let server = serve::http::start(addr, app, &listen.serve, shutdown.clone()).await?;
+            let bound = server.addr;
+            tasks.spawn(async move { Ok(server.task.await?) });
             Some(bound)
         }
     };

@@ -182,6 +182,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             grpc: Some(args.archive_grpc),
             operator_token: operator_token.clone(),
             partitions,
+            ..Default::default()
         },
         shutdown.clone(),
     )

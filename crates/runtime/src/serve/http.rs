@@ -23,10 +23,20 @@ pub async fn start(
     opts: &ServeOptions,
     shutdown: CancellationToken,
 ) -> Result<Serving, ServeError> {
-    let listener = bind(addr).await?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| ServeError::Bind { addr, source })?;
+    start_on(bind(addr).await?, app, opts, shutdown)
+}
+
+/// [`start`] on a bound listener (when the app needs the bound address).
+pub fn start_on(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    opts: &ServeOptions,
+    shutdown: CancellationToken,
+) -> Result<Serving, ServeError> {
+    let bound = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
     let tls = match &opts.tls {
         Some(files) => Some(tokio_rustls::TlsAcceptor::from(files.server_config()?)),
         None => None,
