@@ -63,7 +63,6 @@ async fn start_opts(tokens: Option<std::path::PathBuf>, serve: ServeOptions) -> 
             ingest_tokens: tokens,
             partitions: DEFAULT_PARTITIONS,
             serve,
-            ..Default::default()
         },
         stop.clone(),
     )
