@@ -1,5 +1,7 @@
 //! Starts the archive consumer(s) and the ArchiveService gRPC server together (used by
-//! the service binary and by `streamgate up`).
+//! the service binary and by `streamgate up`). The server starts through
+//! `streamgate_runtime::serve::grpc` (operator bearer token, health, reflection, TLS/mTLS,
+//! connection limits).
 
 use crate::consumer::{run_events, run_raw, ConsumerConfig};
 use crate::replay::Replay;

@@ -1,6 +1,8 @@
 //! Starts a channel: KV buckets, sink and delivery engine, the settings watch, the
 //! partition leases (whose workers recover and consume each held partition), the
-//! `ProjectorService` gRPC server and (for `web` channels) the web page.
+//! `ProjectorService` gRPC server and (for `web` channels) the web page — both through
+//! `streamgate_runtime::serve` (TLS/mTLS and connection limits from
+//! [`ChannelConfig::serve`](crate::config::ChannelConfig::serve)).
 
 use crate::channel::{Channel, Recovery};
 use crate::config::{with_name, ChannelConfig, ChannelSink};
