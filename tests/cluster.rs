@@ -107,6 +107,7 @@ async fn start_normalizer(cluster: &NatsCluster) -> Svc {
             http: None,
             ingest_token: None,
             partitions: DEFAULT_PARTITIONS,
+            ..Default::default()
         },
         stop.clone(),
     )
@@ -129,6 +130,7 @@ async fn start_archiver(cluster: &NatsCluster, store: Arc<dyn Store>) -> Svc {
             grpc: None,
             operator_token: TOKEN.into(),
             partitions: DEFAULT_PARTITIONS,
+            ..Default::default()
         },
         stop.clone(),
     )

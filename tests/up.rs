@@ -11,6 +11,8 @@
 //! - `secrets_reach_no_channel_surface`: with `--reasoning stream --verbose full`, every
 //!   secret shape of issue 11 in thinking and tool arguments reaches neither the webhook,
 //!   the web page's data nor `tail` (status lines or raw events).
+//! - `ingest_on_up_needs_its_token`: `up` writes an all-tenant `ingest.token` (0600)
+//!   that its front doors require (HTTP 401 without it) and `streamgate ingest` sends.
 //! - `replay_into_a_closed_pipe_exits_quietly`: `streamgate replay … | head -n 0` prints no
 //!   panic.
 //! - `local_secrets_are_private_and_the_broker_requires_credentials`: the data dir is 0700
@@ -159,6 +161,60 @@ fn a_second_up_is_refused_and_a_killed_broker_comes_back() {
         broker_pids(dir.path()).is_empty(),
         "nats-server left running after up stopped"
     );
+}
+
+#[test]
+fn ingest_on_up_needs_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    let token_file = data_dir(dir.path()).join("ingest.token");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "ingest.token mode {mode:o}");
+    }
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let up_err = up_err(dir.path());
+    assert!(
+        !up_err.contains(token.trim()),
+        "up printed its ingest token"
+    );
+    // `streamgate ingest` finds the token by itself.
+    assert!(ingest(dir.path(), "tok-1"));
+    let inst: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data_dir(dir.path()).join("up.json")).unwrap())
+            .unwrap();
+    let http = inst["ingest_http"].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let post = |auth: Option<String>, run: &str| {
+        let url = format!("http://{http}/v1/ingest/acme/{run}?family=f1");
+        rt.block_on(async {
+            let mut req = reqwest::Client::new()
+                .post(url)
+                .body(fixture("f1/end-turn.sse"));
+            if let Some(a) = auth {
+                req = req.header("Authorization", a);
+            }
+            req.send().await.unwrap().status().as_u16()
+        })
+    };
+    assert_eq!(post(None, "tok-2"), 401);
+    assert_eq!(post(Some("Bearer wrong-token".into()), "tok-2"), 401);
+    assert_eq!(post(Some(format!("bearer {}", token.trim())), "tok-2"), 200);
+    // An explicit wrong token overrides the local one, and is refused.
+    let capture = dir.path().join("capture.sse");
+    let out = Command::new(bin())
+        .args([
+            "ingest", "--family", "f1", "--run", "tok-3", "--token", "wrong",
+        ])
+        .arg(&capture)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ingest token"), "{stderr}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `streamgate runs` and `streamgate replay`: operator clients of the ArchiveService.
 
-use super::discover::{endpoint, Instance};
+use super::discover::Instance;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use streamgate_grammar::RunEvent;
@@ -9,6 +9,7 @@ use streamgate_proto::v1::{
     ListRunsRequest, ReplayEventsRequest, ReplayStateRequest, ReplayTimelineRequest,
 };
 use streamgate_runtime::rpc::SendBearer;
+use streamgate_runtime::serve::ClientTlsArgs;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -24,6 +25,9 @@ pub struct ArchiveTarget {
     /// Data dir of the local instance to find.
     #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
+    /// TLS to the ArchiveService.
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 type Client = ArchiveServiceClient<InterceptedService<Channel, SendBearer>>;
@@ -37,7 +41,9 @@ impl ArchiveTarget {
                 (inst.archive_grpc, t.clone().or(Some(inst.operator_token)))
             }
         };
-        let channel = Channel::from_shared(endpoint(&addr))?
+        let channel = self
+            .tls
+            .endpoint(&addr)?
             .connect()
             .await
             .with_context(|| format!("cannot reach the archive at {addr}"))?;

@@ -120,6 +120,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             http: None,
             ingest_token: None,
             partitions: args.partitions,
+            ..Default::default()
         },
         shutdown.clone(),
     )
@@ -135,6 +136,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             grpc: None,
             operator_token: "bench".into(),
             partitions: args.partitions,
+            ..Default::default()
         },
         shutdown.clone(),
     )

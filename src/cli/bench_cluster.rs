@@ -332,6 +332,7 @@ async fn start_services(
             http: None,
             ingest_token: None,
             partitions: args.partitions,
+            ..Default::default()
         },
         stop.clone(),
     )
@@ -363,6 +364,7 @@ async fn start_services(
             grpc: None,
             operator_token: "bench".into(),
             partitions: args.partitions,
+            ..Default::default()
         },
         stop.clone(),
     )

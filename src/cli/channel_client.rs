@@ -3,11 +3,12 @@
 //! `channel-<name>.token` (looked up again on every connect: a restarted `up` listens
 //! elsewhere with a new token).
 
-use super::discover::{channel_token_path, endpoint, Instance};
+use super::discover::{channel_token_path, Instance};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
 use streamgate_runtime::rpc::SendBearer;
+use streamgate_runtime::serve::ClientTlsArgs;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -25,6 +26,8 @@ pub struct Target {
     pub channel: Option<String>,
     /// Data dir of the local instance.
     pub data_dir: PathBuf,
+    /// TLS to the channel (`--ca`, client certificate).
+    pub tls: ClientTlsArgs,
 }
 
 impl Target {
@@ -68,7 +71,9 @@ impl Target {
 
     pub async fn connect(&self) -> Result<Client> {
         let (addr, token) = self.resolve()?;
-        let channel = Channel::from_shared(endpoint(&addr))?
+        let channel = self
+            .tls
+            .endpoint(&addr)?
             .connect()
             .await
             .with_context(|| format!("cannot reach the channel at {addr}"))?;

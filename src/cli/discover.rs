@@ -1,6 +1,7 @@
 //! How CLI clients find a local `streamgate up`: it writes `<data dir>/up.json` (mode
 //! 0600: it holds the operator token) with every address it listens on, once everything
-//! (projector channels included) is listening, and the local broker's credentials.
+//! (projector channels included) is listening, and the local broker's credentials; tokens
+//! sit beside it in files of mode 0600 (`ingest.token`, `channel-<name>.token`).
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -58,6 +59,18 @@ pub fn channel_token_path(data_dir: &Path, name: &str) -> PathBuf {
     data_dir.join(format!("channel-{name}.token"))
 }
 
+/// Where `up` keeps its all-tenant ingest token.
+pub fn ingest_token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("ingest.token")
+}
+
+/// The local `up`'s ingest token.
+pub fn read_ingest_token(data_dir: &Path) -> Result<String> {
+    let p = ingest_token_path(data_dir);
+    let t = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    Ok(t.trim().to_owned())
+}
+
 fn path(data_dir: &Path) -> PathBuf {
     data_dir.join("up.json")
 }
@@ -88,14 +101,5 @@ impl Instance {
     /// Removes `up.json` (on shutdown).
     pub fn remove(data_dir: &Path) {
         let _ = std::fs::remove_file(path(data_dir));
-    }
-}
-
-/// An address as a gRPC endpoint URL.
-pub fn endpoint(addr: &str) -> String {
-    if addr.starts_with("http://") || addr.starts_with("https://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
     }
 }

@@ -1,14 +1,16 @@
 //! `streamgate ingest`: sends a capture to the gRPC IngestService chunk by chunk, waits
 //! for each durable ack, and resumes from the last acknowledged chunk if the connection
-//! breaks.
+//! breaks. Without `--addr` it talks to the local `streamgate up` (`up.json`) with its
+//! ingest token (`ingest.token`); `--token` / `STREAMGATE_INGEST_TOKEN` overrides it.
 
-use super::discover::{endpoint, Instance};
+use super::discover::{read_ingest_token, Instance};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use streamgate_proto::v1::ingest_service_client::IngestServiceClient;
 use streamgate_proto::v1::{IngestChunk, ResumePointRequest};
 use streamgate_runtime::rpc::SendBearer;
+use streamgate_runtime::serve::ClientTlsArgs;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -47,18 +49,23 @@ pub struct IngestArgs {
     /// IngestService address (default: the local `streamgate up`).
     #[arg(long, env = "STREAMGATE_INGEST_ADDR")]
     pub addr: Option<String>,
-    /// Ingest bearer token, when the front door requires one.
+    /// Ingest bearer token (default with no `--addr`: the local `up`'s
+    /// `<data dir>/ingest.token`).
     #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Data dir of the local instance to find.
     #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
+    /// TLS to the IngestService.
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 type Client = IngestServiceClient<InterceptedService<Channel, SendBearer>>;
 
-async fn connect(addr: &str, token: Option<&str>) -> Result<Client> {
-    let channel = Channel::from_shared(endpoint(addr))?
+async fn connect(addr: &str, token: Option<&str>, tls: &ClientTlsArgs) -> Result<Client> {
+    let channel = tls
+        .endpoint(addr)?
         .connect()
         .await
         .with_context(|| format!("cannot reach the ingest service at {addr}"))?;
@@ -77,14 +84,21 @@ pub async fn run(args: IngestArgs) -> Result<()> {
     args.family
         .parse::<streamgate_wire::FamilyChoice>()
         .map_err(anyhow::Error::msg)?;
-    let addr = match &args.addr {
-        Some(a) => a.clone(),
-        None => Instance::read(&args.data_dir)?.ingest_grpc,
+    let (addr, token) = match &args.addr {
+        Some(a) => (a.clone(), args.token.clone()),
+        None => {
+            let inst = Instance::read(&args.data_dir)?;
+            let token = match &args.token {
+                Some(t) => t.clone(),
+                None => read_ingest_token(&args.data_dir)?,
+            };
+            (inst.ingest_grpc, Some(token))
+        }
     };
     let chunks: Vec<&[u8]> = bytes.chunks(args.chunk_bytes.max(1)).collect();
     let mut attempts = 0;
     loop {
-        match send(&addr, &args, &chunks).await {
+        match send(&addr, token.as_deref(), &args, &chunks).await {
             Ok(sent) => {
                 eprintln!(
                     "ingested {} ({} bytes, {} chunks) as run {}",
@@ -110,8 +124,8 @@ fn display(p: &Path) -> String {
 }
 
 /// Sends every chunk not yet durable, then the close marker; returns chunks sent.
-async fn send(addr: &str, args: &IngestArgs, chunks: &[&[u8]]) -> Result<u64> {
-    let mut client = connect(addr, args.token.as_deref()).await?;
+async fn send(addr: &str, token: Option<&str>, args: &IngestArgs, chunks: &[&[u8]]) -> Result<u64> {
+    let mut client = connect(addr, token, &args.tls).await?;
     let point = client
         .resume_point(ResumePointRequest {
             tenant: args.tenant.clone(),

@@ -30,6 +30,9 @@ pub struct SettingsArgs {
     /// The channel's bearer token (default: the local instance's token file).
     #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// TLS to the channel.
+    #[command(flatten)]
+    pub tls: streamgate_runtime::serve::ClientTlsArgs,
     /// Data dir of the local instance.
     #[arg(long, default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
@@ -42,6 +45,7 @@ pub async fn run(args: SettingsArgs) -> Result<()> {
         token: args.token.clone(),
         channel: Some(args.channel.clone()),
         data_dir: args.data_dir.clone(),
+        tls: args.tls.clone(),
     };
     let mut client = target.connect().await?;
     let reply = client

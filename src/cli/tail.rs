@@ -57,6 +57,9 @@ pub struct TailArgs {
     /// Print every event as one line instead of the status-line rendering.
     #[arg(long)]
     pub raw_events: bool,
+    /// TLS to the channel.
+    #[command(flatten)]
+    pub tls: streamgate_runtime::serve::ClientTlsArgs,
     /// Data dir of the local instance to find.
     #[arg(long, default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
@@ -311,6 +314,7 @@ pub async fn run(args: TailArgs) -> Result<()> {
         token: args.token.clone(),
         channel: args.channel.clone(),
         data_dir: args.data_dir.clone(),
+        tls: args.tls.clone(),
     };
     // Fail fast on what retrying cannot fix (no such channel, no token file) only when
     // an instance is there to ask; a missing one may still be starting.

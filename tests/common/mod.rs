@@ -562,6 +562,7 @@ impl Pipeline {
                 grpc: Some("127.0.0.1:0".parse().unwrap()),
                 operator_token: TOKEN.into(),
                 partitions: DEFAULT_PARTITIONS,
+                ..Default::default()
             },
             archiver_stop.clone(),
         )
@@ -598,6 +599,7 @@ impl Pipeline {
                 http: None,
                 ingest_token: None,
                 partitions: DEFAULT_PARTITIONS,
+                ..Default::default()
             },
             self.normalizer_stop.clone(),
         )
@@ -655,6 +657,7 @@ impl NormalizerReplica {
                 http: None,
                 ingest_token: None,
                 partitions: DEFAULT_PARTITIONS,
+                ..Default::default()
             },
             stop.clone(),
         )

@@ -10,12 +10,15 @@
 //!   credentials) and connecting with them.
 //! - [`shutdown`]: SIGINT/SIGTERM into a cancellation token.
 //! - [`rpc`]: bearer-token interceptors (server and client), health and reflection.
+//! - [`serve`]: starting gRPC and HTTP servers the one shared way: auth interceptor,
+//!   health, reflection, TLS/mTLS, connection limit, header-read and idle timeouts.
 #![forbid(unsafe_code)]
 
 pub mod config;
 pub mod metrics;
 pub mod nats;
 pub mod rpc;
+pub mod serve;
 pub mod shutdown;
 pub mod telemetry;
 

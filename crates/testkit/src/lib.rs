@@ -10,6 +10,8 @@
 //! - [`NatsCluster`]: a 3-node nats-server cluster on loopback (JetStream, routes, server
 //!   names `n0`…`n2`): waits for a meta leader, kills and restarts nodes, finds a
 //!   stream's leader.
+//! - [`pki::TestPki`]: a CA, server and client certificates made in the test (TLS and
+//!   mTLS tests).
 //! - [`PgDatabase`]: a fresh database on the PostgreSQL server, dropped `WITH (FORCE)`
 //!   when the value is dropped.
 //!
@@ -18,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 mod cluster;
+pub mod pki;
 
 use std::path::Path;
 use streamgate_bus::local::{free_port, LocalNats};

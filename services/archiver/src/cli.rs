@@ -5,6 +5,7 @@
 use crate::{start, ArchiverListen, ConsumerConfig};
 use clap::Parser;
 use std::net::SocketAddr;
+use streamgate_runtime::serve::ServeArgs;
 use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
 /// Archiver service: SG_EVENTS into the archive, operator-only gRPC replay.
@@ -40,6 +41,9 @@ pub struct Args {
     /// held by a crashed replica wait before another one takes them.
     #[arg(long, env = "STREAMGATE_ACK_WAIT_SECS", default_value_t = 10)]
     pub ack_wait_secs: u64,
+    /// TLS and connection limits of the ArchiveService server.
+    #[command(flatten)]
+    pub serve: ServeArgs,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -64,6 +68,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             grpc: Some(args.grpc),
             operator_token: args.operator_token,
             partitions: args.partitions,
+            serve: args.serve.options(),
         },
         shutdown,
     )

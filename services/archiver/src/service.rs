@@ -1,5 +1,7 @@
 //! Starts the archive consumer(s) and the ArchiveService gRPC server together (used by
-//! the service binary and by `streamgate up`).
+//! the service binary and by `streamgate up`). The server starts through
+//! `streamgate_runtime::serve::grpc` (operator bearer token, health, reflection, TLS/mTLS,
+//! connection limits).
 
 use crate::consumer::{run_events, run_raw, ConsumerConfig};
 use crate::replay::Replay;
@@ -7,12 +9,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use streamgate_archive::Store;
 use streamgate_proto::v1::archive_service_server::ArchiveServiceServer;
-use streamgate_runtime::rpc::{reflection, reflection_v1alpha, RequireBearer};
+use streamgate_runtime::rpc::RequireBearer;
+use streamgate_runtime::serve::{self, ServeOptions};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// Where and how the ArchiveService listens.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ArchiverListen {
     /// gRPC address (port 0 picks a free port); `None` runs the consumer only.
     pub grpc: Option<SocketAddr>,
@@ -21,6 +24,8 @@ pub struct ArchiverListen {
     pub operator_token: String,
     /// Partition count of the deployment (to find a run's subject when following).
     pub partitions: u32,
+    /// TLS and connection limits of the gRPC server.
+    pub serve: ServeOptions,
 }
 
 /// A started archiver.
@@ -75,28 +80,16 @@ pub async fn start(
     let grpc = match listen.grpc {
         None => None,
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            let bound = listener.local_addr()?;
-            let (reporter, health) = tonic_health::server::health_reporter();
-            reporter.set_serving::<ArchiveServiceServer<Replay>>().await;
-            let service = tonic::service::interceptor::InterceptedService::new(
+            let server = serve::grpc::start(
+                addr,
                 ArchiveServiceServer::new(Replay::new(store, js, listen.partitions)),
                 RequireBearer::new(&listen.operator_token),
-            );
-            let reflect = reflection()?;
-            let reflect_alpha = reflection_v1alpha()?;
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-                tonic::transport::Server::builder()
-                    .add_service(service)
-                    .add_service(health)
-                    .add_service(reflect)
-                    .add_service(reflect_alpha)
-                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await?;
-                Ok(())
-            });
+                &listen.serve,
+                shutdown.clone(),
+            )
+            .await?;
+            let bound = server.addr;
+            tasks.spawn(async move { Ok(server.task.await?) });
             Some(bound)
         }
     };

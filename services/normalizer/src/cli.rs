@@ -6,6 +6,7 @@ use crate::{start, Listeners, NormalizerConfig};
 use clap::Parser;
 use std::net::SocketAddr;
 use std::time::Duration;
+use streamgate_runtime::serve::ServeArgs;
 use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
 /// Normalizer service: ingest front doors and the SG_RAW → SG_EVENTS worker.
@@ -30,9 +31,13 @@ pub struct Args {
     /// HTTP ingest listen address.
     #[arg(long, env = "STREAMGATE_INGEST_HTTP", default_value = "0.0.0.0:7311")]
     pub http: SocketAddr,
-    /// Bearer token required by the ingest front doors.
+    /// Bearer token of the ingest front doors that may write every tenant.
     #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
     pub ingest_token: Option<String>,
+    /// Token file of ingest tokens scoped to tenants: lines `<token> <tenant>[,…]` or
+    /// `<token> *` (mode 0600; see `streamgate_normalizer::ingest::auth`).
+    #[arg(long, env = "STREAMGATE_INGEST_TOKENS")]
+    pub ingest_tokens: Option<std::path::PathBuf>,
     /// Seconds without a chunk before a run is closed with a timeout marker.
     #[arg(long, env = "STREAMGATE_IDLE_TIMEOUT_SECS", default_value_t = 120)]
     pub idle_timeout_secs: u64,
@@ -49,6 +54,9 @@ pub struct Args {
     /// its TTL.
     #[arg(long, env = "STREAMGATE_LEASE_TTL", default_value_t = 10)]
     pub lease_ttl: u64,
+    /// TLS and connection limits of the front doors.
+    #[command(flatten)]
+    pub serve: ServeArgs,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -74,7 +82,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             grpc: Some(args.grpc),
             http: Some(args.http),
             ingest_token: args.ingest_token,
+            ingest_tokens: args.ingest_tokens,
             partitions: args.partitions,
+            serve: args.serve.options(),
         },
         shutdown,
     )

@@ -10,8 +10,10 @@
 //!   lease on (replicas split the partitions; `streamgate_bus::lease`).
 //! - [`open_runs`]: runs started and not closed, per partition (KV), so an abandoned
 //!   run is closed by whichever replica owns its partition later.
-//! - [`ingest`]: the gRPC and HTTP front doors over one [`ingest::Ingestor`].
-//! - [`service`]: everything above started together, with health and reflection.
+//! - [`ingest`]: the gRPC and HTTP front doors over one [`ingest::Ingestor`], and who
+//!   may write which tenant ([`ingest::auth`]: bearer tokens scoped to tenants).
+//! - [`service`]: everything above started together; the doors through
+//!   `streamgate_runtime::serve` (health, reflection, TLS/mTLS, connection limits).
 #![forbid(unsafe_code)]
 
 pub mod cli;

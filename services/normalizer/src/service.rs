@@ -1,27 +1,35 @@
 //! Starts the worker and the ingest front doors together (used by the service binary and
-//! by `streamgate up`).
+//! by `streamgate up`). Both doors start through `streamgate_runtime::serve` (health,
+//! reflection, TLS, connection limits) and authenticate with [`crate::ingest::auth`].
 
 use crate::config::NormalizerConfig;
+use crate::ingest::auth::{IngestAuth, IngestInterceptor};
 use crate::ingest::{grpc::IngestServer, http, Ingestor};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use streamgate_proto::v1::ingest_service_server::IngestServiceServer;
-use streamgate_runtime::rpc::{reflection, reflection_v1alpha, RequireBearer};
+use streamgate_runtime::serve::{self, ServeOptions};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// Where to listen (port 0 picks a free port).
-#[derive(Debug, Clone)]
+/// Where to listen (port 0 picks a free port), and who may ingest.
+#[derive(Debug, Clone, Default)]
 pub struct Listeners {
     /// gRPC `IngestService` (+ health, reflection); `None` disables it.
     pub grpc: Option<SocketAddr>,
     /// HTTP ingest; `None` disables it.
     pub http: Option<SocketAddr>,
-    /// Bearer token required by both front doors, when set.
+    /// A bearer token that may write every tenant (`--ingest-token`).
     pub ingest_token: Option<String>,
+    /// A token file of tokens scoped to tenants (`--ingest-tokens`, format in
+    /// [`crate::ingest::auth`]). With neither this nor `ingest_token` the front doors
+    /// are open.
+    pub ingest_tokens: Option<std::path::PathBuf>,
     /// Partition count of the deployment.
     pub partitions: u32,
+    /// TLS and connection limits of both front doors.
+    pub serve: ServeOptions,
 }
 
 /// A started normalizer.
@@ -46,6 +54,13 @@ pub async fn start(
     listen: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
+    let auth = IngestAuth::load(
+        listen.ingest_token.as_deref(),
+        listen.ingest_tokens.as_deref(),
+    )?;
+    if auth.is_open() {
+        tracing::warn!("ingest front doors are open: no --ingest-token or --ingest-tokens given");
+    }
     let js = async_nats::jetstream::new(nats);
     let durables = (0..listen.partitions)
         .map(|p| streamgate_bus::subject::partition_durable(&cfg.durable, listen.partitions, p))
@@ -65,31 +80,16 @@ pub async fn start(
     let grpc = match listen.grpc {
         None => None,
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            let bound = listener.local_addr()?;
-            let (reporter, health) = tonic_health::server::health_reporter();
-            reporter
-                .set_serving::<IngestServiceServer<IngestServer>>()
-                .await;
-            let auth = RequireBearer::optional(listen.ingest_token.as_deref());
-            let service = tonic::service::interceptor::InterceptedService::new(
+            let server = serve::grpc::start(
+                addr,
                 IngestServiceServer::new(IngestServer::new(ingestor.clone())),
-                auth,
-            );
-            let reflect = reflection()?;
-            let reflect_alpha = reflection_v1alpha()?;
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-                tonic::transport::Server::builder()
-                    .add_service(service)
-                    .add_service(health)
-                    .add_service(reflect)
-                    .add_service(reflect_alpha)
-                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await?;
-                Ok(())
-            });
+                IngestInterceptor::new(auth.clone()),
+                &listen.serve,
+                shutdown.clone(),
+            )
+            .await?;
+            let bound = server.addr;
+            tasks.spawn(async move { Ok(server.task.await?) });
             Some(bound)
         }
     };
@@ -97,16 +97,10 @@ pub async fn start(
     let http_addr = match listen.http {
         None => None,
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            let bound = listener.local_addr()?;
-            let app = http::router(ingestor, listen.ingest_token.clone());
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await?;
-                Ok(())
-            });
+            let app = http::router(ingestor, auth);
+            let server = serve::http::start(addr, app, &listen.serve, shutdown.clone()).await?;
+            let bound = server.addr;
+            tasks.spawn(async move { Ok(server.task.await?) });
             Some(bound)
         }
     };

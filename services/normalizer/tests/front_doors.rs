@@ -1,5 +1,6 @@
 //! The ingest front doors against a real nats-server: the id rule, one ingest per run,
-//! a gRPC stream bound to its first run, size limits, and the bearer scheme.
+//! a gRPC stream bound to its first run, size limits, the bearer scheme, and tokens
+//! scoped to tenants; both doors over mTLS.
 
 use bytes::Bytes;
 use std::net::SocketAddr;
@@ -11,6 +12,8 @@ use streamgate_bus::{DEFAULT_PARTITIONS, RAW_STREAM};
 use streamgate_normalizer::{Listeners, NormalizerConfig};
 use streamgate_proto::v1::ingest_service_client::IngestServiceClient;
 use streamgate_proto::v1::{IngestAck, IngestChunk, ResumePointRequest};
+use streamgate_runtime::serve::{ClientTlsArgs, ServeOptions, TlsFiles};
+use streamgate_testkit::pki::TestPki;
 use streamgate_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -36,6 +39,17 @@ impl Drop for Doors {
 }
 
 async fn start() -> Doors {
+    start_with(None).await
+}
+
+/// A normalizer requiring [`TOKEN`] (every tenant) and, when given, a token file's
+/// tokens scoped to tenants.
+async fn start_with(tokens: Option<std::path::PathBuf>) -> Doors {
+    start_opts(tokens, ServeOptions::default()).await
+}
+
+/// [`start_with`], the doors served with `serve` (TLS, limits).
+async fn start_opts(tokens: Option<std::path::PathBuf>, serve: ServeOptions) -> Doors {
     let nats = NatsServer::start();
     let client = nats.client().await;
     let stop = CancellationToken::new();
@@ -46,7 +60,9 @@ async fn start() -> Doors {
             grpc: Some("127.0.0.1:0".parse().unwrap()),
             http: Some("127.0.0.1:0".parse().unwrap()),
             ingest_token: Some(TOKEN.into()),
+            ingest_tokens: tokens,
             partitions: DEFAULT_PARTITIONS,
+            serve,
         },
         stop.clone(),
     )
@@ -108,7 +124,16 @@ impl Doors {
 
     /// Sends `chunks` on one stream; the acks, then the status the stream ended with.
     async fn stream(&self, chunks: Vec<IngestChunk>) -> (Vec<IngestAck>, Option<tonic::Status>) {
-        let mut client = self.grpc(&format!("Bearer {TOKEN}")).await;
+        self.stream_as(&format!("Bearer {TOKEN}"), chunks).await
+    }
+
+    /// [`Doors::stream`] with the `authorization` value `auth`.
+    async fn stream_as(
+        &self,
+        auth: &str,
+        chunks: Vec<IngestChunk>,
+    ) -> (Vec<IngestAck>, Option<tonic::Status>) {
+        let mut client = self.grpc(auth).await;
         let mut acks = Vec::new();
         let mut stream = match client.ingest(futures::stream::iter(chunks)).await {
             Ok(r) => r.into_inner(),
@@ -422,4 +447,180 @@ async fn the_bearer_scheme_is_case_insensitive() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated);
+}
+
+const ACME_TOKEN: &str = "acme-only-token-0123456789";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_write_only_their_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ingest-tokens");
+    std::fs::write(&file, format!("# scoped\n{ACME_TOKEN} acme,globex\n")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let d = start_with(Some(file)).await;
+    let acme = format!("Bearer {ACME_TOKEN}");
+    // HTTP: own tenant 200, another tenant 403, no/unknown token 401 naming the rule.
+    let (code, body) = d.post("acme", "scoped-1", "", &acme).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = d.post("initech", "scoped-2", "", &acme).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("may not write tenant"), "{body}");
+    assert!(!body.contains(ACME_TOKEN), "{body}");
+    let resp = reqwest::Client::new()
+        .post(d.url("acme", "scoped-3", ""))
+        .body(CAPTURE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(
+        resp.headers().get("www-authenticate").map(|v| v.as_bytes()),
+        Some(&b"Bearer"[..])
+    );
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("Authorization: Bearer"), "{body}");
+    // The all-tenant token still writes anyone.
+    let (code, body) = d
+        .post("initech", "scoped-4", "", &format!("Bearer {TOKEN}"))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(d.stored("initech", "scoped-2").await, 0);
+
+    // gRPC: the same rules, PERMISSION_DENIED for another tenant.
+    let mut client = d.grpc(&acme).await;
+    let denied = client
+        .resume_point(ResumePointRequest {
+            tenant: "initech".into(),
+            run_id: "scoped-5".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    let (acks, status) = d.stream_as(&acme, run_chunks("initech", "scoped-5")).await;
+    assert!(acks.is_empty(), "{acks:?}");
+    assert_eq!(status.map(|s| s.code()), Some(Code::PermissionDenied));
+    assert_eq!(d.stored("initech", "scoped-5").await, 0);
+    let (acks, status) = d.stream_as(&acme, run_chunks("globex", "scoped-6")).await;
+    assert!(status.is_none(), "{status:?}");
+    assert!(acks.last().is_some_and(|a| a.close), "{acks:?}");
+    let status = d
+        .grpc("Bearer not-a-token-at-all")
+        .await
+        .resume_point(ResumePointRequest {
+            tenant: "acme".into(),
+            run_id: "scoped-7".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_doors_over_mtls() {
+    let pki = TestPki::new();
+    let d = start_opts(
+        None,
+        ServeOptions {
+            tls: Some(TlsFiles {
+                cert: pki.server.cert.clone(),
+                key: pki.server.key.clone(),
+                client_ca: Some(pki.ca.clone()),
+            }),
+            ..ServeOptions::default()
+        },
+    )
+    .await;
+    // gRPC: a client with the CA and a client certificate ingests a run.
+    let tls = ClientTlsArgs {
+        ca: Some(pki.ca.clone()),
+        client_cert: Some(pki.client.cert.clone()),
+        client_key: Some(pki.client.key.clone()),
+    };
+    let channel = tls
+        .endpoint(&d.grpc.to_string())
+        .unwrap()
+        .connect()
+        .await
+        .expect("mTLS connect");
+    let token: tonic::metadata::MetadataValue<_> = format!("Bearer {TOKEN}").parse().unwrap();
+    let mut client =
+        IngestServiceClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", token.clone());
+            Ok(r)
+        });
+    let mut acks = client
+        .ingest(futures::stream::iter(run_chunks("acme", "tls-grpc")))
+        .await
+        .expect("ingest over mTLS")
+        .into_inner();
+    let mut last = None;
+    while let Some(a) = acks.message().await.expect("acks") {
+        last = Some(a);
+    }
+    assert!(last.is_some_and(|a| a.close));
+    assert_eq!(d.stored("acme", "tls-grpc").await, 2);
+    // Without a client certificate: refused at the handshake.
+    let no_cert = ClientTlsArgs {
+        ca: Some(pki.ca.clone()),
+        ..Default::default()
+    };
+    let refused = match no_cert
+        .endpoint(&d.grpc.to_string())
+        .unwrap()
+        .connect()
+        .await
+    {
+        Err(_) => true,
+        Ok(ch) => IngestServiceClient::new(ch)
+            .resume_point(ResumePointRequest::default())
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client without a certificate was served");
+
+    // HTTP: the same over https.
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).unwrap()).unwrap();
+    let mut pem = std::fs::read(&pki.client.cert).unwrap();
+    pem.extend(std::fs::read(&pki.client.key).unwrap());
+    let https = |identity: bool| {
+        let mut b = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca.clone());
+        if identity {
+            b = b.identity(reqwest::Identity::from_pem(&pem).unwrap());
+        }
+        b.build().unwrap()
+    };
+    let url = format!("https://{}/v1/ingest/acme/tls-http?family=f1", d.http);
+    let resp = https(true)
+        .post(&url)
+        .header("Authorization", format!("Bearer {TOKEN}"))
+        .body(CAPTURE)
+        .send()
+        .await
+        .expect("HTTP ingest over mTLS");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(d.stored("acme", "tls-http").await, 2);
+    assert!(https(false)
+        .post(&url)
+        .header("Authorization", format!("Bearer {TOKEN}"))
+        .body(CAPTURE)
+        .send()
+        .await
+        .is_err());
+    // Plain HTTP to the TLS door gets nothing either.
+    assert!(reqwest::Client::new()
+        .post(format!(
+            "http://{}/v1/ingest/acme/tls-plain?family=f1",
+            d.http
+        ))
+        .body(CAPTURE)
+        .send()
+        .await
+        .is_err());
 }

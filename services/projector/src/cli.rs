@@ -7,6 +7,7 @@ use clap::Parser;
 use std::net::SocketAddr;
 use std::time::Duration;
 use streamgate_projection::{Reasoning, Settings, Tier, Verbose};
+use streamgate_runtime::serve::ServeArgs;
 use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
 /// Projector service: one chat channel fed from SG_EVENTS.
@@ -86,6 +87,9 @@ pub struct Args {
     /// The channel's bearer token for ProjectorService.
     #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// TLS and connection limits of the ProjectorService server and the web page.
+    #[command(flatten)]
+    pub serve: ServeArgs,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -125,6 +129,7 @@ impl Args {
         c.lease_ttl = Duration::from_secs(self.lease_ttl.max(1));
         c.replicas = self.replicas.max(1);
         c.token = self.token.clone().filter(|t| !t.is_empty());
+        c.serve = self.serve.options();
         Ok(c)
     }
 }
@@ -138,7 +143,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut running = start(nats, cfg, Some(args.grpc), shutdown).await?;
     tracing::info!(grpc = ?running.grpc, web = ?running.web, member = %running.member, "projector running");
     if let Some(web) = running.web {
-        println!("web channel: http://{web}/");
+        let scheme = if args.serve.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        println!("web channel: {scheme}://{web}/");
     }
     while let Some(done) = running.tasks.join_next().await {
         done??;

@@ -91,6 +91,8 @@ pub struct ChannelConfig {
     /// service to start: 1 on a single server, 3 in a cluster. Existing streams are never
     /// changed by a projector.
     pub replicas: usize,
+    /// TLS and connection limits of the `ProjectorService` server and the web page.
+    pub serve: streamgate_runtime::serve::ServeOptions,
 }
 
 impl ChannelConfig {
@@ -117,6 +119,7 @@ impl ChannelConfig {
                 DeliveryConfig::default()
             },
             token: None,
+            serve: Default::default(),
             orphan_after: Duration::from_secs(300),
             partitions: streamgate_bus::DEFAULT_PARTITIONS,
             ack_wait: Duration::from_secs(120),

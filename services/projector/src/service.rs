@@ -1,6 +1,8 @@
 //! Starts a channel: KV buckets, sink and delivery engine, the settings watch, the
 //! partition leases (whose workers recover and consume each held partition), the
-//! `ProjectorService` gRPC server and (for `web` channels) the web page.
+//! `ProjectorService` gRPC server and (for `web` channels) the web page — both through
+//! `streamgate_runtime::serve` (TLS/mTLS and connection limits from
+//! [`ChannelConfig::serve`](crate::config::ChannelConfig::serve)).
 
 use crate::channel::{Channel, Recovery};
 use crate::config::{with_name, ChannelConfig, ChannelSink};
@@ -12,7 +14,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use streamgate_bus::lease::{LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_proto::v1::projector_service_server::ProjectorServiceServer;
-use streamgate_runtime::rpc::{reflection, reflection_v1alpha, RequireBearer};
+use streamgate_runtime::rpc::RequireBearer;
+use streamgate_runtime::serve;
 use streamgate_sinks::{Delivery, Sink};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -152,36 +155,23 @@ pub async fn start(
     let grpc = match grpc {
         None => None,
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            let bound = listener.local_addr()?;
-            let (reporter, health) = tonic_health::server::health_reporter();
-            reporter
-                .set_serving::<ProjectorServiceServer<Projector>>()
-                .await;
-            let service = tonic::service::interceptor::InterceptedService::new(
+            let server = serve::grpc::start(
+                addr,
                 ProjectorServiceServer::new(Projector::new(channel.clone(), shutdown.clone())),
                 RequireBearer::optional(cfg.token.as_deref()),
-            );
-            let reflect = reflection()?;
-            let reflect_alpha = reflection_v1alpha()?;
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-                tonic::transport::Server::builder()
-                    .add_service(service)
-                    .add_service(health)
-                    .add_service(reflect)
-                    .add_service(reflect_alpha)
-                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await?;
-                Ok(())
-            });
+                &cfg.serve,
+                shutdown.clone(),
+            )
+            .await?;
+            let bound = server.addr;
+            tasks.spawn(async move { Ok(server.task.await?) });
             Some(bound)
         }
     };
     let web = match web_sink {
         None => None,
         Some((sink, listen)) => {
+            // Bound first: the page's access rule needs the bound address.
             let listener = tokio::net::TcpListener::bind(listen).await?;
             let bound = listener.local_addr()?;
             let access = web::access::PageAccess {
@@ -194,13 +184,8 @@ pub async fn start(
                 web::follow_thinking(c, sink, stop).await;
                 Ok(())
             });
-            let stop = shutdown.clone();
-            tasks.spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await?;
-                Ok(())
-            });
+            let server = serve::http::start_on(listener, app, &cfg.serve, shutdown.clone())?;
+            tasks.spawn(async move { Ok(server.task.await?) });
             Some(bound)
         }
     };

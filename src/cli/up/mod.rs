@@ -15,11 +15,17 @@
 //! clients, and `<data dir>/nats.env` is a `--config` file for a service joining this
 //! instance (`streamgate projector --config <data dir>/nats.env …`). All are 0600 in a
 //! 0700 data dir; none is printed.
+//!
+//! Ingest needs a token: `up` writes a fresh all-tenant token to
+//! `<data dir>/ingest.token` (mode 0600, never printed) on every start, and
+//! `streamgate ingest` sends it by default when it talks to this instance
+//! (`curl -H "Authorization: Bearer $(cat .streamgate/ingest.token)"` for HTTP).
+//! `--ingest-tokens <file>` adds tokens scoped to tenants.
 
 mod broker;
 mod demo;
 
-use super::discover::{channel_token_path, ChannelEntry, Instance};
+use super::discover::{channel_token_path, ingest_token_path, ChannelEntry, Instance};
 use anyhow::{Context, Result};
 use broker::{DataDirLock, SupervisedNats};
 use std::net::SocketAddr;
@@ -96,6 +102,10 @@ pub struct UpArgs {
     /// `/verbose` default of every channel (off, on or full).
     #[arg(long)]
     pub verbose: Option<streamgate_projection::Verbose>,
+    /// Token file of extra ingest tokens scoped to tenants (lines `<token> <tenant>[,…]`
+    /// or `<token> *`, mode 0600), besides the all-tenant `<data dir>/ingest.token`.
+    #[arg(long, env = "STREAMGATE_INGEST_TOKENS")]
+    pub ingest_tokens: Option<PathBuf>,
     /// Partition count. Default: the count the streams already record (an existing data
     /// dir or `--nats` deployment keeps its own), else 8.
     #[arg(long, env = "STREAMGATE_PARTITIONS")]
@@ -169,14 +179,19 @@ pub async fn run(args: UpArgs) -> Result<()> {
         ..NormalizerConfig::default()
     };
     normalizer_cfg.streams.replicas = replicas;
+    // Ingest is never open on `up`: a fresh all-tenant token, found by `streamgate ingest`.
+    let ingest_token = streamgate_runtime::rpc::random_token();
+    write_token(&ingest_token_path(&data_dir), &ingest_token)?;
     let normalizer = streamgate_normalizer::start(
         nats.clone(),
         normalizer_cfg,
         Listeners {
             grpc: Some(args.ingest_grpc),
             http: Some(args.ingest_http),
-            ingest_token: None,
+            ingest_token: Some(ingest_token),
+            ingest_tokens: args.ingest_tokens.clone(),
             partitions,
+            ..Default::default()
         },
         shutdown.clone(),
     )
@@ -189,6 +204,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             grpc: Some(args.archive_grpc),
             operator_token: operator_token.clone(),
             partitions,
+            ..Default::default()
         },
         shutdown.clone(),
     )
@@ -266,6 +282,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     eprintln!(
         "  ingest (HTTP)   http://{}/v1/ingest/<tenant>/<run>?family=<f>",
         instance.ingest_http
+    );
+    eprintln!(
+        "  ingest token    {}  (Authorization: Bearer …)",
+        ingest_token_path(&data_dir).display()
     );
     eprintln!(
         "  archive (gRPC)  {}  (operator token in {}/up.json)",

@@ -3,6 +3,7 @@
 //! connection asks `ResumePoint` and continues; chunks it re-sends are acknowledged as
 //! duplicates and never stored twice.
 
+use super::auth::{grant_of, Grant};
 use super::{IngestError, Ingestor, RunSpec};
 use futures::StreamExt;
 use std::pin::Pin;
@@ -57,22 +58,26 @@ struct Bound {
     _claim: super::Claim,
 }
 
-/// Binds the stream to the run of its first message (claiming it), or checks that a
-/// later message names the same run.
+/// Binds the stream to the run of its first message (claiming it, once the caller's
+/// grant covers its tenant), or checks that a later message names the same run.
 fn bind(
     ingestor: &Ingestor,
+    grant: &Grant,
     bound: &mut Option<Bound>,
     chunk: &IngestChunk,
-) -> Result<(), IngestError> {
+) -> Result<(), Status> {
     match bound {
         Some(b) if b.tenant == chunk.tenant && b.run_id == chunk.run_id => Ok(()),
-        Some(b) => Err(IngestError::Invalid(format!(
+        Some(b) => Err(status(IngestError::Invalid(format!(
             "an ingest stream carries one run: it is bound to tenant {:?} run {:?}, this chunk names tenant {:?} run {:?}",
             b.tenant, b.run_id, chunk.tenant, chunk.run_id
-        ))),
+        )))),
         None => {
-            Ingestor::check(&spec_of(chunk))?;
-            let claim = ingestor.claim(&chunk.tenant, &chunk.run_id)?;
+            Ingestor::check(&spec_of(chunk)).map_err(status)?;
+            grant.check(&chunk.tenant).map_err(|e| e.status())?;
+            let claim = ingestor
+                .claim(&chunk.tenant, &chunk.run_id)
+                .map_err(status)?;
             *bound = Some(Bound {
                 tenant: chunk.tenant.clone(),
                 run_id: chunk.run_id.clone(),
@@ -103,6 +108,7 @@ impl IngestService for IngestServer {
         &self,
         request: Request<Streaming<IngestChunk>>,
     ) -> Result<Response<Self::IngestStream>, Status> {
+        let grant = grant_of(&request)?;
         let meta = |name: &str| request.metadata().get(name).and_then(|v| v.to_str().ok());
         let incoming =
             TraceContext::parse(meta(trace::HDR_TRACEPARENT), meta(trace::HDR_TRACESTATE));
@@ -139,11 +145,11 @@ impl IngestService for IngestServer {
                         span.record("tenant", chunk.tenant.as_str());
                         span.record("run", chunk.run_id.as_str());
                     }
-                    let ack = match bind(&ingestor, &mut bound, &chunk) {
+                    let ack = match bind(&ingestor, &grant, &mut bound, &chunk) {
                         Ok(()) => handle(&ingestor, &chunk, &mut resume, trace.as_ref())
                             .await
                             .map_err(status),
-                        Err(e) => Err(status(e)),
+                        Err(s) => Err(s),
                     };
                     let failed = ack.is_err();
                     if tx.send(ack).await.is_err() || failed {
@@ -160,7 +166,9 @@ impl IngestService for IngestServer {
         &self,
         request: Request<ResumePointRequest>,
     ) -> Result<Response<ResumePointReply>, Status> {
+        let grant = grant_of(&request)?;
         let r = request.into_inner();
+        grant.check(&r.tenant).map_err(|e| e.status())?;
         let p = self
             .ingestor
             .resume_point(&r.tenant, &r.run_id)

@@ -12,8 +12,10 @@
 //!
 //! Ids that break the id rule get 400; a run another request is ingesting right now
 //! (or an already closed run) gets 409. `Authorization: Bearer <token>` is matched with
-//! the scheme in any case.
+//! the scheme in any case; a missing or unknown token gets 401, a token for other
+//! tenants 403 ([`super::auth`]).
 
+use super::auth::IngestAuth;
 use super::{IngestError, Ingestor, RunSpec};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -34,7 +36,7 @@ pub const DEFAULT_CHUNK_BYTES: usize = 16 * 1024;
 #[derive(Clone)]
 struct AppState {
     ingestor: Ingestor,
-    token: Option<String>,
+    auth: IngestAuth,
 }
 
 /// Query parameters of an ingest request.
@@ -46,12 +48,12 @@ struct IngestQuery {
     chunk_bytes: Option<usize>,
 }
 
-/// The ingest routes; `token`, when set, is required as `Authorization: Bearer <token>`.
-pub fn router(ingestor: Ingestor, token: Option<String>) -> Router {
+/// The ingest routes; every request's bearer token must grant its tenant (`auth`).
+pub fn router(ingestor: Ingestor, auth: IngestAuth) -> Router {
     Router::new()
         .route("/v1/ingest/{tenant}/{run}", post(ingest))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .with_state(AppState { ingestor, token })
+        .with_state(AppState { ingestor, auth })
 }
 
 /// The status of a failed `put`: the broker's fault unless the request was wrong.
@@ -97,13 +99,8 @@ async fn ingest_body(
     trace: Option<TraceContext>,
 ) -> Response {
     let trace = trace.as_ref();
-    if let Some(token) = &st.token {
-        let presented = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        if let Err(e) = streamgate_runtime::rpc::check_bearer(presented, token) {
-            return error(StatusCode::UNAUTHORIZED, e.to_string());
-        }
+    if let Err(e) = st.auth.check_http(&headers, &tenant) {
+        return e.into_response();
     }
     let spec = RunSpec {
         tenant,

@@ -5,7 +5,10 @@
 //! - gRPC: [`grpc::IngestServer`] (`streamgate.v1.IngestService`), resumable.
 //! - HTTP: [`http::router`] — `POST /v1/ingest/{tenant}/{run}?family=f1` with a chunked
 //!   body, so `curl --data-binary @capture.sse` works.
+//!
+//! Who may write which tenant: [`auth`] (bearer tokens scoped to tenants).
 
+pub mod auth;
 pub mod grpc;
 pub mod http;
 
