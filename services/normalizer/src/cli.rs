@@ -68,6 +68,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_open_runs: args.max_open_runs,
         ack_wait: Duration::from_secs(args.ack_wait_secs.max(1)),
         lease_ttl: Duration::from_secs(args.lease_ttl.max(1)),
+        // Leases on a connection of their own: ingest and normalization never delay a
+        // renewal.
+        lease_nats: Some(streamgate_runtime::nats::connect(&args.nats).await?),
         ..NormalizerConfig::default()
     };
     cfg.streams.replicas = args.replicas;

@@ -91,6 +91,10 @@ pub struct ChannelConfig {
     /// service to start: 1 on a single server, 3 in a cluster. Existing streams are never
     /// changed by a projector.
     pub replicas: usize,
+    /// The NATS connection lease renewals go over: one of their own, so that consuming
+    /// and delivering on the main connection never hold a renewal back (a starved
+    /// renewal loses the partition). `None`: the main connection (tests).
+    pub lease_nats: Option<async_nats::Client>,
 }
 
 impl ChannelConfig {
@@ -122,6 +126,7 @@ impl ChannelConfig {
             ack_wait: Duration::from_secs(120),
             lease_ttl: streamgate_bus::lease::DEFAULT_LEASE_TTL,
             replicas: 1,
+            lease_nats: None,
         }
     }
 

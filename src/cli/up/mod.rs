@@ -129,6 +129,9 @@ pub async fn run(args: UpArgs) -> Result<()> {
         (None, None) => unreachable!("a local server is spawned when no URL is given"),
     };
     let nats = streamgate_runtime::nats::connect(&nats_url).await?;
+    // Every lease group of this process renews over a connection of its own, so ingest,
+    // normalization and delivery on `nats` never delay a renewal.
+    let lease_nats = streamgate_runtime::nats::connect(&nats_url).await?;
     let archive_url = args
         .archive
         .clone()
@@ -144,6 +147,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
 
     let mut normalizer_cfg = NormalizerConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
+        lease_nats: Some(lease_nats.clone()),
         ..NormalizerConfig::default()
     };
     normalizer_cfg.streams.replicas = replicas;
@@ -195,6 +199,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         )?;
         cfg.partitions = partitions;
         cfg.replicas = replicas;
+        cfg.lease_nats = Some(lease_nats.clone());
         if let Some(r) = args.reasoning {
             cfg.settings.reasoning = r;
         }
