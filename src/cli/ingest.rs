@@ -1,6 +1,11 @@
 //! `streamgate ingest`: sends a capture to the gRPC IngestService chunk by chunk, waits
 //! for each durable ack, and resumes from the last acknowledged chunk if the connection
-//! breaks.
+//! breaks or the service answers "not now" (UNAVAILABLE while a stream leader is
+//! elected): such answers are retried with bounded backoff honouring the service's
+//! `retry-after`, for up to `--retry-secs` ([`retry`]). Errors that repeating cannot fix
+//! (a bad id, a closed run, a refused token) are not retried.
+
+mod retry;
 
 use super::discover::{endpoint, Instance};
 use anyhow::{bail, Context, Result};
@@ -50,6 +55,10 @@ pub struct IngestArgs {
     /// Ingest bearer token, when the front door requires one.
     #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// How long to keep retrying while the service is unavailable (e.g. during a
+    /// JetStream leader election), in seconds; 0 disables retries.
+    #[arg(long, default_value_t = 60)]
+    pub retry_secs: u64,
     /// Data dir of the local instance to find.
     #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
@@ -82,26 +91,39 @@ pub async fn run(args: IngestArgs) -> Result<()> {
         None => Instance::read(&args.data_dir)?.ingest_grpc,
     };
     let chunks: Vec<&[u8]> = bytes.chunks(args.chunk_bytes.max(1)).collect();
-    let mut attempts = 0;
+    let mut backoff = retry::Backoff::new(Duration::from_secs(args.retry_secs));
     loop {
-        match send(&addr, &args, &chunks).await {
+        let e = match send(&addr, &args, &chunks).await {
             Ok(sent) => {
                 eprintln!(
-                    "ingested {} ({} bytes, {} chunks) as run {}",
+                    "ingested {} ({} bytes, {} chunks) as run {}{}",
                     display(&args.capture),
                     bytes.len(),
                     sent,
-                    args.run
+                    args.run,
+                    match backoff.attempts() {
+                        0 => String::new(),
+                        n => format!(" after {n} retries"),
+                    }
                 );
                 return Ok(());
             }
-            Err(e) if attempts < 5 => {
-                attempts += 1;
-                eprintln!("ingest interrupted ({e:#}); resuming");
-                tokio::time::sleep(Duration::from_millis(200 * attempts)).await;
-            }
-            Err(e) => return Err(e),
+            Err(e) => e,
+        };
+        let retry::Verdict::Retry(after) = retry::classify(&e) else {
+            return Err(e);
+        };
+        let Some(delay) = backoff.next_delay(after) else {
+            return Err(e.context(format!("gave up after {} retries", backoff.attempts())));
+        };
+        if backoff.attempts() == 1 {
+            // Said once; the retries that follow are quiet.
+            eprintln!(
+                "ingest not accepted right now ({e:#}); retrying for up to {} s (resuming from the last acknowledged chunk)",
+                args.retry_secs
+            );
         }
+        tokio::time::sleep(delay).await;
     }
 }
 
