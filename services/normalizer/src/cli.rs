@@ -53,6 +53,9 @@ pub struct Args {
     /// its TTL.
     #[arg(long, env = "STREAMGATE_LEASE_TTL", default_value_t = 10)]
     pub lease_ttl: u64,
+    /// Chunk publishes one ingest request keeps in flight before waiting for acks.
+    #[arg(long, env = "STREAMGATE_INGEST_WINDOW", default_value_t = crate::ingest::flow::DEFAULT_WINDOW)]
+    pub ingest_window: usize,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -71,6 +74,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         // Leases on a connection of their own: ingest and normalization never delay a
         // renewal.
         lease_nats: Some(streamgate_runtime::nats::connect(&args.nats).await?),
+        ingest_window: args.ingest_window.max(1),
         ..NormalizerConfig::default()
     };
     cfg.streams.replicas = args.replicas;

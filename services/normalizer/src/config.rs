@@ -35,6 +35,9 @@ pub struct NormalizerConfig {
     /// publishes and deliveries on the main connection never hold a renewal back (a
     /// starved renewal loses the partition). `None`: the main connection (tests).
     pub lease_nats: Option<async_nats::Client>,
+    /// Chunk publishes one ingest request keeps in flight (`ingest::flow`): more lets
+    /// one large body go faster, fewer shares the connection more finely.
+    pub ingest_window: usize,
 }
 
 impl Default for NormalizerConfig {
@@ -50,6 +53,7 @@ impl Default for NormalizerConfig {
             max_open_runs: 10_000,
             lease_ttl: streamgate_bus::lease::DEFAULT_LEASE_TTL,
             lease_nats: None,
+            ingest_window: crate::ingest::flow::DEFAULT_WINDOW,
         }
     }
 }

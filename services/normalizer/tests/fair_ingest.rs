@@ -8,6 +8,9 @@
 //! [`DEFAULT_BIG_MB`] so the debug suite stays quick; the issue's figure is measured with
 //! 300 in a release build):
 //!
+//! `STREAMGATE_FAIR_WINDOW=1` measures one ack at a time (the behaviour before flow
+//! control) for comparison.
+//!
 //! ```sh
 //! STREAMGATE_FAIR_BIG_MB=300 cargo test --release -p streamgate-normalizer \
 //!     --test fair_ingest -- --nocapture
@@ -85,6 +88,15 @@ fn big_mb() -> u64 {
         .unwrap_or(DEFAULT_BIG_MB)
 }
 
+/// `STREAMGATE_FAIR_WINDOW`: the ingest window under test (1 = one ack at a time, the
+/// behaviour before flow control), else the default.
+fn window() -> usize {
+    std::env::var("STREAMGATE_FAIR_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(streamgate_normalizer::ingest::flow::DEFAULT_WINDOW)
+}
+
 fn url(http: SocketAddr, run: &str) -> String {
     format!("http://{http}/v1/ingest/acme/{run}?family=f1")
 }
@@ -123,6 +135,7 @@ async fn small_ingests_keep_landing_while_a_huge_body_streams() {
     let cfg = NormalizerConfig {
         lease_ttl: LEASE_TTL,
         lease_nats: Some(nats.client().await),
+        ingest_window: window(),
         ..NormalizerConfig::default()
     };
     let running = streamgate_normalizer::start(
@@ -188,8 +201,9 @@ async fn small_ingests_keep_landing_while_a_huge_body_streams() {
     latencies.sort();
     let n = latencies.len();
     eprintln!(
-        "big body: {mb} MiB in {took:?} ({:.1} MiB/s), status {code}",
-        mb as f64 / took.as_secs_f64()
+        "big body: {mb} MiB in {took:?} ({:.1} MiB/s, window {}), status {code}",
+        mb as f64 / took.as_secs_f64(),
+        window()
     );
     if n > 0 {
         eprintln!(

@@ -39,6 +39,8 @@ fn status(e: IngestError) -> Status {
         e @ IngestError::Closed(_) => Status::failed_precondition(e.to_string()),
         e @ IngestError::Busy(_) => Status::aborted(e.to_string()),
         e @ IngestError::Unavailable(_) => {
+            metrics::counter!("streamgate_ingest_unavailable_total", "transport" => "grpc")
+                .increment(1);
             let mut meta = tonic::metadata::MetadataMap::new();
             meta.insert(
                 RETRY_AFTER_KEY,

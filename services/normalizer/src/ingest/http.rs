@@ -6,7 +6,8 @@
 //! ```
 //!
 //! The body is cut into chunks as it arrives (at most `chunk_bytes` each) and published
-//! with at most [`flow::DEFAULT_WINDOW`] chunks in flight per request: more of the body is
+//! with at most a window of chunks in flight per request ([`flow::DEFAULT_WINDOW`] unless
+//! configured): more of the body is
 //! read only while the window has room, so a slow broker slows the sender and a request
 //! holds at most about `window × chunk_bytes` of its body in memory, however large the
 //! body ([`super::flow`]). Once every chunk is acknowledged, the end of the body writes a
@@ -19,8 +20,13 @@
 //! `Retry-After` (seconds): send the same request again then. A broker refusal that
 //! repeating cannot fix is 502. `Authorization: Bearer <token>` is matched with the
 //! scheme in any case.
+//!
+//! Resending is safe: a POST to a run that already has chunks stored (a request that
+//! failed part-way) is taken as the same body sent again — it is cut the same way (send
+//! the same `chunk_bytes`) and the chunks already stored are skipped, so the run gets
+//! every byte once. The reply's `chunks` counts the chunks this request stored.
 
-use super::flow::{self, Window};
+use super::flow::Window;
 use super::{IngestError, Ingestor, RunSpec, RETRY_AFTER};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -73,6 +79,8 @@ fn put_error(e: IngestError) -> Response {
     let transient = e.is_transient();
     let mut resp = error(code, e.to_string());
     if transient {
+        metrics::counter!("streamgate_ingest_unavailable_total", "transport" => "http")
+            .increment(1);
         resp.headers_mut().insert(
             axum::http::header::RETRY_AFTER,
             axum::http::HeaderValue::from(RETRY_AFTER.as_secs().max(1)),
@@ -152,17 +160,12 @@ async fn ingest_body(
             IngestError::Closed(spec.run_id.clone()).to_string(),
         );
     }
-    let mut window = Window::new(flow::DEFAULT_WINDOW);
-    let sent = send_body(
-        &st.ingestor,
-        &spec,
-        &mut window,
-        point.next_chunk,
+    let mut window = Window::new(st.ingestor.window());
+    let cut = Cut {
         chunk_bytes,
-        body,
-        trace,
-    )
-    .await;
+        stored: point.next_chunk,
+    };
+    let sent = send_body(&st.ingestor, &spec, &mut window, cut, body, trace).await;
     // Every chunk acknowledged (or failed) before the answer or the close marker.
     let drained = window.drain().await;
     let Sent {
@@ -183,7 +186,7 @@ async fn ingest_body(
     Json(serde_json::json!({
         "tenant": spec.tenant,
         "run_id": spec.run_id,
-        "chunks": next - point.next_chunk,
+        "chunks": next.saturating_sub(point.next_chunk),
         "bytes": bytes_in,
         "close": close.as_str(),
     }))
@@ -200,20 +203,47 @@ struct Sent {
     close: CloseKind,
 }
 
-/// Reads the body and sends it in chunks of `chunk_bytes` from chunk `first` on, through
-/// `window`: the body is read only while the window has room (acks that come back
-/// meanwhile are taken at once). Returns when the whole body was sent; acks may still
-/// be in flight.
+/// How a body is cut into chunks.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    /// Bytes per chunk (the last may be shorter).
+    chunk_bytes: usize,
+    /// Chunks of the run already stored: the body's first chunks up to this index are a
+    /// resend and are skipped.
+    stored: u64,
+}
+
+/// Sends chunk `index` through `window` unless it is already stored.
+async fn send_chunk(
+    ingestor: &Ingestor,
+    spec: &RunSpec,
+    window: &mut Window,
+    (index, cut): (u64, Cut),
+    part: Bytes,
+    trace: Option<&TraceContext>,
+) -> Result<(), IngestError> {
+    if index < cut.stored {
+        return Ok(());
+    }
+    window.make_room().await?;
+    window.push(ingestor.send(spec, index, part, None, trace).await?);
+    Ok(())
+}
+
+/// Reads the body and sends it in chunks of `cut.chunk_bytes` through `window`,
+/// skipping the chunks already stored: the body is read only while the window has room
+/// (acks that come back meanwhile are taken at once). Returns when the whole body was
+/// sent; acks may still be in flight.
 async fn send_body(
     ingestor: &Ingestor,
     spec: &RunSpec,
     window: &mut Window,
-    first: u64,
-    chunk_bytes: usize,
+    cut: Cut,
     body: Body,
     trace: Option<&TraceContext>,
 ) -> Result<Sent, IngestError> {
-    let mut next = first;
+    let chunk_bytes = cut.chunk_bytes;
+    let mut next = 0;
     let mut pending = BytesMut::new();
     let mut stream = body.into_data_stream();
     let mut close = CloseKind::Normal;
@@ -233,8 +263,7 @@ async fn send_body(
                 pending.extend_from_slice(&data);
                 while pending.len() >= chunk_bytes {
                     let part = pending.split_to(chunk_bytes).freeze();
-                    window.make_room().await?;
-                    window.push(ingestor.send(spec, next, part, None, trace).await?);
+                    send_chunk(ingestor, spec, window, (next, cut), part, trace).await?;
                     next += 1;
                 }
             }

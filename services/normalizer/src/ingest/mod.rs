@@ -112,6 +112,7 @@ pub struct Ingestor {
     js: async_nats::jetstream::Context,
     partitions: u32,
     ingesting: Ingesting,
+    window: usize,
 }
 
 /// A run claimed by one ingest request ([`Ingestor::claim`]); the claim ends when this
@@ -138,7 +139,20 @@ impl Ingestor {
             js,
             partitions,
             ingesting: Arc::default(),
+            window: flow::DEFAULT_WINDOW,
         }
+    }
+
+    /// The same ingestor with at most `window` (at least 1) chunk publishes in flight
+    /// per request ([`flow::Window`]; 1 waits for every ack before sending more).
+    pub fn with_window(mut self, window: usize) -> Ingestor {
+        self.window = window.max(1);
+        self
+    }
+
+    /// Chunk publishes one request keeps in flight.
+    pub fn window(&self) -> usize {
+        self.window
     }
 
     /// Claims `tenant`/`run_id` for one ingest request: two requests writing one run's
