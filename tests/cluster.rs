@@ -661,3 +661,186 @@ async fn up_on_a_cluster_makes_everything_r3() {
         "up did not stop cleanly"
     );
 }
+
+/// The normalizer with its gRPC and HTTP front doors on loopback (leases on a connection
+/// of their own, as the service binary runs them).
+async fn start_front_doors(
+    cluster: &NatsCluster,
+) -> (Svc, std::net::SocketAddr, std::net::SocketAddr) {
+    let stop = CancellationToken::new();
+    let cfg = NormalizerConfig {
+        lease_nats: Some(cluster.client().await),
+        ..normalizer_cfg()
+    };
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let running = streamgate_normalizer::start(
+        cluster.client().await,
+        cfg,
+        Listeners {
+            grpc: Some(any),
+            http: Some(any),
+            ingest_token: None,
+            partitions: DEFAULT_PARTITIONS,
+            ..Default::default()
+        },
+        stop.clone(),
+    )
+    .await
+    .expect("start normalizer");
+    let (grpc, http) = (running.grpc.unwrap(), running.http.unwrap());
+    let svc = Svc {
+        stop,
+        tasks: running.tasks,
+        partitions: Some(running.partitions),
+    };
+    (svc, grpc, http)
+}
+
+/// One `streamgate ingest` of the capture as `run` over gRPC, at a recorded pace; its
+/// exit status and stderr.
+async fn cli_ingest(grpc: std::net::SocketAddr, run: String) -> (String, bool, String) {
+    let capture = root().join("fixtures").join(CAPTURE);
+    let out = tokio::process::Command::new(bin())
+        .arg("ingest")
+        .arg(&capture)
+        .args(["--run", &run, "--tenant", TENANT, "--family", "f1"])
+        .args(["--session", &format!("session-{run}")])
+        .args(["--addr", &grpc.to_string(), "--chunk-bytes", "96"])
+        .args(["--pace", "recorded", "--retry-secs", "60"])
+        .output()
+        .await
+        .expect("run streamgate ingest");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (run, out.status.success(), stderr)
+}
+
+/// HTTP answers while probing: (status, Retry-After) of each small ingest that failed,
+/// and how many succeeded.
+#[derive(Default)]
+struct Probe {
+    ok: usize,
+    failed: Vec<(u16, Option<String>)>,
+}
+
+/// Ingests small fresh runs over HTTP until `stop`, noting every answer.
+fn spawn_http_probe(
+    http: std::net::SocketAddr,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<Probe> {
+    tokio::spawn(async move {
+        let client = reqwest::Client::new();
+        let body = fixture(CAPTURE);
+        let mut probe = Probe::default();
+        for i in 0.. {
+            if stop.is_cancelled() {
+                break;
+            }
+            let url = format!("http://{http}/v1/ingest/{TENANT}/probe-{i:04}?family=f1");
+            let sent = client.post(url).body(body.clone()).send();
+            match tokio::time::timeout(Duration::from_secs(20), sent).await {
+                Ok(Ok(r)) if r.status().is_success() => probe.ok += 1,
+                Ok(Ok(r)) => {
+                    let after = r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    probe.failed.push((r.status().as_u16(), after));
+                }
+                Ok(Err(e)) => panic!("HTTP probe {i}: {e}"),
+                Err(_) => panic!("HTTP probe {i}: no answer within 20 s"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        probe
+    })
+}
+
+/// (e) The SG_RAW leader (SG_EVENTS' too) is SIGKILLed while `streamgate ingest`
+/// processes send runs over gRPC and small runs are posted over HTTP: during the
+/// election HTTP answers 503 with `Retry-After`, the CLI says once that it retries, and
+/// every CLI run lands in the archive complete, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_retries_through_a_leader_election() {
+    let _serial = SERIAL.lock().await;
+    let t0 = Instant::now();
+    let mut env = Env::start(Backend::Sqlite).await;
+    let (_normalizer, grpc, http) = start_front_doors(&env.cluster).await;
+    let _archiver = start_archiver(&env.cluster, env.store.clone()).await;
+    wait_normalizer(&env.js, "sg-normalizer").await;
+    wait_consumer(&env.js, EVENTS_STREAM, "sg-archiver").await;
+    let patience = Duration::from_secs(15);
+    let victim = env
+        .cluster
+        .stream_leader(&env.js, RAW_STREAM, patience)
+        .await;
+    move_leader(&env, EVENTS_STREAM, victim).await;
+
+    // CLI runs, 4 at a time, until a while after the new leader is known.
+    let stop = CancellationToken::new();
+    let cli = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            futures::stream::iter(0..)
+                .take_while(|_| futures::future::ready(!stop.is_cancelled()))
+                .map(|i| cli_ingest(grpc, format!("cli-{i:03}")))
+                .buffer_unordered(4)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    let probe = spawn_http_probe(http, stop.clone());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    env.cluster.kill(victim);
+    let killed_at = Instant::now();
+    let leader = env
+        .cluster
+        .stream_leader(&env.js, RAW_STREAM, patience)
+        .await;
+    assert_ne!(leader, victim, "SG_RAW still led by the killed node");
+    let elected = killed_at.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    let runs = tokio::time::timeout(SETTLE + SETTLE, cli)
+        .await
+        .expect("CLI runs did not end in time")
+        .expect("CLI driver");
+    let probe = probe.await.expect("HTTP probe");
+
+    let failed: Vec<_> = runs.iter().filter(|(_, ok, _)| !ok).collect();
+    assert!(failed.is_empty(), "CLI runs failed: {failed:#?}");
+    let retried = runs
+        .iter()
+        .filter(|(_, _, err)| err.contains("retrying"))
+        .count();
+    for (run, _, err) in &runs {
+        assert!(
+            err.matches("retrying for up to").count() <= 1,
+            "{run}: the retry notice is said once: {err}"
+        );
+    }
+    let bad: Vec<_> = probe
+        .failed
+        .iter()
+        .filter(|(code, after)| *code != 503 || after.is_none())
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "HTTP answers other than 503 + Retry-After: {bad:?}"
+    );
+    assert!(
+        !probe.failed.is_empty(),
+        "no HTTP 503 seen during the election (it took {elected:?})"
+    );
+    let (bytes, _) = chunks();
+    let ids: Vec<String> = runs.iter().map(|(r, _, _)| r.clone()).collect();
+    assert_archived(&*env.store, &ids, &bytes, "ingest through an election").await;
+    eprintln!(
+        "killed n{victim}: new SG_RAW leader after {elected:?}; {} CLI runs all landed, {retried} \
+         of them retried; HTTP: {} ok, {} answered 503 + Retry-After; total {:?}",
+        runs.len(),
+        probe.ok,
+        probe.failed.len(),
+        t0.elapsed()
+    );
+}

@@ -1,7 +1,13 @@
 //! `streamgate ingest`: sends a capture to the gRPC IngestService chunk by chunk, waits
 //! for each durable ack, and resumes from the last acknowledged chunk if the connection
-//! breaks. Without `--addr` it talks to the local `streamgate up` (`up.json`) with its
-//! ingest token (`ingest.token`); `--token` / `STREAMGATE_INGEST_TOKEN` overrides it.
+//! breaks or the service answers "not now" (UNAVAILABLE while a stream leader is
+//! elected): such answers are retried with bounded backoff honouring the service's
+//! `retry-after`, for up to `--retry-secs` ([`retry`]). Errors that repeating cannot fix
+//! (a bad id, a closed run, a refused token) are not retried. Without `--addr` it talks
+//! to the local `streamgate up` (`up.json`) with its ingest token (`ingest.token`);
+//! `--token` / `STREAMGATE_INGEST_TOKEN` overrides it.
+
+mod retry;
 
 use super::discover::{read_ingest_token, Instance};
 use anyhow::{bail, Context, Result};
@@ -53,6 +59,10 @@ pub struct IngestArgs {
     /// `<data dir>/ingest.token`).
     #[arg(long, env = "STREAMGATE_INGEST_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// How long to keep retrying while the service is unavailable (e.g. during a
+    /// JetStream leader election), in seconds; 0 disables retries.
+    #[arg(long, default_value_t = 60)]
+    pub retry_secs: u64,
     /// Data dir of the local instance to find.
     #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
@@ -96,26 +106,39 @@ pub async fn run(args: IngestArgs) -> Result<()> {
         }
     };
     let chunks: Vec<&[u8]> = bytes.chunks(args.chunk_bytes.max(1)).collect();
-    let mut attempts = 0;
+    let mut backoff = retry::Backoff::new(Duration::from_secs(args.retry_secs));
     loop {
-        match send(&addr, token.as_deref(), &args, &chunks).await {
+        let e = match send(&addr, token.as_deref(), &args, &chunks).await {
             Ok(sent) => {
                 eprintln!(
-                    "ingested {} ({} bytes, {} chunks) as run {}",
+                    "ingested {} ({} bytes, {} chunks) as run {}{}",
                     display(&args.capture),
                     bytes.len(),
                     sent,
-                    args.run
+                    args.run,
+                    match backoff.attempts() {
+                        0 => String::new(),
+                        n => format!(" after {n} retries"),
+                    }
                 );
                 return Ok(());
             }
-            Err(e) if attempts < 5 => {
-                attempts += 1;
-                eprintln!("ingest interrupted ({e:#}); resuming");
-                tokio::time::sleep(Duration::from_millis(200 * attempts)).await;
-            }
-            Err(e) => return Err(e),
+            Err(e) => e,
+        };
+        let retry::Verdict::Retry(after) = retry::classify(&e) else {
+            return Err(e);
+        };
+        let Some(delay) = backoff.next_delay(after) else {
+            return Err(e.context(format!("gave up after {} retries", backoff.attempts())));
+        };
+        if backoff.attempts() == 1 {
+            // Said once; the retries that follow are quiet.
+            eprintln!(
+                "ingest not accepted right now ({e:#}); retrying for up to {} s (resuming from the last acknowledged chunk)",
+                args.retry_secs
+            );
         }
+        tokio::time::sleep(delay).await;
     }
 }
 

@@ -202,6 +202,30 @@ pub enum BusError {
     },
 }
 
+impl BusError {
+    /// True when the broker could not take the request *right now* (no responders while
+    /// a stream leader is elected, an ack or request timeout, a broken or reconnecting
+    /// connection, JetStream temporarily unavailable): the same request may succeed if
+    /// made again later. False for what repeating cannot fix (bad ids or headers, a
+    /// message over the broker's `max_payload`, a conflicting stream setting).
+    pub fn is_transient(&self) -> bool {
+        use async_nats::jetstream::context::PublishErrorKind;
+        match self {
+            BusError::Nats { source, .. } => source
+                .downcast_ref::<async_nats::jetstream::context::PublishError>()
+                .is_none_or(|e| {
+                    !matches!(
+                        e.kind(),
+                        PublishErrorKind::MaxPayloadExceeded
+                            | PublishErrorKind::WrongLastMessageId
+                            | PublishErrorKind::WrongLastSequence
+                    )
+                }),
+            _ => false,
+        }
+    }
+}
+
 /// Wraps an async-nats error with the operation it interrupted, for `map_err`.
 pub(crate) fn nats<E>(op: &'static str) -> impl FnOnce(E) -> BusError
 where

@@ -263,6 +263,21 @@ pub async fn publish_raw_with(
     chunk: &RawChunk,
     trace: Option<&crate::trace::TraceContext>,
 ) -> Result<RawPublish, BusError> {
+    send_raw(js, chunk, trace).await?.await
+}
+
+/// Sends one raw message without waiting for its ack: the returned future waits for it
+/// (and is bounded by the context's timeout once awaited). Lets a producer keep a few
+/// publishes in flight (a window) instead of one round trip per chunk. Messages sent on
+/// one connection are stored in the order they were sent.
+pub async fn send_raw(
+    js: &jetstream::Context,
+    chunk: &RawChunk,
+    trace: Option<&crate::trace::TraceContext>,
+) -> Result<
+    impl std::future::Future<Output = Result<RawPublish, BusError>> + Send + 'static,
+    BusError,
+> {
     if chunk.close.is_some() && !chunk.body.is_empty() {
         // Refuse instead of publishing bytes that the dedupe id would make unrecoverable.
         return Err(BusError::CloseWithBody(chunk.addr.run_id.clone()));
@@ -281,12 +296,13 @@ pub async fn publish_raw_with(
     let ack = js
         .publish_with_headers(chunk.addr.raw_subject(), headers, chunk.body.clone())
         .await
-        .map_err(nats("publish raw"))?
-        .await
-        .map_err(nats("publish raw ack"))?;
-    Ok(RawPublish {
-        sequence: ack.sequence,
-        duplicate: ack.duplicate,
+        .map_err(nats("publish raw"))?;
+    Ok(async move {
+        let ack = ack.await.map_err(nats("publish raw ack"))?;
+        Ok(RawPublish {
+            sequence: ack.sequence,
+            duplicate: ack.duplicate,
+        })
     })
 }
 

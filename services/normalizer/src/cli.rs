@@ -57,6 +57,9 @@ pub struct Args {
     /// TLS and connection limits of the front doors.
     #[command(flatten)]
     pub serve: ServeArgs,
+    /// Chunk publishes one ingest request keeps in flight before waiting for acks.
+    #[arg(long, env = "STREAMGATE_INGEST_WINDOW", default_value_t = crate::ingest::flow::DEFAULT_WINDOW)]
+    pub ingest_window: usize,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -72,6 +75,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_open_runs: args.max_open_runs,
         ack_wait: Duration::from_secs(args.ack_wait_secs.max(1)),
         lease_ttl: Duration::from_secs(args.lease_ttl.max(1)),
+        // Leases on a connection of their own: ingest and normalization never delay a
+        // renewal.
+        lease_nats: Some(args.nats.connect().await?),
+        ingest_window: args.ingest_window.max(1),
         ..NormalizerConfig::default()
     };
     cfg.streams.replicas = args.replicas;

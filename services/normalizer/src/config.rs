@@ -31,6 +31,13 @@ pub struct NormalizerConfig {
     /// long after its last renewal. Applies when the bucket is created (see
     /// `streamgate_bus::lease`).
     pub lease_ttl: Duration,
+    /// The NATS connection lease renewals go over: one of their own, so that bulk
+    /// publishes and deliveries on the main connection never hold a renewal back (a
+    /// starved renewal loses the partition). `None`: the main connection (tests).
+    pub lease_nats: Option<async_nats::Client>,
+    /// Chunk publishes one ingest request keeps in flight (`ingest::flow`): more lets
+    /// one large body go faster, fewer shares the connection more finely.
+    pub ingest_window: usize,
 }
 
 impl Default for NormalizerConfig {
@@ -45,6 +52,8 @@ impl Default for NormalizerConfig {
             idle_check: Duration::from_secs(1),
             max_open_runs: 10_000,
             lease_ttl: streamgate_bus::lease::DEFAULT_LEASE_TTL,
+            lease_nats: None,
+            ingest_window: crate::ingest::flow::DEFAULT_WINDOW,
         }
     }
 }

@@ -65,8 +65,9 @@ pub async fn start(
     let durables = (0..listen.partitions)
         .map(|p| streamgate_bus::subject::partition_durable(&cfg.durable, listen.partitions, p))
         .collect();
+    let window = cfg.ingest_window;
     let worker = crate::worker::Worker::open(js.clone(), cfg, listen.partitions).await?;
-    let ingestor = Ingestor::new(js.clone(), listen.partitions);
+    let ingestor = Ingestor::new(js.clone(), listen.partitions).with_window(window);
     let mut tasks = JoinSet::new();
     {
         let (js, stop) = (js.clone(), shutdown.clone());

@@ -70,8 +70,12 @@ impl Worker {
             ..cfg.streams.clone()
         };
         ensure_streams(&js, &streams).await?;
+        let lease_js = cfg
+            .lease_nats
+            .clone()
+            .map_or_else(|| js.clone(), async_nats::jetstream::new);
         let leases = PartitionLeases::open(
-            &js,
+            &lease_js,
             LeaseConfig {
                 group: lease_group(),
                 partitions,

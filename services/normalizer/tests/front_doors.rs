@@ -624,3 +624,36 @@ async fn both_doors_over_mtls() {
         .await
         .is_err());
 }
+
+/// A POST that failed part-way left chunks stored; sending the same body again (same
+/// `chunk_bytes`) skips them, so the run holds every byte once and is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_http_body_skips_the_chunks_already_stored() {
+    let d = start().await;
+    let auth = format!("Bearer {TOKEN}");
+    // What the failed attempt stored: the first two 8-byte chunks.
+    let (acks, status) = d
+        .stream(vec![
+            chunk("acme", "resent", 0, &CAPTURE[..8], false),
+            chunk("acme", "resent", 1, &CAPTURE[8..16], false),
+        ])
+        .await;
+    assert!(status.is_none(), "{status:?}");
+    assert_eq!(acks.len(), 2);
+    let (code, body) = d.post("acme", "resent", "&chunk_bytes=8", &auth).await;
+    assert_eq!(code, 200, "{body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let whole = CAPTURE.len().div_ceil(8) as u64;
+    assert_eq!(reply["chunks"], whole - 2, "{body}");
+    let addr = RunAddr::new("acme", "resent", DEFAULT_PARTITIONS);
+    let msgs = read_subject(&d.js, RAW_STREAM, &addr.raw_subject())
+        .await
+        .unwrap();
+    let raw: Vec<u8> = msgs.iter().flat_map(|m| m.payload.to_vec()).collect();
+    assert_eq!(raw, CAPTURE);
+    assert_eq!(
+        msgs.len() as u64,
+        whole + 1,
+        "every chunk once, then the close"
+    );
+}

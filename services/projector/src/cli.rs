@@ -137,9 +137,12 @@ impl Args {
 /// Runs the channel until SIGINT/SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_telemetry(&args.telemetry.config("streamgate-projector"))?;
-    let cfg = args.channel_config()?;
+    let mut cfg = args.channel_config()?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
     let nats = args.nats.connect().await?;
+    // Leases on a connection of their own: consuming and delivering never delay a
+    // renewal.
+    cfg.lease_nats = Some(args.nats.connect().await?);
     let mut running = start(nats, cfg, Some(args.grpc), shutdown).await?;
     tracing::info!(grpc = ?running.grpc, web = ?running.web, member = %running.member, "projector running");
     if let Some(web) = running.web {

@@ -93,6 +93,10 @@ pub struct ChannelConfig {
     pub replicas: usize,
     /// TLS and connection limits of the `ProjectorService` server and the web page.
     pub serve: streamgate_runtime::serve::ServeOptions,
+    /// The NATS connection lease renewals go over: one of their own, so that consuming
+    /// and delivering on the main connection never hold a renewal back (a starved
+    /// renewal loses the partition). `None`: the main connection (tests).
+    pub lease_nats: Option<async_nats::Client>,
 }
 
 impl ChannelConfig {
@@ -125,6 +129,7 @@ impl ChannelConfig {
             ack_wait: Duration::from_secs(120),
             lease_ttl: streamgate_bus::lease::DEFAULT_LEASE_TTL,
             replicas: 1,
+            lease_nats: None,
         }
     }
 

@@ -81,8 +81,12 @@ pub async fn start(
     // The settings watch opens before recovery fills the settings cache, so a change
     // made by another replica meanwhile is not missed.
     let settings_watch = channel.settings_watch().await?;
+    let lease_js = cfg
+        .lease_nats
+        .clone()
+        .map_or_else(|| channel.jetstream().clone(), async_nats::jetstream::new);
     let leases = PartitionLeases::open(
-        channel.jetstream(),
+        &lease_js,
         LeaseConfig {
             group: cfg.lease_group(),
             partitions: cfg.partitions,

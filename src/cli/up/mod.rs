@@ -158,6 +158,9 @@ pub async fn run(args: UpArgs) -> Result<()> {
         _ => (args.nats.servers().to_owned(), args.nats.auth()),
     };
     let nats = streamgate_runtime::nats::connect_auth(&nats_url, &nats_auth).await?;
+    // Every lease group of this process renews over a connection of its own, so ingest,
+    // normalization and delivery on `nats` never delay a renewal.
+    let lease_nats = streamgate_runtime::nats::connect_auth(&nats_url, &nats_auth).await?;
     if let Some(auth) = &local_auth {
         write_nats_env(&data_dir, &nats_url, auth)?;
     }
@@ -176,6 +179,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
 
     let mut normalizer_cfg = NormalizerConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
+        lease_nats: Some(lease_nats.clone()),
         ..NormalizerConfig::default()
     };
     normalizer_cfg.streams.replicas = replicas;
@@ -233,6 +237,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         )?;
         cfg.partitions = partitions;
         cfg.replicas = replicas;
+        cfg.lease_nats = Some(lease_nats.clone());
         if let Some(r) = args.reasoning {
             cfg.settings.reasoning = r;
         }

@@ -27,13 +27,29 @@ impl IngestServer {
     }
 }
 
+/// The metadata key of the seconds to wait before sending again, on UNAVAILABLE.
+pub const RETRY_AFTER_KEY: &str = "retry-after";
+
+/// The status of an ingest error; a broker that is only temporarily unavailable is
+/// UNAVAILABLE with `retry-after` metadata (seconds), anything the broker refused for
+/// good is INTERNAL.
 fn status(e: IngestError) -> Status {
     match e {
         IngestError::Invalid(m) => Status::invalid_argument(m),
         IngestError::Id(e) => Status::invalid_argument(e.to_string()),
         e @ IngestError::Closed(_) => Status::failed_precondition(e.to_string()),
         e @ IngestError::Busy(_) => Status::aborted(e.to_string()),
-        IngestError::Broker(m) => Status::unavailable(m),
+        e @ IngestError::Unavailable(_) => {
+            metrics::counter!("streamgate_ingest_unavailable_total", "transport" => "grpc")
+                .increment(1);
+            let mut meta = tonic::metadata::MetadataMap::new();
+            meta.insert(
+                RETRY_AFTER_KEY,
+                tonic::metadata::MetadataValue::from(super::RETRY_AFTER.as_secs().max(1)),
+            );
+            Status::with_metadata(tonic::Code::Unavailable, e.to_string(), meta)
+        }
+        IngestError::Broker(m) => Status::internal(m),
     }
 }
 

@@ -5,18 +5,31 @@
 //! curl --data-binary @capture.sse 'http://127.0.0.1:7311/v1/ingest/acme/run-1?family=f1'
 //! ```
 //!
-//! The body is cut into chunks as it arrives (at most `chunk_bytes` each), every chunk is
-//! stored before more is read (so a slow broker slows the sender), and the end of the
-//! body writes a `normal` close marker — or `abnormal` when the body breaks off. The
-//! reply says how many chunks were stored.
+//! The body is cut into chunks as it arrives (at most `chunk_bytes` each) and published
+//! with at most a window of chunks in flight per request ([`flow::DEFAULT_WINDOW`] unless
+//! configured): more of the body is
+//! read only while the window has room, so a slow broker slows the sender and a request
+//! holds at most about `window × chunk_bytes` of its body in memory, however large the
+//! body ([`super::flow`]). Once every chunk is acknowledged, the end of the body writes a
+//! `normal` close marker — or `abnormal` when the body breaks off. The reply says how
+//! many chunks were stored.
 //!
 //! Ids that break the id rule get 400; a run another request is ingesting right now
-//! (or an already closed run) gets 409. `Authorization: Bearer <token>` is matched with
-//! the scheme in any case; a missing or unknown token gets 401, a token for other
-//! tenants 403 ([`super::auth`]).
+//! (or an already closed run) gets 409. When the broker cannot take chunks right now (a
+//! stream leader being elected, no responders, ack timeouts) the answer is 503 with
+//! `Retry-After` (seconds): send the same request again then. A broker refusal that
+//! repeating cannot fix is 502. `Authorization: Bearer <token>` is matched with the
+//! scheme in any case; a missing or unknown token gets 401, a token for other tenants
+//! 403 ([`super::auth`]).
+//!
+//! Resending is safe: a POST to a run that already has chunks stored (a request that
+//! failed part-way) is taken as the same body sent again — it is cut the same way (send
+//! the same `chunk_bytes`) and the chunks already stored are skipped, so the run gets
+//! every byte once. The reply's `chunks` counts the chunks this request stored.
 
 use super::auth::IngestAuth;
-use super::{IngestError, Ingestor, RunSpec};
+use super::flow::Window;
+use super::{IngestError, Ingestor, RunSpec, RETRY_AFTER};
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -56,14 +69,26 @@ pub fn router(ingestor: Ingestor, auth: IngestAuth) -> Router {
         .with_state(AppState { ingestor, auth })
 }
 
-/// The status of a failed `put`: the broker's fault unless the request was wrong.
+/// The status of a failed `put`: the broker's fault unless the request was wrong; a
+/// broker that is only temporarily unavailable gets 503 with `Retry-After`.
 fn put_error(e: IngestError) -> Response {
     let code = match e {
         IngestError::Invalid(_) | IngestError::Id(_) => StatusCode::BAD_REQUEST,
         IngestError::Closed(_) | IngestError::Busy(_) => StatusCode::CONFLICT,
-        IngestError::Broker(_) => StatusCode::SERVICE_UNAVAILABLE,
+        IngestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        IngestError::Broker(_) => StatusCode::BAD_GATEWAY,
     };
-    error(code, e.to_string())
+    let transient = e.is_transient();
+    let mut resp = error(code, e.to_string());
+    if transient {
+        metrics::counter!("streamgate_ingest_unavailable_total", "transport" => "http")
+            .increment(1);
+        resp.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(RETRY_AFTER.as_secs().max(1)),
+        );
+    }
+    resp
 }
 
 fn error(code: StatusCode, msg: impl Into<String>) -> Response {
@@ -132,21 +157,110 @@ async fn ingest_body(
             IngestError::Closed(spec.run_id.clone()).to_string(),
         );
     }
-    let mut next = point.next_chunk;
+    let mut window = Window::new(st.ingestor.window());
+    let cut = Cut {
+        chunk_bytes,
+        stored: point.next_chunk,
+    };
+    let sent = send_body(&st.ingestor, &spec, &mut window, cut, body, trace).await;
+    // Every chunk acknowledged (or failed) before the answer or the close marker.
+    let drained = window.drain().await;
+    let Sent {
+        next,
+        bytes_in,
+        close,
+    } = match sent.and_then(|b| drained.map(|()| b)) {
+        Ok(b) => b,
+        Err(e) => return put_error(e),
+    };
+    if let Err(e) = st
+        .ingestor
+        .put(&spec, next, Bytes::new(), Some(close), trace)
+        .await
+    {
+        return put_error(e);
+    }
+    Json(serde_json::json!({
+        "tenant": spec.tenant,
+        "run_id": spec.run_id,
+        "chunks": next.saturating_sub(point.next_chunk),
+        "bytes": bytes_in,
+        "close": close.as_str(),
+    }))
+    .into_response()
+}
+
+/// What was read of a body and sent.
+struct Sent {
+    /// The next chunk index (the close marker's).
+    next: u64,
+    /// Bytes read.
+    bytes_in: u64,
+    /// How the body ended.
+    close: CloseKind,
+}
+
+/// How a body is cut into chunks.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    /// Bytes per chunk (the last may be shorter).
+    chunk_bytes: usize,
+    /// Chunks of the run already stored: the body's first chunks up to this index are a
+    /// resend and are skipped.
+    stored: u64,
+}
+
+/// Sends chunk `index` through `window` unless it is already stored.
+async fn send_chunk(
+    ingestor: &Ingestor,
+    spec: &RunSpec,
+    window: &mut Window,
+    (index, cut): (u64, Cut),
+    part: Bytes,
+    trace: Option<&TraceContext>,
+) -> Result<(), IngestError> {
+    if index < cut.stored {
+        return Ok(());
+    }
+    window.make_room().await?;
+    window.push(ingestor.send(spec, index, part, None, trace).await?);
+    Ok(())
+}
+
+/// Reads the body and sends it in chunks of `cut.chunk_bytes` through `window`,
+/// skipping the chunks already stored: the body is read only while the window has room
+/// (acks that come back meanwhile are taken at once). Returns when the whole body was
+/// sent; acks may still be in flight.
+async fn send_body(
+    ingestor: &Ingestor,
+    spec: &RunSpec,
+    window: &mut Window,
+    cut: Cut,
+    body: Body,
+    trace: Option<&TraceContext>,
+) -> Result<Sent, IngestError> {
+    let chunk_bytes = cut.chunk_bytes;
+    let mut next = 0;
     let mut pending = BytesMut::new();
     let mut stream = body.into_data_stream();
     let mut close = CloseKind::Normal;
     let mut bytes_in = 0u64;
     loop {
-        match stream.next().await {
+        let frame = tokio::select! {
+            biased;
+            Some(ack) = window.next_ack(), if !window.is_empty() => {
+                ack?;
+                continue;
+            }
+            frame = stream.next(), if !window.is_full() => frame,
+        };
+        match frame {
             Some(Ok(data)) => {
                 bytes_in += data.len() as u64;
                 pending.extend_from_slice(&data);
                 while pending.len() >= chunk_bytes {
                     let part = pending.split_to(chunk_bytes).freeze();
-                    if let Err(e) = st.ingestor.put(&spec, next, part, None, trace).await {
-                        return put_error(e);
-                    }
+                    send_chunk(ingestor, spec, window, (next, cut), part, trace).await?;
                     next += 1;
                 }
             }
@@ -158,28 +272,17 @@ async fn ingest_body(
         }
     }
     if !pending.is_empty() {
-        if let Err(e) = st
-            .ingestor
-            .put(&spec, next, pending.freeze(), None, trace)
-            .await
-        {
-            return put_error(e);
-        }
+        window.make_room().await?;
+        window.push(
+            ingestor
+                .send(spec, next, pending.freeze(), None, trace)
+                .await?,
+        );
         next += 1;
     }
-    if let Err(e) = st
-        .ingestor
-        .put(&spec, next, Bytes::new(), Some(close), trace)
-        .await
-    {
-        return put_error(e);
-    }
-    Json(serde_json::json!({
-        "tenant": spec.tenant,
-        "run_id": spec.run_id,
-        "chunks": next - point.next_chunk,
-        "bytes": bytes_in,
-        "close": close.as_str(),
-    }))
-    .into_response()
+    Ok(Sent {
+        next,
+        bytes_in,
+        close,
+    })
 }

@@ -7,8 +7,18 @@
 //!   body, so `curl --data-binary @capture.sse` works.
 //!
 //! Who may write which tenant: [`auth`] (bearer tokens scoped to tenants).
+//!
+//! Flow control ([`flow`]): one request keeps at most a small window of publishes in
+//! flight, so a huge body neither fills the connection's buffers nor holds more than the
+//! window in memory, and other requests' publishes interleave with it.
+//!
+//! A broker that cannot take a chunk *right now* (a stream leader being elected, no
+//! responders, an ack timeout) is [`IngestError::Unavailable`]: HTTP answers 503 with
+//! `Retry-After`, gRPC UNAVAILABLE with `retry-after` metadata ([`RETRY_AFTER`]), and the
+//! producer sends again (chunks are deduplicated by message id).
 
 pub mod auth;
+pub mod flow;
 pub mod grpc;
 pub mod http;
 
@@ -16,7 +26,7 @@ use crate::worker::now_ms;
 use bytes::Bytes;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use streamgate_bus::raw::{publish_raw_with, CloseKind, RawChunk, HDR_CHUNK, HDR_CLOSE};
+use streamgate_bus::raw::{send_raw, CloseKind, RawChunk, HDR_CHUNK, HDR_CLOSE};
 use streamgate_bus::subject::RunAddr;
 use streamgate_bus::trace::TraceContext;
 use streamgate_bus::{BusError, RAW_STREAM};
@@ -37,10 +47,40 @@ pub enum IngestError {
     /// Another request of this process is ingesting the run right now.
     #[error("run {0} is being ingested by another request")]
     Busy(String),
-    /// The broker did not take the chunk.
+    /// The broker cannot take the chunk right now (leader election, no responders, ack
+    /// timeout, reconnecting): try again after [`RETRY_AFTER`].
+    #[error("broker temporarily unavailable: {0}")]
+    Unavailable(String),
+    /// The broker refused the chunk for good (e.g. over its `max_payload`).
     #[error("broker: {0}")]
     Broker(String),
 }
+
+/// How long a producer is told to wait before sending again when the broker is
+/// temporarily unavailable (HTTP `Retry-After`, gRPC `retry-after` metadata, seconds).
+pub const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl IngestError {
+    /// True when the same request may succeed later ([`IngestError::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, IngestError::Unavailable(_))
+    }
+}
+
+/// A bus error as an ingest error: transient broker trouble is
+/// [`IngestError::Unavailable`], anything else says what was wrong.
+fn from_bus(e: BusError) -> IngestError {
+    match e {
+        BusError::InvalidId(e) => IngestError::Id(e),
+        e if e.is_transient() => IngestError::Unavailable(e.to_string()),
+        e @ BusError::Nats { .. } => IngestError::Broker(e.to_string()),
+        e => IngestError::Invalid(e.to_string()),
+    }
+}
+
+/// A publish sent and not yet acknowledged ([`Ingestor::send`]): resolves to the stream
+/// sequence once the broker stored the chunk.
+pub type PendingPut = futures::future::BoxFuture<'static, Result<u64, IngestError>>;
 
 /// Where a run's ingest stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +115,7 @@ pub struct Ingestor {
     js: async_nats::jetstream::Context,
     partitions: u32,
     ingesting: Ingesting,
+    window: usize,
 }
 
 /// A run claimed by one ingest request ([`Ingestor::claim`]); the claim ends when this
@@ -101,7 +142,20 @@ impl Ingestor {
             js,
             partitions,
             ingesting: Arc::default(),
+            window: flow::DEFAULT_WINDOW,
         }
+    }
+
+    /// The same ingestor with at most `window` (at least 1) chunk publishes in flight
+    /// per request ([`flow::Window`]; 1 waits for every ack before sending more).
+    pub fn with_window(mut self, window: usize) -> Ingestor {
+        self.window = window.max(1);
+        self
+    }
+
+    /// Chunk publishes one request keeps in flight.
+    pub fn window(&self) -> usize {
+        self.window
     }
 
     /// Claims `tenant`/`run_id` for one ingest request: two requests writing one run's
@@ -144,6 +198,20 @@ impl Ingestor {
         close: Option<CloseKind>,
         trace: Option<&TraceContext>,
     ) -> Result<u64, IngestError> {
+        self.send(spec, chunk, body, close, trace).await?.await
+    }
+
+    /// Sends one chunk (or close marker) without waiting for the broker's ack; the
+    /// returned [`PendingPut`] waits for it. Chunks sent by one ingestor are stored in
+    /// the order they were sent ([`flow::Window`] keeps a bounded number in flight).
+    pub async fn send(
+        &self,
+        spec: &RunSpec,
+        chunk: u64,
+        body: Bytes,
+        close: Option<CloseKind>,
+        trace: Option<&TraceContext>,
+    ) -> Result<PendingPut, IngestError> {
         let raw = RawChunk {
             addr: RunAddr::new(&spec.tenant, &spec.run_id, self.partitions),
             session_key: spec.session_key.clone(),
@@ -154,15 +222,12 @@ impl Ingestor {
             close,
             body,
         };
-        let seq = publish_raw_with(&self.js, &raw, trace)
-            .await
-            .map_err(|e| match e {
-                BusError::InvalidId(e) => IngestError::Id(e),
-                e => IngestError::Broker(e.to_string()),
-            })?
-            .sequence;
-        metrics::counter!("streamgate_ingest_chunks_total").increment(1);
-        Ok(seq)
+        let ack = send_raw(&self.js, &raw, trace).await.map_err(from_bus)?;
+        Ok(Box::pin(async move {
+            let seq = ack.await.map_err(from_bus)?.sequence;
+            metrics::counter!("streamgate_ingest_chunks_total").increment(1);
+            Ok(seq)
+        }))
     }
 
     /// Where a run's ingest stands, from the last raw message stored for it.
@@ -174,11 +239,13 @@ impl Ingestor {
         ids::check(ids::IdKind::Tenant, tenant)?;
         ids::check(ids::IdKind::Run, run_id)?;
         let addr = RunAddr::new(tenant, run_id, self.partitions);
+        // Every failure here is the broker's (the stream exists once the service
+        // started): a stream without a leader yet, a timeout, a reconnect.
         let stream = self
             .js
             .get_stream(RAW_STREAM)
             .await
-            .map_err(|e| IngestError::Broker(e.to_string()))?;
+            .map_err(|e| IngestError::Unavailable(e.to_string()))?;
         match stream
             .get_last_raw_message_by_subject(&addr.raw_subject())
             .await
@@ -201,7 +268,7 @@ impl Ingestor {
                     closed: false,
                 })
             }
-            Err(e) => Err(IngestError::Broker(e.to_string())),
+            Err(e) => Err(IngestError::Unavailable(e.to_string())),
         }
     }
 }

@@ -1,0 +1,150 @@
+//! When `streamgate ingest` sends again: an answer that says "not now" (UNAVAILABLE
+//! while a stream leader is elected, a broken connection, a stream cut short) is retried
+//! with bounded exponential backoff, waiting at least what the service's `retry-after`
+//! asks; an answer that repeating cannot change (a bad id, a closed run, a refused
+//! token: the 4xx kind) is not. Resending is safe: the client resumes from the service's
+//! resume point and re-sent chunks are deduplicated by message id.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The metadata key of the seconds to wait before sending again (set on UNAVAILABLE).
+pub const RETRY_AFTER_KEY: &str = "retry-after";
+/// The longest single wait (a `retry-after` above it is capped too).
+const MAX_DELAY: Duration = Duration::from_secs(10);
+/// The first backoff delay; it doubles per attempt.
+const BASE_DELAY: Duration = Duration::from_millis(200);
+
+/// What to do about a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Give up: the same request would fail the same way.
+    Permanent,
+    /// Send again, after at least this long when the service said so.
+    Retry(Option<Duration>),
+}
+
+/// Classifies a failed attempt. gRPC statuses decide by code; anything without a status
+/// (the connection failed, the ack stream ended early) is worth another attempt.
+pub fn classify(e: &anyhow::Error) -> Verdict {
+    let Some(status) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) else {
+        return Verdict::Retry(None);
+    };
+    use tonic::Code;
+    match status.code() {
+        // ABORTED: another request of the service is ingesting the run right now
+        // (e.g. our own previous attempt, not yet noticed as gone).
+        Code::Unavailable
+        | Code::Aborted
+        | Code::DeadlineExceeded
+        | Code::ResourceExhausted
+        | Code::Unknown
+        | Code::Cancelled => Verdict::Retry(retry_after(status)),
+        _ => Verdict::Permanent,
+    }
+}
+
+/// The `retry-after` metadata of a status, in whole seconds.
+fn retry_after(status: &tonic::Status) -> Option<Duration> {
+    let v = status.metadata().get(RETRY_AFTER_KEY)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// Bounded exponential backoff until a deadline.
+#[derive(Debug)]
+pub struct Backoff {
+    attempt: u32,
+    deadline: Instant,
+}
+
+impl Backoff {
+    /// Retries allowed for `budget` from now.
+    pub fn new(budget: Duration) -> Backoff {
+        Backoff {
+            attempt: 0,
+            deadline: Instant::now() + budget,
+        }
+    }
+
+    /// Retries made so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The wait before the next attempt — the backoff, or the service's `retry_after`
+    /// when longer, capped at [`MAX_DELAY`] — or `None` when the budget is spent.
+    pub fn next_delay(&mut self, retry_after: Option<Duration>) -> Option<Duration> {
+        let backoff = BASE_DELAY.saturating_mul(1 << self.attempt.min(6));
+        let delay = retry_after
+            .map_or(backoff, |r| r.max(backoff))
+            .min(MAX_DELAY);
+        if Instant::now() + delay > self.deadline {
+            return None;
+        }
+        self.attempt += 1;
+        Some(delay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unavailable(after: Option<&str>) -> anyhow::Error {
+        let mut s = tonic::Status::unavailable("leader election");
+        if let Some(a) = after {
+            s.metadata_mut().insert(RETRY_AFTER_KEY, a.parse().unwrap());
+        }
+        anyhow::Error::new(s).context("ingest")
+    }
+
+    #[test]
+    fn unavailable_is_retried_after_what_the_service_asks() {
+        assert_eq!(
+            classify(&unavailable(Some("2"))),
+            Verdict::Retry(Some(Duration::from_secs(2)))
+        );
+        assert_eq!(classify(&unavailable(None)), Verdict::Retry(None));
+        assert_eq!(
+            classify(&unavailable(Some("soon"))),
+            Verdict::Retry(None),
+            "an unreadable retry-after falls back to the backoff"
+        );
+    }
+
+    #[test]
+    fn client_errors_are_permanent_and_broken_connections_are_not() {
+        for s in [
+            tonic::Status::invalid_argument("bad id"),
+            tonic::Status::failed_precondition("closed"),
+            tonic::Status::unauthenticated("token"),
+            tonic::Status::permission_denied("token"),
+            tonic::Status::internal("max payload"),
+        ] {
+            assert_eq!(classify(&anyhow::Error::new(s)), Verdict::Permanent);
+        }
+        assert_eq!(
+            classify(&anyhow::anyhow!("cannot reach the ingest service")),
+            Verdict::Retry(None)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_doubles_honours_retry_after_and_stops_at_the_budget() {
+        let mut b = Backoff::new(Duration::from_secs(3));
+        assert_eq!(b.next_delay(None), Some(Duration::from_millis(200)));
+        assert_eq!(b.next_delay(None), Some(Duration::from_millis(400)));
+        assert_eq!(
+            b.next_delay(Some(Duration::from_secs(1))),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(b.attempts(), 3);
+        tokio::time::advance(Duration::from_millis(2500)).await;
+        assert_eq!(b.next_delay(None), None, "past the budget");
+        let mut b = Backoff::new(Duration::from_secs(60));
+        assert_eq!(
+            b.next_delay(Some(Duration::from_secs(3600))),
+            Some(MAX_DELAY)
+        );
+    }
+}
