@@ -640,14 +640,14 @@ async fn a_foreign_client_can_ingest_with_plain_headers() {
         }
     };
     let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", "run-42/raw/0");
+    h.insert("Nats-Msg-Id", "acme/run-42/raw/0");
     h.insert("sg-chunk", "0");
     h.insert("Sg-Family", "f1");
     h.insert("Sg-Ingest-Ts", "1700000000000");
     h.insert("Sg-Session", "telegram%3A12345");
     publish(h, b"event: ping\n\n").await;
     let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", "run-42/raw/close");
+    h.insert("Nats-Msg-Id", "acme/run-42/raw/close");
     h.insert("Sg-Chunk", "1");
     h.insert("Sg-Close", "normal");
     publish(h, b"").await;
@@ -666,12 +666,12 @@ async fn a_foreign_client_can_ingest_with_plain_headers() {
     assert_eq!((c[0].family.as_str(), c[0].chunk), ("f1", 0));
     assert_eq!(c[0].session_key.as_deref(), Some("telegram:12345"));
     assert_eq!(c[0].ingest_ts_ms, 1_700_000_000_000);
-    assert_eq!(c[0].msg_id(), "run-42/raw/0");
+    assert_eq!(c[0].msg_id(), "acme/run-42/raw/0");
     assert_eq!(
         (c[1].close, c[1].family.as_str()),
         (Some(CloseKind::Normal), "auto")
     );
-    assert_eq!(c[1].msg_id(), "run-42/raw/close");
+    assert_eq!(c[1].msg_id(), "acme/run-42/raw/close");
     // No Sg-Ingest-Ts: JetStream's stored time stands in.
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
