@@ -211,7 +211,7 @@ impl<'a> From<&'a [RunEvent]> for Batch<'a> {
 /// checked before anything is sent: [`messages_for`] holds a batch to one run, so its
 /// first event stands for all). Re-publishing the same batches is harmless: the
 /// message ids make JetStream drop duplicates inside its window, and consumers are
-/// idempotent on `(run_id, seq)` beyond it.
+/// idempotent on `(tenant, run_id, seq)` beyond it.
 pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
     js: &jetstream::Context,
     addr: &RunAddr,

@@ -480,7 +480,14 @@ async fn batches_travel_as_one_message_each_and_republish_adds_nothing() {
                 .map_or("", |v| v.as_str())
         })
         .collect();
-    assert_eq!(ids, ["run-batches/1", "run-batches/2-3", "run-batches/4-5"]);
+    assert_eq!(
+        ids,
+        [
+            "acme/run-batches/1",
+            "acme/run-batches/2-3",
+            "acme/run-batches/4-5"
+        ]
+    );
     assert_eq!(
         events::streams_of(msgs[2].headers.as_ref()),
         [
@@ -519,7 +526,11 @@ fn oversized_batches_split_the_same_way_every_time() {
     assert_eq!(ids(&a), ids(&b));
     assert_eq!(
         ids(&a),
-        ["run-big/1-1024", "run-big/1025-2048", "run-big/2049-2500"]
+        [
+            "acme/run-big/1-1024",
+            "acme/run-big/1025-2048",
+            "acme/run-big/2049-2500"
+        ]
     );
     let mut decoded = Vec::new();
     for m in &a {
