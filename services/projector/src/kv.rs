@@ -175,7 +175,9 @@ pub async fn delete_active(store: &kv::Store, run: &ActiveRun) -> Result<(), Pro
 }
 
 /// Every active-run marker of `channel`. Unreadable markers are logged and skipped (a
-/// corrupt marker must not stop the channel from starting).
+/// corrupt marker must not stop the channel from starting). A marker still under its
+/// key from before the tenant joined the key (`active.<channel>.<chat>.<run>`) is moved
+/// to its current key, so deleting it later removes it for good.
 pub async fn list_active(
     store: &kv::Store,
     channel: &str,
@@ -189,7 +191,16 @@ pub async fn list_active(
             continue;
         }
         match serde_json::from_slice::<ActiveRun>(&entry.value) {
-            Ok(r) => out.push(r),
+            Ok(r) => {
+                if entry.key != r.kv_key() {
+                    put_active(store, &r).await?;
+                    store
+                        .delete(&entry.key)
+                        .await
+                        .map_err(nats("delete legacy active marker"))?;
+                }
+                out.push(r)
+            }
             Err(e) => {
                 tracing::warn!(key = %entry.key, error = %e, "skipping unreadable active-run marker")
             }
