@@ -257,6 +257,7 @@ mod tests {
     fn status_ops_render_one_line_and_finals_in_full() {
         let key = DraftKey {
             run_id: "r1".into(),
+            tenant: String::new(),
         };
         let draft = Op::Draft {
             key: key.clone(),

@@ -240,7 +240,7 @@ async fn a_sigkilled_normalizer_hands_its_partitions_to_the_survivor_after_the_t
                 on_victim.contains(&run)
             ),
         );
-        let row = reader.get_run(run).await.unwrap().unwrap();
+        let row = reader.get_run(TENANT, run).await.unwrap().unwrap();
         assert_eq!(row.event_count as usize, want.len(), "{run}: duplicates");
     }
     assert_eq!(

@@ -185,7 +185,7 @@ async fn duplicate_ingest_changes_nothing() {
     assert_eq!(publish_all(&p.js, &raws).await, 0, "first ingest");
     let first = wait_run(&*p.store, run, want.len(), PATIENCE).await;
     assert_archive_eq(run, &first, &want, &format!("first ingest, seed {seed}"));
-    let row = p.store.get_run(run).await.unwrap().unwrap();
+    let row = p.store.get_run(TENANT, run).await.unwrap().unwrap();
 
     // The identical messages again: JetStream's dedupe window drops every one.
     assert_eq!(
@@ -236,12 +236,12 @@ async fn duplicate_ingest_changes_nothing() {
     assert!(got_acks.last().unwrap().close, "last ack is the close");
     wait_quiet(&p.js).await;
 
-    let after = p.store.events_after(run, 0, 0).await.unwrap();
+    let after = p.store.events_after(TENANT, run, 0, 0).await.unwrap();
     assert_eq!(
         after, first,
         "archive rows changed by duplicates (seed {seed})"
     );
-    let row_after = p.store.get_run(run).await.unwrap().unwrap();
+    let row_after = p.store.get_run(TENANT, run).await.unwrap().unwrap();
     assert_eq!(row_after, row, "runs row changed by duplicates");
     assert_eq!(row_after.event_count as usize, want.len());
     assert_eq!(p.store.conflicts_total(), 0, "conflicts");
@@ -256,7 +256,10 @@ async fn duplicate_ingest_changes_nothing() {
             conflicts: 0
         }
     );
-    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), first);
+    assert_eq!(
+        p.store.events_after(TENANT, run, 0, 0).await.unwrap(),
+        first
+    );
 }
 
 /// DESIGN §3: "do not rely on JetStream's dedupe window". A restarted normalizer that gets
@@ -294,7 +297,10 @@ async fn late_duplicates_do_not_reopen_a_closed_run() {
 
     let mut client = archive_client(p.archive_grpc, Some(TOKEN)).await;
     let mut raw = client
-        .raw_chunks(v1::RawChunksRequest { run_id: run.into() })
+        .raw_chunks(v1::RawChunksRequest {
+            run_id: run.into(),
+            tenant: TENANT.into(),
+        })
         .await
         .expect("RawChunks")
         .into_inner();
@@ -310,7 +316,10 @@ async fn late_duplicates_do_not_reopen_a_closed_run() {
         0,
         "conflicting events (seed {seed})"
     );
-    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), first);
+    assert_eq!(
+        p.store.events_after(TENANT, run, 0, 0).await.unwrap(),
+        first
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -350,7 +359,7 @@ async fn crash_mid_run(backend: Backend, victim: Victim) {
     // The first third, then wait for the first archived events: the run is in flight.
     put_range(&p.ingestor, &sp, &chunks, 0, third).await;
     wait_some(&*p.store, run, 1).await;
-    let before = p.store.get_run(run).await.unwrap().unwrap();
+    let before = p.store.get_run(TENANT, run).await.unwrap().unwrap();
     assert_eq!(before.status, RunStatusKind::Open);
     match victim {
         Victim::Normalizer => p.normalizer.kill(),
@@ -392,11 +401,11 @@ async fn crash_mid_run(backend: Backend, victim: Victim) {
     let got = loop {
         p.normalizer.assert_running();
         p.archiver.assert_running();
-        let rec = p.store.get_run(run).await.unwrap();
+        let rec = p.store.get_run(TENANT, run).await.unwrap();
         if rec.as_ref().is_some_and(|r| {
             r.status != RunStatusKind::Open && r.event_count as usize >= want.len()
         }) {
-            break p.store.events_after(run, 0, 0).await.unwrap();
+            break p.store.events_after(TENANT, run, 0, 0).await.unwrap();
         }
         assert!(
             Instant::now() < deadline,
@@ -414,7 +423,7 @@ async fn crash_mid_run(backend: Backend, victim: Victim) {
     // Not waiting for the bus to go quiet: what the killed instance held unacknowledged
     // is redelivered only after the consumers' ack wait (30 s); the archive key makes
     // those redeliveries no-ops (see `duplicate_ingest_changes_nothing`).
-    let row = p.store.get_run(run).await.unwrap().unwrap();
+    let row = p.store.get_run(TENANT, run).await.unwrap().unwrap();
     assert_eq!(row.event_count as usize, want.len(), "no duplicates");
     assert_eq!(row.status, RunStatusKind::Ended);
     if std::env::var_os("E2E_LOGS").is_some() {
@@ -489,12 +498,15 @@ async fn abandoned_run_is_closed_once_by_timeout() {
     // Longer than the idle timeout again: no second marker, no second terminal.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     wait_quiet(&p.js).await;
-    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), got);
+    assert_eq!(p.store.events_after(TENANT, run, 0, 0).await.unwrap(), got);
 
     // The close marker is a raw message: replaying SG_RAW reproduces the run.
     let mut client = archive_client(p.archive_grpc, Some(TOKEN)).await;
     let mut raw = client
-        .raw_chunks(v1::RawChunksRequest { run_id: run.into() })
+        .raw_chunks(v1::RawChunksRequest {
+            run_id: run.into(),
+            tenant: TENANT.into(),
+        })
         .await
         .expect("RawChunks")
         .into_inner();
@@ -561,7 +573,7 @@ async fn abandoned_run_is_closed_once_across_a_normalizer_restart() {
     // Closed runs leave the registry, and nothing more happens after another timeout.
     tokio::time::sleep(Duration::from_secs(4)).await;
     wait_quiet(&p.js).await;
-    assert_eq!(p.store.events_after(run, 0, 0).await.unwrap(), got);
+    assert_eq!(p.store.events_after(TENANT, run, 0, 0).await.unwrap(), got);
     let open = streamgate_normalizer::open_runs::OpenRuns::open(&p.js, DEFAULT_PARTITIONS, 1)
         .await
         .unwrap();
@@ -587,6 +599,7 @@ async fn follow(addr: std::net::SocketAddr, run: String, after_seq: u64) -> Vec<
             run_id: run,
             after_seq,
             follow: true,
+            tenant: TENANT.into(),
         })
         .await
         .expect("ReplayEvents")
@@ -632,7 +645,7 @@ async fn follow_replay_is_gapless_while_ingesting() {
     // A follower from the middle of what is archived; the run is provably open (no close
     // marker was sent yet).
     wait_some(&*p.store, run, 4).await;
-    let archived = p.store.get_run(run).await.unwrap().unwrap();
+    let archived = p.store.get_run(TENANT, run).await.unwrap().unwrap();
     assert_eq!(archived.status, RunStatusKind::Open);
     let mid = archived.event_count / 2;
     let from_mid = tokio::spawn(follow(p.archive_grpc, run.into(), mid));
@@ -744,8 +757,8 @@ async fn answer_deltas_are_archived_before_the_usage_frame() {
         put_range(&p.ingestor, &sp, &chunks, 0, first).await;
         let live = expected_prefix(case.family, &bytes[..cut]);
         wait_some(&*p.store, &run, live.len() as u64).await;
-        let archived = p.store.events_after(&run, 0, 0).await.unwrap();
-        let row = p.store.get_run(&run).await.unwrap().unwrap();
+        let archived = p.store.events_after(TENANT, &run, 0, 0).await.unwrap();
+        let row = p.store.get_run(TENANT, &run).await.unwrap().unwrap();
         assert_eq!(row.status, RunStatusKind::Open, "{name}: run still open");
         let got = as_json(&archived);
         assert_eq!(
@@ -837,7 +850,12 @@ async fn archive_requires_the_operator_token() {
             ),
             (
                 "GetRun",
-                c.get_run(v1::GetRunRequest { run_id: id() }).await.err(),
+                c.get_run(v1::GetRunRequest {
+                    run_id: id(),
+                    tenant: TENANT.into(),
+                })
+                .await
+                .err(),
             ),
             (
                 "ReplayEvents",
@@ -845,6 +863,7 @@ async fn archive_requires_the_operator_token() {
                     run_id: id(),
                     after_seq: 0,
                     follow: false,
+                    tenant: TENANT.into(),
                 })
                 .await
                 .err(),
@@ -863,21 +882,28 @@ async fn archive_requires_the_operator_token() {
                 c.replay_state(v1::ReplayStateRequest {
                     run_id: id(),
                     at_seq: 0,
+                    tenant: TENANT.into(),
                 })
                 .await
                 .err(),
             ),
             (
                 "ReplayTimeline",
-                c.replay_timeline(v1::ReplayTimelineRequest { run_id: id() })
-                    .await
-                    .err(),
+                c.replay_timeline(v1::ReplayTimelineRequest {
+                    run_id: id(),
+                    tenant: TENANT.into(),
+                })
+                .await
+                .err(),
             ),
             (
                 "RawChunks",
-                c.raw_chunks(v1::RawChunksRequest { run_id: id() })
-                    .await
-                    .err(),
+                c.raw_chunks(v1::RawChunksRequest {
+                    run_id: id(),
+                    tenant: TENANT.into(),
+                })
+                .await
+                .err(),
             ),
         ];
         for (rpc, err) in codes {
@@ -896,6 +922,7 @@ async fn archive_requires_the_operator_token() {
         let err = ok
             .raw_chunks(v1::RawChunksRequest {
                 run_id: bad.clone(),
+                tenant: TENANT.into(),
             })
             .await
             .unwrap_err();
@@ -906,13 +933,17 @@ async fn archive_requires_the_operator_token() {
                 run_id: bad,
                 after_seq: 0,
                 follow: true,
+                tenant: TENANT.into(),
             })
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     }
     let mut raw = ok
-        .raw_chunks(v1::RawChunksRequest { run_id: run.into() })
+        .raw_chunks(v1::RawChunksRequest {
+            run_id: run.into(),
+            tenant: TENANT.into(),
+        })
         .await
         .expect("raw chunks after refused ids")
         .into_inner();
@@ -1246,7 +1277,7 @@ async fn longest_ids_reach_a_channel() {
     let bytes = fixture("f1/end-turn.sse");
     put_run(&p.ingestor, &spec, &[Bytes::from(bytes.clone())]).await;
     let want = expected("f1", &bytes);
-    let got = wait_run(&*p.store, &run, want.len(), PATIENCE).await;
+    let got = wait_run_in(&*p.store, &spec.tenant, &run, want.len(), PATIENCE).await;
     assert_eq!(as_json(&got), want, "256-byte ids: archived events");
     let env = &got[0].event.envelope;
     assert_eq!(
@@ -1361,9 +1392,13 @@ async fn raw_messages_breaking_the_id_rule_are_terminated() {
     }
     // Nothing left pending or unacknowledged anywhere, and no event for a bad id.
     wait_quiet(&p.js).await;
-    for (_, run, _) in &bad {
+    for (tenant, run, _) in &bad {
         assert!(
-            p.store.get_run(run).await.expect("get_run").is_none(),
+            p.store
+                .get_run(tenant, run)
+                .await
+                .expect("get_run")
+                .is_none(),
             "{run:?} was archived"
         );
     }

@@ -74,7 +74,7 @@ async fn settle_part(p: &Pipeline, projector: &Running, run: &str) {
     wait_quiet(&p.js).await;
     let want = p
         .store
-        .get_run(run)
+        .get_run(TENANT, run)
         .await
         .expect("get_run")
         .map_or(0, |r| r.event_count);
@@ -150,7 +150,10 @@ async fn ingest(
 
 async fn draft(client: &mut Projector, run: &str) -> String {
     client
-        .get_draft(v1::GetDraftRequest { run_id: run.into() })
+        .get_draft(v1::GetDraftRequest {
+            run_id: run.into(),
+            tenant: String::new(),
+        })
         .await
         .expect("GetDraft")
         .into_inner()
@@ -167,6 +170,7 @@ async fn archived(p: &Pipeline) -> Vec<(String, Vec<Vec<u8>>)> {
                 run_id: (*run).into(),
                 after_seq: 0,
                 follow: false,
+                tenant: TENANT.into(),
             })
             .await
             .expect("ReplayEvents")

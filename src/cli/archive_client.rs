@@ -1,8 +1,13 @@
 //! `streamgate runs` and `streamgate replay`: operator clients of the ArchiveService.
+//!
+//! A run is `(tenant, run id)`: a run id is unique only within its tenant. Both commands
+//! take `--tenant` (default `default`, like `streamgate ingest`); `runs --all-tenants`
+//! lists every tenant's runs.
 
 use super::discover::Instance;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
+use streamgate_grammar::ids::DEFAULT_TENANT;
 use streamgate_grammar::RunEvent;
 use streamgate_proto::v1::archive_service_client::ArchiveServiceClient;
 use streamgate_proto::v1::{
@@ -57,9 +62,12 @@ impl ArchiveTarget {
 /// Flags of `streamgate runs`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunsArgs {
-    /// Only this tenant.
-    #[arg(long)]
-    pub tenant: Option<String>,
+    /// Only this tenant's runs.
+    #[arg(long, default_value = DEFAULT_TENANT)]
+    pub tenant: String,
+    /// Runs of every tenant (instead of `--tenant`).
+    #[arg(long, conflicts_with = "tenant")]
+    pub all_tenants: bool,
     /// Only this session.
     #[arg(long)]
     pub session: Option<String>,
@@ -81,7 +89,7 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
     let mut client = args.target.connect().await?;
     let reply = client
         .list_runs(ListRunsRequest {
-            tenant: args.tenant,
+            tenant: (!args.all_tenants).then_some(args.tenant),
             session_key: args.session,
             status: args.status,
             limit: args.limit,
@@ -119,6 +127,9 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
 pub struct ReplayArgs {
     /// The run.
     pub run: String,
+    /// The run's tenant (a run id is unique only within its tenant).
+    #[arg(long, default_value = DEFAULT_TENANT)]
+    pub tenant: String,
     /// Only events after this seq.
     #[arg(long, default_value_t = 0)]
     pub after: u64,
@@ -146,11 +157,12 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
             .replay_state(ReplayStateRequest {
                 run_id: args.run.clone(),
                 at_seq: 0,
+                tenant: args.tenant.clone(),
             })
             .await?
             .into_inner();
         let v = serde_json::json!({
-            "run_id": s.run_id, "at_seq": s.at_seq, "provider": s.provider, "model": s.model,
+            "tenant": s.tenant, "run_id": s.run_id, "at_seq": s.at_seq, "provider": s.provider, "model": s.model,
             "status": s.status, "stop_reason": s.stop_reason, "final_text": s.final_text,
             "final_truncated": s.final_truncated,
             "thinking": s.thinking.iter().map(|t| serde_json::json!({
@@ -173,6 +185,7 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
         let t = client
             .replay_timeline(ReplayTimelineRequest {
                 run_id: args.run.clone(),
+                tenant: args.tenant.clone(),
             })
             .await?
             .into_inner();
@@ -198,6 +211,7 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
             run_id: args.run.clone(),
             after_seq: args.after,
             follow: args.follow,
+            tenant: args.tenant.clone(),
         })
         .await?
         .into_inner();
@@ -213,7 +227,11 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
         }
     }
     if !any && args.after == 0 {
-        anyhow::bail!("no events for run `{}` in the archive", args.run);
+        anyhow::bail!(
+            "no events for run `{}` of tenant `{}` in the archive",
+            args.run,
+            args.tenant
+        );
     }
     Ok(())
 }

@@ -112,12 +112,15 @@ async fn connect(target: &Target, stop: &CancellationToken) -> Option<Client> {
     }
 }
 
+/// A run: (tenant, run id) — a run id is unique only within its tenant.
+type RunKey = (String, String);
+
 /// The runs this terminal renders, each with its own projection.
 struct Runs {
     only: Option<String>,
     settings: Settings,
     view: View,
-    open: HashMap<String, RunProjection>,
+    open: HashMap<RunKey, RunProjection>,
 }
 
 impl Runs {
@@ -127,7 +130,8 @@ impl Runs {
         if self.only.as_ref().is_some_and(|want| want != run) {
             return false;
         }
-        let proj = self.open.entry(run.clone()).or_insert_with(|| {
+        let key = (ev.envelope.tenant.clone(), run.clone());
+        let proj = self.open.entry(key.clone()).or_insert_with(|| {
             eprintln!(
                 "streamgate tail: following run {run}{}",
                 ev.envelope
@@ -136,7 +140,7 @@ impl Runs {
                     .map(|s| format!(" (chat {s})"))
                     .unwrap_or_default()
             );
-            RunProjection::new(run)
+            RunProjection::for_run(&ev.envelope.tenant, run)
         });
         // The server sends each seq once, in order; a seq already rendered (a replay
         // overlapping the last connection) is skipped here as the projection would.
@@ -150,7 +154,7 @@ impl Runs {
             print_ops(run, &ops, self.view.tty);
         }
         if ev.event.is_terminal() {
-            self.open.remove(run);
+            self.open.remove(&key);
             return self.only.is_some();
         }
         false
@@ -158,9 +162,10 @@ impl Runs {
 
     /// After a reconnect: runs followed before that are no longer active ended while
     /// this terminal was away (no progress replay, spec §7.3).
-    fn forget_ended(&mut self, active: &HashSet<String>) {
-        self.open.retain(|run, proj| {
-            if active.contains(run) {
+    fn forget_ended(&mut self, active: &HashSet<RunKey>) {
+        self.open.retain(|key, proj| {
+            let run = &key.1;
+            if active.contains(key) {
                 return true;
             }
             eprintln!(
@@ -189,19 +194,19 @@ const RECOVERY_GRACE: Duration = Duration::from_secs(5);
 /// [`RECOVERY_GRACE`] has passed; `None` when the channel cannot be asked.
 async fn active_among(
     client: &mut Client,
-    open: &HashMap<String, RunProjection>,
+    open: &HashMap<RunKey, RunProjection>,
     stop: &CancellationToken,
-) -> Option<HashSet<String>> {
+) -> Option<HashSet<RunKey>> {
     let deadline = tokio::time::Instant::now() + RECOVERY_GRACE;
     loop {
-        let active: HashSet<String> = client
+        let active: HashSet<RunKey> = client
             .list_active_runs(v1::ListActiveRunsRequest {})
             .await
             .ok()?
             .into_inner()
             .runs
             .into_iter()
-            .map(|r| r.run_id)
+            .map(|r| (r.tenant, r.run_id))
             .collect();
         if open.keys().all(|r| active.contains(r)) || tokio::time::Instant::now() >= deadline {
             return Some(active);
@@ -220,19 +225,27 @@ async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationTok
             return Ended::Broken;
         };
         runs.forget_ended(&active);
-        for (run, proj) in &runs.open {
+        for ((_, run), proj) in &runs.open {
             eprintln!(
                 "streamgate tail: run {run} resumed after seq {}",
                 proj.last_seq()
             );
         }
     }
-    let after_seq = runs
+    let after = runs
         .open
         .iter()
-        .map(|(run, proj)| (run.clone(), proj.last_seq()))
+        .map(|((tenant, run_id), proj)| v1::RunSeq {
+            tenant: tenant.clone(),
+            run_id: run_id.clone(),
+            seq: proj.last_seq(),
+        })
         .collect();
-    let mut stream = match client.watch(v1::WatchRequest { after_seq }).await {
+    let request = v1::WatchRequest {
+        after_seq: HashMap::new(),
+        after,
+    };
+    let mut stream = match client.watch(request).await {
         Ok(s) => s.into_inner(),
         Err(_) => return Ended::Broken,
     };
@@ -268,6 +281,7 @@ async fn ended_already(client: &mut Client, run: &str, tty: bool) -> bool {
     match client
         .get_ended_run(v1::GetEndedRunRequest {
             run_id: run.to_owned(),
+            tenant: String::new(),
         })
         .await
     {
@@ -279,6 +293,7 @@ async fn ended_already(client: &mut Client, run: &str, tty: bool) -> bool {
                 .map(|text| Op::Final {
                     key: DraftKey {
                         run_id: run.to_owned(),
+                        tenant: String::new(),
                     },
                     text,
                     truncated: false,

@@ -305,25 +305,39 @@ pub fn as_json(events: &[ArchivedEvent]) -> Vec<Value> {
         .collect()
 }
 
-/// Waits until `run` has its terminal event archived and at least `want` events, then
-/// returns every archived event of the run.
+/// Waits until `run` (of [`TENANT`]) has its terminal event archived and at least `want`
+/// events, then returns every archived event of the run.
 pub async fn wait_run(
     store: &dyn Store,
     run: &str,
     want: usize,
     patience: Duration,
 ) -> Vec<ArchivedEvent> {
+    wait_run_in(store, TENANT, run, want, patience).await
+}
+
+/// [`wait_run`] for the run `run` of `tenant`.
+pub async fn wait_run_in(
+    store: &dyn Store,
+    tenant: &str,
+    run: &str,
+    want: usize,
+    patience: Duration,
+) -> Vec<ArchivedEvent> {
     let deadline = Instant::now() + patience;
     loop {
-        let rec = store.get_run(run).await.expect("get_run");
+        let rec = store.get_run(tenant, run).await.expect("get_run");
         if let Some(r) = &rec {
             if r.status != RunStatusKind::Open && r.event_count as usize >= want {
-                return store.events_after(run, 0, 0).await.expect("events_after");
+                return store
+                    .events_after(tenant, run, 0, 0)
+                    .await
+                    .expect("events_after");
             }
         }
         assert!(
             Instant::now() < deadline,
-            "run {run} not complete in the archive after {patience:?} (want {want} events); runs row: {rec:?}"
+            "run {tenant}/{run} not complete in the archive after {patience:?} (want {want} events); runs row: {rec:?}"
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -333,7 +347,7 @@ pub async fn wait_run(
 pub async fn wait_some(store: &dyn Store, run: &str, n: u64) {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let rec = store.get_run(run).await.expect("get_run");
+        let rec = store.get_run(TENANT, run).await.expect("get_run");
         if rec.as_ref().is_some_and(|r| r.event_count >= n) {
             return;
         }

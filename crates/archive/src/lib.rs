@@ -4,15 +4,21 @@
 //!
 //! Both backends keep the same schema and the same semantics:
 //!
-//! - `events` is keyed by `(run_id, seq)`. Inserting is idempotent: an identical duplicate
+//! - A run is identified by `(tenant, run_id)`: a run id is unique only within its tenant
+//!   (DESIGN §3), so every key and every per-run query names both.
+//! - `events` is keyed by `(tenant, run_id, seq)`. Inserting is idempotent: an identical duplicate
 //!   (a JetStream redelivery, a re-normalization) is counted, never re-written; the same
 //!   key with different bytes is a *conflict*: the original row is kept, the newcomer is
 //!   counted and logged. The event's canonical JSON line (`Event::to_json`) is stored
 //!   verbatim in `payload` so a replay is byte-identical to what the normalizer published.
-//! - `runs` holds one row per run and is updated in the same transaction as the events,
+//! - `runs` holds one row per `(tenant, run_id)` and is updated in the same transaction as the events,
 //!   once per run per batch, and in a way that does not depend on batch order (archiver
 //!   replicas share one durable consumer, so batches of one run may commit out of order).
-//! - `raw_chunks` optionally keeps the provider bytes of `SG_RAW`.
+//! - `raw_chunks` optionally keeps the provider bytes of `SG_RAW`, keyed by
+//!   `(tenant, run_id, chunk)`.
+//!
+//! Schema version 2 introduced the tenant into the keys; opening a version-1 archive
+//! migrates it in place, keeping its rows.
 //!
 //! # Layout
 //! - this file: the public data types, the [`Store`] trait and [`open_store`].
@@ -110,7 +116,7 @@ pub struct RunRecord {
     pub event_count: u64,
 }
 
-/// Filters for listing runs; results ordered by `(first_ts_ms desc, run_id)`, paginated
+/// Filters for listing runs; results ordered by `(first_ts_ms desc, tenant, run_id)`, paginated
 /// with an opaque cursor.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
@@ -186,7 +192,7 @@ pub struct RawChunkRecord {
 /// The archive: batch inserts for the archiver, queries for replay and the operator API.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Inserts a batch in ONE transaction, idempotent on `(run_id, seq)`: an identical
+    /// Inserts a batch in ONE transaction, idempotent on `(tenant, run_id, seq)`: an identical
     /// duplicate is counted as duplicate; the same key with different content is never
     /// overwritten — counted as conflict and logged (`tracing::warn`). Updates `runs` in
     /// the same transaction (provider/model from lifecycle start, status/stop_reason from
@@ -198,16 +204,18 @@ pub trait Store: Send + Sync + 'static {
     /// sequence but is the same event).
     async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError>;
 
-    /// Events of a run with `seq > after_seq`, ascending, at most `limit` (0 = no limit).
+    /// Events of the run `(tenant, run_id)` with `seq > after_seq`, ascending, at most
+    /// `limit` (0 = no limit).
     async fn events_after(
         &self,
+        tenant: &str,
         run_id: &str,
         after_seq: u64,
         limit: u32,
     ) -> Result<Vec<ArchivedEvent>, ArchiveError>;
 
     /// The global journal: events with `journal_seq > after_journal_seq`, ascending (ties
-    /// by run id and seq). With `limit` (0 = none) the page ends after the journal entry
+    /// by tenant, run id and seq). With `limit` (0 = none) the page ends after the journal entry
     /// holding the `limit`-th event: entries (one SG_EVENTS message, possibly a batch of
     /// events) are never split, so resuming after the last `journal_seq` seen loses
     /// nothing. A page may therefore hold more than `limit` events.
@@ -217,18 +225,22 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<ArchivedEvent>, ArchiveError>;
 
-    /// The `runs` row of a run.
-    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError>;
+    /// The `runs` row of the run `(tenant, run_id)`.
+    async fn get_run(&self, tenant: &str, run_id: &str) -> Result<Option<RunRecord>, ArchiveError>;
 
     /// Runs matching `filter`, one page at a time.
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage, ArchiveError>;
 
-    /// Inserts raw chunks in one transaction, idempotent on `(run_id, chunk)` (an existing
+    /// Inserts raw chunks in one transaction, idempotent on `(tenant, run_id, chunk)` (an existing
     /// chunk is kept). Returns how many were new.
     async fn insert_raw(&self, chunks: &[RawChunkRecord]) -> Result<u64, ArchiveError>;
 
-    /// The raw chunks of a run, by ascending chunk index.
-    async fn raw_chunks(&self, run_id: &str) -> Result<Vec<RawChunkRecord>, ArchiveError>;
+    /// The raw chunks of the run `(tenant, run_id)`, by ascending chunk index.
+    async fn raw_chunks(
+        &self,
+        tenant: &str,
+        run_id: &str,
+    ) -> Result<Vec<RawChunkRecord>, ArchiveError>;
 
     /// Conflicts seen since this store was opened, for metrics.
     fn conflicts_total(&self) -> u64;

@@ -6,14 +6,22 @@
 //! JSONB: the archive must give back the exact bytes it was given, and JSONB re-formats
 //! numbers and key order.
 //!
+//! Version 2 puts the tenant into every key (DESIGN §3: a run id is unique only within its
+//! tenant): `events (tenant, run_id, seq)`, `runs (tenant, run_id)`, `raw_chunks (tenant,
+//! run_id, chunk)`. Rows of version 1 are kept: the columns are the same, only the keys
+//! and the indexes that order by run id change. SQLite cannot alter a primary key, so
+//! there each table is rebuilt (create, copy, drop, rename) inside the migration's
+//! transaction; PostgreSQL swaps the constraint in place.
+//!
 //! `runs.terminal_seq` and `runs.usage_seq` are bookkeeping, not part of `RunRecord`:
 //! they let the upsert keep the highest-seq terminal status and usage when batches of one
 //! run commit out of order.
 
 /// `(version, sql)` for SQLite, ascending.
-pub(crate) const SQLITE: &[(i64, &str)] = &[(
-    1,
-    "
+pub(crate) const SQLITE: &[(i64, &str)] = &[
+    (
+        1,
+        "
 CREATE TABLE events (
     run_id      TEXT    NOT NULL,
     seq         INTEGER NOT NULL,
@@ -58,12 +66,79 @@ CREATE TABLE raw_chunks (
     PRIMARY KEY (run_id, chunk)
 );
 ",
-)];
+    ),
+    (2, SQLITE_V2),
+];
+
+/// Version 2 on SQLite: the tenant joins every primary key; tables rebuilt, rows copied.
+const SQLITE_V2: &str = "
+CREATE TABLE events_v2 (
+    run_id      TEXT    NOT NULL,
+    seq         INTEGER NOT NULL,
+    journal_seq INTEGER NOT NULL,
+    tenant      TEXT    NOT NULL,
+    session_key TEXT,
+    stream      TEXT    NOT NULL,
+    phase       TEXT,
+    ts_ms       INTEGER NOT NULL,
+    payload     TEXT    NOT NULL,
+    PRIMARY KEY (tenant, run_id, seq)
+) WITHOUT ROWID;
+INSERT INTO events_v2 (run_id, seq, journal_seq, tenant, session_key, stream, phase, ts_ms,
+    payload)
+    SELECT run_id, seq, journal_seq, tenant, session_key, stream, phase, ts_ms, payload
+    FROM events;
+DROP TABLE events;
+ALTER TABLE events_v2 RENAME TO events;
+CREATE INDEX events_journal ON events (journal_seq);
+CREATE TABLE runs_v2 (
+    run_id       TEXT    NOT NULL,
+    tenant       TEXT    NOT NULL,
+    session_key  TEXT,
+    provider     TEXT,
+    model        TEXT,
+    status       TEXT    NOT NULL,
+    stop_reason  TEXT,
+    terminal_seq INTEGER,
+    usage        TEXT,
+    usage_seq    INTEGER,
+    first_seq    INTEGER NOT NULL,
+    last_seq     INTEGER NOT NULL,
+    first_ts_ms  INTEGER NOT NULL,
+    last_ts_ms   INTEGER NOT NULL,
+    event_count  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, run_id)
+);
+INSERT INTO runs_v2 (run_id, tenant, session_key, provider, model, status, stop_reason,
+    terminal_seq, usage, usage_seq, first_seq, last_seq, first_ts_ms, last_ts_ms, event_count)
+    SELECT run_id, tenant, session_key, provider, model, status, stop_reason, terminal_seq,
+    usage, usage_seq, first_seq, last_seq, first_ts_ms, last_ts_ms, event_count FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v2 RENAME TO runs;
+CREATE INDEX runs_by_time ON runs (first_ts_ms DESC, tenant, run_id);
+CREATE INDEX runs_by_tenant_time ON runs (tenant, first_ts_ms DESC, run_id);
+CREATE INDEX runs_by_session ON runs (session_key);
+CREATE TABLE raw_chunks_v2 (
+    run_id       TEXT    NOT NULL,
+    chunk        INTEGER NOT NULL,
+    tenant       TEXT    NOT NULL,
+    family       TEXT    NOT NULL,
+    ingest_ts_ms INTEGER NOT NULL,
+    close        TEXT,
+    body         BLOB    NOT NULL,
+    PRIMARY KEY (tenant, run_id, chunk)
+);
+INSERT INTO raw_chunks_v2 (run_id, chunk, tenant, family, ingest_ts_ms, close, body)
+    SELECT run_id, chunk, tenant, family, ingest_ts_ms, close, body FROM raw_chunks;
+DROP TABLE raw_chunks;
+ALTER TABLE raw_chunks_v2 RENAME TO raw_chunks;
+";
 
 /// `(version, sql)` for PostgreSQL, ascending.
-pub(crate) const POSTGRES: &[(i64, &str)] = &[(
-    1,
-    "
+pub(crate) const POSTGRES: &[(i64, &str)] = &[
+    (
+        1,
+        "
 CREATE TABLE events (
     run_id      TEXT   NOT NULL,
     seq         BIGINT NOT NULL,
@@ -108,7 +183,21 @@ CREATE TABLE raw_chunks (
     PRIMARY KEY (run_id, chunk)
 );
 ",
-)];
+    ),
+    (2, POSTGRES_V2),
+];
+
+/// Version 2 on PostgreSQL: the tenant joins every primary key, in place (rows kept).
+const POSTGRES_V2: &str = "
+ALTER TABLE events DROP CONSTRAINT events_pkey;
+ALTER TABLE events ADD CONSTRAINT events_pkey PRIMARY KEY (tenant, run_id, seq);
+ALTER TABLE runs DROP CONSTRAINT runs_pkey;
+ALTER TABLE runs ADD CONSTRAINT runs_pkey PRIMARY KEY (tenant, run_id);
+DROP INDEX runs_by_time;
+CREATE INDEX runs_by_time ON runs (first_ts_ms DESC, tenant, run_id);
+ALTER TABLE raw_chunks DROP CONSTRAINT raw_chunks_pkey;
+ALTER TABLE raw_chunks ADD CONSTRAINT raw_chunks_pkey PRIMARY KEY (tenant, run_id, chunk);
+";
 
 /// Creates the bookkeeping table; both backends accept this statement.
 pub(crate) const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -122,4 +211,23 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The upgrade tests (`tests/suite.rs`) build a version-1 archive from copies of the
+    /// released version-1 SQL; this keeps the copies and the migrations identical (and so
+    /// guards against editing version 1).
+    #[test]
+    fn version_1_is_frozen() {
+        assert_eq!(
+            super::SQLITE[0],
+            (1, include_str!("../tests/v1/sqlite.sql"))
+        );
+        assert_eq!(
+            super::POSTGRES[0],
+            (1, include_str!("../tests/v1/postgres.sql"))
+        );
+        assert_eq!(super::SQLITE.len(), super::POSTGRES.len());
+    }
 }

@@ -25,16 +25,17 @@ const INSERT_EVENTS: &str = "INSERT INTO events \
      (run_id, seq, journal_seq, tenant, session_key, stream, phase, ts_ms, payload) \
      SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], \
                           $6::text[], $7::text[], $8::int8[], $9::text[]) \
-     ON CONFLICT (run_id, seq) DO NOTHING RETURNING run_id, seq";
-const SELECT_CONTENT: &str = "SELECT e.run_id, e.seq, e.tenant, e.session_key, e.ts_ms, \
-     e.payload FROM events e JOIN UNNEST($1::text[], $2::int8[]) AS k(run_id, seq) \
-     ON e.run_id = k.run_id AND e.seq = k.seq";
+     ON CONFLICT (tenant, run_id, seq) DO NOTHING RETURNING tenant, run_id, seq";
+const SELECT_CONTENT: &str = "SELECT e.tenant, e.run_id, e.seq, e.session_key, e.ts_ms, \
+     e.payload FROM events e \
+     JOIN UNNEST($1::text[], $2::text[], $3::int8[]) AS k(tenant, run_id, seq) \
+     ON e.tenant = k.tenant AND e.run_id = k.run_id AND e.seq = k.seq";
 use crate::rows::EVENT_COLUMNS;
 const INSERT_RAW: &str = "INSERT INTO raw_chunks \
      (run_id, chunk, tenant, family, ingest_ts_ms, close, body) \
      SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::int8[], \
                           $6::text[], $7::bytea[]) \
-     ON CONFLICT (run_id, chunk) DO NOTHING";
+     ON CONFLICT (tenant, run_id, chunk) DO NOTHING";
 
 /// The PostgreSQL archive: a connection pool, `UNNEST` batch inserts, the same schema
 /// and semantics as [`crate::SqliteStore`].
@@ -161,9 +162,7 @@ impl Store for PostgresStore {
         // its first occurrence goes into the INSERT; the repeats are judged afterwards
         // against whatever row won, like any other duplicate.
         let first: Vec<bool> = (0..rows.len())
-            .map(|i| {
-                i == 0 || rows[i].run_id != rows[i - 1].run_id || rows[i].seq != rows[i - 1].seq
-            })
+            .map(|i| i == 0 || rows[i].key() != rows[i - 1].key())
             .collect();
         let main: Vec<&EventRow> = rows
             .iter()
@@ -204,10 +203,16 @@ impl Store for PostgresStore {
         } else {
             let keys = returned
                 .iter()
-                .map(|r| Ok((r.try_get::<_, &str>(0)?, r.try_get::<_, i64>(1)?)))
+                .map(|r| {
+                    Ok((
+                        r.try_get::<_, &str>(0)?,
+                        r.try_get::<_, &str>(1)?,
+                        r.try_get::<_, i64>(2)?,
+                    ))
+                })
                 .collect::<Result<HashSet<_>, tokio_postgres::Error>>()?;
             for ((ins, f), row) in inserted.iter_mut().zip(&first).zip(&rows) {
-                *ins = *f && keys.contains(&(row.run_id.as_str(), row.seq));
+                *ins = *f && keys.contains(&row.key());
             }
         }
 
@@ -230,18 +235,22 @@ impl Store for PostgresStore {
                     &[
                         &pending
                             .iter()
+                            .map(|r| r.tenant.as_str())
+                            .collect::<Vec<_>>(),
+                        &pending
+                            .iter()
                             .map(|r| r.run_id.as_str())
                             .collect::<Vec<_>>(),
                         &pending.iter().map(|r| r.seq).collect::<Vec<_>>(),
                     ],
                 )
                 .await?;
-            let mut stored: HashMap<(String, i64), StoredContent> = HashMap::new();
+            let mut stored: HashMap<(String, String, i64), StoredContent> = HashMap::new();
             for r in found {
                 stored.insert(
-                    (r.try_get(0)?, r.try_get(1)?),
+                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?),
                     StoredContent {
-                        tenant: r.try_get(2)?,
+                        tenant: r.try_get(0)?,
                         session_key: r.try_get(3)?,
                         ts_ms: r.try_get(4)?,
                         payload: r.try_get(5)?,
@@ -249,11 +258,10 @@ impl Store for PostgresStore {
                 );
             }
             for row in pending {
-                let s = stored.get(&(row.run_id.clone(), row.seq)).ok_or_else(|| {
-                    ArchiveError::Corrupt {
-                        what: format!("event {}/{}", row.run_id, row.seq),
-                        detail: "neither inserted nor found".into(),
-                    }
+                let key = (row.tenant.clone(), row.run_id.clone(), row.seq);
+                let s = stored.get(&key).ok_or_else(|| ArchiveError::Corrupt {
+                    what: format!("event {}/{}/{}", row.tenant, row.run_id, row.seq),
+                    detail: "neither inserted nor found".into(),
                 })?;
                 if row.same_content(s) {
                     outcome.duplicates += 1;
@@ -276,7 +284,7 @@ impl Store for PostgresStore {
                     "INSERT INTO runs ({}) SELECT * FROM UNNEST($1::text[], $2::text[], \
                      $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[], \
                      $9::text[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], \
-                     $14::int8[], $15::int8[]) ON CONFLICT (run_id) DO UPDATE SET {}",
+                     $14::int8[], $15::int8[]) ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
                     rows::RUN_INSERT_COLUMNS,
                     rows::RUN_UPSERT_SET
                 ))
@@ -342,6 +350,7 @@ impl Store for PostgresStore {
 
     async fn events_after(
         &self,
+        tenant: &str,
         run_id: &str,
         after_seq: u64,
         limit: u32,
@@ -349,10 +358,10 @@ impl Store for PostgresStore {
         let after = rows::to_i64("after_seq", after_seq)?;
         self.read_events(
             &format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE run_id = $1 AND seq > $2 \
-                 ORDER BY seq LIMIT $3"
+                "SELECT {EVENT_COLUMNS} FROM events WHERE tenant = $1 AND run_id = $2 \
+                 AND seq > $3 ORDER BY seq LIMIT $4"
             ),
-            &[&run_id, &after, &pg_limit(limit)],
+            &[&tenant, &run_id, &after, &pg_limit(limit)],
         )
         .await
     }
@@ -371,15 +380,15 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {
+    async fn get_run(&self, tenant: &str, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {
         let client = self.pool.get().await?;
         let stmt = client
             .prepare_cached(&format!(
-                "SELECT {} FROM runs WHERE run_id = $1",
+                "SELECT {} FROM runs WHERE tenant = $1 AND run_id = $2",
                 rows::RUN_COLUMNS
             ))
             .await?;
-        match client.query_opt(&stmt, &[&run_id]).await? {
+        match client.query_opt(&stmt, &[&tenant, &run_id]).await? {
             Some(r) => Ok(Some(stored_run(&r)?.into_record()?)),
             None => Ok(None),
         }
@@ -439,16 +448,20 @@ impl Store for PostgresStore {
             .await?)
     }
 
-    async fn raw_chunks(&self, run_id: &str) -> Result<Vec<RawChunkRecord>, ArchiveError> {
+    async fn raw_chunks(
+        &self,
+        tenant: &str,
+        run_id: &str,
+    ) -> Result<Vec<RawChunkRecord>, ArchiveError> {
         let client = self.pool.get().await?;
         let stmt = client
             .prepare_cached(
                 "SELECT tenant, run_id, chunk, family, ingest_ts_ms, close, body \
-                 FROM raw_chunks WHERE run_id = $1 ORDER BY chunk",
+                 FROM raw_chunks WHERE tenant = $1 AND run_id = $2 ORDER BY chunk",
             )
             .await?;
         let mut out = Vec::new();
-        for r in client.query(&stmt, &[&run_id]).await? {
+        for r in client.query(&stmt, &[&tenant, &run_id]).await? {
             out.push(RawChunkRecord {
                 tenant: r.try_get(0)?,
                 run_id: r.try_get(1)?,

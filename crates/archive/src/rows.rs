@@ -44,6 +44,11 @@ pub(crate) struct StoredContent {
 }
 
 impl EventRow {
+    /// The primary key `(tenant, run_id, seq)`.
+    pub fn key(&self) -> (&str, &str, i64) {
+        (&self.tenant, &self.run_id, self.seq)
+    }
+
     /// True when the stored row is the same event (journal_seq deliberately ignored).
     pub fn same_content(&self, stored: &StoredContent) -> bool {
         self.payload == stored.payload
@@ -56,12 +61,13 @@ impl EventRow {
 /// Logs one conflict (shared by both backends).
 pub(crate) fn log_conflict(row: &EventRow, stored_payload: &str) {
     tracing::warn!(
+        tenant = %row.tenant,
         run_id = %row.run_id,
         seq = row.seq,
         journal_seq = row.journal_seq,
         stored = %stored_payload,
         incoming = %row.payload,
-        "archive conflict: same (run_id, seq) with different content; original kept"
+        "archive conflict: same (tenant, run_id, seq) with different content; original kept"
     );
 }
 
@@ -78,7 +84,7 @@ pub(crate) fn to_u64(what: &str, value: i64) -> Result<u64, ArchiveError> {
     })
 }
 
-/// Rows for a batch, sorted by `(run_id, seq)`; the sort is stable so repeated keys inside
+/// Rows for a batch, sorted by `(tenant, run_id, seq)` (the primary key); the sort is stable so repeated keys inside
 /// one batch keep their order (the first one is the one that gets inserted). Sorting also
 /// gives every transaction the same lock order, which keeps concurrent archiver replicas
 /// on PostgreSQL from deadlocking on each other.
@@ -109,7 +115,7 @@ pub(crate) fn to_rows(events: &[ArchivedEvent]) -> Result<Vec<EventRow>, Archive
             life,
         });
     }
-    rows.sort_by(|a, b| (a.run_id.as_str(), a.seq).cmp(&(b.run_id.as_str(), b.seq)));
+    rows.sort_by(|a, b| a.key().cmp(&b.key()));
     Ok(rows)
 }
 
@@ -222,14 +228,15 @@ impl RunDelta {
     }
 }
 
-/// Per-run deltas of the rows that were actually inserted. `rows` must be sorted by run
-/// id (as [`to_rows`] leaves them), so grouping is a single pass without a map; the
-/// deltas come out sorted by run id, which is the lock order of the `runs` upsert.
+/// Per-run deltas of the rows that were actually inserted. `rows` must be sorted by
+/// `(tenant, run_id)` (as [`to_rows`] leaves them), so grouping is a single pass without
+/// a map; the deltas come out sorted by that key, which is the lock order of the `runs`
+/// upsert.
 pub(crate) fn run_deltas<'a>(rows: impl IntoIterator<Item = &'a EventRow>) -> Vec<RunDelta> {
     let mut out: Vec<RunDelta> = Vec::new();
     for row in rows {
         match out.last_mut() {
-            Some(d) if d.run_id == row.run_id => d.add(row),
+            Some(d) if d.run_id == row.run_id && d.tenant == row.tenant => d.add(row),
             _ => {
                 let mut d = RunDelta::new(row);
                 d.add(row);
@@ -250,7 +257,7 @@ pub(crate) fn decode_event(
     payload: &str,
 ) -> Result<ArchivedEvent, ArchiveError> {
     let event = Event::from_json(payload).map_err(|e| ArchiveError::Corrupt {
-        what: format!("event of run {run_id:?}"),
+        what: format!("event of run {tenant:?}/{run_id:?}"),
         detail: e.to_string(),
     })?;
     Ok(ArchivedEvent {
@@ -300,7 +307,7 @@ pub(crate) fn journal_query(placeholder: impl Fn(usize) -> String, limited: bool
     };
     format!(
         "SELECT {EVENT_COLUMNS} FROM events WHERE journal_seq > {after}{bound} \
-         ORDER BY journal_seq, run_id, seq"
+         ORDER BY journal_seq, tenant, run_id, seq"
     )
 }
 
@@ -342,13 +349,16 @@ pub(crate) fn list_query(
         conds.push(format!("first_ts_ms < {ph}"));
     }
     if let Some(cursor) = &filter.cursor {
-        let (ts, run_id) = decode_cursor(cursor)?;
+        let (ts, tenant, run_id) = decode_cursor(cursor)?;
         let ts1 = bind(&mut params, Param::Int(ts));
         let ts2 = bind(&mut params, Param::Int(ts));
+        let t1 = bind(&mut params, Param::Text(tenant.clone()));
+        let t2 = bind(&mut params, Param::Text(tenant));
         let rid = bind(&mut params, Param::Text(run_id));
-        // Keyset pagination on (first_ts_ms desc, run_id asc).
+        // Keyset pagination on (first_ts_ms desc, tenant asc, run_id asc).
         conds.push(format!(
-            "(first_ts_ms < {ts1} OR (first_ts_ms = {ts2} AND run_id > {rid}))"
+            "(first_ts_ms < {ts1} OR (first_ts_ms = {ts2} AND \
+             (tenant > {t1} OR (tenant = {t2} AND run_id > {rid}))))"
         ));
     }
     let limit = bind(
@@ -362,21 +372,31 @@ pub(crate) fn list_query(
     };
     let sql = format!(
         "SELECT {RUN_COLUMNS} FROM runs{where_clause} \
-         ORDER BY first_ts_ms DESC, run_id ASC LIMIT {limit}"
+         ORDER BY first_ts_ms DESC, tenant ASC, run_id ASC LIMIT {limit}"
     );
     Ok((sql, params))
 }
 
-/// The cursor after the last run of a page. Versioned so its format can change.
-pub(crate) fn encode_cursor(first_ts_ms: i64, run_id: &str) -> String {
-    format!("v1:{first_ts_ms}:{run_id}")
+/// The cursor after the last run of a page: `v2:<first_ts_ms>:<tenant byte length>:<tenant><run id>`
+/// (the length keeps any tenant unambiguous). Versioned so its format can change; `v1`
+/// cursors (no tenant, from before schema version 2) are refused as bad cursors.
+pub(crate) fn encode_cursor(first_ts_ms: i64, tenant: &str, run_id: &str) -> String {
+    format!("v2:{first_ts_ms}:{}:{tenant}{run_id}", tenant.len())
 }
 
-fn decode_cursor(cursor: &str) -> Result<(i64, String), ArchiveError> {
+fn decode_cursor(cursor: &str) -> Result<(i64, String, String), ArchiveError> {
     let bad = || ArchiveError::BadCursor(cursor.to_owned());
-    let rest = cursor.strip_prefix("v1:").ok_or_else(bad)?;
-    let (ts, run_id) = rest.split_once(':').ok_or_else(bad)?;
-    Ok((ts.parse().map_err(|_| bad())?, run_id.to_owned()))
+    let rest = cursor.strip_prefix("v2:").ok_or_else(bad)?;
+    let (ts, rest) = rest.split_once(':').ok_or_else(bad)?;
+    let (len, rest) = rest.split_once(':').ok_or_else(bad)?;
+    let len: usize = len.parse().map_err(|_| bad())?;
+    let tenant = rest.get(..len).ok_or_else(bad)?;
+    let run_id = rest.get(len..).ok_or_else(bad)?;
+    Ok((
+        ts.parse().map_err(|_| bad())?,
+        tenant.to_owned(),
+        run_id.to_owned(),
+    ))
 }
 
 #[cfg(test)]
@@ -385,10 +405,20 @@ mod tests {
 
     #[test]
     fn cursor_round_trips_run_ids_with_colons() {
-        let c = encode_cursor(-5, "a:b:c");
-        assert_eq!(decode_cursor(&c).unwrap(), (-5, "a:b:c".to_owned()));
-        assert!(decode_cursor("v2:1:a").is_err());
-        assert!(decode_cursor("v1:x:a").is_err());
+        let c = encode_cursor(-5, "t:1", "a:b:c");
+        assert_eq!(
+            decode_cursor(&c).unwrap(),
+            (-5, "t:1".to_owned(), "a:b:c".to_owned())
+        );
+        let c = encode_cursor(7, "é", "");
+        assert_eq!(
+            decode_cursor(&c).unwrap(),
+            (7, "é".to_owned(), String::new())
+        );
+        assert!(decode_cursor("v1:1:a").is_err());
+        assert!(decode_cursor("v2:x:1:ab").is_err());
+        assert!(decode_cursor("v2:1:9:ab").is_err());
+        assert!(decode_cursor("v2:1:1:éa").is_err());
     }
 }
 
@@ -454,7 +484,7 @@ pub(crate) fn into_page(
     let more = runs.len() > limit;
     runs.truncate(limit);
     let next_cursor = match (more, runs.last()) {
-        (true, Some(last)) => Some(encode_cursor(last.first_ts_ms, &last.run_id)),
+        (true, Some(last)) => Some(encode_cursor(last.first_ts_ms, &last.tenant, &last.run_id)),
         _ => None,
     };
     Ok(crate::RunPage {
@@ -466,7 +496,8 @@ pub(crate) fn into_page(
     })
 }
 
-/// Column list of the `runs` upsert, in bind order.
+/// Column list of the `runs` upsert, in bind order; the conflict target is
+/// `(tenant, run_id)`, the primary key.
 pub(crate) const RUN_INSERT_COLUMNS: &str = "run_id, tenant, session_key, provider, model, \
      status, stop_reason, terminal_seq, usage, usage_seq, first_seq, last_seq, first_ts_ms, \
      last_ts_ms, event_count";

@@ -28,13 +28,13 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 const INSERT_EVENT: &str = "INSERT INTO events \
      (run_id, seq, journal_seq, tenant, session_key, stream, phase, ts_ms, payload) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (run_id, seq) DO NOTHING";
-const SELECT_CONTENT: &str =
-    "SELECT tenant, session_key, ts_ms, payload FROM events WHERE run_id = ?1 AND seq = ?2";
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (tenant, run_id, seq) DO NOTHING";
+const SELECT_CONTENT: &str = "SELECT tenant, session_key, ts_ms, payload FROM events \
+     WHERE tenant = ?1 AND run_id = ?2 AND seq = ?3";
 use crate::rows::EVENT_COLUMNS;
 const INSERT_RAW: &str = "INSERT INTO raw_chunks \
      (run_id, chunk, tenant, family, ingest_ts_ms, close, body) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (run_id, chunk) DO NOTHING";
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (tenant, run_id, chunk) DO NOTHING";
 
 /// The embedded archive: one SQLite file, WAL, one writer thread, pooled readers.
 ///
@@ -414,16 +414,17 @@ fn write_batch(
             continue;
         }
         // Rare path (redelivery): compare with what is stored.
-        let stored =
-            tx.prepare_cached(SELECT_CONTENT)?
-                .query_row(params![row.run_id, row.seq], |r| {
-                    Ok(StoredContent {
-                        tenant: r.get(0)?,
-                        session_key: r.get(1)?,
-                        ts_ms: r.get(2)?,
-                        payload: r.get(3)?,
-                    })
-                })?;
+        let stored = tx.prepare_cached(SELECT_CONTENT)?.query_row(
+            params![row.tenant, row.run_id, row.seq],
+            |r| {
+                Ok(StoredContent {
+                    tenant: r.get(0)?,
+                    session_key: r.get(1)?,
+                    ts_ms: r.get(2)?,
+                    payload: r.get(3)?,
+                })
+            },
+        )?;
         if row.same_content(&stored) {
             result.outcome.duplicates += 1;
         } else {
@@ -439,7 +440,7 @@ fn write_batch(
     );
     let upsert = format!(
         "INSERT INTO runs ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, \
-         ?13, ?14, ?15) ON CONFLICT (run_id) DO UPDATE SET {}",
+         ?13, ?14, ?15) ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
         rows::RUN_INSERT_COLUMNS,
         rows::RUN_UPSERT_SET
     );
@@ -642,20 +643,21 @@ impl Store for SqliteStore {
 
     async fn events_after(
         &self,
+        tenant: &str,
         run_id: &str,
         after_seq: u64,
         limit: u32,
     ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
-        let run_id = run_id.to_owned();
+        let (tenant, run_id) = (tenant.to_owned(), run_id.to_owned());
         let after = rows::to_i64("after_seq", after_seq)?;
         self.read(move |conn| {
             read_events(
                 conn,
                 &format!(
-                    "SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 AND seq > ?2 \
-                     ORDER BY seq LIMIT ?3"
+                    "SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ?1 AND run_id = ?2 \
+                     AND seq > ?3 ORDER BY seq LIMIT ?4"
                 ),
-                params![run_id, after, sqlite_limit(limit)],
+                params![tenant, run_id, after, sqlite_limit(limit)],
             )
         })
         .await
@@ -678,12 +680,15 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {
-        let run_id = run_id.to_owned();
+    async fn get_run(&self, tenant: &str, run_id: &str) -> Result<Option<RunRecord>, ArchiveError> {
+        let (tenant, run_id) = (tenant.to_owned(), run_id.to_owned());
         self.read(move |conn| {
-            let sql = format!("SELECT {} FROM runs WHERE run_id = ?1", rows::RUN_COLUMNS);
+            let sql = format!(
+                "SELECT {} FROM runs WHERE tenant = ?1 AND run_id = ?2",
+                rows::RUN_COLUMNS
+            );
             conn.prepare_cached(&sql)?
-                .query_row([run_id], stored_run)
+                .query_row([tenant, run_id], stored_run)
                 .optional()?
                 .map(StoredRun::into_record)
                 .transpose()
@@ -712,14 +717,18 @@ impl Store for SqliteStore {
         self.submit(|reply| WriteJob::Raw { chunks, reply }).await
     }
 
-    async fn raw_chunks(&self, run_id: &str) -> Result<Vec<RawChunkRecord>, ArchiveError> {
-        let run_id = run_id.to_owned();
+    async fn raw_chunks(
+        &self,
+        tenant: &str,
+        run_id: &str,
+    ) -> Result<Vec<RawChunkRecord>, ArchiveError> {
+        let (tenant, run_id) = (tenant.to_owned(), run_id.to_owned());
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT tenant, run_id, chunk, family, ingest_ts_ms, close, body \
-                 FROM raw_chunks WHERE run_id = ?1 ORDER BY chunk",
+                 FROM raw_chunks WHERE tenant = ?1 AND run_id = ?2 ORDER BY chunk",
             )?;
-            let mut rows = stmt.query([run_id])?;
+            let mut rows = stmt.query([tenant, run_id])?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {
                 out.push(RawChunkRecord {

@@ -25,7 +25,7 @@ async fn new_database_and_its_wal_and_shm_are_owner_only() {
         .await
         .expect("open");
     // Reading through the store opens the WAL and SHM files.
-    let _ = store.get_run("nope").await.expect("read");
+    let _ = store.get_run("default", "nope").await.expect("read");
     assert_eq!(mode(&db), 0o600, "archive.db");
     for suffix in ["-wal", "-shm"] {
         let p = side(&db, suffix);
@@ -50,7 +50,7 @@ async fn existing_database_is_narrowed_to_owner_only() {
         }
     }
     let store = open_store(&url).await.expect("reopen");
-    let _ = store.get_run("nope").await.expect("read");
+    let _ = store.get_run("default", "nope").await.expect("read");
     assert_eq!(mode(&db), 0o600, "archive.db");
     for suffix in ["-wal", "-shm"] {
         let p = side(&db, suffix);

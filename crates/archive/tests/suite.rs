@@ -70,6 +70,8 @@ both_backends!(
     raw_chunks_round_trip_and_idempotent,
     reopen_persists_everything,
     concurrent_overlapping_batches_count_each_event_once,
+    same_run_id_under_two_tenants_is_two_runs,
+    upgrade_from_version_1_keeps_rows,
 );
 
 fn outcome(inserted: u64, duplicates: u64, conflicts: u64) -> InsertOutcome {
@@ -105,13 +107,23 @@ async fn idempotent_reinsert(backend: Backend) {
     assert_eq!(store.insert_batch(&batch).await.unwrap(), outcome(1, 1, 0));
 
     assert_eq!(store.insert_batch(&[]).await.unwrap(), outcome(0, 0, 0));
-    assert_eq!(store.events_after("run-a", 0, 0).await.unwrap(), run);
+    assert_eq!(store.events_after("t1", "run-a", 0, 0).await.unwrap(), run);
     assert_eq!(
-        store.get_run("run-a").await.unwrap().unwrap().event_count,
+        store
+            .get_run("t1", "run-a")
+            .await
+            .unwrap()
+            .unwrap()
+            .event_count,
         5
     );
     assert_eq!(
-        store.get_run("run-b").await.unwrap().unwrap().event_count,
+        store
+            .get_run("t1", "run-b")
+            .await
+            .unwrap()
+            .unwrap()
+            .event_count,
         1
     );
     assert_eq!(store.conflicts_total(), 0);
@@ -158,23 +170,23 @@ async fn conflict_is_counted_and_original_kept(backend: Backend) {
 
     assert_eq!(store.conflicts_total(), 4);
     assert_eq!(
-        store.events_after("run-c", 0, 0).await.unwrap(),
+        store.events_after("t1", "run-c", 0, 0).await.unwrap(),
         vec![original, fresh, v1]
     );
-    let run = store.get_run("run-c").await.unwrap().unwrap();
+    let run = store.get_run("t1", "run-c").await.unwrap().unwrap();
     assert_eq!((run.event_count, run.first_seq, run.last_seq), (3, 2, 4));
 }
 
 async fn runs_row_follows_start_to_end(backend: Backend) {
     let store = backend.open().await;
-    assert_eq!(store.get_run("run-d").await.unwrap(), None);
+    assert_eq!(store.get_run("t1", "run-d").await.unwrap(), None);
     let e = |seq: u64| env("t1", Some("chat-9"), "run-d", 5_000 + seq as i64);
 
     store
         .insert_batch(&[archived(e(1), 1, start("openai", "gpt-x"), 1)])
         .await
         .unwrap();
-    let run = store.get_run("run-d").await.unwrap().unwrap();
+    let run = store.get_run("t1", "run-d").await.unwrap().unwrap();
     assert_eq!(run.tenant, "t1");
     assert_eq!(run.session_key.as_deref(), Some("chat-9"));
     assert_eq!(run.provider.as_deref(), Some("openai"));
@@ -192,7 +204,7 @@ async fn runs_row_follows_start_to_end(backend: Backend) {
         ])
         .await
         .unwrap();
-    let run = store.get_run("run-d").await.unwrap().unwrap();
+    let run = store.get_run("t1", "run-d").await.unwrap().unwrap();
     assert_eq!(run.status, RunStatusKind::Open);
     assert_eq!((run.first_seq, run.last_seq, run.event_count), (1, 3, 3));
 
@@ -206,7 +218,7 @@ async fn runs_row_follows_start_to_end(backend: Backend) {
         )])
         .await
         .unwrap();
-    let run = store.get_run("run-d").await.unwrap().unwrap();
+    let run = store.get_run("t1", "run-d").await.unwrap().unwrap();
     assert_eq!(run.status, RunStatusKind::Ended);
     assert_eq!(run.stop_reason.as_deref(), Some("truncated"));
     // Provider JSON comes back byte for byte (no float re-formatting).
@@ -223,7 +235,7 @@ async fn runs_row_follows_start_to_end(backend: Backend) {
         ])
         .await
         .unwrap();
-    let run = store.get_run("run-e").await.unwrap().unwrap();
+    let run = store.get_run("t1", "run-e").await.unwrap().unwrap();
     assert_eq!(run.status, RunStatusKind::Failed);
     assert_eq!(run.stop_reason.as_deref(), Some("stream_closed"));
     assert_eq!(run.session_key, None);
@@ -235,13 +247,13 @@ async fn runs_row_is_independent_of_batch_order(backend: Backend) {
                                                       // The end first, then the middle, then the start (archiver replicas commit batches
                                                       // of one run in any order).
     store.insert_batch(&run[5..]).await.unwrap();
-    let r = store.get_run("run-f").await.unwrap().unwrap();
+    let r = store.get_run("t2", "run-f").await.unwrap().unwrap();
     assert_eq!(r.status, RunStatusKind::Ended);
     assert_eq!(r.provider, None);
     assert_eq!((r.first_seq, r.last_seq), (6, 6));
     store.insert_batch(&run[2..5]).await.unwrap();
     store.insert_batch(&run[..2]).await.unwrap();
-    let r = store.get_run("run-f").await.unwrap().unwrap();
+    let r = store.get_run("t2", "run-f").await.unwrap().unwrap();
     assert_eq!(r.status, RunStatusKind::Ended);
     assert_eq!(r.stop_reason.as_deref(), Some("completed"));
     assert_eq!(r.provider.as_deref(), Some("anthropic"));
@@ -280,18 +292,26 @@ async fn events_after_and_journal_after_order_and_limit(backend: Backend) {
         .filter(|e| e.event.envelope.run_id == "run-g")
         .cloned()
         .collect();
-    assert_eq!(store.events_after("run-g", 0, 0).await.unwrap(), g);
+    assert_eq!(store.events_after("t", "run-g", 0, 0).await.unwrap(), g);
     let seqs = |v: &[ArchivedEvent]| v.iter().map(|e| e.event.event.seq).collect::<Vec<_>>();
     assert_eq!(
-        seqs(&store.events_after("run-g", 2, 2).await.unwrap()),
+        seqs(&store.events_after("t", "run-g", 2, 2).await.unwrap()),
         vec![3, 4]
     );
     assert_eq!(
-        seqs(&store.events_after("run-g", 4, 10).await.unwrap()),
+        seqs(&store.events_after("t", "run-g", 4, 10).await.unwrap()),
         vec![5]
     );
-    assert!(store.events_after("run-g", 5, 0).await.unwrap().is_empty());
-    assert!(store.events_after("nope", 0, 0).await.unwrap().is_empty());
+    assert!(store
+        .events_after("t", "run-g", 5, 0)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .events_after("t", "nope", 0, 0)
+        .await
+        .unwrap()
+        .is_empty());
 
     assert_eq!(store.journal_after(0, 0).await.unwrap(), all);
     let journal = |v: &[ArchivedEvent]| v.iter().map(|e| e.journal_seq).collect::<Vec<_>>();
@@ -562,8 +582,29 @@ async fn raw_chunks_round_trip_and_idempotent(backend: Backend) {
         1
     );
     assert_eq!(store.insert_raw(&[]).await.unwrap(), 0);
-    assert_eq!(store.raw_chunks("run-raw").await.unwrap(), vec![c0, c1, c2]);
-    assert!(store.raw_chunks("other").await.unwrap().is_empty());
+    assert_eq!(
+        store.raw_chunks("t", "run-raw").await.unwrap(),
+        vec![c0.clone(), c1.clone(), c2.clone()]
+    );
+    assert!(store.raw_chunks("t", "other").await.unwrap().is_empty());
+    // The key holds the tenant: the same run id and chunk under another tenant is new.
+    let other = RawChunkRecord {
+        tenant: "u".into(),
+        body: b"other tenant".to_vec(),
+        ..c0.clone()
+    };
+    assert_eq!(
+        store
+            .insert_raw(std::slice::from_ref(&other))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.raw_chunks("u", "run-raw").await.unwrap(), vec![other]);
+    assert_eq!(
+        store.raw_chunks("t", "run-raw").await.unwrap(),
+        vec![c0, c1, c2]
+    );
 }
 
 async fn reopen_persists_everything(backend: Backend) {
@@ -587,11 +628,11 @@ async fn reopen_persists_everything(backend: Backend) {
     // Reopening re-runs the (idempotent) migrations on an existing schema.
     let store = backend.open().await;
     let again = backend.open().await;
-    assert_eq!(store.events_after("run-p", 0, 0).await.unwrap(), run);
+    assert_eq!(store.events_after("t", "run-p", 0, 0).await.unwrap(), run);
     assert_eq!(again.journal_after(0, 0).await.unwrap(), run);
-    let r = store.get_run("run-p").await.unwrap().unwrap();
+    let r = store.get_run("t", "run-p").await.unwrap().unwrap();
     assert_eq!((r.event_count, r.status), (4, RunStatusKind::Ended));
-    assert_eq!(store.raw_chunks("run-p").await.unwrap().len(), 1);
+    assert_eq!(store.raw_chunks("t", "run-p").await.unwrap().len(), 1);
     // Dedupe state survives too.
     assert_eq!(store.insert_batch(&run).await.unwrap(), outcome(0, 4, 0));
 }
@@ -641,7 +682,11 @@ async fn concurrent_overlapping_batches_count_each_event_once(backend: Backend) 
     assert_eq!(sum.duplicates, total);
     assert_eq!(sum.conflicts, 0);
     for r in 0..8 {
-        let run = store.get_run(&format!("run-{r}")).await.unwrap().unwrap();
+        let run = store
+            .get_run("t", &format!("run-{r}"))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((run.event_count, run.first_seq, run.last_seq), (50, 1, 50));
         assert_eq!(run.status, RunStatusKind::Ended);
     }
@@ -662,7 +707,10 @@ async fn sqlite_url_parameters() {
     drop(store);
     // The file is the one named before '?', and a plain path works too.
     let plain = open_store(db.to_str().unwrap()).await.unwrap();
-    assert_eq!(plain.events_after("run-u", 0, 0).await.unwrap().len(), 3);
+    assert_eq!(
+        plain.events_after("t", "run-u", 0, 0).await.unwrap().len(),
+        3
+    );
     for bad in ["?synchronous=off", "?journal=wal"] {
         let r = open_store(&format!("sqlite://{}{bad}", db.display())).await;
         assert!(matches!(r, Err(ArchiveError::Config(_))), "{bad}");
@@ -702,4 +750,234 @@ async fn sqlite_wal_shrinks_when_writes_pause() {
         .insert_batch(&whole_run("t", "run-after", 0, 1, 1))
         .await
         .unwrap();
+}
+
+/// A run id is unique only within its tenant (DESIGN §3): the same id under two tenants
+/// is two runs with their own events, `runs` row and raw chunks, never a conflict.
+async fn same_run_id_under_two_tenants_is_two_runs(backend: Backend) {
+    let store = backend.open().await;
+    let acme = whole_run("acme", "r1", 1_000, 2, 1);
+    let mut globex = whole_run("globex", "r1", 1_000, 5, 10);
+    // Same seqs, different content: under one key this would be a conflict.
+    for ev in &mut globex {
+        ev.event.envelope.session_key = Some("chat-globex".into());
+    }
+    // Both runs in one batch, interleaved: sorting and the runs upsert group by tenant.
+    let mut both: Vec<ArchivedEvent> = acme.iter().chain(&globex).cloned().collect();
+    both.sort_by_key(|e| e.event.event.seq);
+    assert_eq!(store.insert_batch(&both).await.unwrap(), outcome(11, 0, 0));
+    assert_eq!(store.insert_batch(&both).await.unwrap(), outcome(0, 11, 0));
+    assert_eq!(store.conflicts_total(), 0);
+
+    assert_eq!(store.events_after("acme", "r1", 0, 0).await.unwrap(), acme);
+    assert_eq!(
+        store.events_after("globex", "r1", 0, 0).await.unwrap(),
+        globex
+    );
+    assert!(store
+        .events_after("initech", "r1", 0, 0)
+        .await
+        .unwrap()
+        .is_empty());
+    let a = store.get_run("acme", "r1").await.unwrap().unwrap();
+    let g = store.get_run("globex", "r1").await.unwrap().unwrap();
+    assert_eq!((a.tenant.as_str(), a.event_count), ("acme", 4));
+    assert_eq!((g.tenant.as_str(), g.event_count), ("globex", 7));
+    assert_eq!(g.session_key.as_deref(), Some("chat-globex"));
+    assert_eq!(store.get_run("initech", "r1").await.unwrap(), None);
+
+    // Both appear in the list, tenant breaking the tie, and pages never lose one.
+    let all = store.list_runs(&RunFilter::default()).await.unwrap();
+    let keys: Vec<(String, String)> = all
+        .runs
+        .iter()
+        .map(|r| (r.tenant.clone(), r.run_id.clone()))
+        .collect();
+    assert_eq!(
+        keys,
+        [("acme".into(), "r1".into()), ("globex".into(), "r1".into())]
+    );
+    let first = store
+        .list_runs(&RunFilter {
+            limit: 1,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.runs[0].tenant, "acme");
+    let second = store
+        .list_runs(&RunFilter {
+            limit: 1,
+            cursor: first.next_cursor,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(second.runs[0].tenant, "globex");
+    assert_eq!(second.next_cursor, None);
+    let only = store
+        .list_runs(&RunFilter {
+            tenant: Some("globex".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(only.runs, vec![g]);
+}
+
+/// A version-1 archive (schema and rows written with the released version-1 SQL, as an
+/// old binary left it) opens with the current code: migration 2 keeps every row, and the
+/// new key lets the same run id exist under a second tenant.
+async fn upgrade_from_version_1_keeps_rows(backend: Backend) {
+    let old = whole_run("acme", "r1", 500, 1, 1);
+    let json = |i: usize| old[i].event.event.to_json();
+    match &backend {
+        Backend::Sqlite(dir) => {
+            let conn = rusqlite::Connection::open(dir.path().join("archive.db")).unwrap();
+            conn.execute_batch(&format!(
+                "CREATE TABLE schema_migrations (version BIGINT NOT NULL PRIMARY KEY, \
+                 applied_at_ms BIGINT NOT NULL);
+                 BEGIN; {} INSERT INTO schema_migrations VALUES (1, 0); COMMIT;",
+                include_str!("v1/sqlite.sql")
+            ))
+            .unwrap();
+            for (i, e) in old.iter().enumerate() {
+                conn.execute(
+                    "INSERT INTO events (run_id, seq, journal_seq, tenant, session_key, \
+                     stream, phase, ts_ms, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    rusqlite::params![
+                        "r1",
+                        e.event.event.seq as i64,
+                        e.journal_seq as i64,
+                        "acme",
+                        "chat-1",
+                        e.event.event.stream().as_str(),
+                        Option::<&str>::None,
+                        e.event.envelope.ts_ms,
+                        json(i),
+                    ],
+                )
+                .unwrap();
+            }
+            conn.execute_batch(
+                "INSERT INTO runs (run_id, tenant, session_key, provider, model, status, \
+                 stop_reason, terminal_seq, usage, usage_seq, first_seq, last_seq, \
+                 first_ts_ms, last_ts_ms, event_count) VALUES ('r1', 'acme', 'chat-1', \
+                 'anthropic', 'claude-x', 'ended', 'completed', 3, NULL, NULL, 1, 3, 501, \
+                 503, 3);
+                 INSERT INTO raw_chunks (run_id, chunk, tenant, family, ingest_ts_ms, close, \
+                 body) VALUES ('r1', 0, 'acme', 'f1', 500, NULL, X'0102');",
+            )
+            .unwrap();
+        }
+        Backend::Postgres(db) => {
+            let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            let task = tokio::spawn(conn);
+            client
+                .batch_execute(&format!(
+                    "CREATE TABLE schema_migrations (version BIGINT NOT NULL PRIMARY KEY, \
+                     applied_at_ms BIGINT NOT NULL);
+                     BEGIN; {} INSERT INTO schema_migrations VALUES (1, 0); COMMIT;",
+                    include_str!("v1/postgres.sql")
+                ))
+                .await
+                .unwrap();
+            for (i, e) in old.iter().enumerate() {
+                client
+                    .execute(
+                        "INSERT INTO events (run_id, seq, journal_seq, tenant, session_key, \
+                         stream, phase, ts_ms, payload) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                        &[
+                            &"r1",
+                            &(e.event.event.seq as i64),
+                            &(e.journal_seq as i64),
+                            &"acme",
+                            &"chat-1",
+                            &e.event.event.stream().as_str(),
+                            &Option::<&str>::None,
+                            &e.event.envelope.ts_ms,
+                            &json(i),
+                        ],
+                    )
+                    .await
+                    .unwrap();
+            }
+            client
+                .batch_execute(
+                    "INSERT INTO runs (run_id, tenant, session_key, provider, model, status, \
+                     stop_reason, terminal_seq, usage, usage_seq, first_seq, last_seq, \
+                     first_ts_ms, last_ts_ms, event_count) VALUES ('r1', 'acme', 'chat-1', \
+                     'anthropic', 'claude-x', 'ended', 'completed', 3, NULL, NULL, 1, 3, 501, \
+                     503, 3);
+                     INSERT INTO raw_chunks (run_id, chunk, tenant, family, ingest_ts_ms, \
+                     close, body) VALUES ('r1', 0, 'acme', 'f1', 500, NULL, '\\x0102');",
+                )
+                .await
+                .unwrap();
+            drop(client);
+            let _ = task.await;
+        }
+    }
+
+    // Open with the current code: migration 2 runs and the version-1 rows survive.
+    let store = backend.open().await;
+    assert_eq!(store.events_after("acme", "r1", 0, 0).await.unwrap(), old);
+    assert_eq!(store.journal_after(0, 0).await.unwrap(), old);
+    let run = store.get_run("acme", "r1").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            run.status,
+            run.event_count,
+            run.first_seq,
+            run.last_seq,
+            run.provider.as_deref()
+        ),
+        (RunStatusKind::Ended, 3, 1, 3, Some("anthropic"))
+    );
+    let raw = store.raw_chunks("acme", "r1").await.unwrap();
+    assert_eq!(
+        (raw.len(), raw[0].body.as_slice()),
+        (1, [1u8, 2].as_slice())
+    );
+    // The old key still dedupes the old run.
+    assert_eq!(store.insert_batch(&old).await.unwrap(), outcome(0, 3, 0));
+
+    // The new key: the same run id under another tenant is a second run, not a conflict.
+    let globex = whole_run("globex", "r1", 900, 4, 10);
+    assert_eq!(store.insert_batch(&globex).await.unwrap(), outcome(6, 0, 0));
+    assert_eq!(store.conflicts_total(), 0);
+    assert_eq!(
+        store.events_after("globex", "r1", 0, 0).await.unwrap(),
+        globex
+    );
+    assert_eq!(store.events_after("acme", "r1", 0, 0).await.unwrap(), old);
+    assert_eq!(
+        store
+            .get_run("globex", "r1")
+            .await
+            .unwrap()
+            .unwrap()
+            .event_count,
+        6
+    );
+    let chunk = RawChunkRecord {
+        tenant: "globex".into(),
+        run_id: "r1".into(),
+        chunk: 0,
+        family: "f2".into(),
+        ingest_ts_ms: 900,
+        close: None,
+        body: b"globex".to_vec(),
+    };
+    assert_eq!(store.insert_raw(&[chunk]).await.unwrap(), 1);
+    assert_eq!(store.raw_chunks("acme", "r1").await.unwrap(), raw);
+    let runs = store.list_runs(&RunFilter::default()).await.unwrap().runs;
+    assert_eq!(runs.len(), 2);
+    // Reopening does not apply anything again.
+    drop(store);
+    let again = backend.open().await;
+    assert_eq!(again.events_after("acme", "r1", 0, 0).await.unwrap(), old);
 }

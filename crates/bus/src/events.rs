@@ -1,9 +1,12 @@
 //! Canonical events in `SG_EVENTS`.
 //!
 //! A message holds either
-//! - one event: body protobuf `streamgate.v1.Event`, `Nats-Msg-Id` `<run>/<seq>`; or
+//! - one event: body protobuf `streamgate.v1.Event`, `Nats-Msg-Id` `<tenant>/<run>/<seq>`; or
 //! - a batch: consecutive events of one run, body protobuf `streamgate.v1.EventBatch`,
-//!   header `Sg-Batch` = the event count, `Nats-Msg-Id` `<run>/<first>-<last>`.
+//!   header `Sg-Batch` = the event count, `Nats-Msg-Id` `<tenant>/<run>/<first>-<last>`.
+//!
+//! A run id is unique only within its tenant (DESIGN §3), so every id names both; the
+//! tenant and run id are token-encoded ([`encode_token`]), so neither can hold a `/`.
 //!
 //! The normalizer publishes what one raw chunk produced as one message ([`publish_batches`]),
 //! which divides the broker's work per event (store, deliver, ack) by the events per
@@ -11,7 +14,7 @@
 //! yields the same events per chunk, split into messages by the same rule
 //! ([`MAX_BATCH_EVENTS`], [`MAX_BATCH_BYTES`]), so a re-publish carries the same ids and
 //! JetStream drops it. Consumers never depend on that: they are idempotent on
-//! `(run_id, seq)`.
+//! `(tenant, run_id, seq)`.
 //!
 //! Every message has `Sg-Stream`: the stream kinds it holds (`assistant`, `thinking`,
 //! `item`, `lifecycle`), comma-separated in order of first appearance, so consumers can
@@ -38,19 +41,24 @@ pub const MAX_BATCH_EVENTS: usize = 1024;
 /// single event larger than this travels alone.
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 
-/// `"<run>/<seq>"`, the event id (DESIGN §2). The run id is token-encoded, which leaves
-/// ordinary ids (`[A-Za-z0-9_-]`) unchanged and keeps any run id a valid header value.
-pub fn event_msg_id(run_id: &str, seq: u64) -> String {
-    format!("{}/{seq}", encode_token(run_id))
+/// `"<tenant>/<run>/<seq>"`, the event id (DESIGN §3). Tenant and run id are
+/// token-encoded, which leaves ordinary ids (`[A-Za-z0-9_-]`) unchanged, keeps any id a
+/// valid header value and makes the id unambiguous (neither part can hold a `/`).
+pub fn event_msg_id(tenant: &str, run_id: &str, seq: u64) -> String {
+    format!("{}/{}/{seq}", encode_token(tenant), encode_token(run_id))
 }
 
 /// The message id of the events `first..=last` of a run: [`event_msg_id`] for one event,
-/// `"<run>/<first>-<last>"` for a batch.
-pub fn batch_msg_id(run_id: &str, first: u64, last: u64) -> String {
+/// `"<tenant>/<run>/<first>-<last>"` for a batch.
+pub fn batch_msg_id(tenant: &str, run_id: &str, first: u64, last: u64) -> String {
     if first == last {
-        event_msg_id(run_id, first)
+        event_msg_id(tenant, run_id, first)
     } else {
-        format!("{}/{first}-{last}", encode_token(run_id))
+        format!(
+            "{}/{}/{first}-{last}",
+            encode_token(tenant),
+            encode_token(run_id)
+        )
     }
 }
 
@@ -59,7 +67,7 @@ pub fn event_headers(ev: &RunEvent) -> HeaderMap {
     let mut h = HeaderMap::new();
     h.insert(
         HDR_MSG_ID,
-        event_msg_id(&ev.envelope.run_id, ev.event.seq).as_str(),
+        event_msg_id(&ev.envelope.tenant, &ev.envelope.run_id, ev.event.seq).as_str(),
     );
     h.insert(HDR_STREAM, ev.event.stream().as_str());
     h
@@ -96,10 +104,10 @@ pub struct EventMessage {
 /// `<first>-<last>` would then claim events the message does not hold).
 pub fn messages_for(events: &[RunEvent]) -> Result<Vec<EventMessage>, BusError> {
     for pair in events.windows(2) {
-        if pair[1].envelope.run_id != pair[0].envelope.run_id {
+        if !same_run(&pair[0].envelope, &pair[1].envelope) {
             return Err(BusError::RunMismatch {
-                addr_run: pair[0].envelope.run_id.clone(),
-                event_run: pair[1].envelope.run_id.clone(),
+                addr_run: run_label(&pair[0].envelope.tenant, &pair[0].envelope.run_id),
+                event_run: run_label(&pair[1].envelope.tenant, &pair[1].envelope.run_id),
             });
         }
         if pair[1].event.seq != pair[0].event.seq + 1 {
@@ -131,6 +139,16 @@ pub fn messages_for(events: &[RunEvent]) -> Result<Vec<EventMessage>, BusError> 
     Ok(out)
 }
 
+/// Whether two envelopes name the same run: a run is (tenant, run id).
+fn same_run(a: &streamgate_grammar::Envelope, b: &streamgate_grammar::Envelope) -> bool {
+    a.run_id == b.run_id && a.tenant == b.tenant
+}
+
+/// `<tenant>/<run>` for errors.
+fn run_label(tenant: &str, run_id: &str) -> String {
+    format!("{tenant}/{run_id}")
+}
+
 /// The message for `events` (non-empty), whose protobuf forms are `pb`.
 fn batch_message(events: &[RunEvent], mut pb: Vec<v1::Event>) -> EventMessage {
     let (first, last) = (&events[0], &events[events.len() - 1]);
@@ -150,7 +168,13 @@ fn batch_message(events: &[RunEvent], mut pb: Vec<v1::Event>) -> EventMessage {
     let mut h = HeaderMap::new();
     h.insert(
         HDR_MSG_ID,
-        batch_msg_id(&first.envelope.run_id, first.event.seq, last.event.seq).as_str(),
+        batch_msg_id(
+            &first.envelope.tenant,
+            &first.envelope.run_id,
+            first.event.seq,
+            last.event.seq,
+        )
+        .as_str(),
     );
     h.insert(HDR_STREAM, kinds.join(",").as_str());
     h.insert(HDR_BATCH, events.len().to_string().as_str());
@@ -183,11 +207,11 @@ impl<'a> From<&'a [RunEvent]> for Batch<'a> {
 /// `addr.events_subject()`, pipelining: send all, then await every ack. Returns when
 /// every message is durably in `SG_EVENTS`.
 ///
-/// Every event's envelope must name `addr.run_id` ([`BusError::RunMismatch`] otherwise,
+/// Every event's envelope must name `addr`'s tenant and run id ([`BusError::RunMismatch`] otherwise,
 /// checked before anything is sent: [`messages_for`] holds a batch to one run, so its
 /// first event stands for all). Re-publishing the same batches is harmless: the
 /// message ids make JetStream drop duplicates inside its window, and consumers are
-/// idempotent on `(run_id, seq)` beyond it.
+/// idempotent on `(tenant, run_id, seq)` beyond it.
 pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
     js: &jetstream::Context,
     addr: &RunAddr,
@@ -201,11 +225,11 @@ pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
         if let Some(ev) = batch
             .events
             .first()
-            .filter(|e| e.envelope.run_id != addr.run_id)
+            .filter(|e| e.envelope.run_id != addr.run_id || e.envelope.tenant != addr.tenant)
         {
             return Err(BusError::RunMismatch {
-                addr_run: addr.run_id.clone(),
-                event_run: ev.envelope.run_id.clone(),
+                addr_run: run_label(&addr.tenant, &addr.run_id),
+                event_run: run_label(&ev.envelope.tenant, &ev.envelope.run_id),
             });
         }
         if let Some(cx) = batch.trace {
@@ -276,4 +300,23 @@ pub fn decode_message(
 /// [`decode_message`] for a received message.
 pub fn decode_msg(msg: &async_nats::Message) -> Result<Vec<RunEvent>, BusError> {
     decode_message(msg.headers.as_ref(), &msg.payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_name_the_tenant() {
+        assert_eq!(event_msg_id("acme", "r1", 7), "acme/r1/7");
+        assert_eq!(batch_msg_id("acme", "r1", 7, 7), "acme/r1/7");
+        assert_eq!(batch_msg_id("acme", "r1", 1, 9), "acme/r1/1-9");
+        assert_ne!(
+            event_msg_id("acme", "r1", 7),
+            event_msg_id("globex", "r1", 7)
+        );
+        // Encoded, so a `/` inside an id cannot make two runs share an id.
+        assert_eq!(event_msg_id("a/b", "c", 1), "a%2Fb/c/1");
+        assert_ne!(event_msg_id("a/b", "c", 1), event_msg_id("a", "b/c", 1));
+    }
 }

@@ -26,7 +26,7 @@
 //!
 //! | header          | required | value |
 //! |-----------------|----------|-------|
-//! | `Nats-Msg-Id`   | yes¹     | `<run>/raw/<chunk>`, or `<run>/raw/close` for the close marker (run id not encoded) |
+//! | `Nats-Msg-Id`   | yes¹     | `<tenant>/<run>/raw/<chunk>`, or `<tenant>/<run>/raw/close` for the close marker (tenant and run id token-encoded as in the subject) |
 //! | `Sg-Chunk`      | yes      | 0-based chunk index within the run, decimal; on the close marker the number of data chunks before it |
 //! | `Sg-Family`     | no       | wire family `f1`, `f2`, … or `auto` (the default) |
 //! | `Sg-Dialect`    | no       | dialect hint within the family |
@@ -50,9 +50,10 @@
 //!
 //! # Events (`SG_EVENTS`)
 //! Subject `sg.evt.<tenant>.<part>.<run>`. A message holds one event (body protobuf
-//! `streamgate.v1.Event`, `Nats-Msg-Id` `<run>/<seq>`) or the consecutive events one raw
-//! chunk produced (body `streamgate.v1.EventBatch`, header `Sg-Batch` = count,
-//! `Nats-Msg-Id` `<run>/<first>-<last>`); header `Sg-Stream` names the stream kinds inside
+//! `streamgate.v1.Event`, `Nats-Msg-Id` `<tenant>/<run>/<seq>`) or the consecutive events
+//! one raw chunk produced (body `streamgate.v1.EventBatch`, header `Sg-Batch` = count,
+//! `Nats-Msg-Id` `<tenant>/<run>/<first>-<last>`); a run id is unique only within its
+//! tenant, so every id names both; header `Sg-Stream` names the stream kinds inside
 //! so consumers can route without decoding ([`events`]), and `traceparent`/`tracestate`
 //! continue the trace of the raw chunk that produced them ([`trace`]).
 //!
@@ -139,12 +140,13 @@ pub enum BusError {
     /// A tenant, run or session id breaks the id rule ([`streamgate_grammar::ids`]).
     #[error(transparent)]
     InvalidId(#[from] streamgate_grammar::ids::IdError),
-    /// An event's envelope names a different run than the address it is published to.
+    /// An event's envelope names a different run (tenant and run id) than the address it
+    /// is published to, or than the other events of its batch.
     #[error("event for run {event_run:?} published to run {addr_run:?}")]
     RunMismatch {
-        /// Run of the address.
+        /// Run of the address, `<tenant>/<run>`.
         addr_run: String,
-        /// Run in the event envelope.
+        /// Run in the event envelope, `<tenant>/<run>`.
         event_run: String,
     },
     /// Events given as one batch are not consecutive seqs of one run.

@@ -93,15 +93,19 @@ pub struct RawChunk {
 }
 
 impl RawChunk {
-    /// `"<run>/raw/<chunk>"`; close markers use `"<run>/raw/close"` so that only one
-    /// close marker per run is ever accepted by the dedupe window. `<run>` is the
-    /// token-encoded run id (identical for ids made of `[A-Za-z0-9_-]`), which keeps the
-    /// id a valid header value and unambiguous for any run id.
+    /// `"<tenant>/<run>/raw/<chunk>"` (DESIGN §3); close markers use
+    /// `"<tenant>/<run>/raw/close"` so that only one close marker per run is ever
+    /// accepted by the dedupe window. A run id is unique only within its tenant, so the
+    /// tenant is part of the id: the same run id under two tenants never dedupes.
+    /// `<tenant>` and `<run>` are token-encoded (identical for ids made of
+    /// `[A-Za-z0-9_-]`; `/` becomes `%2F`), which keeps the id a valid header value and
+    /// unambiguous for any pair of ids.
     pub fn msg_id(&self) -> String {
+        let tenant = encode_token(&self.addr.tenant);
         let run = encode_token(&self.addr.run_id);
         match self.close {
-            Some(_) => format!("{run}/raw/close"),
-            None => format!("{run}/raw/{}", self.chunk),
+            Some(_) => format!("{tenant}/{run}/raw/close"),
+            None => format!("{tenant}/{run}/raw/{}", self.chunk),
         }
     }
 
@@ -335,8 +339,21 @@ mod tests {
             let back = RawChunk::from_parts(&raw.addr.raw_subject(), Some(&h), raw.body.clone());
             assert_eq!(back.unwrap(), raw);
         }
-        assert_eq!(chunk(None).msg_id(), "run%201/raw/3");
-        assert_eq!(chunk(Some(CloseKind::Normal)).msg_id(), "run%201/raw/close");
+        assert_eq!(chunk(None).msg_id(), "acme/run%201/raw/3");
+        assert_eq!(
+            chunk(Some(CloseKind::Normal)).msg_id(),
+            "acme/run%201/raw/close"
+        );
+        // The same run id under another tenant is another message.
+        let mut other = chunk(None);
+        other.addr = RunAddr::new("globex", "run 1", 32);
+        assert_eq!(other.msg_id(), "globex/run%201/raw/3");
+        // A `/` inside an id cannot make two pairs collide.
+        let mut a = chunk(None);
+        a.addr = RunAddr::new("a/b", "c", 32);
+        let mut b = chunk(None);
+        b.addr = RunAddr::new("a", "b/c", 32);
+        assert_ne!(a.msg_id(), b.msg_id());
     }
 
     #[test]

@@ -480,7 +480,14 @@ async fn batches_travel_as_one_message_each_and_republish_adds_nothing() {
                 .map_or("", |v| v.as_str())
         })
         .collect();
-    assert_eq!(ids, ["run-batches/1", "run-batches/2-3", "run-batches/4-5"]);
+    assert_eq!(
+        ids,
+        [
+            "acme/run-batches/1",
+            "acme/run-batches/2-3",
+            "acme/run-batches/4-5"
+        ]
+    );
     assert_eq!(
         events::streams_of(msgs[2].headers.as_ref()),
         [
@@ -519,7 +526,11 @@ fn oversized_batches_split_the_same_way_every_time() {
     assert_eq!(ids(&a), ids(&b));
     assert_eq!(
         ids(&a),
-        ["run-big/1-1024", "run-big/1025-2048", "run-big/2049-2500"]
+        [
+            "acme/run-big/1-1024",
+            "acme/run-big/1025-2048",
+            "acme/run-big/2049-2500"
+        ]
     );
     let mut decoded = Vec::new();
     for m in &a {
@@ -640,14 +651,14 @@ async fn a_foreign_client_can_ingest_with_plain_headers() {
         }
     };
     let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", "run-42/raw/0");
+    h.insert("Nats-Msg-Id", "acme/run-42/raw/0");
     h.insert("sg-chunk", "0");
     h.insert("Sg-Family", "f1");
     h.insert("Sg-Ingest-Ts", "1700000000000");
     h.insert("Sg-Session", "telegram%3A12345");
     publish(h, b"event: ping\n\n").await;
     let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", "run-42/raw/close");
+    h.insert("Nats-Msg-Id", "acme/run-42/raw/close");
     h.insert("Sg-Chunk", "1");
     h.insert("Sg-Close", "normal");
     publish(h, b"").await;
@@ -666,12 +677,12 @@ async fn a_foreign_client_can_ingest_with_plain_headers() {
     assert_eq!((c[0].family.as_str(), c[0].chunk), ("f1", 0));
     assert_eq!(c[0].session_key.as_deref(), Some("telegram:12345"));
     assert_eq!(c[0].ingest_ts_ms, 1_700_000_000_000);
-    assert_eq!(c[0].msg_id(), "run-42/raw/0");
+    assert_eq!(c[0].msg_id(), "acme/run-42/raw/0");
     assert_eq!(
         (c[1].close, c[1].family.as_str()),
         (Some(CloseKind::Normal), "auto")
     );
-    assert_eq!(c[1].msg_id(), "run-42/raw/close");
+    assert_eq!(c[1].msg_id(), "acme/run-42/raw/close");
     // No Sg-Ingest-Ts: JetStream's stored time stands in.
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

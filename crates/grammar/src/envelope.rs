@@ -20,9 +20,10 @@ pub struct Envelope {
 }
 
 impl Envelope {
-    /// The event id `<run_id>/<seq>`: the bus message id and archive key.
+    /// The event id `<tenant>/<run_id>/<seq>` (DESIGN §3), ids as they are: a run id is
+    /// unique only within its tenant. (The bus message id token-encodes both ids.)
     pub fn event_id(&self, seq: u64) -> String {
-        format!("{}/{}", self.run_id, seq)
+        format!("{}/{}/{}", self.tenant, self.run_id, seq)
     }
 }
 

@@ -85,6 +85,19 @@ pub fn check(kind: IdKind, value: &str) -> Result<(), IdError> {
     Ok(())
 }
 
+/// The tenant of requests that name none (the CLI's `--tenant` default, an empty
+/// `tenant` field of an archive request).
+pub const DEFAULT_TENANT: &str = "default";
+
+/// `tenant`, or [`DEFAULT_TENANT`] when it is empty.
+pub fn tenant_or_default(tenant: &str) -> &str {
+    if tenant.is_empty() {
+        DEFAULT_TENANT
+    } else {
+        tenant
+    }
+}
+
 /// Checks a tenant, a run id and an optional session against the rule.
 pub fn check_run(tenant: &str, run_id: &str, session: Option<&str>) -> Result<(), IdError> {
     check(IdKind::Tenant, tenant)?;

@@ -3,12 +3,17 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Identity of the one draft of a run on a channel: `channel + run` (a run has one
-/// activity draft; it never splits).
+/// Identity of the one draft of a run on a channel: `channel + tenant + run` (a run has
+/// one activity draft; it never splits). A run id is unique only within its tenant, so
+/// the tenant is part of the key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DraftKey {
     /// The run.
     pub run_id: String,
+    /// The run's tenant; empty for a projection made without one
+    /// ([`crate::RunProjection::new`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tenant: String,
 }
 
 /// One thing for a sink to do.

@@ -74,11 +74,21 @@ pub struct RunProjection {
 }
 
 impl RunProjection {
-    /// A projection for run `run_id` that has seen nothing yet.
+    /// A projection for run `run_id` that has seen nothing yet, tenant unnamed: for
+    /// callers that only ever see one run's events. A channel projecting many tenants'
+    /// runs uses [`RunProjection::for_run`].
     pub fn new(run_id: impl Into<String>) -> RunProjection {
+        RunProjection::for_run("", run_id)
+    }
+
+    /// A projection for the run `(tenant, run_id)` that has seen nothing yet: its ops'
+    /// [`DraftKey`] names the tenant, and [`RunProjection::apply_run_event`] takes only
+    /// that tenant's events.
+    pub fn for_run(tenant: impl Into<String>, run_id: impl Into<String>) -> RunProjection {
         RunProjection {
             key: DraftKey {
                 run_id: run_id.into(),
+                tenant: tenant.into(),
             },
             state: RunState::default(),
             last_seq: 0,
@@ -108,7 +118,18 @@ impl RunProjection {
         settings: &Settings,
         tier: Tier,
     ) -> RunProjection {
-        let mut p = RunProjection::new(run_id);
+        RunProjection::restore_run("", run_id, events, settings, tier)
+    }
+
+    /// [`RunProjection::restore`] for the run `(tenant, run_id)`.
+    pub fn restore_run<'a>(
+        tenant: impl Into<String>,
+        run_id: impl Into<String>,
+        events: impl IntoIterator<Item = &'a Event>,
+        settings: &Settings,
+        tier: Tier,
+    ) -> RunProjection {
+        let mut p = RunProjection::for_run(tenant, run_id);
         for ev in events {
             let _ = p.apply(ev, settings, tier);
         }
@@ -143,9 +164,12 @@ impl RunProjection {
     }
 
     /// Applies an enveloped event; the envelopes' ingest times give the settle summary
-    /// its elapsed seconds (`Event` carries no time). Events of another run yield nothing.
+    /// its elapsed seconds (`Event` carries no time). Events of another run yield nothing:
+    /// another run id, or (when the projection names its tenant) another tenant.
     pub fn apply_run_event(&mut self, ev: &RunEvent, settings: &Settings, tier: Tier) -> Vec<Op> {
-        if ev.envelope.run_id != self.key.run_id {
+        if ev.envelope.run_id != self.key.run_id
+            || (!self.key.tenant.is_empty() && ev.envelope.tenant != self.key.tenant)
+        {
             return Vec::new();
         }
         if ev.event.seq > self.last_seq && !self.done {

@@ -9,6 +9,7 @@ use streamgate_projection::{DraftKey, Op};
 pub(crate) fn key(run: &str) -> DraftKey {
     DraftKey {
         run_id: run.to_owned(),
+        tenant: String::new(),
     }
 }
 

@@ -1,5 +1,5 @@
 //! SG_EVENTS → archive. Replicas share one durable consumer (the archive needs no per-run
-//! order: `(run_id, seq)` is the key). Each batch is committed in one transaction and
+//! order: `(tenant, run_id, seq)` is the key). Each batch is committed in one transaction and
 //! acknowledged only after the commit, so a crash at any point loses nothing and the
 //! redelivered tail is absorbed by the store's idempotent insert.
 

@@ -56,8 +56,8 @@ pub fn raw(c: RawChunkRecord) -> v1::RawChunk {
     }
 }
 
-/// A folded run state as a reply.
-pub fn state(run_id: &str, s: &RunState) -> v1::RunState {
+/// A folded run state of the run `(tenant, run_id)` as a reply.
+pub fn state(tenant: &str, run_id: &str, s: &RunState) -> v1::RunState {
     let (status, stop_reason) = match &s.progress {
         RunProgress::Open => ("open", None),
         RunProgress::Ended { reason, .. } => {
@@ -119,12 +119,14 @@ pub fn state(run_id: &str, s: &RunState) -> v1::RunState {
             })
             .collect(),
         usage_json: s.usage.as_ref().map(|u| u.get().to_owned()),
+        tenant: tenant.to_owned(),
     }
 }
 
-/// A timeline as a reply.
-pub fn timeline(run_id: &str, entries: &[TimelineEntry]) -> v1::Timeline {
+/// The timeline of the run `(tenant, run_id)` as a reply.
+pub fn timeline(tenant: &str, run_id: &str, entries: &[TimelineEntry]) -> v1::Timeline {
     v1::Timeline {
+        tenant: tenant.to_owned(),
         run_id: run_id.to_owned(),
         entries: entries
             .iter()

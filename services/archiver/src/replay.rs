@@ -1,5 +1,10 @@
 //! `streamgate.v1.ArchiveService`: operator-only replay of what the archive holds.
 //!
+//! A run is `(tenant, run_id)`: a run id is unique only within its tenant (DESIGN §3).
+//! Every per-run request names the tenant (empty = [`ids::DEFAULT_TENANT`]), and every
+//! lookup — archive rows, the live follow subject, the raw fallback subject — is scoped
+//! to it, so two tenants' runs with the same id never mix.
+//!
 //! `ReplayEvents` with `follow` is a catch-up subscription: it pages the run's archived
 //! events, then reads the run's subject on SG_EVENTS from the start and forwards only
 //! seqs above the last one sent. Per-run seqs are contiguous, so "send exactly
@@ -14,9 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use streamgate_archive::{ArchivedEvent, RunFilter, RunStatusKind, Store};
 use streamgate_bus::events::decode_msg;
-use streamgate_bus::subject::{run_filter, SubjectKind};
+use streamgate_bus::subject::RunAddr;
 use streamgate_bus::EVENTS_STREAM;
-use streamgate_grammar::{timeline, RunEvent, RunState};
+use streamgate_grammar::{ids, timeline, RunEvent, RunState};
 use streamgate_proto::v1;
 use streamgate_proto::v1::archive_service_server::ArchiveService;
 use tokio::sync::mpsc;
@@ -48,13 +53,13 @@ impl Replay {
         }
     }
 
-    async fn all_events(&self, run_id: &str) -> Result<Vec<ArchivedEvent>, Status> {
+    async fn all_events(&self, tenant: &str, run_id: &str) -> Result<Vec<ArchivedEvent>, Status> {
         let mut out = Vec::new();
         let mut after = 0;
         loop {
             let page = self
                 .store
-                .events_after(run_id, after, PAGE)
+                .events_after(tenant, run_id, after, PAGE)
                 .await
                 .map_err(internal)?;
             let Some(last) = page.last() else { break };
@@ -96,7 +101,7 @@ impl ArchiveService for Replay {
         let page = self
             .store
             .list_runs(&RunFilter {
-                tenant: r.tenant,
+                tenant: r.tenant.map(|t| ids::tenant_or_default(&t).to_owned()),
                 session_key: r.session_key,
                 status,
                 provider: r.provider,
@@ -118,10 +123,12 @@ impl ArchiveService for Replay {
         &self,
         request: Request<v1::GetRunRequest>,
     ) -> Result<Response<v1::Run>, Status> {
-        let id = request.into_inner().run_id;
-        match self.store.get_run(&id).await.map_err(internal)? {
+        let r = request.into_inner();
+        let tenant = ids::tenant_or_default(&r.tenant);
+        let id = r.run_id;
+        match self.store.get_run(tenant, &id).await.map_err(internal)? {
             Some(r) => Ok(Response::new(convert::run(&r))),
-            None => Err(Status::not_found(format!("no run `{id}` in the archive"))),
+            None => Err(not_found(tenant, &id)),
         }
     }
 
@@ -132,12 +139,13 @@ impl ArchiveService for Replay {
         request: Request<v1::ReplayEventsRequest>,
     ) -> Result<Response<Self::ReplayEventsStream>, Status> {
         let r = request.into_inner();
-        check_run_id(&r.run_id)?;
+        let tenant = ids::tenant_or_default(&r.tenant).to_owned();
+        check_run_id(&tenant, &r.run_id)?;
         let (tx, rx) = mpsc::channel(256);
         let this = self.clone();
         tokio::spawn(async move {
             if let Err(status) = this
-                .replay_into(&r.run_id, r.after_seq, r.follow, &tx)
+                .replay_into(&tenant, &r.run_id, r.after_seq, r.follow, &tx)
                 .await
             {
                 let _ = tx.send(Err(status)).await;
@@ -194,12 +202,10 @@ impl ArchiveService for Replay {
         request: Request<v1::ReplayStateRequest>,
     ) -> Result<Response<v1::RunState>, Status> {
         let r = request.into_inner();
-        let events = self.all_events(&r.run_id).await?;
+        let tenant = ids::tenant_or_default(&r.tenant);
+        let events = self.all_events(tenant, &r.run_id).await?;
         if events.is_empty() {
-            return Err(Status::not_found(format!(
-                "no run `{}` in the archive",
-                r.run_id
-            )));
+            return Err(not_found(tenant, &r.run_id));
         }
         let upto = if r.at_seq == 0 { u64::MAX } else { r.at_seq };
         let state = RunState::fold(
@@ -208,7 +214,7 @@ impl ArchiveService for Replay {
                 .map(|e| &e.event.event)
                 .filter(|e| e.seq <= upto),
         );
-        Ok(Response::new(convert::state(&r.run_id, &state)))
+        Ok(Response::new(convert::state(tenant, &r.run_id, &state)))
     }
 
     async fn replay_timeline(
@@ -216,19 +222,18 @@ impl ArchiveService for Replay {
         request: Request<v1::ReplayTimelineRequest>,
     ) -> Result<Response<v1::Timeline>, Status> {
         let r = request.into_inner();
+        let tenant = ids::tenant_or_default(&r.tenant);
         let events: Vec<RunEvent> = self
-            .all_events(&r.run_id)
+            .all_events(tenant, &r.run_id)
             .await?
             .into_iter()
             .map(|e| e.event)
             .collect();
         if events.is_empty() {
-            return Err(Status::not_found(format!(
-                "no run `{}` in the archive",
-                r.run_id
-            )));
+            return Err(not_found(tenant, &r.run_id));
         }
         Ok(Response::new(convert::timeline(
+            tenant,
             &r.run_id,
             &timeline(&events),
         )))
@@ -240,12 +245,19 @@ impl ArchiveService for Replay {
         &self,
         request: Request<v1::RawChunksRequest>,
     ) -> Result<Response<Self::RawChunksStream>, Status> {
-        let run_id = request.into_inner().run_id;
-        check_run_id(&run_id)?;
-        let mut chunks = self.store.raw_chunks(&run_id).await.map_err(internal)?;
+        let r = request.into_inner();
+        let tenant = ids::tenant_or_default(&r.tenant);
+        let run_id = r.run_id;
+        check_run_id(tenant, &run_id)?;
+        let mut chunks = self
+            .store
+            .raw_chunks(tenant, &run_id)
+            .await
+            .map_err(internal)?;
         if chunks.is_empty() {
-            // No raw archive: SG_RAW itself is the provider-native transcript.
-            let subject = run_filter(SubjectKind::Raw, &run_id, self.partitions);
+            // No raw archive: SG_RAW itself is the provider-native transcript, read from
+            // this tenant's subject of the run only.
+            let subject = RunAddr::new(tenant, &run_id, self.partitions).raw_subject();
             let msgs = streamgate_bus::consume::read_subject(
                 &self.js,
                 streamgate_bus::RAW_STREAM,
@@ -265,12 +277,18 @@ impl ArchiveService for Replay {
     }
 }
 
-/// The id rule ([`streamgate_grammar::ids`]) for a run id that becomes a NATS subject
-/// (follow, raw chunks): an id of kilobytes would push the subject past the broker's
-/// control-line limit and drop this service's connection.
-fn check_run_id(run_id: &str) -> Result<(), Status> {
-    streamgate_grammar::ids::check(streamgate_grammar::ids::IdKind::Run, run_id)
-        .map_err(|e| Status::invalid_argument(e.to_string()))
+/// The id rule ([`streamgate_grammar::ids`]) for a tenant and run id that become a NATS
+/// subject (follow, raw chunks): an id of kilobytes would push the subject past the
+/// broker's control-line limit and drop this service's connection.
+fn check_run_id(tenant: &str, run_id: &str) -> Result<(), Status> {
+    ids::check_run(tenant, run_id, None).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// NOT_FOUND for the run `(tenant, run_id)`.
+fn not_found(tenant: &str, run_id: &str) -> Status {
+    Status::not_found(format!(
+        "no run `{run_id}` of tenant `{tenant}` in the archive"
+    ))
 }
 
 impl Replay {
@@ -278,6 +296,7 @@ impl Replay {
     /// the terminal event.
     async fn replay_into(
         &self,
+        tenant: &str,
         run_id: &str,
         after_seq: u64,
         follow: bool,
@@ -288,7 +307,7 @@ impl Replay {
         loop {
             let page = self
                 .store
-                .events_after(run_id, last, PAGE)
+                .events_after(tenant, run_id, last, PAGE)
                 .await
                 .map_err(internal)?;
             let full = page.len() as u32 == PAGE;
@@ -306,8 +325,9 @@ impl Replay {
         if !follow || done {
             return Ok(());
         }
-        // Live: the run's subject from the start of SG_EVENTS; only last+1 goes out.
-        let subject = run_filter(SubjectKind::Events, run_id, self.partitions);
+        // Live: this tenant's subject of the run from the start of SG_EVENTS; only
+        // last+1 goes out.
+        let subject = RunAddr::new(tenant, run_id, self.partitions).events_subject();
         let stream = self
             .js
             .get_stream(EVENTS_STREAM)
@@ -340,7 +360,7 @@ impl Replay {
             let journal_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
             for ev in evs {
                 if self
-                    .forward_live(run_id, ev, journal_seq, &mut last, tx)
+                    .forward_live(tenant, run_id, ev, journal_seq, &mut last, tx)
                     .await?
                 {
                     return Ok(());
@@ -355,6 +375,7 @@ impl Replay {
     /// the client left.
     async fn forward_live(
         &self,
+        tenant: &str,
         run_id: &str,
         ev: RunEvent,
         journal_seq: u64,
@@ -369,7 +390,7 @@ impl Replay {
             // The bus lost the middle (retention); the archive has it.
             let fill = self
                 .store
-                .events_after(run_id, *last, (seq - *last - 1) as u32)
+                .events_after(tenant, run_id, *last, (seq - *last - 1) as u32)
                 .await
                 .map_err(internal)?;
             for e in &fill {
@@ -383,7 +404,7 @@ impl Replay {
             }
             if *last + 1 != seq {
                 return Err(Status::data_loss(format!(
-                    "run {run_id}: seq {} to {} are in neither the archive nor the bus",
+                    "run {tenant}/{run_id}: seq {} to {} are in neither the archive nor the bus",
                     *last + 1,
                     seq - 1
                 )));

@@ -4,7 +4,7 @@
 //! a run that is not in memory (after a restart, after eviction under memory pressure,
 //! or when a chunk arrives out of order) is rebuilt by re-reading its earlier chunks
 //! from SG_RAW. Every event the rebuild yields is published again; that is safe because
-//! events are keyed `<run>/<seq>` and every consumer is idempotent on that key, and it is
+//! events are keyed `<tenant>/<run>/<seq>` and every consumer is idempotent on that key, and it is
 //! necessary because a rebuilt prefix may contain chunks whose events never made it out.
 //!
 //! Each held partition has its own table (its worker's); the tables of one process share

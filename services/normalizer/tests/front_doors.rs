@@ -320,6 +320,16 @@ async fn a_run_is_ingested_by_one_request_at_a_time() {
     let status = status.expect("ABORTED");
     assert_eq!(status.code(), Code::Aborted, "{status:?}");
     assert_eq!(d.stored("acme", "busy").await, 1);
+    // The lock is per (tenant, run): the same run id under another tenant is another
+    // run, ingested while A still holds acme's, at both doors.
+    let (code, body) = d.post("globex", "busy", "", &auth).await;
+    assert_eq!(code, 200, "{body}");
+    let (acks, status) = d
+        .stream(vec![chunk("initech", "busy", 0, CAPTURE, false)])
+        .await;
+    assert!(status.is_none(), "{status:?}");
+    assert_eq!(acks.len(), 1);
+    assert_eq!(d.stored("acme", "busy").await, 1);
     // A finishes: 200, and only its bytes are in the run.
     tx.send(Ok(Bytes::from_static(b": {}\n\n"))).await.unwrap();
     drop(tx);

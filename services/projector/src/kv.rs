@@ -1,7 +1,11 @@
 //! The projector's JetStream KV buckets (DESIGN §3):
 //! - [`DELIVERY_BUCKET`] `SG_DELIVERY`: one [`DeliveryState`] per channel+chat+run under
 //!   [`state_kv_key`] ([`KvStateStore`]), plus an active-run marker per run under
-//!   `active.<state key>` ([`ActiveRun`]) that crash recovery walks.
+//!   `active.<state key>` ([`ActiveRun`]) that crash recovery walks. A run is tenant +
+//!   run id (a run id is unique only within its tenant), so the state key is
+//!   `<channel>.<chat>.<tenant>.<run>`, each level a [`streamgate_bus::kv::token`]: any
+//!   id is a valid key level, and with every id at its 256-byte maximum (768 bytes
+//!   escaped) the key stays far below the broker's limits ([`MAX_STATE_KEY_BYTES`]).
 //! - [`SETTINGS_BUCKET`] `SG_SETTINGS`: per-chat overrides under `<channel>.<chat>`
 //!   ([`SettingsOverride`]).
 
@@ -47,10 +51,17 @@ pub async fn bucket(
     .map_err(nats("create kv bucket"))
 }
 
-/// Key of a delivery state in [`DELIVERY_BUCKET`]: `<channel>.<chat>.<run>`.
+/// Key of a delivery state in [`DELIVERY_BUCKET`]: `<channel>.<chat>.<tenant>.<run>`.
 pub fn state_kv_key(key: &StateKey) -> String {
-    streamgate_bus::kv::key(&[&key.channel, &key.chat_id, &key.run_id])
+    streamgate_bus::kv::key(&[&key.channel, &key.chat_id, &key.tenant, &key.run_id])
 }
+
+/// The longest key [`state_kv_key`] makes for ids within the id rule (tenant, run and a
+/// session-derived chat of 256 bytes, a 256-byte channel name), with the `active.`
+/// prefix: four levels of at most 3×256 bytes plus separators. The broker refuses a
+/// publish whose control line exceeds 4096 bytes; this leaves room for the
+/// `$KV.<bucket>.` prefix and the rest of the line.
+pub const MAX_STATE_KEY_BYTES: usize = "active.".len() + 4 * 3 * 256 + 3;
 
 /// [`StateStore`] over the `SG_DELIVERY` bucket. A `put` returns after JetStream stored
 /// the value, which is what the engine's exactly-once finals rely on.
@@ -132,6 +143,15 @@ impl ActiveRun {
             channel: self.channel.clone(),
             chat_id: self.chat_id.clone(),
             run_id: self.run_id.clone(),
+            tenant: self.tenant.clone(),
+        }
+    }
+
+    /// The draft key the run's ops carry (tenant and run id).
+    pub fn draft_key(&self) -> streamgate_projection::DraftKey {
+        streamgate_projection::DraftKey {
+            run_id: self.run_id.clone(),
+            tenant: self.tenant.clone(),
         }
     }
 }
@@ -155,7 +175,9 @@ pub async fn delete_active(store: &kv::Store, run: &ActiveRun) -> Result<(), Pro
 }
 
 /// Every active-run marker of `channel`. Unreadable markers are logged and skipped (a
-/// corrupt marker must not stop the channel from starting).
+/// corrupt marker must not stop the channel from starting). A marker still under its
+/// key from before the tenant joined the key (`active.<channel>.<chat>.<run>`) is moved
+/// to its current key, so deleting it later removes it for good.
 pub async fn list_active(
     store: &kv::Store,
     channel: &str,
@@ -169,7 +191,16 @@ pub async fn list_active(
             continue;
         }
         match serde_json::from_slice::<ActiveRun>(&entry.value) {
-            Ok(r) => out.push(r),
+            Ok(r) => {
+                if entry.key != r.kv_key() {
+                    put_active(store, &r).await?;
+                    store
+                        .delete(&entry.key)
+                        .await
+                        .map_err(nats("delete legacy active marker"))?;
+                }
+                out.push(r)
+            }
             Err(e) => {
                 tracing::warn!(key = %entry.key, error = %e, "skipping unreadable active-run marker")
             }
@@ -286,17 +317,49 @@ mod tests {
             channel: "tg.main".into(),
             chat_id: "-100".into(),
             run_id: "".into(),
+            tenant: "acme".into(),
         };
         assert_eq!(
             state_kv_key(&k),
             format!(
-                "{}.{}.{}",
+                "{}.{}.{}.{}",
                 streamgate_bus::kv::token("tg.main"),
                 streamgate_bus::kv::token("-100"),
+                streamgate_bus::kv::token("acme"),
                 streamgate_bus::kv::token("")
             )
         );
         assert_eq!(settings_key("c", "a b"), "c.a=20b");
+    }
+
+    /// The same run id under two tenants: two delivery states, two markers; ids at
+    /// their maximum stay valid KV keys within [`MAX_STATE_KEY_BYTES`].
+    #[test]
+    fn tenants_get_their_own_keys_within_limits() {
+        let run = |tenant: &str, run_id: &str, chat: &str| ActiveRun {
+            channel: "web".into(),
+            chat_id: chat.into(),
+            run_id: run_id.into(),
+            tenant: tenant.into(),
+            session_key: None,
+            subject: String::new(),
+        };
+        let (a, g) = (run("acme", "r1", "c"), run("globex", "r1", "c"));
+        assert_ne!(a.kv_key(), g.kv_key());
+        assert_ne!(state_kv_key(&a.state_key()), state_kv_key(&g.state_key()));
+        // Ids with `.` cannot shift levels: ("a.b", "c") and ("a", "b.c") differ.
+        assert_ne!(run("a.b", "c", "x").kv_key(), run("a", "b.c", "x").kv_key());
+        let max = "é".repeat(128);
+        let big = ActiveRun {
+            channel: max.clone(),
+            ..run(&max, &max, &max)
+        };
+        let key = big.kv_key();
+        assert!(key.len() <= MAX_STATE_KEY_BYTES, "{}", key.len());
+        assert!(key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_=.".contains(&b)));
+        assert!(MAX_STATE_KEY_BYTES + "$KV.SG_DELIVERY.".len() < 4096 - 512);
     }
 
     #[test]

@@ -430,7 +430,8 @@ async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
     assert!(
         wait_until(Duration::from_secs(10), || running
             .channel
-            .draft("run-sub")
+            .draft("", "run-sub")
+            .found()
             .is_some())
         .await,
         "run never became active"
@@ -462,6 +463,7 @@ async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
     let draft = client
         .get_draft(authed(v1::GetDraftRequest {
             run_id: "run-sub".into(),
+            tenant: String::new(),
         }))
         .await?
         .into_inner();
@@ -471,6 +473,7 @@ async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
         .subscribe(auth(tonic::Request::new(v1::SubscribeRequest {
             target: Some(v1::subscribe_request::Target::RunId("run-sub".into())),
             after_seq: 0,
+            tenant: String::new(),
         })))
         .await?
         .into_inner();
@@ -490,6 +493,7 @@ async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
         .subscribe(auth(tonic::Request::new(v1::SubscribeRequest {
             target: Some(v1::subscribe_request::Target::SessionKey("chat-sub".into())),
             after_seq: last_rendered,
+            tenant: String::new(),
         })))
         .await?
         .into_inner();
@@ -533,7 +537,8 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
     assert!(
         wait_until(Duration::from_secs(10), || running
             .channel
-            .draft("run-set")
+            .draft("", "run-set")
+            .found()
             .is_some_and(|d| d.last_seq == u64::try_from(half).unwrap_or(0)))
         .await
     );
@@ -549,7 +554,7 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
         Ok::<_, Box<dyn std::error::Error>>(out)
     };
     let before = snapshot(js.clone()).await?;
-    let before_draft = running.channel.draft("run-set").map(|d| d.text);
+    let before_draft = running.channel.draft("", "run-set").found().map(|d| d.text);
     let (s, n) = running
         .channel
         .set_settings(
@@ -564,7 +569,7 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
     assert_eq!(s.reasoning, streamgate_projection::Reasoning::Stream);
     let after = snapshot(js.clone()).await?;
     assert_eq!(before, after, "SG_EVENTS changed when settings flipped");
-    let after_draft = running.channel.draft("run-set").map(|d| d.text);
+    let after_draft = running.channel.draft("", "run-set").found().map(|d| d.text);
     assert_ne!(
         before_draft, after_draft,
         "flipping settings did not re-render"
@@ -911,7 +916,7 @@ async fn web_page_in_chromium_shows_a_rendered_answer_collapsed_thinking_and_the
             .channel
             .active_runs()
             .is_empty()
-            && running.channel.draft("run-train").is_none())
+            && running.channel.draft("", "run-train").found().is_none())
         .await
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -925,7 +930,8 @@ async fn web_page_in_chromium_shows_a_rendered_answer_collapsed_thinking_and_the
     assert!(
         wait_until(Duration::from_secs(10), || running
             .channel
-            .draft("run-browser")
+            .draft("", "run-browser")
+            .found()
             .is_some_and(|d| d.last_seq == 9))
         .await,
         "the run never became active"
@@ -1192,7 +1198,8 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     assert!(
         wait_until(Duration::from_secs(10), || b
             .channel
-            .draft(run)
+            .draft("", run)
+            .found()
             .is_some_and(|d| d.last_seq == 9))
         .await,
         "B never rendered the run"
@@ -1212,12 +1219,12 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     };
     assert!(
         wait_until(Duration::from_secs(30), || split(&a, &b)
-            && (a.channel.draft(run).is_some()
-                != b.channel.draft(run).is_some()))
+            && (a.channel.draft("", run).found().is_some()
+                != b.channel.draft("", run).found().is_some()))
         .await,
         "the replicas never split the partitions with the run on one of them"
     );
-    let (owner, other) = if a.channel.draft(run).is_some() {
+    let (owner, other) = if a.channel.draft("", run).found().is_some() {
         (&a, &b)
     } else {
         (&b, &a)
@@ -1228,10 +1235,13 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         let mut c = c.clone();
         async move {
             Ok::<_, tonic::Status>(
-                c.get_draft(v1::GetDraftRequest { run_id: run.into() })
-                    .await?
-                    .into_inner()
-                    .text,
+                c.get_draft(v1::GetDraftRequest {
+                    run_id: run.into(),
+                    tenant: String::new(),
+                })
+                .await?
+                .into_inner()
+                .text,
             )
         }
     };
@@ -1365,7 +1375,8 @@ async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
     assert!(
         wait_until(Duration::from_secs(10), || running
             .channel
-            .draft("run-stop")
+            .draft("", "run-stop")
+            .found()
             .is_some_and(|d| d.last_seq == 6))
         .await
     );
@@ -1378,6 +1389,7 @@ async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
         .subscribe(v1::SubscribeRequest {
             target: Some(v1::subscribe_request::Target::RunId("run-stop".into())),
             after_seq: 0,
+            tenant: String::new(),
         })
         .await?
         .into_inner();
@@ -1509,7 +1521,7 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
             &a
         };
         assert!(
-            elsewhere.channel.draft(&t.run).is_none(),
+            elsewhere.channel.draft("", &t.run).found().is_none(),
             "{}: in flight on the replica without its partition",
             t.run
         );
@@ -1632,7 +1644,8 @@ async fn subscribe_and_watch_send_display_safe_events() -> R {
     assert!(
         wait_until(Duration::from_secs(10), || running
             .channel
-            .draft("run-secret")
+            .draft("", "run-secret")
+            .found()
             .is_some_and(|d| d.last_seq == 4))
         .await
     );
@@ -1640,6 +1653,7 @@ async fn subscribe_and_watch_send_display_safe_events() -> R {
     let sub = |after_seq: u64| v1::SubscribeRequest {
         target: Some(v1::subscribe_request::Target::RunId("run-secret".into())),
         after_seq,
+        tenant: String::new(),
     };
     let mut from_start = client.subscribe(sub(0)).await?.into_inner();
     // Resumes between the two halves of the split key.

@@ -57,10 +57,13 @@ const DEMO: &[(&str, &str, &[u8])] = &[
     ),
 ];
 
+/// The tenant of the demo runs.
+const DEMO_TENANT: &str = "demo";
+
 /// Ingests one capture in small random chunks, like a live provider.
 async fn demo_ingest(ingestor: &Ingestor, run: &str, family: &str, bytes: &[u8]) -> Result<()> {
     let spec = RunSpec {
-        tenant: "demo".into(),
+        tenant: DEMO_TENANT.into(),
         run_id: run.into(),
         session_key: Some("demo-session".into()),
         family: family.into(),
@@ -96,7 +99,7 @@ async fn wait_archived(store: &dyn streamgate_archive::Store, runs: &[String]) -
     for run in runs {
         loop {
             let done = store
-                .get_run(run)
+                .get_run(DEMO_TENANT, run)
                 .await?
                 .is_some_and(|r| r.status != streamgate_archive::RunStatusKind::Open);
             if done {

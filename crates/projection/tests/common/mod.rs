@@ -127,6 +127,7 @@ pub fn flat(events: &[Event], settings: &Settings, tier: Tier) -> Vec<Op> {
 pub fn key() -> streamgate_projection::DraftKey {
     streamgate_projection::DraftKey {
         run_id: "r1".into(),
+        tenant: String::new(),
     }
 }
 

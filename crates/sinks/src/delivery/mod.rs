@@ -176,7 +176,7 @@ struct Queued {
 struct LaneQueue {
     ops: VecDeque<Queued>,
     /// Ops of each run queued or being executed (for [`Delivery::flush_run`]).
-    runs: HashMap<String, usize>,
+    runs: HashMap<DraftKey, usize>,
     last_typing: Option<Instant>,
     paused_until: Option<Instant>,
     bucket: Option<Bucket>,
@@ -202,8 +202,8 @@ impl Lane {
             .any(|o| matches!(&o.op, Op::Draft { key, .. } if key == run))
     }
 
-    fn pending(&self, run_id: &str) -> usize {
-        self.lock().runs.get(run_id).copied().unwrap_or(0)
+    fn pending(&self, run: &DraftKey) -> usize {
+        self.lock().runs.get(run).copied().unwrap_or(0)
     }
 }
 
@@ -378,7 +378,7 @@ impl Delivery {
                 q.last_typing = Some(now);
             }
             if let Some(run) = op_run(&op) {
-                *q.runs.entry(run.run_id.clone()).or_default() += 1;
+                *q.runs.entry(run.clone()).or_default() += 1;
             }
             q.ops.push_back(Queued { op, since: now });
             drop(q);
@@ -400,10 +400,11 @@ impl Delivery {
             .is_ok_and(|f| !f.closed)
     }
 
-    /// Wait until no op of `run_id` is queued for `chat` or being executed: `true`
-    /// (each was delivered, dropped or given up on); `false` when the engine closed
-    /// first. Other chats and other runs do not hold it up.
-    pub async fn flush_run(&self, chat: &ChatTarget, run_id: &str) -> bool {
+    /// Wait until no op of the run `run` (tenant and run id, as its ops' draft key names
+    /// it) is queued for `chat` or being executed: `true` (each was delivered, dropped or
+    /// given up on); `false` when the engine closed first. Other chats and other runs —
+    /// the same run id under another tenant included — do not hold it up.
+    pub async fn flush_run(&self, chat: &ChatTarget, run: &DraftKey) -> bool {
         let lane = self
             .inner
             .lanes
@@ -421,7 +422,7 @@ impl Delivery {
                 if f.closed {
                     return true;
                 }
-                done = lane.pending(run_id) == 0;
+                done = lane.pending(run) == 0;
                 done
             })
             .await;
@@ -532,10 +533,10 @@ async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>, mut flow: watch::Receiver
         metrics::histogram!(LATENCY, "op" => op.name()).record(since.elapsed().as_secs_f64());
         if let Some(run) = op_run(&op) {
             let mut q = lane.lock();
-            if let Some(n) = q.runs.get_mut(&run.run_id) {
+            if let Some(n) = q.runs.get_mut(run) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
-                    q.runs.remove(&run.run_id);
+                    q.runs.remove(run);
                 }
             }
         }
@@ -673,7 +674,7 @@ impl Inner {
         let is_typing = matches!(op, Op::Typing);
         let is_final = matches!(op, Op::Final { .. });
         let run = op_run(op);
-        let key = run.map(|r| StateKey::new(chat, &r.run_id));
+        let key = run.map(|r| StateKey::for_draft(chat, r));
         let mut attempt = 0u32;
         let mut refused = 0u32;
         loop {

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Identity of one [`DeliveryState`]: channel + chat + run. (The chat is part of the
-/// key so one run mirrored into two chats of a channel keeps two states.)
+/// Identity of one [`DeliveryState`]: channel + chat + run, the run being tenant + run id
+/// (a run id is unique only within its tenant). (The chat is part of the key so one run
+/// mirrored into two chats of a channel keeps two states.)
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct StateKey {
     /// Channel name.
@@ -18,15 +19,27 @@ pub struct StateKey {
     pub chat_id: String,
     /// The run.
     pub run_id: String,
+    /// The run's tenant (empty when the op's draft key names none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tenant: String,
 }
 
 impl StateKey {
-    /// Key of `run_id` in `chat`.
+    /// Key of `run_id` (no tenant) in `chat`.
     pub fn new(chat: &ChatTarget, run_id: &str) -> StateKey {
         StateKey {
             channel: chat.channel.clone(),
             chat_id: chat.chat_id.clone(),
             run_id: run_id.to_owned(),
+            tenant: String::new(),
+        }
+    }
+
+    /// Key of the run of `draft` (tenant and run id) in `chat`.
+    pub fn for_draft(chat: &ChatTarget, draft: &streamgate_projection::DraftKey) -> StateKey {
+        StateKey {
+            tenant: draft.tenant.clone(),
+            ..StateKey::new(chat, &draft.run_id)
         }
     }
 }

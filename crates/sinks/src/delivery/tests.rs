@@ -3,7 +3,7 @@
 
 use super::{BreakerState, Delivery, DeliveryConfig, DeliveryError, MemoryStore};
 use crate::sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
-use crate::testutil::{draft, final_op};
+use crate::testutil::{draft, final_op, key};
 use futures::future::BoxFuture;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -379,7 +379,7 @@ async fn shutdown_is_prompt_with_a_final_retrying() -> Result<(), DeliveryError>
     let t0 = Instant::now();
     let waiter = {
         let d = d.clone();
-        tokio::spawn(async move { d.flush_run(&chat(), "stuck").await })
+        tokio::spawn(async move { d.flush_run(&chat(), &key("stuck")).await })
     };
     d.shutdown().await;
     assert!(Instant::now() - t0 <= Duration::from_secs(2));
@@ -415,13 +415,13 @@ async fn flush_run_waits_for_its_run_only() -> Result<(), DeliveryError> {
         .await?;
     }
     let t0 = Instant::now();
-    assert!(d.flush_run(&chat(), "b").await);
+    assert!(d.flush_run(&chat(), &key("b")).await);
     let waited = Instant::now() - t0;
     assert!(
         waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
         "{waited:?}"
     );
-    assert!(d.flush_run(&chat(), "never-submitted").await);
+    assert!(d.flush_run(&chat(), &key("never-submitted")).await);
     Ok(())
 }
 

@@ -62,7 +62,10 @@ async fn happy_path_and_2000_limit() -> Result<(), Box<dyn std::error::Error>> {
     // Retract withdraws the delivered answer: one placeholder remains.
     let placeholder = "⛔ response withdrawn (provider safety stop)";
     let retract = Op::Retract {
-        key: DraftKey { run_id: "r".into() },
+        key: DraftKey {
+            run_id: "r".into(),
+            tenant: String::new(),
+        },
         placeholder: placeholder.into(),
         seq: 5,
     };

@@ -10,6 +10,7 @@ async fn writes_final_once_and_skips_drafts() {
     let chat = ChatTarget::new("term", "");
     let key = DraftKey {
         run_id: "r1".into(),
+        tenant: String::new(),
     };
     let mut st = DeliveryState::default();
     let draft = Op::Draft {

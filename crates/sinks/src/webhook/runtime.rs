@@ -8,7 +8,7 @@ use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 use sha2::Sha256;
-use streamgate_projection::{Op, Tier};
+use streamgate_projection::{DraftKey, Op, Tier};
 
 /// Header carrying `sha256=<hex HMAC-SHA256 of the body>`.
 pub const SIGNATURE_HEADER: &str = "X-Streamgate-Signature";
@@ -45,23 +45,30 @@ pub fn verify(secret: &[u8], body: &[u8], header: &str) -> bool {
     }
 }
 
-fn run_and_seq(op: &Op) -> (Option<&str>, Option<u64>) {
+fn run_and_seq(op: &Op) -> (Option<&DraftKey>, Option<u64>) {
     match op {
         Op::Typing => (None, None),
-        Op::Dismiss { key } => (Some(&key.run_id), None),
+        Op::Dismiss { key } => (Some(key), None),
         Op::Draft { key, seq, .. }
         | Op::Settle { key, seq, .. }
         | Op::Final { key, seq, .. }
         | Op::Retract { key, seq, .. }
-        | Op::Notice { key, seq, .. } => (Some(&key.run_id), Some(*seq)),
+        | Op::Notice { key, seq, .. } => (Some(key), Some(*seq)),
     }
 }
 
-/// `<channel>/<run>/<op>/<seq>`: the same op always gets the same key (retries
-/// included). A run has one dismiss (seq `0`); typing has no run (`-`) and no seq — it
-/// is never retried, so it gets the current time in ms to stay distinct.
+/// `<channel>/<tenant>/<run>/<op>/<seq>`: the same op always gets the same key (retries
+/// included), and the same run id under two tenants gets two keys (a run id is unique
+/// only within its tenant). An op whose draft key names no tenant gets
+/// `<channel>/<run>/<op>/<seq>`. A run has one dismiss (seq `0`); typing has no run
+/// (`-`) and no seq — it is never retried, so it gets the current time in ms to stay
+/// distinct.
 pub fn idempotency_key(channel: &str, op: &Op) -> String {
-    let (run, seq) = run_and_seq(op);
+    let (draft, seq) = run_and_seq(op);
+    let run = draft.map(|d| match d.tenant.as_str() {
+        "" => d.run_id.clone(),
+        tenant => format!("{tenant}/{}", d.run_id),
+    });
     let seq = match (op, seq) {
         (_, Some(s)) => s,
         (Op::Typing, None) => std::time::SystemTime::now()
@@ -70,19 +77,27 @@ pub fn idempotency_key(channel: &str, op: &Op) -> String {
             .unwrap_or(0),
         _ => 0,
     };
-    format!("{channel}/{}/{}/{seq}", run.unwrap_or("-"), op.name())
+    format!(
+        "{channel}/{}/{}/{seq}",
+        run.as_deref().unwrap_or("-"),
+        op.name()
+    )
 }
 
-/// The JSON object POSTed for `op`: `op`, `channel`, `chat`, `run_id`, `seq`, `key`
+/// The JSON object POSTed for `op`: `op`, `channel`, `chat`, `run_id`, `tenant` (when the
+/// op names one), `seq`, `key`
 /// (the idempotency key) and the op's own fields (`text`, `truncated`, `suffix`,
 /// `placeholder`). A final's `text` is the answer exactly as the event had it.
 pub fn payload(channel: &str, chat: &ChatTarget, op: &Op, key: &str) -> Value {
-    let (run, seq) = run_and_seq(op);
+    let (draft, seq) = run_and_seq(op);
     let mut m = Map::new();
     m.insert("op".into(), json!(op.name()));
     m.insert("channel".into(), json!(channel));
     m.insert("chat".into(), json!(chat.chat_id));
-    m.insert("run_id".into(), json!(run));
+    m.insert("run_id".into(), json!(draft.map(|d| &d.run_id)));
+    if let Some(d) = draft.filter(|d| !d.tenant.is_empty()) {
+        m.insert("tenant".into(), json!(d.tenant));
+    }
     m.insert("seq".into(), json!(seq));
     m.insert("key".into(), json!(key));
     match op {

@@ -34,9 +34,37 @@ fn idempotency_key_is_stable() {
     let dismiss = Op::Dismiss {
         key: DraftKey {
             run_id: "run-1".into(),
+            tenant: String::new(),
         },
     };
     assert_eq!(idempotency_key("hook", &dismiss), "hook/run-1/dismiss/0");
+}
+
+#[test]
+fn the_tenant_is_part_of_the_key_and_the_payload() {
+    let op = |tenant: &str| Op::Final {
+        key: DraftKey {
+            run_id: "r1".into(),
+            tenant: tenant.into(),
+        },
+        text: "x".into(),
+        truncated: false,
+        suffix: None,
+        seq: 3,
+    };
+    // The same run id under two tenants: two runs, two keys (the receiver must not
+    // dedupe one against the other).
+    assert_eq!(idempotency_key("hook", &op("acme")), "hook/acme/r1/final/3");
+    assert_eq!(
+        idempotency_key("hook", &op("globex")),
+        "hook/globex/r1/final/3"
+    );
+    let chat = ChatTarget::new("hook", "room");
+    let p = super::payload("hook", &chat, &op("acme"), "k");
+    assert_eq!((&p["tenant"], &p["run_id"]), (&"acme".into(), &"r1".into()));
+    assert!(super::payload("hook", &chat, &op(""), "k")
+        .get("tenant")
+        .is_none());
 }
 
 #[tokio::test]
@@ -46,7 +74,10 @@ async fn happy_path_signed_and_deduped() -> Result<(), Box<dyn std::error::Error
     let chat = ChatTarget::new("hook", "room");
     let answer = "exact <answer> & \"quotes\"\n";
     let fin = Op::Final {
-        key: DraftKey { run_id: "r".into() },
+        key: DraftKey {
+            run_id: "r".into(),
+            tenant: String::new(),
+        },
         text: answer.into(),
         truncated: true,
         suffix: Some("⚠️ truncated (token limit)".into()),

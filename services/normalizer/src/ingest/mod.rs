@@ -161,7 +161,8 @@ impl Ingestor {
     /// Claims `tenant`/`run_id` for one ingest request: two requests writing one run's
     /// chunks at once would interleave them, so a second one is refused
     /// ([`IngestError::Busy`]) until the first ends. The registry is in-process: requests
-    /// to one replica are serialized per run.
+    /// to one replica are serialized per run — per `(tenant, run id)`, so the same run id
+    /// under another tenant is not held up.
     pub fn claim(&self, tenant: &str, run_id: &str) -> Result<Claim, IngestError> {
         let key = (tenant.to_owned(), run_id.to_owned());
         let mut ingesting = self

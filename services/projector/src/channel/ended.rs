@@ -3,6 +3,7 @@
 //! channel never reads the archive (operator-only); what it forgot, `streamgate replay`
 //! has.
 
+use super::{resolve, Lookup, RunKey};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,12 +26,12 @@ pub struct EndedRun {
 /// The bounded memory.
 #[derive(Debug, Default)]
 pub(super) struct EndedRuns {
-    by_run: HashMap<String, (Instant, EndedRun)>,
-    order: VecDeque<(Instant, String)>,
+    by_run: HashMap<RunKey, (Instant, EndedRun)>,
+    order: VecDeque<(Instant, RunKey)>,
 }
 
 impl EndedRuns {
-    pub(super) fn insert(&mut self, run_id: String, run: EndedRun) {
+    pub(super) fn insert(&mut self, run_id: RunKey, run: EndedRun) {
         let now = Instant::now();
         self.expire(now);
         if self.by_run.insert(run_id.clone(), (now, run)).is_none() {
@@ -44,9 +45,17 @@ impl EndedRuns {
         }
     }
 
-    pub(super) fn get(&mut self, run_id: &str) -> Option<EndedRun> {
+    /// `run_id` of `tenant` (empty: of the only tenant with an ended run of that id).
+    pub(super) fn get(&mut self, tenant: &str, run_id: &str) -> Lookup<(RunKey, EndedRun)> {
         self.expire(Instant::now());
-        self.by_run.get(run_id).map(|(_, r)| r.clone())
+        match resolve(self.by_run.keys(), tenant, run_id) {
+            Lookup::Found(k) => match self.by_run.get(&k) {
+                Some((_, r)) => Lookup::Found((k, r.clone())),
+                None => Lookup::Missing,
+            },
+            Lookup::Missing => Lookup::Missing,
+            Lookup::Ambiguous => Lookup::Ambiguous,
+        }
     }
 
     fn expire(&mut self, now: Instant) {
@@ -77,15 +86,40 @@ mod tests {
     fn keeps_the_newest_runs_up_to_the_bound() {
         let mut e = EndedRuns::default();
         for i in 0..MAX_RUNS + 10 {
-            e.insert(format!("r{i}"), run(&i.to_string()));
+            e.insert(("t".into(), format!("r{i}")), run(&i.to_string()));
         }
-        assert_eq!(e.get("r0"), None);
-        assert_eq!(e.get("r9"), None);
+        assert_eq!(e.get("t", "r0"), Lookup::Missing);
+        assert_eq!(e.get("", "r9"), Lookup::Missing);
         let last = format!("r{}", MAX_RUNS + 9);
-        assert_eq!(
-            e.get(&last).and_then(|r| r.final_text),
-            Some((MAX_RUNS + 9).to_string())
-        );
+        let Lookup::Found((_, r)) = e.get("t", &last) else {
+            panic!("the newest run is kept");
+        };
+        assert_eq!(r.final_text, Some((MAX_RUNS + 9).to_string()));
         assert_eq!(e.by_run.len(), MAX_RUNS);
+    }
+
+    /// The same run id under two tenants: two ended runs; naming no tenant finds the
+    /// run only while one tenant has it.
+    #[test]
+    fn tenants_are_kept_apart() {
+        let mut e = EndedRuns::default();
+        e.insert(("acme".into(), "r1".into()), run("acme's"));
+        let Lookup::Found((k, r)) = e.get("", "r1") else {
+            panic!("one tenant: found without naming it");
+        };
+        assert_eq!(
+            (k.0.as_str(), r.final_text.as_deref()),
+            ("acme", Some("acme's"))
+        );
+        e.insert(("globex".into(), "r1".into()), run("globex's"));
+        assert_eq!(e.get("", "r1"), Lookup::Ambiguous);
+        for t in ["acme", "globex"] {
+            let Lookup::Found((k, r)) = e.get(t, "r1") else {
+                panic!("{t}: found");
+            };
+            assert_eq!(k, (t.to_owned(), "r1".to_owned()));
+            assert_eq!(r.final_text, Some(format!("{t}'s")));
+        }
+        assert_eq!(e.get("initech", "r1"), Lookup::Missing);
     }
 }

@@ -16,6 +16,12 @@
 //! reaches all of them without a restart and re-renders their runs of that chat. Cached
 //! values carry the key's KV revision; an older value (a lazy load racing the watch)
 //! never replaces a newer one.//!
+//!
+//! Identity: a run is `(tenant, run id)` ([`RunKey`]): a run id is unique only within its
+//! tenant, so the run table, the ended-run memory, the active-run markers and delivery
+//! states (KV), the draft keys of the ops and the web page's records all name both, and
+//! the same run id under two tenants is rendered as two runs.
+//!
 //! Layout, one file per job: `mod.rs` (the [`Channel`] and what it answers), `runs`
 //! (the run table: folding events into ops, rebuilds, marker cleanup), `recovery`
 //! (crash recovery and orphans), `settings` (per-chat settings, the `SG_SETTINGS`
@@ -43,6 +49,54 @@ use streamgate_grammar::RunEvent;
 use streamgate_projection::{RunProjection, Tier};
 use streamgate_sinks::{Delivery, StateStore};
 use tokio::sync::broadcast;
+
+/// A run: `(tenant, run id)`.
+pub type RunKey = (String, String);
+
+/// The [`RunKey`] of a tenant and run id.
+pub fn run_key(tenant: &str, run_id: &str) -> RunKey {
+    (tenant.to_owned(), run_id.to_owned())
+}
+
+/// Why a run named by id alone could not be told apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup<T> {
+    /// The run, found.
+    Found(T),
+    /// No such run here.
+    Missing,
+    /// No tenant given and several tenants have a run of that id: name the tenant.
+    Ambiguous,
+}
+
+impl<T> Lookup<T> {
+    /// The run, when found.
+    pub fn found(self) -> Option<T> {
+        match self {
+            Lookup::Found(t) => Some(t),
+            Lookup::Missing | Lookup::Ambiguous => None,
+        }
+    }
+}
+
+/// Looks up `run_id` of `tenant` (empty: the only tenant with a run of that id) among
+/// `keys`.
+pub(crate) fn resolve<'a>(
+    keys: impl IntoIterator<Item = &'a RunKey>,
+    tenant: &str,
+    run_id: &str,
+) -> Lookup<RunKey> {
+    let mut found = None;
+    for k in keys {
+        if k.1 == run_id && (tenant.is_empty() || k.0 == tenant) {
+            if found.is_some() {
+                return Lookup::Ambiguous;
+            }
+            found = Some(k.clone());
+        }
+    }
+    found.map_or(Lookup::Missing, Lookup::Found)
+}
 
 /// What the channel knows about one run in flight.
 struct RunEntry {
@@ -76,6 +130,8 @@ pub struct ActiveRunInfo {
 /// The current draft of a run ([`Channel::draft`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DraftInfo {
+    /// The run's tenant.
+    pub tenant: String,
     /// Chat it renders into.
     pub chat_id: String,
     /// Rendered draft text.
@@ -95,7 +151,7 @@ pub struct Channel {
     state_kv: Store,
     settings_kv: Store,
     store: Arc<dyn StateStore>,
-    runs: Mutex<HashMap<String, RunEntry>>,
+    runs: Mutex<HashMap<RunKey, RunEntry>>,
     /// Runs that ended here recently, with their final answers.
     ended: Mutex<ended::EndedRuns>,
     /// Lock order: `runs` before `chat_settings` wherever both are held.
@@ -169,9 +225,10 @@ impl Channel {
         &self.js
     }
 
-    /// A run that ended on this replica within the last hour (1024 runs at most).
-    pub fn ended_run(&self, run_id: &str) -> Option<EndedRun> {
-        lock(&self.ended).get(run_id)
+    /// A run that ended on this replica within the last hour (1024 runs at most):
+    /// `run_id` of `tenant`, or with an empty `tenant` the only tenant's run of that id.
+    pub fn ended_run(&self, tenant: &str, run_id: &str) -> Lookup<(RunKey, EndedRun)> {
+        lock(&self.ended).get(tenant, run_id)
     }
 
     /// Live events after the channel processed them (for `Subscribe`).

@@ -3,7 +3,7 @@
 //! interrupted".
 
 use super::runs::{forget_when_delivered, rebuild};
-use super::{lock, Channel, RunEntry};
+use super::{lock, run_key, Channel, RunEntry};
 use crate::error::ProjectorError;
 use crate::kv::{self, ActiveRun};
 use std::sync::atomic::Ordering;
@@ -97,7 +97,8 @@ impl Channel {
         let orphan_ms = i64::try_from(self.cfg.orphan_after.as_millis()).unwrap_or(i64::MAX);
         let mut interrupted = 0;
         for m in markers {
-            if !startup && !lock(&self.runs).contains_key(&m.run_id) {
+            let key = run_key(&m.tenant, &m.run_id);
+            if !startup && !lock(&self.runs).contains_key(&key) {
                 // Ended here and waiting for its flush, on another replica's partition,
                 // or owned by a previous life: only the pass of an acquired partition
                 // touches those.
@@ -119,14 +120,15 @@ impl Channel {
                             detail: e.0,
                         })?;
                 let settings = self.settings_for(&m.chat_id).await?;
-                let in_memory = lock(&self.runs).remove(&m.run_id).map(|e| e.proj);
-                let mut proj = in_memory
-                    .unwrap_or_else(|| rebuild(&m.run_id, &events, &settings, self.tier).proj);
+                let in_memory = lock(&self.runs).remove(&key).map(|e| e.proj);
+                let mut proj = in_memory.unwrap_or_else(|| {
+                    rebuild(&m.tenant, &m.run_id, &events, &settings, self.tier).proj
+                });
                 if state.is_some_and(|s| !s.settled && !s.dismissed) {
                     for op in proj.interrupted() {
                         self.delivery.submit(target.clone(), op).await?;
                     }
-                    if !self.delivery.flush_run(&target, &m.run_id).await {
+                    if !self.delivery.flush_run(&target, &m.draft_key()).await {
                         // Shutting down: the marker stays, the next owner settles it.
                         continue;
                     }
@@ -140,7 +142,7 @@ impl Channel {
                 continue;
             }
             let settings = self.settings_for(&m.chat_id).await?;
-            let rebuilt = rebuild(&m.run_id, &events, &settings, self.tier);
+            let rebuilt = rebuild(&m.tenant, &m.run_id, &events, &settings, self.tier);
             for op in rebuilt.resubmit {
                 self.delivery.submit(target.clone(), op).await?;
             }
@@ -151,7 +153,7 @@ impl Channel {
             } else {
                 let partition = self.partition_of(&m.subject, &m.run_id);
                 lock(&self.runs).insert(
-                    m.run_id.clone(),
+                    key,
                     RunEntry {
                         proj: rebuilt.proj,
                         marker: m,

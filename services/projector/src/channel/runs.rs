@@ -2,7 +2,9 @@
 //! engine; rebuilding a run from `SG_EVENTS`; the active-run marker removed once the
 //! run's ops were executed.
 
-use super::{lock, ActiveRunInfo, Channel, DraftInfo, EndedRun, RunEntry};
+use super::{
+    lock, resolve, run_key, ActiveRunInfo, Channel, DraftInfo, EndedRun, Lookup, RunEntry,
+};
 use crate::error::ProjectorError;
 use crate::kv::{self, ActiveRun};
 use async_nats::jetstream::kv::Store;
@@ -24,12 +26,13 @@ pub(super) struct Rebuilt {
 }
 
 pub(super) fn rebuild<'a>(
+    tenant: &str,
     run_id: &str,
     events: impl IntoIterator<Item = &'a RunEvent>,
     settings: &Settings,
     tier: Tier,
 ) -> Rebuilt {
-    let mut proj = RunProjection::new(run_id);
+    let mut proj = RunProjection::for_run(tenant, run_id);
     let mut draft = String::new();
     let mut final_text = None;
     let mut resubmit: Vec<Op> = Vec::new();
@@ -81,19 +84,29 @@ impl Channel {
                 subject: e.marker.subject.clone(),
             })
             .collect();
-        v.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        v.sort_by(|a, b| (&a.run_id, &a.tenant).cmp(&(&b.run_id, &b.tenant)));
         v
     }
 
-    /// The run's current draft, if the run is in flight here (on a partition this
-    /// replica holds).
-    pub fn draft(&self, run_id: &str) -> Option<DraftInfo> {
-        lock(&self.runs).get(run_id).map(|e| DraftInfo {
-            chat_id: e.marker.chat_id.clone(),
-            text: e.draft.clone(),
-            last_seq: e.proj.last_seq(),
-            settled: e.proj.is_settled(),
-        })
+    /// The current draft of `run_id` of `tenant` (empty: the only tenant's run of that
+    /// id), if the run is in flight here (on a partition this replica holds).
+    pub fn draft(&self, tenant: &str, run_id: &str) -> Lookup<DraftInfo> {
+        let runs = lock(&self.runs);
+        let key = match resolve(runs.keys(), tenant, run_id) {
+            Lookup::Found(k) => k,
+            Lookup::Missing => return Lookup::Missing,
+            Lookup::Ambiguous => return Lookup::Ambiguous,
+        };
+        match runs.get(&key) {
+            Some(e) => Lookup::Found(DraftInfo {
+                tenant: key.0,
+                chat_id: e.marker.chat_id.clone(),
+                text: e.draft.clone(),
+                last_seq: e.proj.last_seq(),
+                settled: e.proj.is_settled(),
+            }),
+            None => Lookup::Missing,
+        }
     }
 
     /// Processes one event: rebuild the run if it is new here, fold, submit the ops,
@@ -105,7 +118,8 @@ impl Channel {
             return Ok(());
         }
         let run_id = env.run_id.clone();
-        let known = lock(&self.runs).contains_key(&run_id);
+        let key = run_key(&env.tenant, &run_id);
+        let known = lock(&self.runs).contains_key(&key);
         let chat = self.cfg.chat_for(env.session_key.as_deref());
         let settings = self.settings_for(&chat).await?;
         if !known {
@@ -126,9 +140,9 @@ impl Channel {
                     .into_iter()
                     .filter(|e| e.event.seq < ev.event.seq)
                     .collect();
-                rebuild(&run_id, &earlier, &settings, self.tier)
+                rebuild(&env.tenant, &run_id, &earlier, &settings, self.tier)
             } else {
-                rebuild(&run_id, [], &settings, self.tier)
+                rebuild(&env.tenant, &run_id, [], &settings, self.tier)
             };
             // The marker goes first: from here on a crash leaves a trace recovery finds.
             kv::put_active(&self.state_kv, &marker).await?;
@@ -137,7 +151,7 @@ impl Channel {
                 self.delivery.submit(target.clone(), op).await?;
             }
             lock(&self.runs).insert(
-                run_id.clone(),
+                key.clone(),
                 RunEntry {
                     proj: rebuilt.proj,
                     marker,
@@ -149,7 +163,7 @@ impl Channel {
         }
         let (ops, done, marker) = {
             let mut runs = lock(&self.runs);
-            let Some(e) = runs.get_mut(&run_id) else {
+            let Some(e) = runs.get_mut(&key) else {
                 return Ok(());
             };
             // The cache as of now: a settings change that landed since `settings` was
@@ -162,7 +176,7 @@ impl Channel {
             let done = e.proj.is_settled() || ev.event.is_terminal();
             if done {
                 lock(&self.ended).insert(
-                    run_id.clone(),
+                    key.clone(),
                     EndedRun {
                         chat_id: e.marker.chat_id.clone(),
                         final_text: e.final_text.clone(),
@@ -187,7 +201,7 @@ impl Channel {
         // No receivers is fine: nobody is subscribed.
         let _ = self.events_tx.send(Arc::new(ev));
         if done {
-            lock(&self.runs).remove(&run_id);
+            lock(&self.runs).remove(&key);
             // The marker is what lets a restarted projector finish the run's final and
             // settle, so it goes only once the engine has executed them (this run's ops
             // only: another chat's backlog does not keep it).
@@ -220,7 +234,7 @@ pub(super) fn forget_when_delivered(
     marker: ActiveRun,
 ) {
     tokio::spawn(async move {
-        if !delivery.flush_run(&target, &marker.run_id).await {
+        if !delivery.flush_run(&target, &marker.draft_key()).await {
             tracing::debug!(run = %marker.run_id.escape_debug(), "engine closed first; active marker kept for recovery");
             return;
         }

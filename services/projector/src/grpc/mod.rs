@@ -13,6 +13,10 @@
 //! redactor ([`streamgate_projection::EventRedactor`], on each lane's accumulated text);
 //! final answers verbatim. Raw events stay operator-only (`ArchiveService`).
 //!
+//! A run is `(tenant, run id)`: requests naming a run carry `tenant`; an empty one means
+//! the only tenant with a run of that id here (FAILED_PRECONDITION when there are
+//! several), and every stream follows exactly one `(tenant, run id)`.
+//!
 //! Every answer comes from this replica: a channel's replicas split the partitions, so
 //! `ListActiveRuns` and `GetDraft` know the runs of the partitions held here, and the
 //! live part of `Subscribe` sees only events processed here (a run on another replica's
@@ -20,7 +24,7 @@
 
 mod watch;
 
-use crate::channel::Channel;
+use crate::channel::{Channel, Lookup, RunKey};
 use crate::kv::SettingsOverride;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -89,9 +93,16 @@ async fn send_in_order(
     true
 }
 
+/// FAILED_PRECONDITION for a run id that several tenants have here.
+fn ambiguous(run_id: &str) -> Status {
+    Status::failed_precondition(format!(
+        "several tenants have a run `{run_id}` on this channel: name the tenant"
+    ))
+}
+
 async fn follow(
     channel: Arc<Channel>,
-    run_id: String,
+    run_id: RunKey,
     subject: String,
     after_seq: u64,
     live: broadcast::Receiver<Arc<RunEvent>>,
@@ -112,7 +123,7 @@ async fn follow(
 
 async fn follow_run(
     channel: Arc<Channel>,
-    run_id: String,
+    run_id: RunKey,
     subject: String,
     after_seq: u64,
     mut live: broadcast::Receiver<Arc<RunEvent>>,
@@ -137,7 +148,7 @@ async fn follow_run(
             }
         }
         match live.recv().await {
-            Ok(ev) if ev.envelope.run_id == run_id => {
+            Ok(ev) if ev.envelope.run_id == run_id.1 && ev.envelope.tenant == run_id.0 => {
                 if ev.event.seq > next {
                     // A gap (we subscribed while the consumer was ahead of the read):
                     // fill it from the stream before going on.
@@ -166,13 +177,22 @@ impl ProjectorService for Projector {
         &self,
         req: Request<v1::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let after = req.into_inner().after_seq;
+        let req = req.into_inner();
+        // Per run: `after` wins over the deprecated per-run-id map.
+        let after = watch::AfterSeq {
+            by_run_id: req.after_seq.into_iter().collect(),
+            by_run: req
+                .after
+                .into_iter()
+                .map(|r| ((r.tenant, r.run_id), r.seq))
+                .collect(),
+        };
         let live = self.channel.subscribe_events();
         let (tx, rx) = mpsc::channel(1024);
         let (channel, stop) = (self.channel.clone(), self.shutdown.clone());
         tokio::spawn(async move {
             tokio::select! {
-                () = watch::watch(channel, after.into_iter().collect(), live, tx.clone()) => {}
+                () = watch::watch(channel, after, live, tx.clone()) => {}
                 () = stop.cancelled() => {
                     let _ = tx
                         .send(Err(Status::unavailable(
@@ -193,7 +213,14 @@ impl ProjectorService for Projector {
         let runs = self.channel.active_runs();
         let run = match &req.target {
             Some(v1::subscribe_request::Target::RunId(r)) => {
-                runs.into_iter().find(|x| &x.run_id == r)
+                let mut matching = runs.into_iter().filter(|x| {
+                    &x.run_id == r && (req.tenant.is_empty() || x.tenant == req.tenant)
+                });
+                let first = matching.next();
+                if first.is_some() && matching.next().is_some() {
+                    return Err(ambiguous(r));
+                }
+                first
             }
             Some(v1::subscribe_request::Target::SessionKey(s)) => runs
                 .into_iter()
@@ -213,7 +240,7 @@ impl ProjectorService for Projector {
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(follow(
             self.channel.clone(),
-            run.run_id,
+            (run.tenant, run.run_id),
             run.subject,
             req.after_seq,
             live,
@@ -227,13 +254,15 @@ impl ProjectorService for Projector {
         &self,
         req: Request<v1::GetDraftRequest>,
     ) -> Result<Response<v1::Draft>, Status> {
-        let run_id = req.into_inner().run_id;
-        let d = self
-            .channel
-            .draft(&run_id)
-            .ok_or_else(|| Status::not_found("run is not active on this channel"))?;
+        let req = req.into_inner();
+        let d = match self.channel.draft(&req.tenant, &req.run_id) {
+            Lookup::Found(d) => d,
+            Lookup::Missing => return Err(Status::not_found("run is not active on this channel")),
+            Lookup::Ambiguous => return Err(ambiguous(&req.run_id)),
+        };
         Ok(Response::new(v1::Draft {
-            run_id,
+            run_id: req.run_id,
+            tenant: d.tenant,
             chat_id: d.chat_id,
             text: d.text,
             last_seq: d.last_seq,
@@ -245,18 +274,23 @@ impl ProjectorService for Projector {
         &self,
         req: Request<v1::GetEndedRunRequest>,
     ) -> Result<Response<v1::EndedRun>, Status> {
-        let run_id = req.into_inner().run_id;
-        let ended = self.channel.ended_run(&run_id).ok_or_else(|| {
-            Status::not_found(
-                "no run of that id ended on this channel recently (`streamgate replay` has every run)",
-            )
-        })?;
+        let req = req.into_inner();
+        let ((tenant, run_id), ended) = match self.channel.ended_run(&req.tenant, &req.run_id) {
+            Lookup::Found(e) => e,
+            Lookup::Missing => {
+                return Err(Status::not_found(
+                    "no run of that id ended on this channel recently (`streamgate replay` has every run)",
+                ))
+            }
+            Lookup::Ambiguous => return Err(ambiguous(&req.run_id)),
+        };
         let ended_at_ms = ended
             .ended_at
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         Ok(Response::new(v1::EndedRun {
             run_id,
+            tenant,
             chat_id: ended.chat_id,
             final_text: ended.final_text,
             ended_at_ms,

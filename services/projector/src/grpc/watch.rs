@@ -6,7 +6,7 @@
 //! runs are read back, and each run's events pass only at exactly its next seq; a gap (a
 //! run first met mid-way) or a lagging broadcast re-reads the run from `SG_EVENTS`.
 
-use crate::channel::Channel;
+use crate::channel::{Channel, RunKey};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use streamgate_bus::subject::RunAddr;
@@ -15,6 +15,30 @@ use streamgate_projection::EventRedactor;
 use streamgate_proto::v1;
 use tokio::sync::{broadcast, mpsc};
 use tonic::Status;
+
+/// What a watcher already has: per run, the last seq it rendered.
+#[derive(Debug, Default)]
+pub(super) struct AfterSeq {
+    /// Deprecated: per run id, for that run id under every tenant.
+    pub(super) by_run_id: HashMap<String, u64>,
+    /// Per run (tenant, run id); wins over `by_run_id`.
+    pub(super) by_run: HashMap<RunKey, u64>,
+}
+
+impl AfterSeq {
+    fn get(&self, run: &RunKey) -> u64 {
+        self.by_run
+            .get(run)
+            .or_else(|| self.by_run_id.get(&run.1))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// The run of an event.
+fn key_of(ev: &RunEvent) -> RunKey {
+    (ev.envelope.tenant.clone(), ev.envelope.run_id.clone())
+}
 
 /// How many ended runs are remembered, so a late duplicate of theirs is not taken for a
 /// new run.
@@ -25,13 +49,13 @@ struct Watcher {
     channel: Arc<Channel>,
     /// What the watcher already has, per run (a run recovered after the watch began
     /// resumes after it).
-    after_seq: HashMap<String, u64>,
+    after_seq: AfterSeq,
     tx: mpsc::Sender<Result<v1::Event, Status>>,
-    open: HashMap<String, (u64, String)>,
+    open: HashMap<RunKey, (u64, String)>,
     /// Per open run: its display-safe event redactor.
-    redactors: HashMap<String, EventRedactor>,
-    ended: HashSet<String>,
-    ended_order: VecDeque<String>,
+    redactors: HashMap<RunKey, EventRedactor>,
+    ended: HashSet<RunKey>,
+    ended_order: VecDeque<RunKey>,
 }
 
 /// Why sending stopped.
@@ -50,7 +74,7 @@ impl Watcher {
     /// Sends `ev`, display-safe, if it is its run's next event (an earlier one only
     /// primes the run's redactor: the watcher resumed after it).
     async fn pass(&mut self, ev: &RunEvent) -> Result<(), Gone> {
-        let run = &ev.envelope.run_id;
+        let run = &key_of(ev);
         let Some((next, _)) = self.open.get_mut(run) else {
             return Ok(());
         };
@@ -69,12 +93,12 @@ impl Watcher {
         };
         self.tx.send(Ok(safe)).await.map_err(|_| Gone)?;
         if end {
-            self.end(ev.envelope.run_id.clone());
+            self.end(key_of(ev));
         }
         Ok(())
     }
 
-    fn end(&mut self, run: String) {
+    fn end(&mut self, run: RunKey) {
         self.open.remove(&run);
         self.redactors.remove(&run);
         if self.ended.insert(run.clone()) {
@@ -88,14 +112,14 @@ impl Watcher {
     }
 
     /// Sends what `SG_EVENTS` holds of `run` from its next seq on.
-    async fn reread(&mut self, run: &str) -> Result<(), Gone> {
+    async fn reread(&mut self, run: &RunKey) -> Result<(), Gone> {
         let Some((_, subject)) = self.open.get(run) else {
             return Ok(());
         };
         let events = match self.channel.read_run(subject).await {
             Ok(evs) => evs,
             Err(e) => {
-                tracing::warn!(run, error = %e, "watch: run not re-read");
+                tracing::warn!(tenant = %run.0, run = %run.1, error = %e, "watch: run not re-read");
                 return Ok(());
             }
         };
@@ -107,13 +131,13 @@ impl Watcher {
 
     /// One live event: a new run is opened at seq 1; a gap is filled from the stream.
     async fn live(&mut self, ev: &RunEvent) -> Result<(), Gone> {
-        let run = ev.envelope.run_id.clone();
+        let run = key_of(ev);
         if self.ended.contains(&run) {
             return Ok(());
         }
         if !self.open.contains_key(&run) {
             let subject = self.subject_of(ev);
-            let next = self.after_seq.get(&run).copied().unwrap_or(0) + 1;
+            let next = self.after_seq.get(&run) + 1;
             self.open.insert(run.clone(), (next, subject));
         }
         let next = self.open.get(&run).map_or(1, |(n, _)| *n);
@@ -125,10 +149,10 @@ impl Watcher {
 }
 
 /// Streams every run's events into `tx` until the watcher goes away or the broadcast
-/// closes. `after_seq` gives, per run id, the last seq the watcher already has.
+/// closes. `after_seq` gives, per run, the last seq the watcher already has.
 pub(super) async fn watch(
     channel: Arc<Channel>,
-    after_seq: HashMap<String, u64>,
+    after_seq: AfterSeq,
     mut live: broadcast::Receiver<Arc<RunEvent>>,
     tx: mpsc::Sender<Result<v1::Event, Status>>,
 ) {
@@ -137,8 +161,9 @@ pub(super) async fn watch(
             .active_runs()
             .into_iter()
             .map(|r| {
-                let next = after_seq.get(&r.run_id).copied().unwrap_or(0) + 1;
-                (r.run_id, (next, r.subject))
+                let key = (r.tenant, r.run_id);
+                let next = after_seq.get(&key) + 1;
+                (key, (next, r.subject))
             })
             .collect(),
         channel,
@@ -148,7 +173,7 @@ pub(super) async fn watch(
         ended: HashSet::new(),
         ended_order: VecDeque::new(),
     };
-    let active: Vec<String> = w.open.keys().cloned().collect();
+    let active: Vec<RunKey> = w.open.keys().cloned().collect();
     for run in active {
         if w.reread(&run).await.is_err() {
             return;
@@ -159,7 +184,7 @@ pub(super) async fn watch(
             Ok(ev) => w.live(&ev).await,
             Err(broadcast::error::RecvError::Lagged(n)) => {
                 tracing::debug!(skipped = n, "watch lagged: re-reading open runs");
-                let open: Vec<String> = w.open.keys().cloned().collect();
+                let open: Vec<RunKey> = w.open.keys().cloned().collect();
                 let mut r = Ok(());
                 for run in open {
                     r = w.reread(&run).await;

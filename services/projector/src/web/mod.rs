@@ -5,10 +5,16 @@
 //! Routes:
 //! - `GET /` — the page; `GET /assets/app.js`, `GET /assets/app.css` — its script and
 //!   styles (files beside this module, compiled in with `include_str!`; no CDN);
-//! - `GET /api/runs` — the run list, newest first (JSON);
-//! - `GET /api/runs/{run}` — what the page shows of one run ([`runs::RunView`], JSON);
-//! - `GET /runs/{run}/events` — SSE: the run's view now, then again whenever it
-//!   changed, at most ~10 per second (latest wins: a page never queues stale drafts).
+//! - `GET /api/runs` — the run list, newest first (JSON; each row names its `tenant` and
+//!   `run_id`);
+//! - `GET /api/runs/{run}?tenant=<t>` — what the page shows of one run
+//!   ([`runs::RunView`], JSON);
+//! - `GET /runs/{run}/events?tenant=<t>` — SSE: the run's view now, then again whenever
+//!   it changed, at most ~10 per second (latest wins: a page never queues stale drafts).
+//!
+//! A run is `(tenant, run id)`: the same run id under two tenants is two records. Without
+//! `?tenant=` a URL names the only tenant's run of that id (nothing while several
+//! tenants have one); the page always sends the tenant.
 //!
 //! Model output is untrusted: answers and commentary are rendered from markdown on the
 //! server and sanitized ([`markdown`]); the page inserts only that HTML and sets every
@@ -23,7 +29,7 @@ pub mod markdown;
 pub mod runs;
 
 use crate::channel::Channel;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
@@ -35,7 +41,7 @@ use runs::{RunView, Runs};
 use std::convert::Infallible;
 use std::sync::Arc;
 use streamgate_grammar::{EventData, SegmentPhase};
-use streamgate_projection::{Op, Tier};
+use streamgate_projection::{DraftKey, Op, Tier};
 use streamgate_sinks::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
@@ -99,14 +105,14 @@ impl Sink for WebSink {
         state: &'a mut DeliveryState,
     ) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(async move {
-            let record = |run: &str| self.runs.apply(run, &chat.chat_id, op);
+            let record = |run: &DraftKey| self.runs.apply(run, &chat.chat_id, op);
             match op {
                 Op::Typing => {}
                 Op::Draft { key, text, seq } => {
                     if state.settled || state.draft_text.as_deref() == Some(text) {
                         return Ok(());
                     }
-                    record(&key.run_id);
+                    record(key);
                     state.draft_text = Some(text.clone());
                     state.last_rendered_seq = Some(*seq);
                 }
@@ -114,7 +120,7 @@ impl Sink for WebSink {
                     if state.settled {
                         return Ok(());
                     }
-                    record(&key.run_id);
+                    record(key);
                     state.draft_text = Some(text.clone());
                     state.last_rendered_seq = Some(*seq);
                     state.settled = true;
@@ -123,7 +129,7 @@ impl Sink for WebSink {
                     if state.dismissed {
                         return Ok(());
                     }
-                    record(&key.run_id);
+                    record(key);
                     state.dismissed = true;
                     state.settled = true;
                 }
@@ -131,21 +137,21 @@ impl Sink for WebSink {
                     if state.final_delivered {
                         return Ok(());
                     }
-                    record(&key.run_id);
+                    record(key);
                     state.final_delivered = true;
                 }
                 Op::Retract { key, .. } => {
                     if state.retracted {
                         return Ok(());
                     }
-                    record(&key.run_id);
+                    record(key);
                     state.retracted = true;
                 }
                 Op::Notice { key, seq, .. } => {
                     if !state.notices_sent.insert(*seq) {
                         return Ok(());
                     }
-                    record(&key.run_id);
+                    record(key);
                 }
             }
             Ok(())
@@ -167,7 +173,7 @@ pub async fn follow_thinking(channel: Arc<Channel>, sink: Arc<WebSink>, stop: Ca
             Ok(ev) => {
                 if let EventData::Thinking(t) = &ev.event.data {
                     sink.runs.thinking_at(
-                        &ev.envelope.run_id,
+                        (&ev.envelope.tenant, &ev.envelope.run_id),
                         t.id.as_deref(),
                         t.phase == Some(SegmentPhase::Start),
                         ev.envelope.ts_ms,
@@ -228,8 +234,19 @@ async fn list(State(s): State<AppState>) -> Json<Vec<runs::RunRow>> {
     Json(s.sink.runs.list())
 }
 
-async fn one(State(s): State<AppState>, Path(run): Path<String>) -> Response {
-    match s.sink.runs.view(&run) {
+/// `?tenant=`: the run's tenant (absent: the only tenant with a run of that id).
+#[derive(Debug, Default, serde::Deserialize)]
+struct TenantQuery {
+    #[serde(default)]
+    tenant: String,
+}
+
+async fn one(
+    State(s): State<AppState>,
+    Path(run): Path<String>,
+    Query(q): Query<TenantQuery>,
+) -> Response {
+    match s.sink.runs.view(&q.tenant, &run) {
         Some(v) => Json(v).into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
@@ -240,16 +257,21 @@ fn sse_of(v: &RunView) -> SseEvent {
     SseEvent::default().id(v.version.to_string()).data(data)
 }
 
-async fn run_events(State(s): State<AppState>, Path(run): Path<String>) -> impl IntoResponse {
+async fn run_events(
+    State(s): State<AppState>,
+    Path(run): Path<String>,
+    Query(q): Query<TenantQuery>,
+) -> impl IntoResponse {
+    let tenant = q.tenant;
     let mut changed = s.sink.runs.watch();
     let sink = s.sink.clone();
     let stop = s.shutdown.clone();
     let stream = async_stream(move |tx| async move {
         let mut sent = 0u64;
         loop {
-            let version = sink.runs.version(&run);
+            let version = sink.runs.version(&tenant, &run);
             if version != sent {
-                if let Some(v) = sink.runs.view(&run) {
+                if let Some(v) = sink.runs.view(&tenant, &run) {
                     sent = v.version;
                     if tx.send(sse_of(&v)).await.is_err() {
                         return;

@@ -9,12 +9,14 @@
 //! record update per op and the page at most ~10 snapshots a second.
 
 use super::markdown;
+use crate::channel::{resolve, Lookup, RunKey};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use streamgate_projection::{
-    draft_line_kind, DraftLine, Op, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER,
+    draft_line_kind, DraftKey, DraftLine, Op, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED,
+    REJECT_PLACEHOLDER,
 };
 use tokio::sync::watch;
 
@@ -128,6 +130,8 @@ pub enum Step {
 pub struct RunView {
     /// The run.
     pub run_id: String,
+    /// Its tenant (a run id is unique only within its tenant).
+    pub tenant: String,
     /// Its chat.
     pub chat_id: String,
     /// Status badge.
@@ -164,6 +168,8 @@ fn shared_str<S: serde::Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok,
 pub struct RunRow {
     /// The run.
     pub run_id: String,
+    /// Its tenant (a run id is unique only within its tenant).
+    pub tenant: String,
     /// Its chat.
     pub chat_id: String,
     /// Status badge.
@@ -243,7 +249,7 @@ fn steps_of(lines: &[String]) -> Vec<(DraftLine, String)> {
     out
 }
 
-fn view_of(run_id: &str, r: &Record) -> RunView {
+fn view_of((tenant, run_id): &RunKey, r: &Record) -> RunView {
     let ended = r.ended_ms.is_some();
     let mut raw = steps_of(&r.lines);
     if r.final_text.is_some() || r.withdrawn.is_some() {
@@ -282,7 +288,8 @@ fn view_of(run_id: &str, r: &Record) -> RunView {
         notices.push(w.clone());
     }
     RunView {
-        run_id: run_id.to_owned(),
+        run_id: run_id.clone(),
+        tenant: tenant.clone(),
         chat_id: r.chat_id.clone(),
         status: r.status(),
         started_ms: r.started_ms,
@@ -322,7 +329,7 @@ fn preview(r: &Record) -> String {
 
 /// The recent runs and a version that moves on every change.
 pub struct Runs {
-    inner: Mutex<HashMap<String, Record>>,
+    inner: Mutex<HashMap<RunKey, Record>>,
     changed: watch::Sender<u64>,
     max_runs: usize,
     max_age_ms: i64,
@@ -345,7 +352,7 @@ impl Runs {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunKey, Record>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -358,15 +365,16 @@ impl Runs {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    /// Applies one op of `run_id` (rendering into `chat_id`).
-    pub fn apply(&self, run_id: &str, chat_id: &str, op: &Op) {
+    /// Applies one op of the run `run` (its tenant and run id; rendering into `chat_id`).
+    pub fn apply(&self, run: &DraftKey, chat_id: &str, op: &Op) {
         let now = now_ms();
+        let key = (run.tenant.clone(), run.run_id.clone());
         {
             let mut runs = self.lock();
-            if !runs.contains_key(run_id) {
+            if !runs.contains_key(&key) {
                 Self::evict(&mut runs, now, self.max_runs - 1, self.max_age_ms);
             }
-            let r = runs.entry(run_id.to_owned()).or_insert_with(|| Record {
+            let r = runs.entry(key).or_insert_with(|| Record {
                 chat_id: chat_id.to_owned(),
                 started_ms: now,
                 ..Record::default()
@@ -429,11 +437,18 @@ impl Runs {
         self.bump();
     }
 
-    /// Records the timestamp of a thinking event of `run_id` (segment `id`, `start`
-    /// opening a new one): the page says how long the model thought.
-    pub fn thinking_at(&self, run_id: &str, id: Option<&str>, start: bool, ts_ms: i64) {
+    /// Records the timestamp of a thinking event of `run_id` of `tenant` (segment `id`,
+    /// `start` opening a new one): the page says how long the model thought.
+    pub fn thinking_at(
+        &self,
+        (tenant, run_id): (&str, &str),
+        id: Option<&str>,
+        start: bool,
+        ts_ms: i64,
+    ) {
         let mut runs = self.lock();
-        let Some(r) = runs.get_mut(run_id) else {
+        let key = (tenant.to_owned(), run_id.to_owned());
+        let Some(r) = runs.get_mut(&key) else {
             // Not seen yet: the first draft creates the record; keep the timing anyway.
             let mut rec = Record {
                 started_ms: now_ms(),
@@ -450,7 +465,7 @@ impl Runs {
                 self.max_runs - 1,
                 self.max_age_ms,
             );
-            runs.insert(run_id.to_owned(), rec);
+            runs.insert(key, rec);
             return;
         };
         let same = r
@@ -474,12 +489,12 @@ impl Runs {
     }
 
     /// Drops runs past the age window, then the oldest (ended first) down to `keep`.
-    fn evict(runs: &mut HashMap<String, Record>, now: i64, keep: usize, max_age_ms: i64) {
+    fn evict(runs: &mut HashMap<RunKey, Record>, now: i64, keep: usize, max_age_ms: i64) {
         runs.retain(|_, r| now.saturating_sub(r.ended_ms.unwrap_or(r.updated_ms)) < max_age_ms);
         if runs.len() <= keep {
             return;
         }
-        let mut order: Vec<(bool, i64, String)> = runs
+        let mut order: Vec<(bool, i64, RunKey)> = runs
             .iter()
             .map(|(k, r)| (r.ended_ms.is_none(), r.updated_ms, k.clone()))
             .collect();
@@ -498,8 +513,9 @@ impl Runs {
         let mut v: Vec<RunRow> = runs
             .iter()
             .filter(|(_, r)| r.version > 0)
-            .map(|(k, r)| RunRow {
-                run_id: k.clone(),
+            .map(|((tenant, run_id), r)| RunRow {
+                run_id: run_id.clone(),
+                tenant: tenant.clone(),
                 chat_id: r.chat_id.clone(),
                 status: r.status(),
                 started_ms: r.started_ms,
@@ -512,47 +528,63 @@ impl Runs {
             b.started_ms
                 .cmp(&a.started_ms)
                 .then_with(|| b.run_id.cmp(&a.run_id))
+                .then_with(|| b.tenant.cmp(&a.tenant))
         });
         v
     }
 
-    /// The run's version (0: unknown).
-    pub fn version(&self, run_id: &str) -> u64 {
-        self.lock().get(run_id).map_or(0, |r| r.version)
+    /// The key of `run_id` of `tenant`; with an empty `tenant`, of the only tenant with a
+    /// run of that id in the window (`None` when there are several: name the tenant).
+    fn find(runs: &HashMap<RunKey, Record>, tenant: &str, run_id: &str) -> Option<RunKey> {
+        match resolve(runs.keys(), tenant, run_id) {
+            Lookup::Found(k) => Some(k),
+            Lookup::Missing | Lookup::Ambiguous => None,
+        }
     }
 
-    /// What the page shows of `run_id` now (`None`: not in the window). The final's HTML
-    /// is rendered once, outside the lock, and kept.
-    pub fn view(&self, run_id: &str) -> Option<RunView> {
-        let pending = {
+    /// The run's version (0: unknown). `tenant` as in [`Runs::view`].
+    pub fn version(&self, tenant: &str, run_id: &str) -> u64 {
+        let runs = self.lock();
+        Self::find(&runs, tenant, run_id)
+            .and_then(|k| runs.get(&k).map(|r| r.version))
+            .unwrap_or(0)
+    }
+
+    /// What the page shows of `run_id` of `tenant` now (`None`: not in the window; an
+    /// empty `tenant` names the only tenant with a run of that id, and finds nothing when
+    /// there are several). The final's HTML is rendered once, outside the lock, and kept.
+    pub fn view(&self, tenant: &str, run_id: &str) -> Option<RunView> {
+        let (key, pending) = {
             let runs = self.lock();
-            let r = runs.get(run_id).filter(|r| r.version > 0)?;
-            match (&r.final_text, &r.final_html) {
+            let key = Self::find(&runs, tenant, run_id)?;
+            let r = runs.get(&key).filter(|r| r.version > 0)?;
+            let pending = match (&r.final_text, &r.final_html) {
                 (Some(t), None) => Some((t.clone(), r.final_len)),
                 _ => None,
-            }
+            };
+            (key, pending)
         };
         if let Some((text, len)) = pending {
             let html: Arc<str> = Arc::from(markdown::render_cut(&text, len));
-            if let Some(r) = self.lock().get_mut(run_id) {
+            if let Some(r) = self.lock().get_mut(&key) {
                 if r.final_text.as_ref().is_some_and(|t| Arc::ptr_eq(t, &text)) {
                     r.final_html = Some(html);
                 }
             }
         }
         let runs = self.lock();
-        runs.get(run_id).map(|r| view_of(run_id, r))
+        runs.get(&key).map(|r| view_of(&key, r))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use streamgate_projection::DraftKey;
 
     fn key(run: &str) -> DraftKey {
         DraftKey {
             run_id: run.to_owned(),
+            tenant: String::new(),
         }
     }
 
@@ -568,14 +600,14 @@ mod tests {
     fn thinking_tools_and_answer_shown_once_without_labels() {
         let runs = Runs::default();
         runs.apply(
-            "r",
+            &key("r"),
             "c",
             &draft(
                 "r",
                 "> 🧠 [raw] Let me think.\n> Still thinking.\n🔍 web_search ✅ — q: Paris → sunny\nThe **answer** so far",
             ),
         );
-        let v = runs.view("r").unwrap();
+        let v = runs.view("", "r").unwrap();
         assert_eq!(v.status, RunStatus::Live);
         assert_eq!(v.steps.len(), 3, "{v:?}");
         assert!(
@@ -588,7 +620,7 @@ mod tests {
             matches!(&v.steps[2], Step::Text { html } if html.contains("<strong>answer</strong>"))
         );
         runs.apply(
-            "r",
+            &key("r"),
             "c",
             &Op::Final {
                 key: key("r"),
@@ -599,7 +631,7 @@ mod tests {
             },
         );
         runs.apply(
-            "r",
+            &key("r"),
             "c",
             &Op::Settle {
                 key: key("r"),
@@ -607,7 +639,7 @@ mod tests {
                 seq: 3,
             },
         );
-        let v = runs.view("r").unwrap();
+        let v = runs.view("", "r").unwrap();
         assert_eq!(v.status, RunStatus::Completed);
         assert!(v.ended_ms.is_some());
         // Thinking and the tool stay; the streamed answer is now the final, once.
@@ -626,7 +658,7 @@ mod tests {
         let runs = Runs::default();
         let text = "word ".repeat(markdown::MAX_RENDER_BYTES);
         runs.apply(
-            "r",
+            &key("r"),
             "c",
             &Op::Final {
                 key: key("r"),
@@ -636,9 +668,13 @@ mod tests {
                 seq: 1,
             },
         );
-        let kept = runs.lock()["r"].final_text.as_ref().unwrap().len();
+        let kept = runs.lock()[&(String::new(), "r".to_owned())]
+            .final_text
+            .as_ref()
+            .unwrap()
+            .len();
         assert_eq!(kept, markdown::MAX_RENDER_BYTES);
-        let html = runs.view("r").unwrap().final_html.unwrap();
+        let html = runs.view("", "r").unwrap().final_html.unwrap();
         let more = text.len() - markdown::MAX_RENDER_BYTES;
         assert!(
             html.contains(&format!("… {more} more bytes not shown")),
@@ -650,7 +686,7 @@ mod tests {
     fn the_window_is_bounded_newest_first() {
         let runs = Runs::new(3, Duration::from_secs(3600));
         for i in 0..5 {
-            runs.apply(&format!("r{i}"), "c", &draft("x", "hi"));
+            runs.apply(&key(&format!("r{i}")), "c", &draft("x", "hi"));
             std::thread::sleep(Duration::from_millis(2));
         }
         let list: Vec<_> = runs.list().into_iter().map(|r| r.run_id).collect();

@@ -2,7 +2,7 @@
 // answer and commentary HTML, which the server rendered from markdown and sanitized.
 'use strict';
 const $ = id => document.getElementById(id);
-let cur = null, es = null, lastView = null, runsCache = [];
+let cur = null, curTenant = "", es = null, lastView = null, runsCache = [];
 const userOpen = new Map(); // thinking block index -> open state the reader chose
 
 function el(tag, cls, text) {
@@ -43,8 +43,10 @@ function renderList(runs) {
   box.textContent = '';
   if (!runs.length) box.appendChild(el('div', 'no-runs', 'No runs yet.'));
   for (const r of runs) {
-    const b = el('button', 'run-item' + (r.run_id === cur ? ' sel' : ''));
+    // A run is (tenant, run id): the same run id under two tenants is two runs.
+    const b = el('button', 'run-item' + (r.run_id === cur && (!curTenant || r.tenant === curTenant) ? ' sel' : ''));
     b.dataset.run = r.run_id;
+    b.dataset.tenant = r.tenant;
     b.dataset.status = r.status;
     const top = el('div', 'run-top');
     top.appendChild(el('span', 'dot ' + r.status));
@@ -52,8 +54,8 @@ function renderList(runs) {
     top.appendChild(el('span', 'run-when', r.status === 'live' ? 'live' : ago(r.ended_ms || r.updated_ms)));
     b.appendChild(top);
     b.appendChild(el('div', 'run-preview', r.preview || (r.status === 'live' ? 'working…' : LABEL[r.status] || '')));
-    b.title = r.run_id + ' · ' + r.chat_id;
-    b.onclick = () => open(r.run_id, true);
+    b.title = r.run_id + ' · tenant ' + r.tenant + ' · ' + r.chat_id;
+    b.onclick = () => open(r.run_id, r.tenant, true);
     box.appendChild(b);
   }
   $('conn').className = 'conn ok';
@@ -138,22 +140,24 @@ function renderRun(v) {
   n.textContent = '';
   for (const t of v.notices) n.appendChild(el('div', 'notice', t));
 }
-function open(run, push) {
+function open(run, tenant, push) {
   if (es) es.close();
   cur = run;
+  curTenant = tenant || '';
+  const tq = curTenant ? '?tenant=' + encodeURIComponent(curTenant) : '';
   lastView = null;
   userOpen.clear();
   document.body.dataset.sse = 'closed';
-  if (push) history.replaceState(null, '', '?run=' + encodeURIComponent(run));
-  document.querySelectorAll('.run-item').forEach(b => b.classList.toggle('sel', b.dataset.run === run));
+  if (push) history.replaceState(null, '', '?run=' + encodeURIComponent(run) + (curTenant ? '&tenant=' + encodeURIComponent(curTenant) : ''));
+  document.querySelectorAll('.run-item').forEach(b => b.classList.toggle('sel', b.dataset.run === run && (!curTenant || b.dataset.tenant === curTenant)));
   $('steps').textContent = '';
   $('answer').hidden = true;
-  es = new EventSource('/runs/' + encodeURIComponent(run) + '/events');
+  es = new EventSource('/runs/' + encodeURIComponent(run) + '/events' + tq);
   es.onopen = () => { document.body.dataset.sse = 'open'; };
   es.onerror = () => { document.body.dataset.sse = 'closed'; };
   es.onmessage = m => renderRun(JSON.parse(m.data));
   // An ended run shows at once, without waiting for the stream to connect.
-  fetch('/api/runs/' + encodeURIComponent(run), { cache: 'no-store' })
+  fetch('/api/runs/' + encodeURIComponent(run) + tq, { cache: 'no-store' })
     .then(r => (r.ok ? r.json() : null))
     .then(v => { if (v && cur === run && !lastView) renderRun(v); })
     .catch(() => {});
@@ -164,8 +168,9 @@ function open(run, push) {
   $('badge').textContent = 'loading…';
 }
 
-const q = new URLSearchParams(location.search).get('run');
-if (q) open(q, false);
+const params = new URLSearchParams(location.search);
+const q = params.get('run');
+if (q) open(q, params.get('tenant'), false);
 refresh();
 setInterval(refresh, 2000);
 // Keep relative times fresh while idle.
