@@ -3,13 +3,14 @@
 //! An adapter is a pure, deterministic state machine over one run's frames: the same
 //! frames always yield the same events with the same seqs. That property is what makes
 //! crash recovery, re-normalization and dedupe work downstream.
+//!
+//! This module depends on no family: the families implement [`Adapter`], and
+//! [`Family::adapter`] (the registry's constructor) lives in [`crate::families`].
 
 use crate::emitter::Emitter;
-use crate::families;
 use crate::framing::Frame;
 use std::fmt;
 use std::str::FromStr;
-use streamgate_grammar::{Lifecycle, LifecyclePhase, RunStatus, StopReason};
 
 /// How a run's byte stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,17 +52,9 @@ pub trait Adapter: Send {
     fn frame(&mut self, frame: Frame<'_>, out: &mut Emitter);
 
     /// The byte stream ended. An adapter that has not seen its terminal frame emits the
-    /// synthetic `stream_closed` error (spec §3.4) — see [`stream_closed`].
+    /// synthetic `stream_closed` error (spec §3.4) — see
+    /// [`crate::families::finality::stream_closed`].
     fn close(&mut self, close: Close, out: &mut Emitter);
-}
-
-/// Emits the synthetic terminal event for a stream that ended with no terminal frame.
-pub fn stream_closed(out: &mut Emitter) -> Option<u64> {
-    out.emit(Lifecycle {
-        reason: Some(StopReason::StreamClosed),
-        status: Some(RunStatus::Incomplete),
-        ..Lifecycle::new(LifecyclePhase::Error)
-    })
 }
 
 /// The wire families streamgate understands.
@@ -107,11 +100,6 @@ impl Family {
             Family::OllamaNative => "ollama-native",
             Family::CodexAppServer => "codex-appserver",
         }
-    }
-
-    /// A fresh adapter for one run of this family.
-    pub fn adapter(self) -> Box<dyn Adapter> {
-        families::new_adapter(self)
     }
 }
 
