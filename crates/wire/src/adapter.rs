@@ -75,11 +75,13 @@ pub enum Family {
     OllamaNative,
     /// codex app-server JSON-RPC notifications.
     CodexAppServer,
+    /// `codex exec --json` JSONL thread events.
+    CodexExec,
 }
 
 impl Family {
     /// Every family, in registry order.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::F1,
         Family::F1e,
         Family::F2,
@@ -87,6 +89,7 @@ impl Family {
         Family::F5,
         Family::OllamaNative,
         Family::CodexAppServer,
+        Family::CodexExec,
     ];
 
     /// The family id used on the command line, in `index.tsv` and in raw-message headers.
@@ -99,6 +102,7 @@ impl Family {
             Family::F5 => "f5",
             Family::OllamaNative => "ollama-native",
             Family::CodexAppServer => "codex-appserver",
+            Family::CodexExec => "codex-exec",
         }
     }
 }
@@ -111,7 +115,7 @@ impl fmt::Display for Family {
 
 /// An unknown family name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown family `{0}` (expected one of f1, f1e, f2, f3, f5, ollama-native, codex-appserver, auto)")]
+#[error("unknown family `{0}` (expected one of f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec, auto)")]
 pub struct UnknownFamily(pub String);
 
 impl FromStr for Family {

@@ -3,7 +3,8 @@
 //! Each family has a recognisable opening: Anthropic's `message_start`, a Chat Completions
 //! `chat.completion.chunk`, a Responses `response.*` event, Gemini `candidates`, claude-cli
 //! `system`/`stream_event` envelopes with a session id, ollama's `created_at` + `done`, and
-//! codex's JSON-RPC `method`/`result` objects. Frames that say nothing (comments, pings,
+//! codex's JSON-RPC `method`/`result` objects, `codex exec --json`'s dotted
+//! `thread.*`/`turn.*`/`item.*` event types. Frames that say nothing (comments, pings,
 //! `[DONE]`) are skipped.
 
 use crate::adapter::Family;
@@ -29,6 +30,12 @@ pub fn sniff(frame: &Frame<'_>) -> Option<Family> {
     let kind = obj.get("type").and_then(Value::as_str).unwrap_or("");
     if kind.starts_with("response.") {
         return Some(Family::F3);
+    }
+    if ["thread.", "turn.", "item."]
+        .iter()
+        .any(|p| kind.starts_with(p))
+    {
+        return Some(Family::CodexExec);
     }
     if matches!(
         kind,

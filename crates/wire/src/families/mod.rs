@@ -7,7 +7,8 @@
 //! - [`openai_responses`]: Responses API SSE (`f3`).
 //! - [`gemini`]: streamGenerateContent SSE (`f5`).
 //! - [`ollama`]: native `/api/chat` JSONL (`ollama-native`).
-//! - [`codex`]: the codex app-server JSON-RPC envelope (`codex-appserver`).
+//! - [`codex`]: the codex app-server JSON-RPC envelope (`codex-appserver`) and
+//!   `codex exec --json` JSONL (`codex-exec`).
 //!
 //! Shared:
 //! - [`finality`]: the §3.5 terminal dispatch every family maps its stop signal into.
@@ -42,6 +43,7 @@ pub fn new_adapter(family: Family) -> Box<dyn Adapter> {
         Family::F5 => Box::<gemini::F5Adapter>::default(),
         Family::OllamaNative => Box::<ollama::OllamaNativeAdapter>::default(),
         Family::CodexAppServer => Box::<codex::CodexAppServerAdapter>::default(),
+        Family::CodexExec => Box::<codex::CodexExecAdapter>::default(),
     }
 }
 
