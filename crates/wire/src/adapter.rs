@@ -77,11 +77,13 @@ pub enum Family {
     CodexAppServer,
     /// `codex exec --json` JSONL thread events.
     CodexExec,
+    /// OpenClaw gateway agent events (`{runId, seq, stream, ts, data}` JSONL).
+    OpenClawEvents,
 }
 
 impl Family {
     /// Every family, in registry order.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::F1,
         Family::F1e,
         Family::F2,
@@ -90,6 +92,7 @@ impl Family {
         Family::OllamaNative,
         Family::CodexAppServer,
         Family::CodexExec,
+        Family::OpenClawEvents,
     ];
 
     /// The family id used on the command line, in `index.tsv` and in raw-message headers.
@@ -103,6 +106,7 @@ impl Family {
             Family::OllamaNative => "ollama-native",
             Family::CodexAppServer => "codex-appserver",
             Family::CodexExec => "codex-exec",
+            Family::OpenClawEvents => "openclaw-events",
         }
     }
 }
@@ -115,7 +119,7 @@ impl fmt::Display for Family {
 
 /// An unknown family name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown family `{0}` (expected one of f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec, auto)")]
+#[error("unknown family `{0}` (expected one of f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec, openclaw-events, auto)")]
 pub struct UnknownFamily(pub String);
 
 impl FromStr for Family {

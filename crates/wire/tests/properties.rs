@@ -237,6 +237,11 @@ fn json_ish_line() -> impl Strategy<Value = String> {
         "aggregated_output",
         "exit_code",
         "status",
+        "runId",
+        "seq",
+        "stream",
+        "data",
+        "toolCallId",
     ]);
     let leaf = prop_oneof![
         Just("null".to_owned()),
@@ -261,6 +266,10 @@ fn json_ish_line() -> impl Strategy<Value = String> {
             "\"turn.failed\"",
             "\"agent_message\"",
             "\"command_execution\"",
+            "\"lifecycle\"",
+            "\"assistant\"",
+            "\"tool\"",
+            "\"end\"",
         ])
         .prop_map(str::to_owned),
     ];

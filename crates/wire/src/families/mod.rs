@@ -9,6 +9,7 @@
 //! - [`ollama`]: native `/api/chat` JSONL (`ollama-native`).
 //! - [`codex`]: the codex app-server JSON-RPC envelope (`codex-appserver`) and
 //!   `codex exec --json` JSONL (`codex-exec`).
+//! - [`openclaw`]: OpenClaw gateway agent events (`openclaw-events`).
 //!
 //! Shared:
 //! - [`finality`]: the §3.5 terminal dispatch every family maps its stop signal into.
@@ -29,6 +30,7 @@ pub mod gemini;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod openclaw;
 pub mod response_items;
 pub mod segments;
 pub mod whole_calls;
@@ -44,6 +46,7 @@ pub fn new_adapter(family: Family) -> Box<dyn Adapter> {
         Family::OllamaNative => Box::<ollama::OllamaNativeAdapter>::default(),
         Family::CodexAppServer => Box::<codex::CodexAppServerAdapter>::default(),
         Family::CodexExec => Box::<codex::CodexExecAdapter>::default(),
+        Family::OpenClawEvents => Box::<openclaw::OpenClawAdapter>::default(),
     }
 }
 
