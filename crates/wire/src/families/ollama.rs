@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus, StopReason, ThinkingVariant,
+    Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, ThinkingVariant,
 };
 
 /// One JSONL frame.
@@ -140,15 +140,8 @@ impl Adapter for OllamaNativeAdapter {
         if let Some(error) = chunk.error {
             self.close_thinking(out);
             self.end_calls(out, "failed");
-            out.emit(Lifecycle {
-                reason: Some(StopReason::Error),
-                status: Some(RunStatus::Incomplete),
-                diagnostic: Some(Diagnostic::new(
-                    "provider_error",
-                    Some(Json::from_raw(error)),
-                )),
-                ..Lifecycle::new(LifecyclePhase::Error)
-            });
+            let diagnostic = Diagnostic::new("provider_error", Some(Json::from_raw(error)));
+            Path::Dead(StopReason::Error).emit(None, Some(diagnostic), out);
             self.ended = true;
             return;
         }
