@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let choice = Family::ALL
-        .get(usize::from(f) % 8)
+        .get(usize::from(f) % (Family::ALL.len() + 1))
         .copied()
         .map_or(FamilyChoice::Auto, FamilyChoice::Known);
     let out = normalize_bytes(choice, &data[2..], usize::from(c));

@@ -34,7 +34,8 @@ pub enum Pace {
 pub struct IngestArgs {
     /// The capture file.
     pub capture: PathBuf,
-    /// Wire family: f1, f1e, f2, f3, f5, ollama-native, codex-appserver, or auto.
+    /// Wire family: f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec,
+    /// openclaw-events, or auto.
     #[arg(long, default_value = "auto")]
     pub family: String,
     /// Run id.

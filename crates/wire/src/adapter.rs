@@ -3,13 +3,14 @@
 //! An adapter is a pure, deterministic state machine over one run's frames: the same
 //! frames always yield the same events with the same seqs. That property is what makes
 //! crash recovery, re-normalization and dedupe work downstream.
+//!
+//! This module depends on no family: the families implement [`Adapter`], and
+//! [`Family::adapter`] (the registry's constructor) lives in [`crate::families`].
 
 use crate::emitter::Emitter;
-use crate::families;
 use crate::framing::Frame;
 use std::fmt;
 use std::str::FromStr;
-use streamgate_grammar::{Lifecycle, LifecyclePhase, RunStatus, StopReason};
 
 /// How a run's byte stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,17 +52,9 @@ pub trait Adapter: Send {
     fn frame(&mut self, frame: Frame<'_>, out: &mut Emitter);
 
     /// The byte stream ended. An adapter that has not seen its terminal frame emits the
-    /// synthetic `stream_closed` error (spec §3.4) — see [`stream_closed`].
+    /// synthetic `stream_closed` error (spec §3.4) — see
+    /// [`crate::families::finality::stream_closed`].
     fn close(&mut self, close: Close, out: &mut Emitter);
-}
-
-/// Emits the synthetic terminal event for a stream that ended with no terminal frame.
-pub fn stream_closed(out: &mut Emitter) -> Option<u64> {
-    out.emit(Lifecycle {
-        reason: Some(StopReason::StreamClosed),
-        status: Some(RunStatus::Incomplete),
-        ..Lifecycle::new(LifecyclePhase::Error)
-    })
 }
 
 /// The wire families streamgate understands.
@@ -82,11 +75,15 @@ pub enum Family {
     OllamaNative,
     /// codex app-server JSON-RPC notifications.
     CodexAppServer,
+    /// `codex exec --json` JSONL thread events.
+    CodexExec,
+    /// OpenClaw gateway agent events (`{runId, seq, stream, ts, data}` JSONL).
+    OpenClawEvents,
 }
 
 impl Family {
     /// Every family, in registry order.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 9] = [
         Family::F1,
         Family::F1e,
         Family::F2,
@@ -94,6 +91,8 @@ impl Family {
         Family::F5,
         Family::OllamaNative,
         Family::CodexAppServer,
+        Family::CodexExec,
+        Family::OpenClawEvents,
     ];
 
     /// The family id used on the command line, in `index.tsv` and in raw-message headers.
@@ -106,12 +105,9 @@ impl Family {
             Family::F5 => "f5",
             Family::OllamaNative => "ollama-native",
             Family::CodexAppServer => "codex-appserver",
+            Family::CodexExec => "codex-exec",
+            Family::OpenClawEvents => "openclaw-events",
         }
-    }
-
-    /// A fresh adapter for one run of this family.
-    pub fn adapter(self) -> Box<dyn Adapter> {
-        families::new_adapter(self)
     }
 }
 
@@ -123,7 +119,7 @@ impl fmt::Display for Family {
 
 /// An unknown family name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown family `{0}` (expected one of f1, f1e, f2, f3, f5, ollama-native, codex-appserver, auto)")]
+#[error("unknown family `{0}` (expected one of f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec, openclaw-events, auto)")]
 pub struct UnknownFamily(pub String);
 
 impl FromStr for Family {

@@ -3,7 +3,8 @@
 //! Each family has a recognisable opening: Anthropic's `message_start`, a Chat Completions
 //! `chat.completion.chunk`, a Responses `response.*` event, Gemini `candidates`, claude-cli
 //! `system`/`stream_event` envelopes with a session id, ollama's `created_at` + `done`, and
-//! codex's JSON-RPC `method`/`result` objects. Frames that say nothing (comments, pings,
+//! codex's JSON-RPC `method`/`result` objects, `codex exec --json`'s dotted
+//! `thread.*`/`turn.*`/`item.*` event types, OpenClaw's `runId` + `stream` envelopes. Frames that say nothing (comments, pings,
 //! `[DONE]`) are skipped.
 
 use crate::adapter::Family;
@@ -26,9 +27,18 @@ pub fn sniff(frame: &Frame<'_>) -> Option<Family> {
     let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(frame.data) else {
         return None;
     };
+    if obj.contains_key("runId") && obj.contains_key("stream") {
+        return Some(Family::OpenClawEvents);
+    }
     let kind = obj.get("type").and_then(Value::as_str).unwrap_or("");
     if kind.starts_with("response.") {
         return Some(Family::F3);
+    }
+    if ["thread.", "turn.", "item."]
+        .iter()
+        .any(|p| kind.starts_with(p))
+    {
+        return Some(Family::CodexExec);
     }
     if matches!(
         kind,

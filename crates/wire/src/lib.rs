@@ -4,8 +4,8 @@
 //! # Layout
 //! - [`framing`]: incremental SSE / JSONL decoding of byte chunks into frames.
 //! - [`adapter`]: the [`Adapter`] contract, [`Family`] registry and [`Close`] kinds.
-//! - [`families`]: one adapter per wire family (`f1`, `f1e`, `f2`, `f3`, `f5`, `ollama`,
-//!   `codex`).
+//! - [`families`]: one module per provider (`anthropic`, `openai_chat`, `openai_responses`,
+//!   `gemini`, `ollama`, `codex`, `openclaw`) and the shared §3.5 [`families::finality`] dispatch.
 //! - [`emitter`]: seq assignment, the opaque-material transcript and frame accounting.
 //! - [`detect`]: family detection for `--family auto`.
 //! - [`normalizer`]: one run's pipeline (decoder → adapter → emitter).
@@ -22,7 +22,8 @@ pub mod framing;
 pub mod normalizer;
 pub mod synth;
 
-pub use adapter::{stream_closed, Adapter, Close, Family, FamilyChoice, UnknownFamily};
+pub use adapter::{Adapter, Close, Family, FamilyChoice, UnknownFamily};
 pub use emitter::{Emitter, TranscriptEntry};
+pub use families::finality::stream_closed;
 pub use framing::{Decoded, Frame, FrameDecoder, Framing};
 pub use normalizer::{normalize_bytes, Normalized, Normalizer};

@@ -1,8 +1,9 @@
 //! One run's normalizer: framing + family adapter + emitter, fed bytes in any chunking.
 
-use crate::adapter::{stream_closed, Adapter, Close, Family, FamilyChoice};
+use crate::adapter::{Adapter, Close, Family, FamilyChoice};
 use crate::detect::{sniff, MAX_SNIFF_FRAMES};
 use crate::emitter::{Emitter, TranscriptEntry};
+use crate::families::finality::stream_closed;
 use crate::framing::{Decoded, Frame, FrameDecoder, DEFAULT_MAX_FRAME_BYTES};
 use serde_json::json;
 use streamgate_grammar::{Event, FrameAccount, Json};

@@ -144,7 +144,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(
-        family in 0usize..8,
+        family in 0usize..=Family::ALL.len(),
         bytes in prop::collection::vec(any::<u8>(), 0..4096),
         sizes in prop::collection::vec(1usize..300, 1..8),
     ) {
@@ -155,7 +155,7 @@ proptest! {
 
     #[test]
     fn json_shaped_garbage_never_panics(
-        family in 0usize..8,
+        family in 0usize..=Family::ALL.len(),
         lines in prop::collection::vec(json_ish_line(), 0..40),
         sse in any::<bool>(),
     ) {
@@ -233,6 +233,15 @@ fn json_ish_line() -> impl Strategy<Value = String> {
         "event",
         "output_index",
         "sequence_number",
+        "thread_id",
+        "aggregated_output",
+        "exit_code",
+        "status",
+        "runId",
+        "seq",
+        "stream",
+        "data",
+        "toolCallId",
     ]);
     let leaf = prop_oneof![
         Just("null".to_owned()),
@@ -250,6 +259,17 @@ fn json_ish_line() -> impl Strategy<Value = String> {
             "\"tool_calls\"",
             "\"STOP\"",
             "\"text_delta\"",
+            "\"thread.started\"",
+            "\"item.started\"",
+            "\"item.completed\"",
+            "\"turn.completed\"",
+            "\"turn.failed\"",
+            "\"agent_message\"",
+            "\"command_execution\"",
+            "\"lifecycle\"",
+            "\"assistant\"",
+            "\"tool\"",
+            "\"end\"",
         ])
         .prop_map(str::to_owned),
     ];

@@ -1,27 +1,58 @@
-//! One module per wire family, each implementing the spec's mapping table (§6) and the
-//! §3.5 finality dispatch for that family.
+//! One module per provider, each implementing the spec's mapping table (§6) for its wire
+//! families, plus the pieces they share.
+//!
+//! # Layout
+//! - [`anthropic`]: Messages SSE (`f1`) and the claude-cli stream-json envelope (`f1e`).
+//! - [`openai_chat`]: Chat Completions SSE and its dialects (`f2`).
+//! - [`openai_responses`]: Responses API SSE (`f3`).
+//! - [`gemini`]: streamGenerateContent SSE (`f5`).
+//! - [`ollama`]: native `/api/chat` JSONL (`ollama-native`).
+//! - [`codex`]: the codex app-server JSON-RPC envelope (`codex-appserver`) and
+//!   `codex exec --json` JSONL (`codex-exec`).
+//! - [`openclaw`]: OpenClaw gateway agent events (`openclaw-events`).
+//!
+//! Shared:
+//! - [`finality`]: the §3.5 terminal dispatch every family maps its stop signal into.
+//! - [`response_items`]: OpenAI Responses output items, shared by `openai_responses` and
+//!   `codex`.
+//! - [`segments`], [`whole_calls`]: text/thinking segments and whole tool calls for
+//!   families whose wire carries no segment ids.
+//!
+//! The wire ids users type (`--family f1`, …) live with [`Family`]; this module maps each
+//! to its adapter ([`Family::adapter`]).
 
 use crate::adapter::{Adapter, Family};
 
+pub mod anthropic;
 pub mod codex;
-pub mod f1;
-pub mod f1e;
-pub mod f2;
-pub mod f3;
-pub mod f5;
+pub mod finality;
+pub mod gemini;
 pub mod ollama;
+pub mod openai_chat;
+pub mod openai_responses;
+pub mod openclaw;
+pub mod response_items;
 pub mod segments;
 pub mod whole_calls;
 
 /// A fresh adapter for one run of `family`.
 pub fn new_adapter(family: Family) -> Box<dyn Adapter> {
     match family {
-        Family::F1 => Box::<f1::F1Adapter>::default(),
-        Family::F1e => Box::<f1e::F1eAdapter>::default(),
-        Family::F2 => Box::<f2::F2Adapter>::default(),
-        Family::F3 => Box::<f3::F3Adapter>::default(),
-        Family::F5 => Box::<f5::F5Adapter>::default(),
+        Family::F1 => Box::<anthropic::F1Adapter>::default(),
+        Family::F1e => Box::<anthropic::F1eAdapter>::default(),
+        Family::F2 => Box::<openai_chat::F2Adapter>::default(),
+        Family::F3 => Box::<openai_responses::F3Adapter>::default(),
+        Family::F5 => Box::<gemini::F5Adapter>::default(),
         Family::OllamaNative => Box::<ollama::OllamaNativeAdapter>::default(),
         Family::CodexAppServer => Box::<codex::CodexAppServerAdapter>::default(),
+        Family::CodexExec => Box::<codex::CodexExecAdapter>::default(),
+        Family::OpenClawEvents => Box::<openclaw::OpenClawAdapter>::default(),
+    }
+}
+
+impl Family {
+    /// A fresh adapter for one run of this family.
+    pub fn adapter(self) -> Box<dyn Adapter> {
+        new_adapter(self)
     }
 }

@@ -7,15 +7,16 @@
 //! Chat Completions) and are passed through verbatim. A failing request streams
 //! `{"error":"…"}`.
 
-use super::segments::TurnSegments;
-use crate::adapter::{stream_closed, Adapter, Close};
+use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::finality::{stream_closed, Path};
+use crate::families::segments::TurnSegments;
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus, StopReason, ThinkingVariant,
+    Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, ThinkingVariant,
 };
 
 /// One JSONL frame.
@@ -111,7 +112,7 @@ pub struct OllamaNativeAdapter {
     /// The terminal lifecycle event went out; later frames are dropped.
     ended: bool,
     segments: TurnSegments,
-    calls: super::whole_calls::WholeCalls,
+    calls: crate::families::whole_calls::WholeCalls,
 }
 
 impl Adapter for OllamaNativeAdapter {
@@ -139,15 +140,8 @@ impl Adapter for OllamaNativeAdapter {
         if let Some(error) = chunk.error {
             self.close_thinking(out);
             self.end_calls(out, "failed");
-            out.emit(Lifecycle {
-                reason: Some(StopReason::Error),
-                status: Some(RunStatus::Incomplete),
-                diagnostic: Some(Diagnostic::new(
-                    "provider_error",
-                    Some(Json::from_raw(error)),
-                )),
-                ..Lifecycle::new(LifecyclePhase::Error)
-            });
+            let diagnostic = Diagnostic::new("provider_error", Some(Json::from_raw(error)));
+            Path::Dead(StopReason::Error).emit(None, Some(diagnostic), out);
             self.ended = true;
             return;
         }
@@ -229,43 +223,28 @@ impl OllamaNativeAdapter {
             .and_then(|r| serde_json::from_str(r.get()).ok());
         self.close_thinking(out);
         let mut diagnostic = None;
-        // (phase reason, run status, Some(truncated) when the last segment is re-tagged).
-        let (stop, status, finalize) = match reason.as_deref() {
+        let path = match reason.as_deref() {
             // Older servers omit `done_reason`; `load`/`unload` answer model-management
             // requests and end cleanly with no text.
-            None | Some("stop" | "load" | "unload") if !self.calls.is_empty() => {
-                (StopReason::ToolUse, RunStatus::Completed, None)
-            }
-            None | Some("stop" | "load" | "unload") => {
-                (StopReason::Completed, RunStatus::Completed, Some(false))
-            }
-            Some("length") => (StopReason::Truncated, RunStatus::Incomplete, Some(true)),
+            None | Some("stop" | "load" | "unload") if !self.calls.is_empty() => Path::Yield,
+            None | Some("stop" | "load" | "unload") => Path::Finalize(StopReason::Completed),
+            Some("length") => Path::Truncate,
             Some(other) => {
                 // Unknown reason: conservative end, no final answer, provider word kept.
                 diagnostic = Some(Diagnostic::new("done_reason", Some(Json::string(other))));
-                (
-                    StopReason::Other("unknown".to_owned()),
-                    RunStatus::Incomplete,
-                    None,
-                )
+                Path::Incomplete(Some(StopReason::Other("unknown".to_owned())))
             }
         };
-        let call_status = if stop == StopReason::ToolUse {
+        let call_status = if path == Path::Yield {
             "completed"
         } else {
             "failed"
         };
         self.end_calls(out, call_status);
-        if let Some(truncated) = finalize {
+        if let Some(truncated) = path.final_answer() {
             self.segments.finalize(out, truncated);
         }
-        out.emit(Lifecycle {
-            reason: Some(stop),
-            status: Some(status),
-            usage,
-            diagnostic,
-            ..Lifecycle::new(LifecyclePhase::End)
-        });
+        path.emit(usage, diagnostic, out);
         self.ended = true;
     }
 }

@@ -1,5 +1,5 @@
 //! The thinking and text segments of a turn whose frames carry finished deltas (Gemini
-//! parts, ollama-native messages): thinking opens on its first delta and closes before
+//! parts, ollama-native messages, OpenClaw agent events): thinking opens on its first delta and closes before
 //! anything else; text deltas go out as commentary while the last text segment is kept,
 //! to be re-tagged as the final answer when the turn finishes (spec §3.5).
 
@@ -62,6 +62,12 @@ impl TurnSegments {
             status: Some(SegmentStatus::InProgress),
             ..Assistant::default()
         });
+    }
+
+    /// The open text segment's text so far (`None` when no text segment is open): lets
+    /// snapshot-only wires turn a growing snapshot into deltas.
+    pub fn open_text(&self) -> Option<&str> {
+        self.text_open.then_some(self.text.as_str())
     }
 
     /// Something other than text happened (a tool call): the next text starts a new

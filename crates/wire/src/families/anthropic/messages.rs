@@ -5,15 +5,16 @@
 //! differs between the two — the run's lifecycle start, finality and terminal event — is
 //! left to the outer adapter, which gets a [`Step`] back for every inner event.
 
-use crate::adapter::{stream_closed, Adapter, Close};
+use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::finality::{stream_closed, Path};
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
     Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
-    RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 
 /// Transcript kind for `signature_delta` material (spec §6: adapter transcript only).
@@ -161,100 +162,43 @@ pub enum Step<'e, 'a> {
     Error(Option<&'a RawValue>),
 }
 
-/// How an F1 stop reason resolves (spec §3.5).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Dispatch {
-    /// `end_turn` / `stop_sequence`: final answer from the trailing text.
-    Finalize(StopReason),
-    /// `max_tokens`: final answer flagged `truncated`.
-    Truncate,
-    /// `refusal`: no final answer; the run ends in `lifecycle/error`.
-    Reject,
-    /// `pause_turn`: no final answer; `lifecycle/end` reason `paused`.
-    Suspend,
-    /// `tool_use`: yields to the runtime; no final answer.
-    Yield,
-    /// Unknown or missing stop reason: `lifecycle/end status:"incomplete"`, no final answer.
-    Unknown(Option<String>),
+/// Classifies an F1 `stop_reason` into its §3.5 path (dispatch table, F1 row). An
+/// unknown or missing stop reason ends `incomplete` with no final answer.
+pub fn dispatch(stop_reason: Option<&str>) -> Path {
+    match stop_reason {
+        Some("end_turn") => Path::Finalize(StopReason::Completed),
+        Some("stop_sequence") => Path::Finalize(StopReason::StopSequence),
+        Some("max_tokens") => Path::Truncate,
+        // §4.3: refusal is a `lifecycle` error (destructive settle downstream).
+        Some("refusal") => Path::Reject(StopReason::Refusal),
+        Some("pause_turn") => Path::Suspend,
+        Some("tool_use") => Path::Yield,
+        other => Path::Incomplete(other.map(StopReason::parse)),
+    }
 }
 
-impl Dispatch {
-    /// Classifies an F1 `stop_reason`.
-    pub fn of(stop_reason: Option<&str>) -> Dispatch {
-        match stop_reason {
-            Some("end_turn") => Dispatch::Finalize(StopReason::Completed),
-            Some("stop_sequence") => Dispatch::Finalize(StopReason::StopSequence),
-            Some("max_tokens") => Dispatch::Truncate,
-            Some("refusal") => Dispatch::Reject,
-            Some("pause_turn") => Dispatch::Suspend,
-            Some("tool_use") => Dispatch::Yield,
-            other => Dispatch::Unknown(other.map(str::to_owned)),
+/// Emits the final answer (when `path` has one and there is text) and the terminal
+/// lifecycle event. `final_text` is the final segment's id and text.
+pub fn settle(
+    path: Path,
+    final_text: Option<(Option<String>, String)>,
+    usage: Option<Json>,
+    out: &mut Emitter,
+) {
+    if let Some(truncated) = path.final_answer() {
+        // Zero-text finalize (spec §3.5): no empty final message, ever.
+        if let Some((id, text)) = final_text.filter(|(_, t)| !t.is_empty()) {
+            out.emit(Assistant {
+                id,
+                phase: Some(AssistantPhase::FinalAnswer),
+                text: Some(text),
+                status: Some(SegmentStatus::Completed),
+                truncated: truncated.then_some(true),
+                ..Assistant::default()
+            });
         }
     }
-
-    /// Emits the final answer (when this path has one and there is text) and the
-    /// terminal lifecycle event. `final_id` is the segment id for the final answer.
-    pub fn settle(
-        self,
-        final_text: Option<(Option<String>, String)>,
-        usage: Option<Json>,
-        out: &mut Emitter,
-    ) {
-        let final_answer = |truncated: bool, out: &mut Emitter| {
-            // Zero-text finalize (spec §3.5): no empty final message, ever.
-            if let Some((id, text)) = final_text.filter(|(_, t)| !t.is_empty()) {
-                out.emit(Assistant {
-                    id,
-                    phase: Some(AssistantPhase::FinalAnswer),
-                    text: Some(text),
-                    status: Some(SegmentStatus::Completed),
-                    truncated: truncated.then_some(true),
-                    ..Assistant::default()
-                });
-            }
-        };
-        let (phase, reason, status) = match self {
-            Dispatch::Finalize(reason) => {
-                final_answer(false, out);
-                (LifecyclePhase::End, Some(reason), RunStatus::Completed)
-            }
-            Dispatch::Truncate => {
-                final_answer(true, out);
-                (
-                    LifecyclePhase::End,
-                    Some(StopReason::Truncated),
-                    RunStatus::Incomplete,
-                )
-            }
-            // §4.3: refusal is a `lifecycle` error (destructive settle downstream).
-            Dispatch::Reject => (
-                LifecyclePhase::Error,
-                Some(StopReason::Refusal),
-                RunStatus::Incomplete,
-            ),
-            Dispatch::Suspend => (
-                LifecyclePhase::End,
-                Some(StopReason::Paused),
-                RunStatus::Incomplete,
-            ),
-            Dispatch::Yield => (
-                LifecyclePhase::End,
-                Some(StopReason::ToolUse),
-                RunStatus::Completed,
-            ),
-            Dispatch::Unknown(reason) => (
-                LifecyclePhase::End,
-                reason.map(|r| StopReason::parse(&r)),
-                RunStatus::Incomplete,
-            ),
-        };
-        out.emit(Lifecycle {
-            reason,
-            status: Some(status),
-            usage,
-            ..Lifecycle::new(phase)
-        });
-    }
+    path.emit(usage, None, out);
 }
 
 /// The diagnostic for a provider error body (`{"type":…,"message":…}`): code = the
@@ -284,13 +228,7 @@ pub fn error_diagnostic(body: Option<&RawValue>) -> Diagnostic {
 
 /// Emits the `lifecycle/error` (Dead path) for an in-band provider error.
 pub fn emit_error(body: Option<&RawValue>, usage: Option<Json>, out: &mut Emitter) {
-    out.emit(Lifecycle {
-        reason: Some(StopReason::Error),
-        status: Some(RunStatus::Incomplete),
-        usage,
-        diagnostic: Some(error_diagnostic(body)),
-        ..Lifecycle::new(LifecyclePhase::Error)
-    });
+    Path::Dead(StopReason::Error).emit(usage, Some(error_diagnostic(body)), out);
 }
 
 /// Options that differ between plain F1 and the claude-cli envelope.
@@ -470,21 +408,7 @@ impl MessageMachine {
                 }
                 BlockKind::Text
             }
-            "thinking" => {
-                let mut started = false;
-                if let Some(text) = block.thinking.filter(|t| !t.is_empty()) {
-                    self.thinking_delta(index, &mut started, text.into_owned(), out);
-                }
-                if let Some(sig) = block.signature.filter(|s| !s.is_empty()) {
-                    out.transcript(SIGNATURE_KIND, Some(&index.to_string()), &sig);
-                }
-                if !started {
-                    // The start marker waits for the first reasoning text: until then the
-                    // block may turn out to be signature-only (= redacted, spec §3.2).
-                    out.consumed();
-                }
-                BlockKind::Thinking { started }
-            }
+            "thinking" => self.thinking_start(index, &block, out),
             "redacted_thinking" => {
                 out.emit(Thinking::marker(
                     ThinkingVariant::Redacted,
@@ -496,41 +420,13 @@ impl MessageMachine {
                 }
                 BlockKind::Redacted
             }
-            "tool_use" | "server_tool_use" | "mcp_tool_use" => {
-                let id = block.id.map(Cow::into_owned).unwrap_or_default();
-                let name = block.name.map(Cow::into_owned).unwrap_or_default();
-                out.emit(Item {
-                    phase: ItemPhase::Start,
-                    id: Some(id.clone()),
-                    index: Some(index),
-                    kind: "tool".to_owned(),
-                    name: Some(name.clone()),
-                    status: Some("in_progress".to_owned()),
-                    input: block.input.map(Json::from_raw),
-                    ..Item::default()
-                });
-                let deferred = ty != "tool_use" || self.opts.defer_client_tools;
-                BlockKind::Tool {
-                    id,
-                    name,
-                    args: String::new(),
-                    deferred,
-                }
-            }
+            "tool_use" | "server_tool_use" | "mcp_tool_use" => self.tool_start(index, &block, out),
             "fallback" => {
                 out.diagnostic("model_fallback", Some(Json::from_raw(stub)));
                 BlockKind::Quiet
             }
             t if t.ends_with("_tool_result") => {
-                out.transcript(TOOL_RESULT_KIND, Some(&index.to_string()), stub.get());
-                let failed = is_error_content(block.content);
-                let summary = block.content.map(result_summary);
-                self.resolve_tool(
-                    block.tool_use_id.as_deref().unwrap_or_default(),
-                    failed,
-                    summary,
-                    out,
-                );
+                self.tool_result_start(index, &block, stub, out);
                 BlockKind::Quiet
             }
             _ => {
@@ -539,6 +435,63 @@ impl MessageMachine {
             }
         };
         self.blocks.push(OpenBlock { index, kind });
+    }
+
+    fn thinking_start(&mut self, index: u64, block: &Block<'_>, out: &mut Emitter) -> BlockKind {
+        let mut started = false;
+        if let Some(text) = block.thinking.as_deref().filter(|t| !t.is_empty()) {
+            self.thinking_delta(index, &mut started, text.to_owned(), out);
+        }
+        if let Some(sig) = block.signature.as_deref().filter(|s| !s.is_empty()) {
+            out.transcript(SIGNATURE_KIND, Some(&index.to_string()), sig);
+        }
+        if !started {
+            // The start marker waits for the first reasoning text: until then the
+            // block may turn out to be signature-only (= redacted, spec §3.2).
+            out.consumed();
+        }
+        BlockKind::Thinking { started }
+    }
+
+    fn tool_start(&mut self, index: u64, block: &Block<'_>, out: &mut Emitter) -> BlockKind {
+        let deferred = block.ty != "tool_use" || self.opts.defer_client_tools;
+        let id = block.id.as_deref().unwrap_or_default().to_owned();
+        let name = block.name.as_deref().unwrap_or_default().to_owned();
+        out.emit(Item {
+            phase: ItemPhase::Start,
+            id: Some(id.clone()),
+            index: Some(index),
+            kind: "tool".to_owned(),
+            name: Some(name.clone()),
+            status: Some("in_progress".to_owned()),
+            input: block.input.map(Json::from_raw),
+            ..Item::default()
+        });
+        BlockKind::Tool {
+            id,
+            name,
+            args: String::new(),
+            deferred,
+        }
+    }
+
+    /// A server tool's result block: the raw block to the transcript, the call resolved.
+    fn tool_result_start(
+        &mut self,
+        index: u64,
+        block: &Block<'_>,
+        stub: &RawValue,
+        out: &mut Emitter,
+    ) {
+        out.transcript(TOOL_RESULT_KIND, Some(&index.to_string()), stub.get());
+        let failed = is_error_content(block.content);
+        let summary = block.content.map(result_summary);
+        self.resolve_tool(
+            block.tool_use_id.as_deref().unwrap_or_default(),
+            failed,
+            summary,
+            out,
+        );
     }
 
     fn block_delta(&mut self, ev: &WireEvent<'_>, raw: &str, out: &mut Emitter) {
@@ -893,10 +846,10 @@ impl Adapter for F1Adapter {
             Step::Stop => {
                 self.done = true;
                 self.inner.close_all("incomplete", out);
-                let dispatch = Dispatch::of(self.inner.stop_reason());
+                let path = dispatch(self.inner.stop_reason());
                 let final_text = self.inner.take_final();
                 let usage = self.inner.usage().cloned();
-                dispatch.settle(final_text, usage, out);
+                settle(path, final_text, usage, out);
             }
             Step::Error(body) => {
                 self.done = true;

@@ -10,16 +10,17 @@
 //! `rawResponseItem/completed` mirrors the F3 items: reasoning items (encrypted replay
 //! state) go to the transcript as `codex_raw_reasoning`, the rest is a consumed mirror.
 
-use super::f3::{commentary_delta, final_answer, terminal, unsupported, RawItem};
-use crate::adapter::{stream_closed, Adapter, Close};
+use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::finality::{stream_closed, Path};
+use crate::families::response_items::{commentary_delta, final_answer, unsupported, RawItem};
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
     Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
-    RunStatus, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 
 /// Transcript kind for the raw F3 reasoning item mirrored by `rawResponseItem/completed`.
@@ -358,77 +359,93 @@ impl CodexAppServerAdapter {
                 _ => out.consumed(),
             },
             "item/reasoning/textDelta" | "item/reasoning/summaryTextDelta" => {
-                let variant = if method.ends_with("summaryTextDelta") {
-                    ThinkingVariant::Summary
-                } else {
-                    ThinkingVariant::Raw
-                };
-                match p.delta.as_deref().filter(|d| !d.is_empty()) {
-                    Some(d) => {
-                        let id = p.item_id.as_deref().map(str::to_owned);
-                        out.emit(Thinking::delta(variant, d.to_owned(), id));
-                    }
-                    None => out.consumed(),
-                }
+                self.on_reasoning_delta(method, &p, out)
             }
             "item/commandExecution/outputDelta" | "item/fileChange/outputDelta" => {
-                match (p.item_id.as_deref(), p.delta.as_deref()) {
-                    (Some(id), Some(d)) if !d.is_empty() => {
-                        let name = self
-                            .tools
-                            .iter()
-                            .find(|(tid, _)| tid == id)
-                            .map(|(_, n)| n.clone())
-                            .unwrap_or_else(|| {
-                                method
-                                    .strip_prefix("item/")
-                                    .and_then(|m| m.split('/').next())
-                                    .unwrap_or("tool")
-                                    .to_owned()
-                            });
-                        out.emit(Item {
-                            phase: ItemPhase::Update,
-                            id: Some(id.to_owned()),
-                            kind: "tool".into(),
-                            name: Some(name),
-                            status: Some("in_progress".into()),
-                            output_delta: Some(d.to_owned()),
-                            ..Item::default()
-                        });
-                    }
-                    _ => out.consumed(),
-                }
+                self.on_output_delta(method, &p, out)
             }
-            "rawResponseItem/completed" => {
-                let item = p.item.and_then(RawItem::parse);
-                match (item, p.item) {
-                    (Some(it), Some(raw)) if it.kind() == "reasoning" => {
-                        let segment = self.last_reasoning.clone();
-                        out.transcript(RAW_REASONING_KIND, segment.as_deref(), raw.get());
-                    }
-                    // The Responses-item mirror of items already projected: consumed.
-                    _ => out.consumed(),
-                }
-            }
+            "rawResponseItem/completed" => self.on_raw_item(&p, out),
             "turn/completed" => self.on_turn_completed(p.turn, out),
-            "error" => {
-                if p.will_retry == Some(true) {
-                    // Codex retries on its own: a diagnostic, not the end of the turn.
-                    out.diagnostic("codex_error_retry", p.error.map(Json::from_raw));
-                } else {
-                    self.die(
-                        Diagnostic {
-                            code: "codex_error".into(),
-                            message: error_message(p.error),
-                            detail: p.error.map(Json::from_raw),
-                        },
-                        out,
-                    );
-                }
-            }
+            "error" => self.on_error(&p, out),
             _ => {
                 out.unknown_frame(method, data);
             }
+        }
+    }
+
+    fn on_reasoning_delta(&mut self, method: &str, p: &Params<'_>, out: &mut Emitter) {
+        let variant = if method.ends_with("summaryTextDelta") {
+            ThinkingVariant::Summary
+        } else {
+            ThinkingVariant::Raw
+        };
+        match p.delta.as_deref().filter(|d| !d.is_empty()) {
+            Some(d) => {
+                let id = p.item_id.as_deref().map(str::to_owned);
+                out.emit(Thinking::delta(variant, d.to_owned(), id));
+            }
+            None => out.consumed(),
+        }
+    }
+
+    /// Command / file-change output streams as an `item` update of its tool.
+    fn on_output_delta(&mut self, method: &str, p: &Params<'_>, out: &mut Emitter) {
+        let (Some(id), Some(d)) = (p.item_id.as_deref(), p.delta.as_deref()) else {
+            out.consumed();
+            return;
+        };
+        if d.is_empty() {
+            out.consumed();
+            return;
+        }
+        let name = self
+            .tools
+            .iter()
+            .find(|(tid, _)| tid == id)
+            .map(|(_, n)| n.clone())
+            .unwrap_or_else(|| {
+                method
+                    .strip_prefix("item/")
+                    .and_then(|m| m.split('/').next())
+                    .unwrap_or("tool")
+                    .to_owned()
+            });
+        out.emit(Item {
+            phase: ItemPhase::Update,
+            id: Some(id.to_owned()),
+            kind: "tool".into(),
+            name: Some(name),
+            status: Some("in_progress".into()),
+            output_delta: Some(d.to_owned()),
+            ..Item::default()
+        });
+    }
+
+    fn on_raw_item(&mut self, p: &Params<'_>, out: &mut Emitter) {
+        let item = p.item.and_then(RawItem::parse);
+        match (item, p.item) {
+            (Some(it), Some(raw)) if it.kind() == "reasoning" => {
+                let segment = self.last_reasoning.clone();
+                out.transcript(RAW_REASONING_KIND, segment.as_deref(), raw.get());
+            }
+            // The Responses-item mirror of items already projected: consumed.
+            _ => out.consumed(),
+        }
+    }
+
+    fn on_error(&mut self, p: &Params<'_>, out: &mut Emitter) {
+        if p.will_retry == Some(true) {
+            // Codex retries on its own: a diagnostic, not the end of the turn.
+            out.diagnostic("codex_error_retry", p.error.map(Json::from_raw));
+        } else {
+            self.die(
+                Diagnostic {
+                    code: "codex_error".into(),
+                    message: error_message(p.error),
+                    detail: p.error.map(Json::from_raw),
+                },
+                out,
+            );
         }
     }
 
@@ -476,72 +493,9 @@ impl CodexAppServerAdapter {
         };
         let id = item.id.as_deref().unwrap_or("").to_owned();
         match item.kind() {
-            "agentMessage" => {
-                let phase = match msg_phase(item.phase.as_deref()) {
-                    MsgPhase::Unlabelled => self
-                        .phases
-                        .iter()
-                        .rev()
-                        .find(|(pid, _)| *pid == id)
-                        .map(|(_, p)| *p)
-                        .unwrap_or(MsgPhase::Unlabelled),
-                    p => p,
-                };
-                let text = item.text.as_deref().unwrap_or("").to_owned();
-                match phase {
-                    MsgPhase::Final => {
-                        if !text.is_empty() {
-                            self.final_msg = Some((id, text));
-                        }
-                        out.consumed();
-                    }
-                    MsgPhase::Commentary => {
-                        if text.is_empty() {
-                            out.consumed();
-                        } else {
-                            out.emit(commentary_snapshot(id, text));
-                        }
-                    }
-                    MsgPhase::Unlabelled => {
-                        self.flush_pending(out);
-                        if !text.is_empty() {
-                            self.pending = Some((id, text));
-                        }
-                        out.consumed();
-                    }
-                }
-            }
+            "agentMessage" => self.message_completed(&item, id, out),
             "reasoning" => {
-                let summary = join_parts(item.summary);
-                let content = join_parts(item.content);
-                let sid = Some(id);
-                if summary.is_empty() && content.is_empty() {
-                    // Encrypted-only under OAuth: a content-free marker (§3.2).
-                    out.emit(Thinking {
-                        id: sid,
-                        variant: ThinkingVariant::Redacted,
-                        phase: None,
-                        delta: None,
-                        text: None,
-                        tokens: None,
-                    });
-                    return;
-                }
-                for (variant, text) in [
-                    (ThinkingVariant::Summary, summary),
-                    (ThinkingVariant::Raw, content),
-                ] {
-                    if !text.is_empty() {
-                        out.emit(Thinking {
-                            id: sid.clone(),
-                            variant,
-                            phase: None,
-                            delta: None,
-                            text: Some(text),
-                            tokens: None,
-                        });
-                    }
-                }
+                reasoning_snapshot(join_parts(item.summary), join_parts(item.content), id, out)
             }
             "userMessage" => out.consumed(),
             kind => {
@@ -560,6 +514,44 @@ impl CodexAppServerAdapter {
                     output: item.output(),
                     ..Item::default()
                 });
+            }
+        }
+    }
+
+    /// A completed `agentMessage`: commentary settles now, the final answer waits for
+    /// the turn, an unlabelled message waits to learn which it was.
+    fn message_completed(&mut self, item: &ThreadItem<'_>, id: String, out: &mut Emitter) {
+        let phase = match msg_phase(item.phase.as_deref()) {
+            MsgPhase::Unlabelled => self
+                .phases
+                .iter()
+                .rev()
+                .find(|(pid, _)| *pid == id)
+                .map(|(_, p)| *p)
+                .unwrap_or(MsgPhase::Unlabelled),
+            p => p,
+        };
+        let text = item.text.as_deref().unwrap_or("").to_owned();
+        match phase {
+            MsgPhase::Final => {
+                if !text.is_empty() {
+                    self.final_msg = Some((id, text));
+                }
+                out.consumed();
+            }
+            MsgPhase::Commentary => {
+                if text.is_empty() {
+                    out.consumed();
+                } else {
+                    out.emit(commentary_snapshot(id, text));
+                }
+            }
+            MsgPhase::Unlabelled => {
+                self.flush_pending(out);
+                if !text.is_empty() {
+                    self.pending = Some((id, text));
+                }
+                out.consumed();
             }
         }
     }
@@ -605,35 +597,17 @@ impl CodexAppServerAdapter {
             if let Some((id, text)) = self.final_msg.take().or_else(|| self.pending.take()) {
                 out.emit(final_answer(&id, &text, false));
             }
-            out.emit(terminal(
-                LifecyclePhase::End,
-                StopReason::Completed,
-                RunStatus::Completed,
-                usage,
-            ));
+            Path::Finalize(StopReason::Completed).emit(usage, None, out);
         } else {
             self.flush_pending(out);
-            out.emit(terminal(
-                LifecyclePhase::End,
-                StopReason::Other(status.to_owned()),
-                RunStatus::Incomplete,
-                usage,
-            ));
+            Path::Incomplete(Some(StopReason::Other(status.to_owned()))).emit(usage, None, out);
         }
     }
 
     fn die(&mut self, diagnostic: Diagnostic, out: &mut Emitter) {
         self.terminated = true;
         self.end_tools("failed", out);
-        out.emit(Lifecycle {
-            diagnostic: Some(diagnostic),
-            ..terminal(
-                LifecyclePhase::Error,
-                StopReason::Error,
-                RunStatus::Incomplete,
-                self.usage.clone(),
-            )
-        });
+        Path::Dead(StopReason::Error).emit(self.usage.clone(), Some(diagnostic), out);
     }
 
     fn end_tools(&mut self, status: &str, out: &mut Emitter) {
@@ -645,6 +619,39 @@ impl CodexAppServerAdapter {
                 name: Some(name),
                 status: Some(status.into()),
                 ..Item::default()
+            });
+        }
+    }
+}
+
+/// A completed reasoning item as thinking snapshots (summary, then raw); an item with
+/// neither (encrypted-only) is a content-free `redacted` marker (§3.2).
+pub(crate) fn reasoning_snapshot(summary: String, content: String, id: String, out: &mut Emitter) {
+    let sid = Some(id);
+    if summary.is_empty() && content.is_empty() {
+        // Encrypted-only under OAuth: a content-free marker (§3.2).
+        out.emit(Thinking {
+            id: sid,
+            variant: ThinkingVariant::Redacted,
+            phase: None,
+            delta: None,
+            text: None,
+            tokens: None,
+        });
+        return;
+    }
+    for (variant, text) in [
+        (ThinkingVariant::Summary, summary),
+        (ThinkingVariant::Raw, content),
+    ] {
+        if !text.is_empty() {
+            out.emit(Thinking {
+                id: sid.clone(),
+                variant,
+                phase: None,
+                delta: None,
+                text: Some(text),
+                tokens: None,
             });
         }
     }

@@ -24,13 +24,14 @@ mod wire;
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::finality::Path;
 use crate::framing::Frame;
 use reasoning::Segments;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
-    RunStatus, SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, SegmentPhase, SegmentStatus,
+    StopReason, Thinking, ThinkingVariant,
 };
 use wire::{Chunk, Content, Delta, Detail, FunctionCall};
 
@@ -75,11 +76,10 @@ struct Tool {
     ended: bool,
 }
 
+/// The §3.5 path the finish chunk chose, with its diagnostic.
 #[derive(Debug)]
 struct Terminal {
-    phase: LifecyclePhase,
-    reason: StopReason,
-    status: RunStatus,
+    path: Path,
     diagnostic: Option<Diagnostic>,
 }
 
@@ -123,12 +123,7 @@ impl Adapter for F2Adapter {
         // Stream death: close what is open, no final_answer.
         self.close_thinking(out);
         self.end_tools(false, out);
-        out.emit(Lifecycle {
-            reason: Some(StopReason::StreamClosed),
-            status: Some(RunStatus::Incomplete),
-            usage: self.usage.clone(),
-            ..Lifecycle::new(LifecyclePhase::Error)
-        });
+        Path::Dead(StopReason::StreamClosed).emit(self.usage.clone(), None, out);
         self.done = true;
     }
 }
@@ -141,9 +136,7 @@ impl F2Adapter {
             self.close_thinking(out);
             self.end_tools(false, out);
             self.terminal = Some(Terminal {
-                phase: LifecyclePhase::Error,
-                reason: StopReason::Error,
-                status: RunStatus::Incomplete,
+                path: Path::Dead(StopReason::Error),
                 diagnostic: Some(Diagnostic::new(
                     "provider_error",
                     Some(Json::from_raw(error)),
@@ -371,48 +364,36 @@ impl F2Adapter {
         }
     }
 
-    /// §3.5 dispatch on `finish_reason`.
+    /// §3.5 dispatch on `finish_reason`; the lifecycle event waits for the stream's end.
     fn finish(&mut self, reason: &str, native: Option<Cow<'_, str>>, out: &mut Emitter) {
         self.close_thinking(out);
         let native =
             native.map(|n| Diagnostic::new("native_finish_reason", Some(Json::string(&n))));
-        let terminal = match reason {
-            "stop" => {
-                self.end_tools(true, out);
-                self.final_answer(false, out);
-                Terminal::end(StopReason::Completed, RunStatus::Completed, native)
-            }
-            "length" => {
-                self.end_tools(true, out);
-                self.final_answer(true, out);
-                Terminal::end(StopReason::Truncated, RunStatus::Incomplete, native)
-            }
-            "tool_calls" | "function_call" => {
-                self.end_tools(true, out);
-                Terminal::end(StopReason::ToolUse, RunStatus::Completed, native)
-            }
-            "content_filter" => {
-                // Reject: the streamed text is retracted downstream, never finalized.
-                self.end_tools(false, out);
-                Terminal::error(StopReason::ContentFilter, native)
-            }
-            "error" => {
-                self.end_tools(false, out);
-                let diag = native.unwrap_or_else(|| Diagnostic::new("finish_reason_error", None));
-                Terminal::error(StopReason::Error, Some(diag))
-            }
-            other => {
-                // Unknown reason: end incomplete, no final answer (conservative, as F3).
-                self.end_tools(false, out);
-                let diag = Diagnostic::new("unknown_finish_reason", Some(Json::string(other)));
-                Terminal::end(
-                    StopReason::Other("incomplete".to_owned()),
-                    RunStatus::Incomplete,
-                    Some(diag),
-                )
-            }
+        let (path, diagnostic) = match reason {
+            "stop" => (Path::Finalize(StopReason::Completed), native),
+            "length" => (Path::Truncate, native),
+            "tool_calls" | "function_call" => (Path::Yield, native),
+            // Reject: the streamed text is retracted downstream, never finalized.
+            "content_filter" => (Path::Reject(StopReason::ContentFilter), native),
+            "error" => (
+                Path::Dead(StopReason::Error),
+                Some(native.unwrap_or_else(|| Diagnostic::new("finish_reason_error", None))),
+            ),
+            // Unknown reason: end incomplete, no final answer (conservative, as F3).
+            other => (
+                Path::Incomplete(Some(StopReason::Other("incomplete".to_owned()))),
+                Some(Diagnostic::new(
+                    "unknown_finish_reason",
+                    Some(Json::string(other)),
+                )),
+            ),
         };
-        self.terminal = Some(terminal);
+        let tools_completed = matches!(path, Path::Finalize(_) | Path::Truncate | Path::Yield);
+        self.end_tools(tools_completed, out);
+        if let Some(truncated) = path.final_answer() {
+            self.final_answer(truncated, out);
+        }
+        self.terminal = Some(Terminal { path, diagnostic });
     }
 
     fn final_answer(&mut self, truncated: bool, out: &mut Emitter) {
@@ -495,34 +476,8 @@ impl F2Adapter {
         let Some(t) = self.terminal.take() else {
             return;
         };
-        out.emit(Lifecycle {
-            reason: Some(t.reason),
-            status: Some(t.status),
-            usage: self.usage.clone(),
-            diagnostic: t.diagnostic,
-            ..Lifecycle::new(t.phase)
-        });
+        t.path.emit(self.usage.clone(), t.diagnostic, out);
         self.done = true;
-    }
-}
-
-impl Terminal {
-    fn end(reason: StopReason, status: RunStatus, diagnostic: Option<Diagnostic>) -> Terminal {
-        Terminal {
-            phase: LifecyclePhase::End,
-            reason,
-            status,
-            diagnostic,
-        }
-    }
-
-    fn error(reason: StopReason, diagnostic: Option<Diagnostic>) -> Terminal {
-        Terminal {
-            phase: LifecyclePhase::Error,
-            reason,
-            status: RunStatus::Incomplete,
-            diagnostic,
-        }
     }
 }
 

@@ -7,19 +7,20 @@
 //! claude-cli runs tools itself, so a tool call's item ends when its `tool_result`
 //! arrives in a `user` frame.
 
-use super::f1::{
-    emit_error, error_diagnostic, Block, Dispatch, MachineOptions, MessageMachine, Step, WireEvent,
-    REDACTED_KIND,
+use super::messages::{
+    dispatch, emit_error, error_diagnostic, settle, Block, MachineOptions, MessageMachine, Step,
+    WireEvent, REDACTED_KIND,
 };
-use crate::adapter::{stream_closed, Adapter, Close};
+use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::finality::{stream_closed, Path};
 use crate::framing::Frame;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Item, ItemPhase, Json, Lifecycle, LifecyclePhase, RunStatus,
-    SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Assistant, AssistantPhase, Item, ItemPhase, Json, Lifecycle, LifecyclePhase, SegmentPhase,
+    SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 
 /// Transcript kind for thinking signatures found in `assistant` snapshot frames.
@@ -386,30 +387,25 @@ impl F1eAdapter {
                 terminal_reason: line.terminal_reason,
                 stop_reason: line.stop_reason.as_deref(),
             };
-            out.emit(Lifecycle {
-                reason: Some(StopReason::Error),
-                status: Some(RunStatus::Incomplete),
-                usage,
-                diagnostic: Some(streamgate_grammar::Diagnostic {
-                    // `error_max_turns`, `error_during_execution`, …; a `success`
-                    // subtype with `is_error` (API error text in `result`) gets a generic code.
-                    code: subtype
-                        .filter(|s| s.starts_with("error"))
-                        .unwrap_or("result_error")
-                        .to_owned(),
-                    message: result_text.filter(|t| !t.is_empty()).map(Cow::into_owned),
-                    detail: Some(Json::from_value(&detail)),
-                }),
-                ..Lifecycle::new(LifecyclePhase::Error)
-            });
+            let diagnostic = streamgate_grammar::Diagnostic {
+                // `error_max_turns`, `error_during_execution`, …; a `success`
+                // subtype with `is_error` (API error text in `result`) gets a generic code.
+                code: subtype
+                    .filter(|s| s.starts_with("error"))
+                    .unwrap_or("result_error")
+                    .to_owned(),
+                message: result_text.filter(|t| !t.is_empty()).map(Cow::into_owned),
+                detail: Some(Json::from_value(&detail)),
+            };
+            Path::Dead(StopReason::Error).emit(usage, Some(diagnostic), out);
             return;
         }
         self.inner.close_all("incomplete", out);
         let stop = line.stop_reason.as_deref().or(self.inner.stop_reason());
-        let dispatch = match stop {
+        let path = match stop {
             // A successful `result` with no stop reason anywhere is still a clean end.
-            None => Dispatch::Finalize(StopReason::Completed),
-            s => Dispatch::of(s),
+            None => Path::Finalize(StopReason::Completed),
+            s => dispatch(s),
         };
         // Single final source (spec §3.5): `result.result`, else the streamed text.
         let final_text = match result_text.filter(|t| !t.is_empty()) {
@@ -420,6 +416,6 @@ impl F1eAdapter {
                 (!text.is_empty()).then_some((None, text))
             }
         };
-        dispatch.settle(final_text, usage, out);
+        settle(path, final_text, usage, out);
     }
 }

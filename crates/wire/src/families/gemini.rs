@@ -7,15 +7,16 @@
 //! candidate ends the turn, and `usageMetadata` is a cumulative snapshot on every chunk.
 //! There is no `[DONE]`: the terminal frame is the one with a `finishReason`.
 
-use super::segments::TurnSegments;
-use crate::adapter::{stream_closed, Adapter, Close};
+use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::finality::{stream_closed, Path};
+use crate::families::segments::TurnSegments;
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Diagnostic, Json, Lifecycle, LifecyclePhase, RunStatus, StopReason, ThinkingVariant,
+    Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, ThinkingVariant,
 };
 
 /// Transcript kind for `thoughtSignature` (opaque continuation state, spec §2).
@@ -125,15 +126,6 @@ struct ThoughtCount {
     thoughts_token_count: Option<u64>,
 }
 
-/// How a turn ends (spec §3.5 dispatch, F5 row).
-struct Ending {
-    phase: LifecyclePhase,
-    reason: StopReason,
-    status: RunStatus,
-    /// `Some(truncated)` when the path re-tags the last text segment as the final answer.
-    finalize: Option<bool>,
-}
-
 /// Adapter state for one run.
 #[derive(Debug, Default)]
 pub struct F5Adapter {
@@ -147,7 +139,7 @@ pub struct F5Adapter {
     /// Thought tokens already reported on earlier thinking segments' end markers.
     thought_tokens_reported: u64,
     segments: TurnSegments,
-    calls: super::whole_calls::WholeCalls,
+    calls: crate::families::whole_calls::WholeCalls,
     /// Function calls announced this turn (the `index` of the next one).
     call_count: u64,
     /// Latest `safetyRatings`, reported once at the end of the turn.
@@ -218,7 +210,7 @@ impl F5Adapter {
 
         if let Some(error) = chunk.error {
             let diag = Diagnostic::new("provider_error", Some(Json::from_raw(error)));
-            self.terminate(out, dead(), None, Some(diag));
+            self.terminate(out, Path::Dead(StopReason::Error), None, Some(diag));
             return;
         }
         for candidate in chunk.candidates.unwrap_or_default() {
@@ -236,7 +228,12 @@ impl F5Adapter {
             if blocked {
                 // The prompt itself was blocked: nothing will be generated (Reject path).
                 let diag = Diagnostic::new("prompt_blocked", Some(Json::from_raw(feedback)));
-                self.terminate(out, reject(), None, Some(diag));
+                self.terminate(
+                    out,
+                    Path::Reject(StopReason::ContentFilter),
+                    None,
+                    Some(diag),
+                );
             }
         }
     }
@@ -360,42 +357,19 @@ impl F5Adapter {
 
     /// `finishReason` dispatch (spec §6 F5 row, §3.5).
     fn finish(&mut self, reason: &str, message: Option<&str>, out: &mut Emitter) {
-        let ending = match reason {
-            "STOP" if !self.calls.is_empty() => Ending {
-                phase: LifecyclePhase::End,
-                reason: StopReason::ToolUse,
-                status: RunStatus::Completed,
-                finalize: None,
-            },
-            "STOP" => Ending {
-                phase: LifecyclePhase::End,
-                reason: StopReason::Completed,
-                status: RunStatus::Completed,
-                finalize: Some(false),
-            },
-            "MAX_TOKENS" => Ending {
-                phase: LifecyclePhase::End,
-                reason: StopReason::Truncated,
-                status: RunStatus::Incomplete,
-                finalize: Some(true),
-            },
+        let path = match reason {
+            "STOP" if !self.calls.is_empty() => Path::Yield,
+            "STOP" => Path::Finalize(StopReason::Completed),
+            "MAX_TOKENS" => Path::Truncate,
             // SAFETY and RECITATION per the spec; the other content-blocking reasons of
             // the API reference take the same Reject path.
             "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
-            | "IMAGE_SAFETY" => reject(),
-            "MALFORMED_FUNCTION_CALL" => Ending {
-                phase: LifecyclePhase::End,
-                reason: StopReason::Other("tool_error".to_owned()),
-                status: RunStatus::Incomplete,
-                finalize: None,
-            },
+            | "IMAGE_SAFETY" => Path::Reject(StopReason::ContentFilter),
+            "MALFORMED_FUNCTION_CALL" => {
+                Path::Incomplete(Some(StopReason::Other("tool_error".to_owned())))
+            }
             // OTHER and anything unknown: conservative, no final answer.
-            _ => Ending {
-                phase: LifecyclePhase::End,
-                reason: StopReason::Other("unknown".to_owned()),
-                status: RunStatus::Incomplete,
-                finalize: None,
-            },
+            _ => Path::Incomplete(Some(StopReason::Other("unknown".to_owned()))),
         };
         // STOP and MAX_TOKENS are fully described by the normalized reason; the others
         // lose the provider's word, so it is kept as a diagnostic.
@@ -408,7 +382,7 @@ impl F5Adapter {
             ),
             None => (None, lossy.then(reason_diag)),
         };
-        self.terminate(out, ending, extra, diag);
+        self.terminate(out, path, extra, diag);
     }
 
     /// Emits the terminal sequence: thinking end, item ends, final answer (Finalize and
@@ -417,18 +391,18 @@ impl F5Adapter {
     fn terminate(
         &mut self,
         out: &mut Emitter,
-        ending: Ending,
+        path: Path,
         extra: Option<Diagnostic>,
         diag: Option<Diagnostic>,
     ) {
         self.close_thinking(out);
-        let call_status = if ending.reason == StopReason::ToolUse {
+        let call_status = if path == Path::Yield {
             "completed"
         } else {
             "failed"
         };
         self.end_calls(out, call_status);
-        if let Some(truncated) = ending.finalize {
+        if let Some(truncated) = path.final_answer() {
             self.segments.finalize(out, truncated);
         }
         if let Some(extra) = extra {
@@ -445,32 +419,8 @@ impl F5Adapter {
         } else {
             None
         };
-        out.emit(Lifecycle {
-            reason: Some(ending.reason),
-            status: Some(ending.status),
-            usage,
-            diagnostic: diag,
-            ..Lifecycle::new(ending.phase)
-        });
+        path.emit(usage, diag, out);
         self.ended = true;
-    }
-}
-
-fn reject() -> Ending {
-    Ending {
-        phase: LifecyclePhase::Error,
-        reason: StopReason::ContentFilter,
-        status: RunStatus::Incomplete,
-        finalize: None,
-    }
-}
-
-fn dead() -> Ending {
-    Ending {
-        phase: LifecyclePhase::Error,
-        reason: StopReason::Error,
-        status: RunStatus::Incomplete,
-        finalize: None,
     }
 }
 

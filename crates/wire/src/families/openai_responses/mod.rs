@@ -13,19 +13,24 @@
 //! gets one tokens-only update (§3.2); segments that end within the terminal frame
 //! itself carry the count on their marker.
 //!
-//! The pieces the codex app-server envelope shares with F3 (response-item parsing,
-//! argument JSON, malformed-frame reporting, final-answer events) live here as
-//! `pub(crate)` helpers.
+//! The pieces the codex envelopes share with F3 (response-item parsing, argument JSON,
+//! unsupported-frame reporting, final-answer events) live in
+//! [`crate::families::response_items`]; the terminal dispatch in
+//! [`crate::families::finality`].
 
-use crate::adapter::{stream_closed, Adapter, Close};
+use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::finality::{stream_closed, Path};
+use crate::families::response_items::{
+    args_json, commentary_delta, final_answer, parse_parts, unsupported, RawItem,
+};
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::json::deserialize_present as present;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Item, ItemPhase, Json, Lifecycle, LifecyclePhase, RunStatus,
+    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
     SegmentPhase, SegmentStatus, StopReason, Thinking, ThinkingVariant,
 };
 
@@ -104,120 +109,6 @@ struct IncompleteDetails<'a> {
     reason: Option<Cow<'a, str>>,
 }
 
-/// An F3 response output item (also the codex `rawResponseItem` payload).
-#[derive(Deserialize)]
-pub(crate) struct RawItem<'a> {
-    /// `message`, `reasoning`, `function_call`, …
-    #[serde(borrow, rename = "type", default)]
-    pub ty: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub call_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub arguments: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub status: Option<Cow<'a, str>>,
-    /// Opaque reasoning replay state: transcript only.
-    #[serde(borrow, default)]
-    pub encrypted_content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub summary: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    pub content: Option<&'a RawValue>,
-}
-
-impl<'a> RawItem<'a> {
-    /// Parses an item object; `None` when it is not one.
-    pub(crate) fn parse(raw: &'a RawValue) -> Option<RawItem<'a>> {
-        serde_json::from_str(raw.get()).ok()
-    }
-
-    /// The item's type, `""` when absent.
-    pub(crate) fn kind(&self) -> &str {
-        self.ty.as_deref().unwrap_or("")
-    }
-}
-
-/// One content/summary part (`output_text`, `refusal`, `reasoning_text`, `summary_text`).
-#[derive(Deserialize)]
-struct Part<'a> {
-    #[serde(borrow, rename = "type", default)]
-    ty: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    refusal: Option<Cow<'a, str>>,
-}
-
-impl Part<'_> {
-    fn body(&self) -> Option<&str> {
-        self.text.as_deref().or(self.refusal.as_deref())
-    }
-}
-
-fn parse_parts(raw: Option<&RawValue>) -> Vec<Part<'_>> {
-    raw.and_then(|r| serde_json::from_str::<Vec<Part<'_>>>(r.get()).ok())
-        .unwrap_or_default()
-}
-
-// ---------------------------------------------------------------------------------------
-// helpers shared with the codex envelope
-// ---------------------------------------------------------------------------------------
-
-/// Tool arguments as JSON: the parsed object when the text is JSON, else the text as a
-/// JSON string (never dropped, never a panic).
-pub(crate) fn args_json(text: &str) -> Json {
-    Json::parse(text).unwrap_or_else(|| Json::string(text))
-}
-
-/// Reports a catalogued frame that Phase 1 does not map (spec §6 "out of scope").
-pub(crate) fn unsupported(out: &mut Emitter, what: &str) {
-    out.diagnostic("unsupported_frame", Some(Json::string(what)));
-}
-
-/// The final-answer snapshot event (§3.5: a replacement keyed by the segment id).
-pub(crate) fn final_answer(id: &str, text: &str, truncated: bool) -> Assistant {
-    Assistant {
-        id: Some(id.to_owned()),
-        phase: Some(AssistantPhase::FinalAnswer),
-        text: Some(text.to_owned()),
-        status: Some(SegmentStatus::Completed),
-        truncated: truncated.then_some(true),
-        delta: None,
-    }
-}
-
-/// A commentary delta on a segment.
-pub(crate) fn commentary_delta(id: &str, delta: &str) -> Assistant {
-    Assistant {
-        id: Some(id.to_owned()),
-        phase: Some(AssistantPhase::Commentary),
-        delta: Some(delta.to_owned()),
-        status: Some(SegmentStatus::InProgress),
-        ..Assistant::default()
-    }
-}
-
-/// A terminal lifecycle event.
-pub(crate) fn terminal(
-    phase: LifecyclePhase,
-    reason: StopReason,
-    status: RunStatus,
-    usage: Option<Json>,
-) -> Lifecycle {
-    Lifecycle {
-        reason: Some(reason),
-        status: Some(status),
-        usage,
-        ..Lifecycle::new(phase)
-    }
-}
-
 /// `incomplete_details.reason` values that mean a token/output limit (Truncate path).
 fn is_token_limit(reason: &str) -> bool {
     matches!(
@@ -238,6 +129,33 @@ fn is_content_filter(reason: &str) -> bool {
         reason,
         "content_filter" | "safety" | "content_policy" | "refusal"
     )
+}
+
+/// The §3.5 path of `response.incomplete` by its `incomplete_details.reason`, with the
+/// provider's word kept as a diagnostic.
+fn incomplete_path(reason: Option<String>) -> (Path, Option<Diagnostic>) {
+    match reason {
+        Some(r) if is_token_limit(&r) => (
+            Path::Truncate,
+            Some(Diagnostic::new("incomplete_reason", Some(Json::string(&r)))),
+        ),
+        Some(r) if is_content_filter(&r) => (
+            Path::Reject(StopReason::ContentFilter),
+            Some(Diagnostic::new("incomplete_reason", Some(Json::string(&r)))),
+        ),
+        other => (
+            Path::Incomplete(Some(StopReason::Other("incomplete".into()))),
+            Some(Diagnostic::new(
+                "unknown_incomplete_reason",
+                Some(
+                    other
+                        .as_deref()
+                        .map(Json::string)
+                        .unwrap_or_else(Json::null),
+                ),
+            )),
+        ),
+    }
 }
 
 /// `usage.output_tokens_details.reasoning_tokens`, when present.
@@ -317,15 +235,6 @@ struct Tool {
     kind: &'static str,
     args: String,
     ended: bool,
-}
-
-/// Which §3.5 exit a terminal frame selects.
-enum Path {
-    Finalize,
-    ToolYield,
-    Truncate(String),
-    Reject(String),
-    Unknown(Option<String>),
 }
 
 /// Adapter state for one run.
@@ -518,7 +427,7 @@ impl F3Adapter {
                 }
             }
         }
-        let path = if completed {
+        let (path, diagnostic) = if completed {
             let last = last_type.or_else(|| {
                 self.items
                     .iter()
@@ -529,104 +438,34 @@ impl F3Adapter {
                     })
             });
             match last.as_deref() {
-                Some("function_call" | "custom_tool_call") => Path::ToolYield,
-                _ => Path::Finalize,
+                Some("function_call" | "custom_tool_call") => (Path::Yield, None),
+                _ => (Path::Finalize(StopReason::Completed), None),
             }
         } else {
-            match reason {
-                Some(r) if is_token_limit(&r) => Path::Truncate(r),
-                Some(r) if is_content_filter(&r) => Path::Reject(r),
-                other => Path::Unknown(other),
-            }
+            incomplete_path(reason)
         };
-        self.finish(path, out);
+        self.finish(path, diagnostic, out);
     }
 
-    fn finish(&mut self, path: Path, out: &mut Emitter) {
+    fn finish(&mut self, path: Path, diagnostic: Option<Diagnostic>, out: &mut Emitter) {
         self.terminated = true;
         self.close_thinking(out);
         self.send_tokens(out);
         let tool_status = match &path {
-            Path::Finalize | Path::ToolYield => "completed",
-            Path::Truncate(_) | Path::Unknown(_) => "incomplete",
-            Path::Reject(_) => "failed",
+            Path::Finalize(_) | Path::Yield => "completed",
+            Path::Reject(_) | Path::Dead(_) => "failed",
+            Path::Truncate | Path::Suspend | Path::Incomplete(_) => "incomplete",
         };
         self.end_tools(out, tool_status);
-        let usage = self.usage.clone();
-        let lifecycle = match path {
-            Path::Finalize => {
-                self.emit_final(out, false);
-                terminal(
-                    LifecyclePhase::End,
-                    StopReason::Completed,
-                    RunStatus::Completed,
-                    usage,
-                )
-            }
-            Path::ToolYield => terminal(
-                LifecyclePhase::End,
-                StopReason::ToolUse,
-                RunStatus::Completed,
-                usage,
-            ),
-            Path::Truncate(r) => {
-                self.emit_final(out, true);
-                Lifecycle {
-                    diagnostic: Some(streamgate_grammar::Diagnostic::new(
-                        "incomplete_reason",
-                        Some(Json::string(&r)),
-                    )),
-                    ..terminal(
-                        LifecyclePhase::End,
-                        StopReason::Truncated,
-                        RunStatus::Incomplete,
-                        usage,
-                    )
-                }
-            }
-            Path::Reject(r) => Lifecycle {
-                diagnostic: Some(streamgate_grammar::Diagnostic::new(
-                    "incomplete_reason",
-                    Some(Json::string(&r)),
-                )),
-                ..terminal(
-                    LifecyclePhase::Error,
-                    StopReason::ContentFilter,
-                    RunStatus::Incomplete,
-                    usage,
-                )
-            },
-            Path::Unknown(r) => Lifecycle {
-                diagnostic: Some(streamgate_grammar::Diagnostic::new(
-                    "unknown_incomplete_reason",
-                    Some(r.as_deref().map(Json::string).unwrap_or_else(Json::null)),
-                )),
-                ..terminal(
-                    LifecyclePhase::End,
-                    StopReason::Other("incomplete".into()),
-                    RunStatus::Incomplete,
-                    usage,
-                )
-            },
-        };
-        out.emit(lifecycle);
+        if let Some(truncated) = path.final_answer() {
+            self.emit_final(out, truncated);
+        }
+        path.emit(self.usage.clone(), diagnostic, out);
     }
 
     /// Dead path: closes what is open, then the error event.
-    fn die(&mut self, out: &mut Emitter, diagnostic: streamgate_grammar::Diagnostic) {
-        self.terminated = true;
-        self.close_thinking(out);
-        self.send_tokens(out);
-        self.end_tools(out, "failed");
-        out.emit(Lifecycle {
-            diagnostic: Some(diagnostic),
-            ..terminal(
-                LifecyclePhase::Error,
-                StopReason::Error,
-                RunStatus::Incomplete,
-                self.usage.clone(),
-            )
-        });
+    fn die(&mut self, out: &mut Emitter, diagnostic: Diagnostic) {
+        self.finish(Path::Dead(StopReason::Error), Some(diagnostic), out);
     }
 
     fn on_failed(&mut self, ev: &Ev<'_>, out: &mut Emitter) {
@@ -649,7 +488,7 @@ impl F3Adapter {
             .map(Cow::into_owned);
         self.die(
             out,
-            streamgate_grammar::Diagnostic {
+            Diagnostic {
                 code: "response_failed".into(),
                 message,
                 detail: error.map(Json::from_raw),
@@ -684,7 +523,7 @@ impl F3Adapter {
         };
         self.die(
             out,
-            streamgate_grammar::Diagnostic {
+            Diagnostic {
                 code: code.unwrap_or_else(|| "provider_error".into()),
                 message,
                 detail: Some(detail),
@@ -844,92 +683,112 @@ impl F3Adapter {
         }
         self.items[ii].done = true;
         match kind {
-            ItemKind::Message(_) => {
-                for (ci, part) in parse_parts(item.content).iter().enumerate() {
-                    let lane = match part.ty.as_deref() {
-                        Some("output_text") => Lane::Text,
-                        Some("refusal") => Lane::Refusal,
-                        _ => continue,
-                    };
-                    if let Some(body) = part.body().filter(|b| !b.is_empty()) {
-                        let si = self.ensure_segment(&id, ci as u64, lane);
-                        let seg = &mut self.segments[si];
-                        if seg.text != body {
-                            seg.text.clear();
-                            seg.text.push_str(body);
-                        }
-                    }
-                }
-            }
-            ItemKind::Reasoning => {
-                if let Some(enc) = item.encrypted_content.as_deref() {
-                    self.record_encrypted(ii, enc, out);
-                }
-                for (lane, parts) in [
-                    (Lane::Summary, parse_parts(item.summary)),
-                    (Lane::Raw, parse_parts(item.content)),
-                ] {
-                    for (pi, part) in parts.iter().enumerate() {
-                        let Some(body) = part.body().filter(|b| !b.is_empty()) else {
-                            continue;
-                        };
-                        let si = self.ensure_segment(&id, pi as u64, lane);
-                        if !self.segments[si].emitted {
-                            // Snapshot-only reasoning: emitted once, never dropped.
-                            self.items[ii].displayable = true;
-                            let seg = &mut self.segments[si];
-                            seg.emitted = true;
-                            let variant = thinking_variant(lane);
-                            let sid = seg.id.clone();
-                            out.emit(Thinking::marker(
-                                variant,
-                                SegmentPhase::Start,
-                                Some(sid.clone()),
-                            ));
-                            out.emit(Thinking {
-                                id: Some(sid),
-                                variant,
-                                phase: None,
-                                delta: None,
-                                text: Some(body.to_owned()),
-                                tokens: None,
-                            });
-                        }
-                        self.end_thinking(si, out);
-                    }
-                }
-                self.close_item_thinking(&id, out);
-                let it = &self.items[ii];
-                if it.encrypted && !it.displayable {
-                    // Encrypted-only reasoning: a content-free marker (§3.2).
-                    out.emit(Thinking::marker(
-                        ThinkingVariant::Redacted,
-                        SegmentPhase::Start,
-                        Some(id.clone()),
-                    ));
-                    self.end_marker(ThinkingVariant::Redacted, id, out);
-                }
-            }
+            ItemKind::Message(_) => self.settle_message(item, &id),
+            ItemKind::Reasoning => self.settle_reasoning(item, ii, id, out),
             ItemKind::FunctionCall | ItemKind::Builtin(_) => {
-                let ti = match self.tools.iter().position(|t| t.item_id == id) {
-                    Some(ti) => ti,
-                    None => self.start_tool(item, &id, output_index, kind, out),
-                };
-                if let Some(args) = item.arguments.as_deref() {
-                    let t = &mut self.tools[ti];
-                    if t.args != args {
-                        t.args.clear();
-                        t.args.push_str(args);
-                    }
-                }
-                let status = match item.status.as_deref() {
-                    Some("failed") => "failed",
-                    Some("incomplete") => "incomplete",
-                    _ => "completed",
-                };
-                self.end_tool(ti, status, out);
+                self.settle_tool(item, &id, output_index, kind, out)
             }
         }
+    }
+
+    /// A message snapshot replaces the accumulated text of its answer segments.
+    fn settle_message(&mut self, item: &RawItem<'_>, id: &str) {
+        for (ci, part) in parse_parts(item.content).iter().enumerate() {
+            let lane = match part.ty.as_deref() {
+                Some("output_text") => Lane::Text,
+                Some("refusal") => Lane::Refusal,
+                _ => continue,
+            };
+            if let Some(body) = part.body().filter(|b| !b.is_empty()) {
+                let si = self.ensure_segment(id, ci as u64, lane);
+                let seg = &mut self.segments[si];
+                if seg.text != body {
+                    seg.text.clear();
+                    seg.text.push_str(body);
+                }
+            }
+        }
+    }
+
+    fn settle_reasoning(&mut self, item: &RawItem<'_>, ii: usize, id: String, out: &mut Emitter) {
+        if let Some(enc) = item.encrypted_content.as_deref() {
+            self.record_encrypted(ii, enc, out);
+        }
+        for (lane, parts) in [
+            (Lane::Summary, parse_parts(item.summary)),
+            (Lane::Raw, parse_parts(item.content)),
+        ] {
+            for (pi, part) in parts.iter().enumerate() {
+                let Some(body) = part.body().filter(|b| !b.is_empty()) else {
+                    continue;
+                };
+                let si = self.ensure_segment(&id, pi as u64, lane);
+                if !self.segments[si].emitted {
+                    self.items[ii].displayable = true;
+                    self.snapshot_thinking(si, lane, body, out);
+                }
+                self.end_thinking(si, out);
+            }
+        }
+        self.close_item_thinking(&id, out);
+        let it = &self.items[ii];
+        if it.encrypted && !it.displayable {
+            // Encrypted-only reasoning: a content-free marker (§3.2).
+            out.emit(Thinking::marker(
+                ThinkingVariant::Redacted,
+                SegmentPhase::Start,
+                Some(id.clone()),
+            ));
+            self.end_marker(ThinkingVariant::Redacted, id, out);
+        }
+    }
+
+    /// Snapshot-only reasoning: emitted once (start marker + text), never dropped.
+    fn snapshot_thinking(&mut self, si: usize, lane: Lane, body: &str, out: &mut Emitter) {
+        let seg = &mut self.segments[si];
+        seg.emitted = true;
+        let variant = thinking_variant(lane);
+        let sid = seg.id.clone();
+        out.emit(Thinking::marker(
+            variant,
+            SegmentPhase::Start,
+            Some(sid.clone()),
+        ));
+        out.emit(Thinking {
+            id: Some(sid),
+            variant,
+            phase: None,
+            delta: None,
+            text: Some(body.to_owned()),
+            tokens: None,
+        });
+    }
+
+    fn settle_tool(
+        &mut self,
+        item: &RawItem<'_>,
+        id: &str,
+        output_index: u64,
+        kind: ItemKind,
+        out: &mut Emitter,
+    ) {
+        let ti = match self.tools.iter().position(|t| t.item_id == id) {
+            Some(ti) => ti,
+            None => self.start_tool(item, id, output_index, kind, out),
+        };
+        if let Some(args) = item.arguments.as_deref() {
+            let t = &mut self.tools[ti];
+            if t.args != args {
+                t.args.clear();
+                t.args.push_str(args);
+            }
+        }
+        let status = match item.status.as_deref() {
+            Some("failed") => "failed",
+            Some("incomplete") => "incomplete",
+            _ => "completed",
+        };
+        self.end_tool(ti, status, out);
     }
 
     fn record_encrypted(&mut self, ii: usize, material: &str, out: &mut Emitter) {

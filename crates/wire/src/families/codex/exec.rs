@@ -1,0 +1,434 @@
+//! `codex exec --json` JSONL (`codex-exec`): one thread event per line.
+//!
+//! The headless sibling of the app-server envelope ([`super::app_server`]), flattened:
+//! `thread.started {thread_id}`, `turn.started`, `item.started|item.updated|
+//! item.completed {item}`, `turn.completed {usage}`, `turn.failed {error}`, and a
+//! top-level `error {message}` (unrecoverable). Items are snake_case
+//! (`agent_message`, `reasoning`, `command_execution`, `file_change`, `mcp_tool_call`,
+//! `web_search`, `todo_list`, `error`) and carry no text deltas: an agent message arrives
+//! whole at `item.completed`.
+//!
+//! Mapping (spec §6, as the app-server family):
+//! - `thread.started` → `lifecycle/start` (provider `openai`, id = thread id).
+//! - `agent_message` completed → a `commentary` snapshot at once (nothing waits for a
+//!   later frame); the LAST agent message of the turn is re-tagged as the final answer
+//!   (same id) at `turn.completed` — codex exec's own "last message" rule, and §3.5
+//!   Finalize. A turn with no agent message ends with `lifecycle/end` alone.
+//! - `reasoning` completed → a `summary` thinking snapshot (an empty one is a redacted
+//!   marker, §3.2).
+//! - tool-like items → `item` start / update / end, `kind:"tool"`, `name` = item type;
+//!   `failed`/`declined` status, a non-zero exit code or an `error` make the end
+//!   `failed`.
+//! - `error` item: non-fatal, a `codex_error_item` diagnostic.
+//! - Unknown item types → an `unknown_item_type` diagnostic (type tag only), never a
+//!   panic or a silent drop; `item.plan.delta` / `request_user_input` →
+//!   `unsupported_frame`.
+//!
+//! Finality (§3.5, via [`crate::families::finality`]): `turn.completed` → Finalize;
+//! `turn.failed` and top-level `error` → Dead; a stream that ends before either →
+//! `stream_closed` (Dead). Frames after the terminal one are documented drops.
+
+use super::app_server::reasoning_snapshot;
+use crate::adapter::{Adapter, Close};
+use crate::emitter::Emitter;
+use crate::families::finality::{stream_closed, Path};
+use crate::families::response_items::{final_answer, unsupported};
+use crate::framing::Frame;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use streamgate_grammar::{
+    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
+    SegmentStatus, StopReason,
+};
+
+/// One JSONL line: every top-level field the adapter reads.
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(borrow, rename = "type", default)]
+    ty: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    thread_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    item: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+}
+
+/// A thread item (`exec_events.rs` `ThreadItem`, flattened details).
+#[derive(Deserialize)]
+struct ExecItem<'a> {
+    #[serde(borrow, rename = "type", default)]
+    ty: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    command: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    aggregated_output: Option<&'a RawValue>,
+    #[serde(default)]
+    exit_code: Option<i64>,
+    #[serde(borrow, default)]
+    changes: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    server: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    query: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    items: Option<&'a RawValue>,
+}
+
+/// Item types that become `item` rows.
+const TOOL_TYPES: [&str; 5] = [
+    "command_execution",
+    "file_change",
+    "mcp_tool_call",
+    "web_search",
+    "todo_list",
+];
+
+fn present(raw: Option<&RawValue>) -> Option<Json> {
+    raw.filter(|r| r.get() != "null").map(Json::from_raw)
+}
+
+impl ExecItem<'_> {
+    fn kind(&self) -> &str {
+        self.ty.as_deref().unwrap_or("")
+    }
+
+    /// What the item was asked to do (a to-do list's items at its start).
+    fn input(&self) -> Option<Json> {
+        if let Some(c) = self.command.as_deref() {
+            return Some(Json::string(c));
+        }
+        [self.changes, self.arguments, self.query, self.items]
+            .into_iter()
+            .find_map(present)
+    }
+
+    /// What it produced.
+    fn output(&self) -> Option<Json> {
+        [self.aggregated_output, self.result, self.items]
+            .into_iter()
+            .find_map(present)
+    }
+
+    /// `server/tool` for MCP calls.
+    fn title(&self) -> Option<String> {
+        match (self.server.as_deref(), self.tool.as_deref()) {
+            (Some(s), Some(t)) => Some(format!("{s}/{t}")),
+            (None, Some(t)) => Some(t.to_owned()),
+            _ => None,
+        }
+    }
+
+    fn failed(&self) -> bool {
+        matches!(self.status.as_deref(), Some("failed" | "declined"))
+            || self.exit_code.is_some_and(|c| c != 0)
+            || present(self.error).is_some()
+    }
+
+    fn row(&self, phase: ItemPhase, status: &str) -> Item {
+        Item {
+            phase,
+            id: self.id.as_deref().map(str::to_owned),
+            kind: "tool".into(),
+            name: Some(self.kind().to_owned()),
+            title: self.title(),
+            status: Some(status.into()),
+            input: self.input(),
+            ..Item::default()
+        }
+    }
+}
+
+/// Adapter state for one run.
+#[derive(Debug, Default)]
+pub struct CodexExecAdapter {
+    started: bool,
+    terminated: bool,
+    /// The turn's latest agent message (id, text): the final-answer candidate.
+    last_message: Option<(String, String)>,
+    /// Tool rows started and not yet ended (id, name).
+    tools: Vec<(String, String)>,
+    /// Agent messages without an id get a positional one.
+    messages: u64,
+}
+
+impl Adapter for CodexExecAdapter {
+    fn frame(&mut self, frame: Frame<'_>, out: &mut Emitter) {
+        if self.terminated {
+            // Nothing may follow the terminal event (I7): a documented drop.
+            out.consumed();
+            return;
+        }
+        let Ok(line) = serde_json::from_str::<Line<'_>>(frame.data) else {
+            out.malformed_frame(frame.data);
+            return;
+        };
+        let ty = line.ty.as_deref().unwrap_or("");
+        match ty {
+            "thread.started" => self.start(line.thread_id.as_deref(), out),
+            "turn.started" => {
+                if self.started {
+                    out.consumed();
+                } else {
+                    self.start(None, out);
+                }
+            }
+            "item.started" | "item.updated" | "item.completed" => {
+                self.on_item(ty, line.item, frame.data, out)
+            }
+            "turn.completed" => self.on_turn_completed(line.usage, out),
+            "turn.failed" => self.die("turn_failed", line.error, None, out),
+            "error" => self.die("codex_error", None, line.message.as_deref(), out),
+            "item.plan.delta" | "request_user_input" => unsupported(out, ty),
+            _ => {
+                out.unknown_frame(ty, frame.data);
+            }
+        }
+    }
+
+    fn close(&mut self, _close: Close, out: &mut Emitter) {
+        if self.terminated {
+            return;
+        }
+        // No turn.completed / turn.failed: stream death, nothing becomes final.
+        self.terminated = true;
+        self.end_tools("failed", out);
+        stream_closed(out);
+    }
+}
+
+impl CodexExecAdapter {
+    fn start(&mut self, thread_id: Option<&str>, out: &mut Emitter) {
+        if self.started {
+            out.consumed();
+            return;
+        }
+        self.started = true;
+        out.emit(Lifecycle {
+            provider: Some("openai".into()),
+            id: thread_id.map(str::to_owned),
+            ..Lifecycle::new(LifecyclePhase::Start)
+        });
+    }
+
+    fn on_item(&mut self, ty: &str, raw: Option<&RawValue>, data: &str, out: &mut Emitter) {
+        let Some(item) = raw.and_then(|r| serde_json::from_str::<ExecItem<'_>>(r.get()).ok())
+        else {
+            out.malformed_frame(data);
+            return;
+        };
+        let completed = ty == "item.completed";
+        match item.kind() {
+            "agent_message" if completed => self.message_completed(&item, out),
+            "reasoning" if completed => {
+                let text = item.text.as_deref().unwrap_or("").to_owned();
+                let id = item.id.as_deref().unwrap_or("").to_owned();
+                reasoning_snapshot(text, String::new(), id, out);
+            }
+            // Whole text only arrives at completion; earlier states carry nothing new.
+            "agent_message" | "reasoning" => out.consumed(),
+            "error" => {
+                out.diagnostic("codex_error_item", raw.map(Json::from_raw));
+            }
+            kind if TOOL_TYPES.contains(&kind) => match ty {
+                "item.started" => self.tool_started(&item, out),
+                "item.updated" => self.tool_updated(&item, out),
+                _ => self.tool_completed(&item, out),
+            },
+            kind => {
+                out.diagnostic("unknown_item_type", Some(Json::string(kind)));
+            }
+        }
+    }
+
+    fn message_completed(&mut self, item: &ExecItem<'_>, out: &mut Emitter) {
+        self.messages += 1;
+        let id = match item.id.as_deref() {
+            Some(id) => id.to_owned(),
+            None => format!("msg_{}", self.messages),
+        };
+        let text = item.text.as_deref().unwrap_or("");
+        if text.is_empty() {
+            out.consumed();
+            return;
+        }
+        out.emit(Assistant {
+            id: Some(id.clone()),
+            phase: Some(AssistantPhase::Commentary),
+            text: Some(text.to_owned()),
+            status: Some(SegmentStatus::Completed),
+            ..Assistant::default()
+        });
+        self.last_message = Some((id, text.to_owned()));
+    }
+
+    fn tool_started(&mut self, item: &ExecItem<'_>, out: &mut Emitter) {
+        let id = item.id.as_deref().unwrap_or("").to_owned();
+        if !self.tools.iter().any(|(tid, _)| *tid == id) {
+            self.tools.push((id, item.kind().to_owned()));
+        }
+        out.emit(item.row(ItemPhase::Start, "in_progress"));
+    }
+
+    fn tool_updated(&mut self, item: &ExecItem<'_>, out: &mut Emitter) {
+        out.emit(Item {
+            input: None,
+            output: item.output(),
+            ..item.row(ItemPhase::Update, "in_progress")
+        });
+    }
+
+    fn tool_completed(&mut self, item: &ExecItem<'_>, out: &mut Emitter) {
+        let id = item.id.as_deref().unwrap_or("");
+        self.tools.retain(|(tid, _)| tid != id);
+        let status = if item.failed() { "failed" } else { "completed" };
+        out.emit(Item {
+            output: item.output(),
+            result: present(item.error),
+            ..item.row(ItemPhase::End, status)
+        });
+    }
+
+    fn on_turn_completed(&mut self, usage: Option<&RawValue>, out: &mut Emitter) {
+        self.terminated = true;
+        let usage = present(usage);
+        if usage.is_some() {
+            out.saw_usage();
+        }
+        self.end_tools("completed", out);
+        let path = Path::Finalize(StopReason::Completed);
+        if let Some(truncated) = path.final_answer() {
+            // Zero-text finalize: no agent message, no final answer.
+            if let Some((id, text)) = self.last_message.take() {
+                out.emit(final_answer(&id, &text, truncated));
+            }
+        }
+        path.emit(usage, None, out);
+    }
+
+    /// Dead path (`turn.failed`, top-level `error`): open tools fail, no final answer.
+    fn die(
+        &mut self,
+        code: &str,
+        error: Option<&RawValue>,
+        message: Option<&str>,
+        out: &mut Emitter,
+    ) {
+        self.terminated = true;
+        self.end_tools("failed", out);
+        let error = error.filter(|e| e.get() != "null");
+        let message = message
+            .map(str::to_owned)
+            .or_else(|| error.and_then(error_message));
+        let diagnostic = Diagnostic {
+            code: code.into(),
+            message,
+            detail: error.map(Json::from_raw),
+        };
+        Path::Dead(StopReason::Error).emit(None, Some(diagnostic), out);
+    }
+
+    fn end_tools(&mut self, status: &str, out: &mut Emitter) {
+        for (id, name) in std::mem::take(&mut self.tools) {
+            out.emit(Item {
+                phase: ItemPhase::End,
+                id: Some(id),
+                kind: "tool".into(),
+                name: Some(name),
+                status: Some(status.into()),
+                ..Item::default()
+            });
+        }
+    }
+}
+
+fn error_message(error: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct E<'a> {
+        #[serde(borrow, default)]
+        message: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<E<'_>>(error.get())
+        .ok()
+        .and_then(|e| e.message)
+        .map(Cow::into_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::adapter::Family;
+    use crate::normalizer::normalize_bytes;
+    use streamgate_grammar::check;
+
+    fn run(lines: &[&str]) -> Vec<serde_json::Value> {
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let n = normalize_bytes(Family::CodexExec.into(), text.as_bytes(), 0);
+        assert_eq!(check(&n.events, &[], None), vec![]);
+        n.events
+            .iter()
+            .map(|e| serde_json::from_str(&e.to_json()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn the_last_agent_message_is_the_answer() {
+        let ev = run(&[
+            r#"{"type":"thread.started","thread_id":"t1"}"#,
+            r#"{"type":"item.completed","item":{"id":"i0","type":"agent_message","text":"Looking."}}"#,
+            r#"{"type":"item.completed","item":{"id":"i1","type":"agent_message","text":"Done."}}"#,
+            r#"{"type":"turn.completed","usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2}}"#,
+        ]);
+        let finals: Vec<_> = ev
+            .iter()
+            .filter(|e| e["data"]["phase"] == "final_answer")
+            .collect();
+        assert_eq!(finals.len(), 1);
+        assert_eq!(finals[0]["data"]["text"], "Done.");
+        assert_eq!(finals[0]["data"]["id"], "i1");
+    }
+
+    #[test]
+    fn an_unknown_item_type_is_a_diagnostic() {
+        let ev = run(&[
+            r#"{"type":"thread.started","thread_id":"t1"}"#,
+            r#"{"type":"item.started","item":{"id":"x","type":"hologram"}}"#,
+        ]);
+        assert_eq!(ev[1]["data"]["diagnostic"]["code"], "unknown_item_type");
+        assert_eq!(ev.last().unwrap()["data"]["reason"], "stream_closed");
+    }
+
+    #[test]
+    fn auto_detects_codex_exec_from_its_first_line() {
+        use crate::adapter::FamilyChoice;
+        use crate::detect::sniff;
+        use crate::framing::Frame;
+        let line = r#"{"type":"thread.started","thread_id":"t1"}"#;
+        let frame = Frame {
+            event: None,
+            data: line,
+        };
+        assert_eq!(sniff(&frame), Some(Family::CodexExec));
+        let text = format!("{line}\n{}\n", r#"{"type":"turn.completed","usage":null}"#);
+        let n = normalize_bytes(FamilyChoice::Auto, text.as_bytes(), 0);
+        assert_eq!(n.events.len(), 2);
+    }
+}
