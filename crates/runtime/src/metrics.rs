@@ -19,6 +19,7 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_build_info", Kind::Gauge, "Always 1; the version of the running binary as a label"),
     // Ingest and normalizer.
     ("streamgate_ingest_chunks_total", Kind::Counter, "Raw chunks accepted at the ingest front doors"),
+    ("streamgate_ingest_unavailable_total", Kind::Counter, "Ingest requests answered 503 / UNAVAILABLE because JetStream could not take chunks right now (by transport)"),
     ("streamgate_normalizer_chunks_total", Kind::Counter, "Raw chunks the normalizer applied to their runs"),
     ("streamgate_normalizer_events_published_total", Kind::Counter, "Canonical events the normalizer published to SG_EVENTS"),
     ("streamgate_normalizer_bad_raw_total", Kind::Counter, "Raw messages that could not be read (terminated, with a diagnostic)"),
