@@ -48,6 +48,10 @@ pub struct TailArgs {
     /// Follow this run only: wait for it to start, exit when it ends.
     #[arg(long)]
     pub run: Option<String>,
+    /// Only runs of this tenant (a run id is unique only within its tenant; without it,
+    /// every tenant's runs, and `--run` names the only tenant with that run id).
+    #[arg(long)]
+    pub tenant: Option<String>,
     /// `/reasoning` for this terminal: off, on (`stream` shows as `on`: a status line).
     #[arg(long, default_value = "off")]
     pub reasoning: Reasoning,
@@ -118,6 +122,7 @@ type RunKey = (String, String);
 /// The runs this terminal renders, each with its own projection.
 struct Runs {
     only: Option<String>,
+    tenant: Option<String>,
     settings: Settings,
     view: View,
     open: HashMap<RunKey, RunProjection>,
@@ -127,7 +132,12 @@ impl Runs {
     /// Renders one event; true when it ended the run `--run` asked for.
     fn render(&mut self, ev: &RunEvent) -> bool {
         let run = &ev.envelope.run_id;
-        if self.only.as_ref().is_some_and(|want| want != run) {
+        if self.only.as_ref().is_some_and(|want| want != run)
+            || self
+                .tenant
+                .as_ref()
+                .is_some_and(|want| *want != ev.envelope.tenant)
+        {
             return false;
         }
         let key = (ev.envelope.tenant.clone(), run.clone());
@@ -270,18 +280,23 @@ async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationTok
 /// `--run X` for a run that is not active: when the channel remembers it ended, prints
 /// its final answer and says so (true: nothing left to wait for); otherwise says that it
 /// waits, and how to see a run that ended longer ago.
-async fn ended_already(client: &mut Client, run: &str, tty: bool) -> bool {
+async fn ended_already(client: &mut Client, run: &str, tenant: Option<&str>, tty: bool) -> bool {
     let active = client
         .list_active_runs(v1::ListActiveRunsRequest {})
         .await
-        .is_ok_and(|r| r.into_inner().runs.iter().any(|r| r.run_id == run));
+        .is_ok_and(|r| {
+            r.into_inner()
+                .runs
+                .iter()
+                .any(|r| r.run_id == run && tenant.is_none_or(|t| t == r.tenant))
+        });
     if active {
         return false;
     }
     match client
         .get_ended_run(v1::GetEndedRunRequest {
             run_id: run.to_owned(),
-            tenant: String::new(),
+            tenant: tenant.unwrap_or_default().to_owned(),
         })
         .await
     {
@@ -293,7 +308,7 @@ async fn ended_already(client: &mut Client, run: &str, tty: bool) -> bool {
                 .map(|text| Op::Final {
                     key: DraftKey {
                         run_id: run.to_owned(),
-                        tenant: String::new(),
+                        tenant: ended.tenant.clone(),
                     },
                     text,
                     truncated: false,
@@ -338,6 +353,7 @@ pub async fn run(args: TailArgs) -> Result<()> {
     }
     let mut runs = Runs {
         only: args.run.clone(),
+        tenant: args.tenant.clone(),
         settings: Settings {
             reasoning: args.reasoning,
             verbose: args.verbose,
@@ -354,7 +370,7 @@ pub async fn run(args: TailArgs) -> Result<()> {
     while let Some(mut client) = connect(&target, &stop).await {
         if let (Some(run), true) = (args.run.as_deref(), first) {
             first = false;
-            if ended_already(&mut client, run, runs.view.tty).await {
+            if ended_already(&mut client, run, args.tenant.as_deref(), runs.view.tty).await {
                 break;
             }
         }

@@ -27,15 +27,22 @@ pub const SETTINGS_BUCKET: &str = "SG_SETTINGS";
 /// retention anyway.
 pub const DELIVERY_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
+/// How long [`bucket`] keeps asking while JetStream times out. On a freshly started
+/// R3 cluster the meta leader and the bucket's stream leader take seconds to settle, and
+/// a bucket request in that window times out; a projector that exited on it came up on
+/// its next restart (seen as 1–2 restarts per pod in the manifests test). Waiting here
+/// makes that a pause instead of a crash; other errors fail at once.
+const BUCKET_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Gets or creates a KV bucket (history 1: only the current value matters; file storage,
 /// `replicas` copies). The delivery bucket expires entries after [`DELIVERY_TTL`];
-/// settings never expire.
+/// settings never expire. JetStream timeouts are retried for [`BUCKET_PATIENCE`].
 pub async fn bucket(
     js: &jetstream::Context,
     name: &str,
     replicas: usize,
 ) -> Result<kv::Store, ProjectorError> {
-    js.create_or_update_key_value(kv::Config {
+    let config = kv::Config {
         bucket: name.to_owned(),
         history: 1,
         storage: jetstream::stream::StorageType::File,
@@ -46,9 +53,25 @@ pub async fn bucket(
             std::time::Duration::ZERO
         },
         ..Default::default()
-    })
-    .await
-    .map_err(nats("create kv bucket"))
+    };
+    let deadline = tokio::time::Instant::now() + BUCKET_PATIENCE;
+    let mut delay = std::time::Duration::from_millis(250);
+    loop {
+        match js.create_or_update_key_value(config.clone()).await {
+            Ok(store) => return Ok(store),
+            // async-nats reports a JetStream request timeout inside its error text only
+            // (the kind is a generic JetStream one), hence the text match.
+            Err(e)
+                if e.to_string().contains("timed out")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(bucket = name, error = %e, "JetStream not ready; asking again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(4));
+            }
+            Err(e) => return Err(nats("create kv bucket")(e)),
+        }
+    }
 }
 
 /// Key of a delivery state in [`DELIVERY_BUCKET`]: `<channel>.<chat>.<tenant>.<run>`.
