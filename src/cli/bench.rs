@@ -171,20 +171,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
                     family: family.clone(),
                     dialect: None,
                 };
-                let mut chunk = 0u64;
-                for start in (0..capture.len()).step_by(chunk_bytes) {
-                    if let Some(p) = pace.as_mut() {
-                        p.tick().await;
-                    }
-                    let end = (start + chunk_bytes).min(capture.len());
-                    ingestor
-                        .put(&spec, chunk, capture.slice(start..end), None, None)
-                        .await?;
-                    chunk += 1;
-                }
-                ingestor
-                    .put(&spec, chunk, Bytes::new(), Some(CloseKind::Normal), None)
-                    .await?;
+                put_capture(&ingestor, &spec, &capture, chunk_bytes, pace.as_mut()).await?;
             }
             anyhow::Ok(())
         });
@@ -312,4 +299,31 @@ async fn publish_baseline(
     let rate = n as f64 / started.elapsed().as_secs_f64();
     js.delete_stream("SG_BENCH").await?;
     Ok(rate)
+}
+
+/// Ingests `capture` as the run `spec`, `chunk_bytes` at a time (each chunk after a tick
+/// of `pace`, when pacing), then closes it: the producer loop of `bench pipeline` and
+/// `bench cluster`.
+pub(crate) async fn put_capture(
+    ingestor: &Ingestor,
+    spec: &RunSpec,
+    capture: &Bytes,
+    chunk_bytes: usize,
+    mut pace: Option<&mut tokio::time::Interval>,
+) -> anyhow::Result<()> {
+    let mut chunk = 0u64;
+    for start in (0..capture.len()).step_by(chunk_bytes) {
+        if let Some(t) = pace.as_mut() {
+            t.tick().await;
+        }
+        let end = (start + chunk_bytes).min(capture.len());
+        ingestor
+            .put(spec, chunk, capture.slice(start..end), None, None)
+            .await?;
+        chunk += 1;
+    }
+    ingestor
+        .put(spec, chunk, Bytes::new(), Some(CloseKind::Normal), None)
+        .await?;
+    Ok(())
 }

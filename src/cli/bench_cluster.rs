@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use streamgate_archiver::{ArchiverListen, CommitHook, ConsumerConfig};
 use streamgate_bus::local::{free_port, nats_server_binary};
-use streamgate_bus::raw::CloseKind;
 use streamgate_normalizer::ingest::{Ingestor, RunSpec};
 use streamgate_normalizer::{Listeners, NormalizerConfig};
 use streamgate_projector::{ChannelConfig, ChannelSink};
@@ -511,20 +510,14 @@ async fn produce(
                     family: "f2".into(),
                     dialect: None,
                 };
-                let mut chunk = 0u64;
-                for start in (0..capture.len()).step_by(chunk_bytes) {
-                    if let Some(t) = pace.as_mut() {
-                        t.tick().await;
-                    }
-                    let end = (start + chunk_bytes).min(capture.len());
-                    ingestor
-                        .put(&spec, chunk, capture.slice(start..end), None, None)
-                        .await?;
-                    chunk += 1;
-                }
-                ingestor
-                    .put(&spec, chunk, Bytes::new(), Some(CloseKind::Normal), None)
-                    .await?;
+                crate::cli::bench::put_capture(
+                    &ingestor,
+                    &spec,
+                    &capture,
+                    chunk_bytes,
+                    pace.as_mut(),
+                )
+                .await?;
             }
             anyhow::Ok(())
         });
