@@ -33,6 +33,7 @@ pub mod openai_responses;
 pub mod openclaw;
 pub mod response_items;
 pub mod segments;
+pub(crate) mod tools;
 pub mod whole_calls;
 
 /// A fresh adapter for one run of `family`.

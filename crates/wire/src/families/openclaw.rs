@@ -27,6 +27,7 @@ use crate::emitter::Emitter;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::unsupported;
 use crate::families::segments::TurnSegments;
+use crate::families::tools::{end_open_tools, present};
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -87,10 +88,6 @@ struct Data<'a> {
     error: Option<&'a RawValue>,
     #[serde(borrow, default)]
     message: Option<Cow<'a, str>>,
-}
-
-fn present(raw: Option<&RawValue>) -> Option<Json> {
-    raw.filter(|r| r.get() != "null").map(Json::from_raw)
 }
 
 /// Adapter state for one run.
@@ -333,16 +330,7 @@ impl OpenClawAdapter {
     }
 
     fn end_tools(&mut self, status: &str, out: &mut Emitter) {
-        for (id, name) in std::mem::take(&mut self.tools) {
-            out.emit(Item {
-                phase: ItemPhase::End,
-                id: Some(id),
-                kind: "tool".into(),
-                name: Some(name),
-                status: Some(status.into()),
-                ..Item::default()
-            });
-        }
+        end_open_tools(&mut self.tools, status, out);
     }
 }
 

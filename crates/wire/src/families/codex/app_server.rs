@@ -10,17 +10,19 @@
 //! `rawResponseItem/completed` mirrors the F3 items: reasoning items (encrypted replay
 //! state) go to the transcript as `codex_raw_reasoning`, the rest is a consumed mirror.
 
+use super::{commentary_snapshot, error_message};
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::{commentary_delta, final_answer, unsupported, RawItem};
+use crate::families::tools::{end_open_tools, present};
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
-    SegmentStatus, StopReason, Thinking, ThinkingVariant,
+    Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase, StopReason, Thinking,
+    ThinkingVariant,
 };
 
 /// Transcript kind for the raw F3 reasoning item mirrored by `rawResponseItem/completed`.
@@ -113,17 +115,13 @@ impl ThreadItem<'_> {
         }
         [self.invocation, self.arguments, self.query]
             .into_iter()
-            .flatten()
-            .find(|r| r.get() != "null")
-            .map(Json::from_raw)
+            .find_map(present)
     }
 
     fn output(&self) -> Option<Json> {
         [self.aggregated_output, self.output, self.result]
             .into_iter()
-            .flatten()
-            .find(|r| r.get() != "null")
-            .map(Json::from_raw)
+            .find_map(present)
     }
 }
 
@@ -441,7 +439,7 @@ impl CodexAppServerAdapter {
             self.die(
                 Diagnostic {
                     code: "codex_error".into(),
-                    message: error_message(p.error),
+                    message: p.error.and_then(error_message),
                     detail: p.error.map(Json::from_raw),
                 },
                 out,
@@ -576,7 +574,7 @@ impl CodexAppServerAdapter {
             self.die(
                 Diagnostic {
                     code: "turn_failed".into(),
-                    message: error_message(error),
+                    message: error.and_then(error_message),
                     detail: error.map(Json::from_raw),
                 },
                 out,
@@ -611,16 +609,7 @@ impl CodexAppServerAdapter {
     }
 
     fn end_tools(&mut self, status: &str, out: &mut Emitter) {
-        for (id, name) in std::mem::take(&mut self.tools) {
-            out.emit(Item {
-                phase: ItemPhase::End,
-                id: Some(id),
-                kind: "tool".into(),
-                name: Some(name),
-                status: Some(status.into()),
-                ..Item::default()
-            });
-        }
+        end_open_tools(&mut self.tools, status, out);
     }
 }
 
@@ -657,42 +646,12 @@ pub(crate) fn reasoning_snapshot(summary: String, content: String, id: String, o
     }
 }
 
-fn commentary_snapshot(id: String, text: String) -> Assistant {
-    Assistant {
-        id: Some(id),
-        phase: Some(AssistantPhase::Commentary),
-        text: Some(text),
-        status: Some(SegmentStatus::Completed),
-        ..Assistant::default()
-    }
-}
-
-fn error_message(error: Option<&RawValue>) -> Option<String> {
-    #[derive(Deserialize)]
-    struct E<'a> {
-        #[serde(borrow, default)]
-        message: Option<Cow<'a, str>>,
-    }
-    error
-        .and_then(|e| serde_json::from_str::<E<'_>>(e.get()).ok())
-        .and_then(|e| e.message)
-        .map(Cow::into_owned)
-}
-
 #[cfg(test)]
 mod tests {
     use crate::adapter::Family;
-    use crate::normalizer::normalize_bytes;
-    use streamgate_grammar::check;
 
     fn run(lines: &[&str]) -> Vec<serde_json::Value> {
-        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        let n = normalize_bytes(Family::CodexAppServer.into(), text.as_bytes(), 0);
-        assert_eq!(check(&n.events, &[], None), vec![]);
-        n.events
-            .iter()
-            .map(|e| serde_json::from_str(&e.to_json()).unwrap())
-            .collect()
+        super::super::run_lines(Family::CodexAppServer, lines)
     }
 
     const FINAL_STARTED: &str = r#"{"method":"item/started","params":{"item":{"type":"agentMessage","id":"m","text":"","phase":"final_answer"}}}"#;

@@ -29,17 +29,18 @@
 //! `stream_closed` (Dead). Frames after the terminal one are documented drops.
 
 use super::app_server::reasoning_snapshot;
+use super::{commentary_snapshot, error_message};
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::{final_answer, unsupported};
+use crate::families::tools::{end_open_tools, present};
 use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase,
-    SegmentStatus, StopReason,
+    Diagnostic, Item, ItemPhase, Json, Lifecycle, LifecyclePhase, StopReason,
 };
 
 /// One JSONL line: every top-level field the adapter reads.
@@ -102,10 +103,6 @@ const TOOL_TYPES: [&str; 5] = [
     "web_search",
     "todo_list",
 ];
-
-fn present(raw: Option<&RawValue>) -> Option<Json> {
-    raw.filter(|r| r.get() != "null").map(Json::from_raw)
-}
 
 impl ExecItem<'_> {
     fn kind(&self) -> &str {
@@ -271,13 +268,7 @@ impl CodexExecAdapter {
             out.consumed();
             return;
         }
-        out.emit(Assistant {
-            id: Some(id.clone()),
-            phase: Some(AssistantPhase::Commentary),
-            text: Some(text.to_owned()),
-            status: Some(SegmentStatus::Completed),
-            ..Assistant::default()
-        });
+        out.emit(commentary_snapshot(id.clone(), text.to_owned()));
         self.last_message = Some((id, text.to_owned()));
     }
 
@@ -348,45 +339,17 @@ impl CodexExecAdapter {
     }
 
     fn end_tools(&mut self, status: &str, out: &mut Emitter) {
-        for (id, name) in std::mem::take(&mut self.tools) {
-            out.emit(Item {
-                phase: ItemPhase::End,
-                id: Some(id),
-                kind: "tool".into(),
-                name: Some(name),
-                status: Some(status.into()),
-                ..Item::default()
-            });
-        }
+        end_open_tools(&mut self.tools, status, out);
     }
-}
-
-fn error_message(error: &RawValue) -> Option<String> {
-    #[derive(Deserialize)]
-    struct E<'a> {
-        #[serde(borrow, default)]
-        message: Option<Cow<'a, str>>,
-    }
-    serde_json::from_str::<E<'_>>(error.get())
-        .ok()
-        .and_then(|e| e.message)
-        .map(Cow::into_owned)
 }
 
 #[cfg(test)]
 mod tests {
     use crate::adapter::Family;
     use crate::normalizer::normalize_bytes;
-    use streamgate_grammar::check;
 
     fn run(lines: &[&str]) -> Vec<serde_json::Value> {
-        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        let n = normalize_bytes(Family::CodexExec.into(), text.as_bytes(), 0);
-        assert_eq!(check(&n.events, &[], None), vec![]);
-        n.events
-            .iter()
-            .map(|e| serde_json::from_str(&e.to_json()).unwrap())
-            .collect()
+        super::super::run_lines(Family::CodexExec, lines)
     }
 
     #[test]

@@ -10,3 +10,45 @@ pub mod exec;
 
 pub use app_server::CodexAppServerAdapter;
 pub use exec::CodexExecAdapter;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use streamgate_grammar::{Assistant, AssistantPhase, SegmentStatus};
+
+/// The `message` of a codex error object (`{message, …}`), if it has one.
+fn error_message(error: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct E<'a> {
+        #[serde(borrow, default)]
+        message: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<E<'_>>(error.get())
+        .ok()
+        .and_then(|e| e.message)
+        .map(Cow::into_owned)
+}
+
+/// A settled agent message that is commentary: one `completed` snapshot.
+fn commentary_snapshot(id: String, text: String) -> Assistant {
+    Assistant {
+        id: Some(id),
+        phase: Some(AssistantPhase::Commentary),
+        text: Some(text),
+        status: Some(SegmentStatus::Completed),
+        ..Assistant::default()
+    }
+}
+
+/// Test helper: normalizes `lines` (one JSONL line each) as `family`, checks the
+/// events against the grammar and returns them as JSON values.
+#[cfg(test)]
+fn run_lines(family: crate::adapter::Family, lines: &[&str]) -> Vec<serde_json::Value> {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let n = crate::normalizer::normalize_bytes(family.into(), text.as_bytes(), 0);
+    assert_eq!(streamgate_grammar::check(&n.events, &[], None), vec![]);
+    n.events
+        .iter()
+        .map(|e| serde_json::from_str(&e.to_json()).unwrap())
+        .collect()
+}
