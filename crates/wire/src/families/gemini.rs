@@ -396,15 +396,7 @@ impl F5Adapter {
         diag: Option<Diagnostic>,
     ) {
         self.close_thinking(out);
-        let call_status = if path == Path::Yield {
-            "completed"
-        } else {
-            "failed"
-        };
-        self.end_calls(out, call_status);
-        if let Some(truncated) = path.final_answer() {
-            self.segments.finalize(out, truncated);
-        }
+        self.calls.settle(&mut self.segments, &path, out);
         if let Some(extra) = extra {
             out.emit(Lifecycle {
                 diagnostic: Some(extra),

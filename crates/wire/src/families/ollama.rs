@@ -235,15 +235,7 @@ impl OllamaNativeAdapter {
                 Path::Incomplete(Some(StopReason::Other("unknown".to_owned())))
             }
         };
-        let call_status = if path == Path::Yield {
-            "completed"
-        } else {
-            "failed"
-        };
-        self.end_calls(out, call_status);
-        if let Some(truncated) = path.final_answer() {
-            self.segments.finalize(out, truncated);
-        }
+        self.calls.settle(&mut self.segments, &path, out);
         path.emit(usage, diagnostic, out);
         self.ended = true;
     }

@@ -3,6 +3,8 @@
 //! once; `item/end` repeats it as `arguments` when the turn settles.
 
 use crate::emitter::Emitter;
+use crate::families::finality::Path;
+use crate::families::segments::TurnSegments;
 use streamgate_grammar::{Item, ItemPhase, Json};
 
 struct Call {
@@ -75,6 +77,23 @@ impl WholeCalls {
                 arguments: call.args,
                 ..Item::default()
             });
+        }
+    }
+
+    /// Settles the turn's calls and text on `path` (spec §3.5): the calls end
+    /// `completed` on the Yield path (the client runs them) and `failed` on every other,
+    /// then the last text segment is re-tagged as the final answer where the path keeps
+    /// one. Thinking must already be closed; the terminal lifecycle event is the
+    /// caller's.
+    pub fn settle(&mut self, segments: &mut TurnSegments, path: &Path, out: &mut Emitter) {
+        let status = if *path == Path::Yield {
+            "completed"
+        } else {
+            "failed"
+        };
+        self.end_all(out, status);
+        if let Some(truncated) = path.final_answer() {
+            segments.finalize(out, truncated);
         }
     }
 }
