@@ -10,7 +10,7 @@
 //! `rawResponseItem/completed` mirrors the F3 items: reasoning items (encrypted replay
 //! state) go to the transcript as `codex_raw_reasoning`, the rest is a consumed mirror.
 
-use super::{commentary_snapshot, error_message};
+use super::{commentary_snapshot, error_message, parse_item};
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::{stream_closed, Path};
@@ -448,9 +448,7 @@ impl CodexAppServerAdapter {
     }
 
     fn on_item_started(&mut self, raw: Option<&RawValue>, data: &str, out: &mut Emitter) {
-        let Some(item) = raw.and_then(|r| serde_json::from_str::<ThreadItem<'_>>(r.get()).ok())
-        else {
-            out.malformed_frame(data);
+        let Some(item) = parse_item::<ThreadItem<'_>>(raw, data, out) else {
             return;
         };
         let id = item.id.as_deref().unwrap_or("").to_owned();
@@ -484,9 +482,7 @@ impl CodexAppServerAdapter {
     }
 
     fn on_item_completed(&mut self, raw: Option<&RawValue>, data: &str, out: &mut Emitter) {
-        let Some(item) = raw.and_then(|r| serde_json::from_str::<ThreadItem<'_>>(r.get()).ok())
-        else {
-            out.malformed_frame(data);
+        let Some(item) = parse_item::<ThreadItem<'_>>(raw, data, out) else {
             return;
         };
         let id = item.id.as_deref().unwrap_or("").to_owned();

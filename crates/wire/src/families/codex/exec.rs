@@ -29,7 +29,7 @@
 //! `stream_closed` (Dead). Frames after the terminal one are documented drops.
 
 use super::app_server::reasoning_snapshot;
-use super::{commentary_snapshot, error_message};
+use super::{commentary_snapshot, error_message, parse_item};
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::{stream_closed, Path};
@@ -228,9 +228,7 @@ impl CodexExecAdapter {
     }
 
     fn on_item(&mut self, ty: &str, raw: Option<&RawValue>, data: &str, out: &mut Emitter) {
-        let Some(item) = raw.and_then(|r| serde_json::from_str::<ExecItem<'_>>(r.get()).ok())
-        else {
-            out.malformed_frame(data);
+        let Some(item) = parse_item::<ExecItem<'_>>(raw, data, out) else {
             return;
         };
         let completed = ty == "item.completed";

@@ -11,6 +11,7 @@ pub mod exec;
 pub use app_server::CodexAppServerAdapter;
 pub use exec::CodexExecAdapter;
 
+use crate::emitter::Emitter;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -27,6 +28,20 @@ fn error_message(error: &RawValue) -> Option<String> {
         .ok()
         .and_then(|e| e.message)
         .map(Cow::into_owned)
+}
+
+/// The `item` of an item event, parsed; a missing or unreadable one makes the whole
+/// frame a `malformed_frame` (and `None`).
+fn parse_item<'a, T: Deserialize<'a>>(
+    raw: Option<&'a RawValue>,
+    data: &str,
+    out: &mut Emitter,
+) -> Option<T> {
+    let item = raw.and_then(|r| serde_json::from_str::<T>(r.get()).ok());
+    if item.is_none() {
+        out.malformed_frame(data);
+    }
+    item
 }
 
 /// A settled agent message that is commentary: one `completed` snapshot.
