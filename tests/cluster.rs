@@ -7,6 +7,11 @@
 //! while the cluster elects a new leader, and the producer puts it again with the same
 //! chunk index (JetStream dedupes on `Nats-Msg-Id`). Each test counts those retries.
 //!
+//! One test runs the normalizers as real processes instead:
+//! (f) `normalizer_process_sigkilled_mid_load`: two `streamgate normalizer` children on
+//! every node (`--replicas 3 --lease-ttl 3`); one is SIGKILLed mid-load and the
+//! survivor takes its partitions once the leases run out.
+//!
 //! What every test checks at the end: every acknowledged run is archived exactly as
 //! `streamgate normalize` prints it (seq 1..=n, each once), and — where a channel runs —
 //! the webhook receiver applied exactly one `final` per run.
@@ -598,6 +603,159 @@ async fn normalizer_replica_crashes_mid_load() {
         "crashed the replica holding {victim_held:?} after {acked_before} runs; survivor \
          held all after {takeover:?}; {} retried puts; total {:?}",
         load.retries.load(Ordering::Relaxed),
+        t0.elapsed()
+    );
+}
+
+/// `streamgate normalizer` as a child process on every cluster node, with R3 buckets, a
+/// 3 s lease TTL and ack wait (the streams are made at R3 before it starts).
+fn normalizer_proc_args(cluster: &NatsCluster) -> Vec<String> {
+    let mut args = normalizer_args(&cluster.urls(), 600);
+    args.extend(
+        [
+            "--replicas",
+            "3",
+            "--lease-ttl",
+            "3",
+            "--ack-wait-secs",
+            "3",
+        ]
+        .map(String::from),
+    );
+    args
+}
+
+/// Lease owners of the normalizer partitions: (member → partitions held).
+async fn normalizer_members(
+    js: &async_nats::jetstream::Context,
+) -> std::collections::BTreeMap<String, BTreeSet<u32>> {
+    let mut by_member = std::collections::BTreeMap::<String, BTreeSet<u32>>::new();
+    let group = streamgate_normalizer::worker::lease_group();
+    for (p, member) in lease_owners(js, &group).await {
+        by_member.entry(member).or_default().insert(p);
+    }
+    by_member
+}
+
+/// (f) Two normalizer replicas run as `streamgate normalizer` processes and split the
+/// partitions; one is SIGKILLed (`Child::kill`) while 150 runs are being ingested into
+/// SG_RAW: no drain, no lease released, nothing acknowledged. The survivor takes every
+/// partition once the killed one's leases run out (3 s TTL), rebuilds the runs in
+/// flight, and every run is archived complete, once, with exactly one webhook final.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn normalizer_process_sigkilled_mid_load() {
+    let _serial = SERIAL.lock().await;
+    let t0 = Instant::now();
+    let env = Env::start(Backend::Sqlite).await;
+    let settings = streamgate_bus::StreamSettings {
+        replicas: REPLICAS,
+        ..Default::default()
+    };
+    streamgate_bus::ensure_streams(&env.js, &settings)
+        .await
+        .expect("R3 streams");
+    let fake = FakeServer::webhook(SECRET, Behavior::default())
+        .await
+        .expect("fake webhook");
+    let logs = tempfile::tempdir().expect("log dir");
+    let args = normalizer_proc_args(&env.cluster);
+    let _archiver = start_archiver(&env.cluster, env.store.clone()).await;
+    let _projector = start_projector(&env.cluster, &fake).await;
+    // One replica first: it makes the R3 lease and open-run buckets (a replica whose
+    // start-up JetStream requests time out exits, and two of them making R3 buckets at
+    // once on a busy 2-core box do time out); the second joins and takes its share.
+    let mut survivor = Service::spawn("survivor", &args, logs.path());
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        survivor.assert_running();
+        let m = normalizer_members(&env.js).await;
+        if m.values().map(BTreeSet::len).sum::<usize>() == DEFAULT_PARTITIONS as usize {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first replica holding every partition not within {SETTLE:?}: {m:?}\n{}",
+            tail(&survivor.log_text(), 20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut victim = Service::spawn("victim", &args, logs.path());
+    assert_eq!(env.stream_replicas(RAW_STREAM).await, REPLICAS);
+    assert_eq!(env.stream_replicas(EVENTS_STREAM).await, REPLICAS);
+
+    // Both replicas hold partitions; a member id carries its process id (`-<pid>-`).
+    let of = |s: &Service| format!("-{}-", s.pid().expect("running"));
+    let (survivor_id, victim_id) = (of(&survivor), of(&victim));
+    let deadline = Instant::now() + SETTLE;
+    let victim_held = loop {
+        survivor.assert_running();
+        victim.assert_running();
+        let m = normalizer_members(&env.js).await;
+        let all: usize = m.values().map(BTreeSet::len).sum();
+        let held = |id: &str| m.iter().any(|(member, _)| member.contains(id));
+        if m.len() == 2 && all == DEFAULT_PARTITIONS as usize && held(&survivor_id) {
+            if let Some((_, p)) = m.iter().find(|(member, _)| member.contains(&victim_id)) {
+                break p.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "two replicas holding every partition not within {SETTLE:?}: {m:?}\n{}\n{}",
+            tail(&survivor.log_text(), 20),
+            tail(&victim.log_text(), 20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(env.stream_replicas("KV_SG_LEASES").await, REPLICAS);
+    wait_normalizer(&env.js, "sg-normalizer").await;
+    wait_consumer(&env.js, EVENTS_STREAM, "sg-archiver").await;
+    wait_projector(&env.js, CHANNEL).await;
+
+    let (bytes, chunks) = chunks();
+    let runs = run_ids("sigkill", 150);
+    let load = Arc::new(Load::default());
+    let producer = spawn_load(env.ingestor.clone(), runs.clone(), chunks, 16, load.clone());
+    wait_for("40 runs acknowledged", SETTLE, || {
+        load.acked.load(Ordering::Relaxed) >= 40
+    })
+    .await;
+    let acked_before = load.acked.load(Ordering::Relaxed);
+    let victim_pid = victim.pid().expect("victim pid");
+    victim.kill();
+    let killed_at = Instant::now();
+    let deadline = killed_at + SETTLE;
+    loop {
+        survivor.assert_running();
+        let m = normalizer_members(&env.js).await;
+        let all = m.values().next().map_or(0, BTreeSet::len);
+        if m.len() == 1
+            && all == DEFAULT_PARTITIONS as usize
+            && m.keys().all(|k| k.contains(&survivor_id))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the survivor holding every partition not within {SETTLE:?}: {m:?}\n{}",
+            tail(&survivor.log_text(), 20)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let takeover = killed_at.elapsed();
+    tokio::time::timeout(SETTLE, producer)
+        .await
+        .expect("load not acknowledged in time")
+        .expect("producer");
+    assert_archived(&*env.store, &runs, &bytes, "normalizer SIGKILLed").await;
+    assert_finals_once(&fake, &runs, "normalizer SIGKILLed").await;
+    survivor.assert_running();
+    eprintln!(
+        "SIGKILLed pid {victim_pid} (held {victim_held:?}) after {acked_before} of {} runs; \
+         survivor held all after {takeover:?}; {} retried puts; {} finals resent (deduped by \
+         key); total {:?}",
+        runs.len(),
+        load.retries.load(Ordering::Relaxed),
+        finals_resent(&fake),
         t0.elapsed()
     );
 }
