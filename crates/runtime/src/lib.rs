@@ -9,6 +9,7 @@
 //! - [`nats`]: the shared bus flags ([`nats::NatsArgs`]: `--nats` server lists and NATS
 //!   credentials) and connecting with them.
 //! - [`shutdown`]: SIGINT/SIGTERM into a cancellation token.
+//! - [`startup`]: starting again while a fresh JetStream cluster still times out.
 //! - [`rpc`]: bearer-token interceptors (server and client), health and reflection.
 //! - [`serve`]: starting gRPC and HTTP servers the one shared way: auth interceptor,
 //!   health, reflection, TLS/mTLS, connection limit, header-read and idle timeouts.
@@ -20,6 +21,7 @@ pub mod nats;
 pub mod rpc;
 pub mod serve;
 pub mod shutdown;
+pub mod startup;
 pub mod telemetry;
 
 pub use nats::NatsArgs;

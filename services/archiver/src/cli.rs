@@ -55,23 +55,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let shutdown = streamgate_runtime::shutdown::on_signal();
     let nats = args.nats.connect().await?;
     let store = streamgate_archive::open_store(&args.archive).await?;
-    let mut running = start(
-        nats,
-        store,
-        ConsumerConfig {
-            batch: args.batch,
-            ack_wait: std::time::Duration::from_secs(args.ack_wait_secs.max(1)),
-            archive_raw: args.archive_raw,
-            ..ConsumerConfig::default()
-        },
-        ArchiverListen {
-            grpc: Some(args.grpc),
-            operator_token: args.operator_token,
-            partitions: args.partitions,
-            serve: args.serve.options(),
-        },
-        shutdown,
-    )
+    let consumer = ConsumerConfig {
+        batch: args.batch,
+        ack_wait: std::time::Duration::from_secs(args.ack_wait_secs.max(1)),
+        archive_raw: args.archive_raw,
+        ..ConsumerConfig::default()
+    };
+    let listen = ArchiverListen {
+        grpc: Some(args.grpc),
+        operator_token: args.operator_token,
+        partitions: args.partitions,
+        serve: args.serve.options(),
+    };
+    let mut running = streamgate_runtime::startup::retry_timeouts("archiver", || {
+        start(
+            nats.clone(),
+            store.clone(),
+            consumer.clone(),
+            listen.clone(),
+            shutdown.clone(),
+        )
+    })
     .await?;
     tracing::info!(grpc = ?running.grpc, "archiver listening");
     while let Some(done) = running.tasks.join_next().await {

@@ -82,19 +82,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ..NormalizerConfig::default()
     };
     cfg.streams.replicas = args.replicas;
-    let mut running = start(
-        nats,
-        cfg,
-        Listeners {
-            grpc: Some(args.grpc),
-            http: Some(args.http),
-            ingest_token: args.ingest_token,
-            ingest_tokens: args.ingest_tokens,
-            partitions: args.partitions,
-            serve: args.serve.options(),
-        },
-        shutdown,
-    )
+    let listeners = Listeners {
+        grpc: Some(args.grpc),
+        http: Some(args.http),
+        ingest_token: args.ingest_token,
+        ingest_tokens: args.ingest_tokens,
+        partitions: args.partitions,
+        serve: args.serve.options(),
+    };
+    let mut running = streamgate_runtime::startup::retry_timeouts("normalizer", || {
+        start(
+            nats.clone(),
+            cfg.clone(),
+            listeners.clone(),
+            shutdown.clone(),
+        )
+    })
     .await?;
     tracing::info!(grpc = ?running.grpc, http = ?running.http, member = %running.member, "normalizer listening");
     while let Some(done) = running.tasks.join_next().await {

@@ -143,7 +143,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Leases on a connection of their own: consuming and delivering never delay a
     // renewal.
     cfg.lease_nats = Some(args.nats.connect().await?);
-    let mut running = start(nats, cfg, Some(args.grpc), shutdown).await?;
+    let mut running = streamgate_runtime::startup::retry_timeouts("projector", || {
+        start(nats.clone(), cfg.clone(), Some(args.grpc), shutdown.clone())
+    })
+    .await?;
     tracing::info!(grpc = ?running.grpc, web = ?running.web, member = %running.member, "projector running");
     if let Some(web) = running.web {
         let scheme = if args.serve.tls_cert.is_some() {
