@@ -19,6 +19,11 @@
 //!   and the archive (WAL/SHM too), `up.json`, `nats.env`, channel tokens and the broker's
 //!   config 0600; the broker refuses clients without up's credentials (or with a wrong
 //!   password), also after a restart, and the password is on no command line.
+//! - `up_serves_tls_and_its_clients_follow`: `up --tls-cert/--tls-key` records
+//!   `https://` addresses in `up.json` and prints an https page; `ingest --ca` and
+//!   `replay --ca` work, an ingest without `--ca` is refused with a hint; with
+//!   `--tls-client-ca` an ingest without a client certificate is refused and one with
+//!   it works.
 //! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
 //!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
@@ -907,5 +912,114 @@ fn a_service_joins_up_with_its_nats_env_and_is_refused_without() {
         joined,
         "the projector never joined with --config nats.env:\n{}",
         std::fs::read_to_string(dir.path().join("joined.err")).unwrap_or_default()
+    );
+}
+
+/// Runs the CLI in `dir` with `args`; its output.
+fn cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("STREAMGATE_CA")
+        .env_remove("STREAMGATE_CLIENT_CERT")
+        .env_remove("STREAMGATE_CLIENT_KEY")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn up_serves_tls_and_its_clients_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = streamgate_testkit::pki::TestPki::new();
+    let (cert, key, ca) = (
+        pki.server.cert.to_str().unwrap(),
+        pki.server.key.to_str().unwrap(),
+        pki.ca.to_str().unwrap(),
+    );
+    let capture = dir.path().join("capture.sse");
+    std::fs::write(&capture, fixture("f1/end-turn.sse")).unwrap();
+    let capture = capture.to_str().unwrap();
+    let ingest = |run: &str, tls: &[&str]| {
+        let mut args = vec![
+            "ingest",
+            "--family",
+            "f1",
+            "--run",
+            run,
+            "--retry-secs",
+            "0",
+        ];
+        args.extend_from_slice(tls);
+        args.push(capture);
+        cli(dir.path(), &args)
+    };
+
+    let mut up = start_up_with(dir.path(), &["--tls-cert", cert, "--tls-key", key]);
+    let inst: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data_dir(dir.path()).join("up.json")).unwrap())
+            .unwrap();
+    assert_eq!(inst["tls"], true, "{inst}");
+    for a in [
+        &inst["ingest_grpc"],
+        &inst["archive_grpc"],
+        &inst["channels"][0]["grpc"],
+    ] {
+        assert!(a.as_str().unwrap().starts_with("https://"), "{inst}");
+    }
+    assert!(
+        up_err(dir.path()).contains("web: https://"),
+        "{}",
+        up_err(dir.path())
+    );
+
+    let out = ingest("tls-1", &["--ca", ca]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let out = cli(dir.path(), &["replay", "tls-1", "--json", "--ca", ca]);
+        if out.status.success() && !out.stdout.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replay over TLS: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = ingest("tls-2", &[]);
+    assert!(!out.status.success(), "ingest without --ca went through");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--ca"), "{stderr}");
+    assert!(up.stop(Duration::from_secs(10)).is_some());
+
+    // mTLS: the client CA makes a client certificate mandatory.
+    let _up = start_up_with(
+        dir.path(),
+        &["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", ca],
+    );
+    let out = ingest("tls-3", &["--ca", ca]);
+    assert!(
+        !out.status.success(),
+        "ingest without a client certificate went through"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--client-cert"), "{stderr}");
+    let (ccert, ckey) = (
+        pki.client.cert.to_str().unwrap(),
+        pki.client.key.to_str().unwrap(),
+    );
+    let out = ingest(
+        "tls-3",
+        &["--ca", ca, "--client-cert", ccert, "--client-key", ckey],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -4,7 +4,7 @@
 //! take `--tenant` (default `default`, like `streamgate ingest`); `runs --all-tenants`
 //! lists every tenant's runs.
 
-use super::discover::Instance;
+use super::discover::{with_hint, Instance};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use streamgate_grammar::ids::DEFAULT_TENANT;
@@ -39,11 +39,16 @@ type Client = ArchiveServiceClient<InterceptedService<Channel, SendBearer>>;
 
 impl ArchiveTarget {
     async fn connect(&self) -> Result<Client> {
-        let (addr, token) = match (&self.addr, &self.token) {
-            (Some(a), t) => (a.clone(), t.clone()),
+        let (addr, token, hint) = match (&self.addr, &self.token) {
+            (Some(a), t) => (a.clone(), t.clone(), None),
             (None, t) => {
                 let inst = Instance::read(&self.data_dir)?;
-                (inst.archive_grpc, t.clone().or(Some(inst.operator_token)))
+                let hint = inst.tls_hint(&self.tls);
+                (
+                    inst.archive_grpc,
+                    t.clone().or(Some(inst.operator_token)),
+                    hint,
+                )
             }
         };
         let channel = self
@@ -51,7 +56,7 @@ impl ArchiveTarget {
             .endpoint(&addr)?
             .connect()
             .await
-            .with_context(|| format!("cannot reach the archive at {addr}"))?;
+            .with_context(|| with_hint(format!("cannot reach the archive at {addr}"), hint))?;
         Ok(
             ArchiveServiceClient::with_interceptor(channel, SendBearer::new(token.as_deref()))
                 .max_decoding_message_size(64 << 20),

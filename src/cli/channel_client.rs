@@ -3,7 +3,7 @@
 //! `channel-<name>.token` (looked up again on every connect: a restarted `up` listens
 //! elsewhere with a new token).
 
-use super::discover::{channel_token_path, Instance};
+use super::discover::{channel_token_path, with_hint, Instance};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
@@ -33,8 +33,14 @@ pub struct Target {
 impl Target {
     /// The address and token to use now.
     pub fn resolve(&self) -> Result<(String, Option<String>)> {
+        self.resolve_with_hint().map(|(a, t, _)| (a, t))
+    }
+
+    /// [`resolve`](Self::resolve), and what TLS flags the local instance needs that are
+    /// missing.
+    fn resolve_with_hint(&self) -> Result<(String, Option<String>, Option<&'static str>)> {
         if let Some(a) = &self.addr {
-            return Ok((a.clone(), self.token.clone()));
+            return Ok((a.clone(), self.token.clone(), None));
         }
         let inst = Instance::read(&self.data_dir)?;
         let ch = match &self.channel {
@@ -66,17 +72,17 @@ impl Target {
                 Some(t.trim().to_owned())
             }
         };
-        Ok((ch.grpc.clone(), token))
+        Ok((ch.grpc.clone(), token, inst.tls_hint(&self.tls)))
     }
 
     pub async fn connect(&self) -> Result<Client> {
-        let (addr, token) = self.resolve()?;
+        let (addr, token, hint) = self.resolve_with_hint()?;
         let channel = self
             .tls
             .endpoint(&addr)?
             .connect()
             .await
-            .with_context(|| format!("cannot reach the channel at {addr}"))?;
+            .with_context(|| with_hint(format!("cannot reach the channel at {addr}"), hint))?;
         Ok(ProjectorServiceClient::with_interceptor(
             channel,
             SendBearer::new(token.as_deref()),

@@ -6,6 +6,7 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use streamgate_runtime::serve::ClientTlsArgs;
 
 /// Default data directory of a local instance.
 pub const DEFAULT_DATA_DIR: &str = ".streamgate";
@@ -24,12 +25,20 @@ pub struct Instance {
     /// Its password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nats_password: Option<String>,
-    /// gRPC IngestService.
+    /// gRPC IngestService (`https://host:port` when `up` serves TLS).
     pub ingest_grpc: String,
-    /// HTTP ingest.
+    /// HTTP ingest (`host:port`; `https` when `tls`).
     pub ingest_http: String,
-    /// gRPC ArchiveService.
+    /// gRPC ArchiveService (`https://host:port` when `up` serves TLS).
     pub archive_grpc: String,
+    /// Every server of `up` speaks TLS (`up --tls-cert/--tls-key`): clients connect
+    /// with `--ca` (or `STREAMGATE_CA`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
+    /// The servers require a client certificate (`up --tls-client-ca`): clients add
+    /// `--client-cert/--client-key`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mtls: bool,
     /// Operator bearer token for the ArchiveService.
     pub operator_token: String,
     /// Partition count.
@@ -47,9 +56,10 @@ pub struct ChannelEntry {
     pub name: String,
     /// Sink kind (`web`, `webhook`, `telegram`, `plain`, …).
     pub kind: String,
-    /// Its ProjectorService address.
+    /// Its ProjectorService address (`https://host:port` when `up` serves TLS).
     pub grpc: String,
-    /// Its web page address (`web` channels).
+    /// Its web page address (`web` channels; `host:port`, served over `https` when the
+    /// instance's `tls` is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web: Option<String>,
 }
@@ -98,8 +108,30 @@ impl Instance {
         serde_json::from_str(&text).with_context(|| format!("{} is not valid", p.display()))
     }
 
+    /// What a client connecting with `tls` lacks to reach this instance, if anything:
+    /// a hint to add to its connection error.
+    pub fn tls_hint(&self, tls: &ClientTlsArgs) -> Option<&'static str> {
+        if self.tls && tls.ca.is_none() {
+            Some(
+                "the local streamgate up serves TLS: pass --ca <CA certificate> (or STREAMGATE_CA)",
+            )
+        } else if self.mtls && tls.client_cert.is_none() {
+            Some("the local streamgate up requires client certificates: pass --client-cert and --client-key")
+        } else {
+            None
+        }
+    }
+
     /// Removes `up.json` (on shutdown).
     pub fn remove(data_dir: &Path) {
         let _ = std::fs::remove_file(path(data_dir));
+    }
+}
+
+/// `msg`, followed by `hint` when there is one.
+pub fn with_hint(msg: String, hint: Option<&str>) -> String {
+    match hint {
+        Some(h) => format!("{msg} ({h})"),
+        None => msg,
     }
 }

@@ -95,15 +95,16 @@ pub async fn run(args: IngestArgs) -> Result<()> {
     args.family
         .parse::<streamgate_wire::FamilyChoice>()
         .map_err(anyhow::Error::msg)?;
-    let (addr, token) = match &args.addr {
-        Some(a) => (a.clone(), args.token.clone()),
+    let (addr, token, hint) = match &args.addr {
+        Some(a) => (a.clone(), args.token.clone(), None),
         None => {
             let inst = Instance::read(&args.data_dir)?;
             let token = match &args.token {
                 Some(t) => t.clone(),
                 None => read_ingest_token(&args.data_dir)?,
             };
-            (inst.ingest_grpc, Some(token))
+            let hint = inst.tls_hint(&args.tls);
+            (inst.ingest_grpc, Some(token), hint)
         }
     };
     let chunks: Vec<&[u8]> = bytes.chunks(args.chunk_bytes.max(1)).collect();
@@ -126,11 +127,19 @@ pub async fn run(args: IngestArgs) -> Result<()> {
             }
             Err(e) => e,
         };
+        // With TLS 1.3 a refused client certificate surfaces on the first request,
+        // not at connect: the hint goes on whatever error ends the ingest.
+        let hinted = |e: anyhow::Error| match hint {
+            Some(h) => e.context(h),
+            None => e,
+        };
         let retry::Verdict::Retry(after) = retry::classify(&e) else {
-            return Err(e);
+            return Err(hinted(e));
         };
         let Some(delay) = backoff.next_delay(after) else {
-            return Err(e.context(format!("gave up after {} retries", backoff.attempts())));
+            return Err(hinted(
+                e.context(format!("gave up after {} retries", backoff.attempts())),
+            ));
         };
         if backoff.attempts() == 1 {
             // Said once; the retries that follow are quiet.

@@ -21,6 +21,12 @@
 //! `streamgate ingest` sends it by default when it talks to this instance
 //! (`curl -H "Authorization: Bearer $(cat .streamgate/ingest.token)"` for HTTP).
 //! `--ingest-tokens <file>` adds tokens scoped to tenants.
+//!
+//! TLS: `--tls-cert/--tls-key` (and `--tls-client-ca` for mTLS; `STREAMGATE_TLS_*`)
+//! apply to every server `up` starts. `up.json` then records `https://` gRPC addresses
+//! and `"tls": true` (`"mtls": true`), so `ingest`, `runs`, `replay`, `tail` and
+//! `settings` connect with TLS, trusting their `--ca` (`STREAMGATE_CA`) and presenting
+//! `--client-cert/--client-key`; the banner prints `https://` pages.
 
 mod broker;
 mod demo;
@@ -36,6 +42,7 @@ use streamgate_bus::local::LocalAuth;
 use streamgate_normalizer::ingest::Ingestor;
 use streamgate_normalizer::{Listeners, NormalizerConfig};
 use streamgate_runtime::nats::NatsAuth;
+use streamgate_runtime::serve::ServeArgs;
 use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
 /// Flags of `streamgate up`.
@@ -110,6 +117,11 @@ pub struct UpArgs {
     /// dir or `--nats` deployment keeps its own), else 8.
     #[arg(long, env = "STREAMGATE_PARTITIONS")]
     pub partitions: Option<u32>,
+    /// TLS of every server `up` starts (ingest gRPC and HTTP, archive gRPC, each
+    /// channel's ProjectorService and web page): `--tls-cert/--tls-key`, and
+    /// `--tls-client-ca` for mTLS; and their connection limits.
+    #[command(flatten)]
+    pub serve: ServeArgs,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -170,6 +182,13 @@ pub async fn run(args: UpArgs) -> Result<()> {
         .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("archive.db").display()));
     let store = streamgate_archive::open_store(&archive_url).await?;
     let operator_token = streamgate_runtime::rpc::random_token();
+    let serve = args.serve.options();
+    let tls = serve.tls.is_some();
+    let mtls = serve.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    // Checked now, before anything listens: a bad certificate or key is named at once.
+    if let Some(files) = &serve.tls {
+        files.server_config()?;
+    }
     let partitions = match args.partitions {
         Some(p) => p.max(1),
         None => recorded_partitions(&async_nats::jetstream::new(nats.clone()))
@@ -195,7 +214,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             ingest_token: Some(ingest_token),
             ingest_tokens: args.ingest_tokens.clone(),
             partitions,
-            ..Default::default()
+            serve: serve.clone(),
         },
         shutdown.clone(),
     )
@@ -208,12 +227,19 @@ pub async fn run(args: UpArgs) -> Result<()> {
             grpc: Some(args.archive_grpc),
             operator_token: operator_token.clone(),
             partitions,
-            ..Default::default()
+            serve: serve.clone(),
         },
         shutdown.clone(),
     )
     .await?;
     let addr = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    // gRPC addresses in up.json carry the scheme when TLS is on, so the clients connect
+    // with TLS (with their --ca) even without being told.
+    let grpc_addr = |a: Option<SocketAddr>| match a {
+        Some(a) if tls => format!("https://{a}"),
+        a => addr(a),
+    };
+    let http_scheme = if tls { "https" } else { "http" };
     let mut specs = args.channels.clone();
     if specs.is_empty() && !args.no_web {
         specs.push("web=127.0.0.1:0".to_owned());
@@ -238,6 +264,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         cfg.partitions = partitions;
         cfg.replicas = replicas;
         cfg.lease_nats = Some(lease_nats.clone());
+        cfg.serve = serve.clone();
         if let Some(r) = args.reasoning {
             cfg.settings.reasoning = r;
         }
@@ -260,7 +287,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         channels.push(ChannelEntry {
             name,
             kind: kind.to_owned(),
-            grpc: addr(p.grpc),
+            grpc: grpc_addr(p.grpc),
             web: p.web.map(|w| w.to_string()),
         });
     }
@@ -269,9 +296,11 @@ pub async fn run(args: UpArgs) -> Result<()> {
         nats_url: nats_url.clone(),
         nats_user: local_auth.as_ref().map(|a| a.user.clone()),
         nats_password: local_auth.as_ref().map(|a| a.password.clone()),
-        ingest_grpc: addr(normalizer.grpc),
+        ingest_grpc: grpc_addr(normalizer.grpc),
         ingest_http: addr(normalizer.http),
-        archive_grpc: addr(archiver.grpc),
+        archive_grpc: grpc_addr(archiver.grpc),
+        tls,
+        mtls,
         operator_token,
         partitions,
         channels,
@@ -285,7 +314,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
     );
     eprintln!("  ingest (gRPC)   {}", instance.ingest_grpc);
     eprintln!(
-        "  ingest (HTTP)   http://{}/v1/ingest/<tenant>/<run>?family=<f>",
+        "  ingest (HTTP)   {http_scheme}://{}/v1/ingest/<tenant>/<run>?family=<f>",
         instance.ingest_http
     );
     eprintln!(
@@ -304,7 +333,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
     for c in &instance.channels {
         match &c.web {
             Some(web) => eprintln!(
-                "  channel         {}: http://{web}/?token={}  (ProjectorService {})",
+                "  channel         {}: {http_scheme}://{web}/?token={}  (ProjectorService {})",
                 c.name,
                 page_tokens.get(&c.name).map_or("", String::as_str),
                 c.grpc
@@ -314,6 +343,21 @@ pub async fn run(args: UpArgs) -> Result<()> {
                 c.name, c.kind, c.grpc
             ),
         }
+    }
+    if tls {
+        eprintln!(
+            "  TLS             every server above{}; clients: --ca <CA certificate>{}",
+            if mtls {
+                ", client certificates required"
+            } else {
+                ""
+            },
+            if mtls {
+                " --client-cert <cert> --client-key <key>"
+            } else {
+                ""
+            }
+        );
     }
     eprintln!(
         "try: streamgate ingest capture.sse --family f1 --run r1 && streamgate replay r1 --json"
