@@ -27,6 +27,14 @@ pub enum Verdict {
 /// Classifies a failed attempt. gRPC statuses decide by code; anything without a status
 /// (the connection failed, the ack stream ended early) is worth another attempt.
 pub fn classify(e: &anyhow::Error) -> Verdict {
+    // A TLS handshake that failed over a certificate (no client certificate for an mTLS
+    // service, a server certificate the CA does not vouch for) fails the same way every
+    // time, whatever status or transport error carries it.
+    if e.chain()
+        .any(|c| c.to_string().to_ascii_lowercase().contains("certificate"))
+    {
+        return Verdict::Permanent;
+    }
     let Some(status) = e.chain().find_map(|c| c.downcast_ref::<tonic::Status>()) else {
         return Verdict::Retry(None);
     };
@@ -146,5 +154,15 @@ mod tests {
             b.next_delay(Some(Duration::from_secs(3600))),
             Some(MAX_DELAY)
         );
+    }
+
+    #[test]
+    fn certificate_failures_are_permanent() {
+        let e = anyhow::Error::new(tonic::Status::unavailable(
+            "transport error: received fatal alert: CertificateRequired",
+        ));
+        assert_eq!(classify(&e), Verdict::Permanent);
+        let e = anyhow::anyhow!("invalid peer certificate: UnknownIssuer");
+        assert_eq!(classify(&e), Verdict::Permanent);
     }
 }
