@@ -103,26 +103,41 @@ impl LocalAuth {
     }
 }
 
-/// Writes `text` to `path` readable and writable by the owner only (an existing file is
-/// narrowed to 0600 before it is rewritten).
+/// Writes `text` to `path` readable and writable by the owner only, atomically: the
+/// text goes to a fresh 0600 file beside `path` that is then renamed over it, so a
+/// reader (a CLI client polling for `up.json`) sees the old content or the whole new
+/// one, never an empty or half-written file, and the secret is never readable by others.
 pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
     let mut options = std::fs::OpenOptions::new();
-    options.create(true).write(true).truncate(false);
+    options.create(true).write(true).truncate(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options.open(path)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    let written = (|| {
+        let mut file = options.open(&tmp)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    file.set_len(0)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()
+    written
 }
 
 /// A running (or killed, restartable) local nats-server.
