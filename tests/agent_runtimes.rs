@@ -1,0 +1,161 @@
+//! Agent-runtime families reach a channel (issue #13): every own fixture of the families
+//! agent gateways speak besides provider streams — `acp`, `codex-exec`,
+//! `openclaw-events` — ingested at once through the real pipeline (nats-server,
+//! normalizer, archiver on SQLite) with a webhook projector channel in front of a fake
+//! receiver that dedupes on `Idempotency-Key`, as a real one would. Then, per run:
+//! - the archive holds exactly what `streamgate normalize` prints (as `pipeline.rs` checks
+//!   for every capture);
+//! - a run whose events carry a final answer shows it on the channel exactly once,
+//!   verbatim, with `truncated` as the event says; a run without one (errors, stream
+//!   death, zero text, refusal) shows no final.
+//!
+//! Run: `cargo test --test agent_runtimes` (needs `STREAMGATE_NATS_SERVER` or a
+//! nats-server on PATH, like the other end-to-end tests).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use streamgate_projector::{ChannelConfig, ChannelSink};
+use streamgate_sinks::fakes::{Behavior, FakeServer};
+use streamgate_sinks::webhook;
+use streamgate_sinks::SinkConfig;
+use tokio_util::sync::CancellationToken;
+
+const CHANNEL: &str = "hook";
+const SECRET: &str = "agent-runtimes-webhook-secret";
+const FAMILIES: &[&str] = &["acp", "codex-exec", "openclaw-events"];
+
+/// What the channel must show for a run: its final answer and whether it was cut short.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Final {
+    text: String,
+    truncated: bool,
+}
+
+/// The final answer a run's events carry (the last `final_answer` with text), if any.
+/// A run that dies after one (spec §3.5 Dead: no re-tag) or whose answer is withdrawn
+/// carries none: the adapter only tags a final on the Finalize and Truncate paths.
+fn final_of(events: &[Value]) -> Option<Final> {
+    let last = events
+        .iter()
+        .filter(|e| e["stream"] == "assistant" && e["data"]["phase"] == "final_answer")
+        .filter(|e| e["data"]["text"].as_str().is_some_and(|t| !t.is_empty()))
+        .next_back()?;
+    let text = last["data"]["text"].as_str()?.to_owned();
+    if streamgate_projection::is_silent(&text) {
+        return None;
+    }
+    Some(Final {
+        text,
+        truncated: last["data"]["truncated"] == true,
+    })
+}
+
+/// The finals the receiver applied, by run id (a list: exactly-once is checked).
+fn finals(fake: &FakeServer) -> BTreeMap<String, Vec<Final>> {
+    let mut out: BTreeMap<String, Vec<Final>> = BTreeMap::new();
+    for e in fake.events() {
+        if e.get("op").and_then(Value::as_str) != Some("final") {
+            continue;
+        }
+        let run = e["run_id"].as_str().unwrap_or("").to_owned();
+        out.entry(run).or_default().push(Final {
+            text: e["text"].as_str().unwrap_or("").to_owned(),
+            truncated: e["truncated"] == true,
+        });
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_agent_runtime_fixture_reaches_a_channel() {
+    let seed = seed("every_agent_runtime_fixture_reaches_a_channel");
+    let mut rng = rng(seed);
+    let cases: Vec<Case> = all_cases()
+        .into_iter()
+        .filter(|c| c.name.starts_with("fixture:") && FAMILIES.contains(&c.family.as_str()))
+        .collect();
+    for family in ["codex-exec", "openclaw-events"] {
+        assert!(
+            cases.iter().any(|c| c.family == family),
+            "no {family} fixtures found"
+        );
+    }
+
+    let p = Pipeline::start(Backend::Sqlite).await;
+    let fake = FakeServer::webhook(SECRET, Behavior::default())
+        .await
+        .expect("fake webhook receiver");
+    let mut cfg = ChannelConfig::new(
+        CHANNEL,
+        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
+            CHANNEL,
+            fake.base_url.clone(),
+            SECRET,
+        ))),
+    );
+    cfg.delivery.retry_base = Duration::from_millis(50);
+    cfg.delivery.retry_max = Duration::from_millis(500);
+    let stop = CancellationToken::new();
+    let _projector = streamgate_projector::start(p.nats.client().await, cfg, None, stop.clone())
+        .await
+        .expect("start projector");
+    wait_projector(&p.js, CHANNEL).await;
+
+    // Every run at once, each in random chunks and its own chat (`session-<run>`).
+    let runs: Vec<(String, Case, Vec<bytes::Bytes>)> = cases
+        .into_iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let chunks = split(&case.bytes, &mut rng, 64);
+            (format!("agent-{i:02}"), case, chunks)
+        })
+        .collect();
+    let ingests = runs.iter().map(|(run, case, chunks)| {
+        let ingestor = p.ingestor.clone();
+        let sp = spec(run, &case.family);
+        async move { put_run(&ingestor, &sp, chunks).await }
+    });
+    futures::future::join_all(ingests).await;
+
+    let mut want: BTreeMap<String, Vec<Final>> = BTreeMap::new();
+    for (run, case, chunks) in &runs {
+        let events = expected(&case.family, &case.bytes);
+        let got = wait_run(&*p.store, run, events.len(), PATIENCE).await;
+        assert_archive_eq(
+            run,
+            &got,
+            &events,
+            &format!("{} ({} chunks, seed {seed})", case.name, chunks.len()),
+        );
+        if let Some(f) = final_of(&events) {
+            want.insert(run.clone(), vec![f]);
+        }
+    }
+    assert!(
+        want.len() >= 4,
+        "too few fixtures with a final answer: {want:?}"
+    );
+
+    // Every final once; then a moment more, so a duplicate or a final for a run that has
+    // none would show.
+    let deadline = Instant::now() + PATIENCE;
+    while finals(&fake) != want {
+        assert!(
+            Instant::now() < deadline,
+            "webhook finals (seed {seed}):\n got {:#?}\nwant {want:#?}\nruns: {:#?}",
+            finals(&fake),
+            runs.iter()
+                .map(|(r, c, _)| format!("{r}: {}", c.name))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_quiet(&p.js).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(finals(&fake), want, "after the channel went quiet");
+    stop.cancel();
+}
