@@ -113,3 +113,28 @@ pub fn is_acp(obj: &serde_json::Map<String, Value>) -> bool {
             && (result.get("protocolVersion").is_some_and(Value::is_u64)
                 || result.get("sessionId").is_some_and(Value::is_string)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(data: &str) -> Option<Family> {
+        sniff(&Frame { event: None, data })
+    }
+
+    #[test]
+    fn a_codex_exec_error_line_is_not_anthropic() {
+        assert_eq!(
+            line(r#"{"type":"error","message":"stream disconnected"}"#),
+            Some(Family::CodexExec)
+        );
+        // Anthropic's error: an `error` object, on an SSE `event: error`.
+        let f1 = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert_eq!(line(f1), Some(Family::F1));
+        let framed = Frame {
+            event: Some("error"),
+            data: r#"{"type":"error","message":"x"}"#,
+        };
+        assert_eq!(sniff(&framed), Some(Family::F1));
+    }
+}

@@ -63,22 +63,6 @@ fn codex_appserver_json_rpc_is_not_acp() {
 }
 
 #[test]
-fn a_codex_exec_error_line_is_not_anthropic() {
-    assert_eq!(
-        sniff_line(r#"{"type":"error","message":"stream disconnected"}"#),
-        Some(Family::CodexExec)
-    );
-    // Anthropic's error: an `error` object, on an SSE `event: error`.
-    let f1 = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-    assert_eq!(sniff_line(f1), Some(Family::F1));
-    let framed = Frame {
-        event: Some("error"),
-        data: r#"{"type":"error","message":"x"}"#,
-    };
-    assert_eq!(sniff(&framed), Some(Family::F1));
-}
-
-#[test]
 fn tool_updates_merge_into_one_item() {
     let ev = run(&[
         r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call","toolCallId":"c1","title":"Read a.rs","kind":"read","status":"pending","rawInput":{"path":"a.rs"}}}}"#,
