@@ -12,7 +12,8 @@
 //! `session/prompt`, `session/cancel`, replies to the agent's permission and `fs/*`
 //! requests) with the agent's. Client traffic is never agent output: setup requests,
 //! their responses and the client's replies are documented drops; the prompt becomes a
-//! `prompt` `lifecycle/update` diagnostic (detail = the prompt's content blocks).
+//! `prompt` `lifecycle/update` diagnostic (detail = its content blocks, non-text blocks
+//! reduced to their `type`).
 //! The agent's `session/request_permission` is a `request_permission` diagnostic
 //! (detail = its params); its `fs/*` and `terminal/*` requests are dropped (the tool
 //! call rows already show the activity). Other methods are `unsupported_frame`.
@@ -193,7 +194,7 @@ impl AcpAdapter {
         }
         self.same_session(p.session_id.as_deref());
         self.start(out);
-        out.diagnostic("prompt", present(p.prompt));
+        out.diagnostic("prompt", update::prompt_outline(p.prompt));
     }
 
     fn on_notification(

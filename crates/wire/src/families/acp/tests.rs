@@ -105,3 +105,31 @@ fn garbage_never_panics_and_still_ends_once() {
     ]);
     assert_eq!(ev.last().unwrap()["data"]["reason"], "stream_closed");
 }
+
+fn end_of(stop_line: &str) -> Value {
+    let ev = run(&[UPDATE_TEXT, stop_line]);
+    ev.last().unwrap()["data"].clone()
+}
+
+#[test]
+fn an_unknown_stop_reason_ends_incomplete_without_an_answer() {
+    let end = end_of(r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"nap_time"}}"#);
+    assert_eq!(end["phase"], "end");
+    assert_eq!(end["status"], "incomplete");
+    assert_eq!(end["diagnostic"]["code"], "stop_reason");
+    assert_eq!(end["diagnostic"]["detail"], "nap_time");
+    let end = end_of(r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"error"}}"#);
+    assert_eq!(end["phase"], "error");
+}
+
+#[test]
+fn the_prompt_response_usage_is_the_latest() {
+    let ev = run(&[
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"usage_update","used":10,"size":100}}}"#,
+        UPDATE_TEXT,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn","usage":{"inputTokens":7,"outputTokens":3,"totalTokens":10}}}"#,
+    ]);
+    let end = &ev.last().unwrap()["data"];
+    assert_eq!(end["usage"]["totalTokens"], 10);
+    assert_eq!(ev[1]["data"]["usage"]["used"], 10);
+}

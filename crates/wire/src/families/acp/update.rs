@@ -14,6 +14,7 @@
 //! update is the `update` object **verbatim, `sessionUpdate` key included**.
 //! A message or thought chunk whose block is not text (image, audio, resource) is a
 //! `non_text_content` diagnostic naming the kind and the block type, never its data.
+//! The client's prompt is outlined the same way ([`prompt_outline`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -98,11 +99,32 @@ impl Update<'_> {
     }
 }
 
-/// A content block: what a message or thought chunk carries.
-#[derive(Deserialize, Default)]
+/// A content block: what a message or thought chunk carries, and a prompt is made of.
+#[derive(Deserialize, Serialize, Default)]
 pub(super) struct Block<'a> {
-    #[serde(rename = "type", borrow, default)]
+    #[serde(
+        rename = "type",
+        borrow,
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ty: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub text: Option<Cow<'a, str>>,
+}
+
+/// The `prompt` diagnostic's detail: the prompt's blocks, text blocks whole and every
+/// other block (image, audio, embedded resource) as its `type` only, so a pasted image
+/// or file never rides the bus twice (the raw stream keeps it). `None` when the prompt
+/// is not an array of blocks.
+pub(super) fn prompt_outline(prompt: Option<&RawValue>) -> Option<Json> {
+    let blocks: Vec<Block<'_>> = serde_json::from_str(prompt?.get()).ok()?;
+    let outline: Vec<Block<'_>> = blocks
+        .into_iter()
+        .map(|b| match b.ty.as_deref() {
+            Some("text") | None => b,
+            Some(_) => Block { text: None, ..b },
+        })
+        .collect();
+    Some(Json::from_value(&outline))
 }
