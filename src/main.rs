@@ -31,7 +31,7 @@ enum Command {
     /// Normalize a raw capture offline and print its events as JSONL (the golden shape).
     Normalize {
         /// Wire family: f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec,
-        /// openclaw-events, or auto.
+        /// openclaw-events, acp, or auto.
         #[arg(long, default_value = "auto")]
         family: String,
         /// Write the adapter's side-channel transcript (opaque material) here as JSONL.

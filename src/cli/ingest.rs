@@ -35,7 +35,7 @@ pub struct IngestArgs {
     /// The capture file.
     pub capture: PathBuf,
     /// Wire family: f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec,
-    /// openclaw-events, or auto.
+    /// openclaw-events, acp, or auto.
     #[arg(long, default_value = "auto")]
     pub family: String,
     /// Run id.

@@ -79,11 +79,14 @@ pub enum Family {
     CodexExec,
     /// OpenClaw gateway agent events (`{runId, seq, stream, ts, data}` JSONL).
     OpenClawEvents,
+    /// Agent Client Protocol JSON-RPC as an ACP client sees it (`session/update`
+    /// notifications, the `session/prompt` response).
+    Acp,
 }
 
 impl Family {
     /// Every family, in registry order.
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 10] = [
         Family::F1,
         Family::F1e,
         Family::F2,
@@ -93,6 +96,7 @@ impl Family {
         Family::CodexAppServer,
         Family::CodexExec,
         Family::OpenClawEvents,
+        Family::Acp,
     ];
 
     /// The family id used on the command line, in `index.tsv` and in raw-message headers.
@@ -107,6 +111,7 @@ impl Family {
             Family::CodexAppServer => "codex-appserver",
             Family::CodexExec => "codex-exec",
             Family::OpenClawEvents => "openclaw-events",
+            Family::Acp => "acp",
         }
     }
 }
@@ -119,7 +124,7 @@ impl fmt::Display for Family {
 
 /// An unknown family name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown family `{0}` (expected one of f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec, openclaw-events, auto)")]
+#[error("unknown family `{0}` (expected one of f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec, openclaw-events, acp, auto)")]
 pub struct UnknownFamily(pub String);
 
 impl FromStr for Family {

@@ -5,7 +5,7 @@
 //! - [`framing`]: incremental SSE / JSONL decoding of byte chunks into frames.
 //! - [`adapter`]: the [`Adapter`] contract, [`Family`] registry and [`Close`] kinds.
 //! - [`families`]: one module per provider (`anthropic`, `openai_chat`, `openai_responses`,
-//!   `gemini`, `ollama`, `codex`, `openclaw`) and the shared §3.5 [`families::finality`] dispatch.
+//!   `gemini`, `ollama`, `codex`, `openclaw`, `acp`) and the shared §3.5 [`families::finality`] dispatch.
 //! - [`emitter`]: seq assignment, the opaque-material transcript and frame accounting.
 //! - [`detect`]: family detection for `--family auto`.
 //! - [`normalizer`]: one run's pipeline (decoder → adapter → emitter).

@@ -242,6 +242,13 @@ fn json_ish_line() -> impl Strategy<Value = String> {
         "stream",
         "data",
         "toolCallId",
+        "jsonrpc",
+        "sessionId",
+        "update",
+        "sessionUpdate",
+        "stopReason",
+        "rawInput",
+        "rawOutput",
     ]);
     let leaf = prop_oneof![
         Just("null".to_owned()),
@@ -270,6 +277,13 @@ fn json_ish_line() -> impl Strategy<Value = String> {
             "\"assistant\"",
             "\"tool\"",
             "\"end\"",
+            "\"2.0\"",
+            "\"session/update\"",
+            "\"session/prompt\"",
+            "\"agent_message_chunk\"",
+            "\"tool_call_update\"",
+            "\"end_turn\"",
+            "\"max_tokens\"",
         ])
         .prop_map(str::to_owned),
     ];

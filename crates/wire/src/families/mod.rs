@@ -10,6 +10,7 @@
 //! - [`codex`]: the codex app-server JSON-RPC envelope (`codex-appserver`) and
 //!   `codex exec --json` JSONL (`codex-exec`).
 //! - [`openclaw`]: OpenClaw gateway agent events (`openclaw-events`).
+//! - [`acp`]: Agent Client Protocol JSON-RPC, as an ACP client sees it (`acp`).
 //!
 //! Shared:
 //! - [`finality`]: the §3.5 terminal dispatch every family maps its stop signal into.
@@ -23,6 +24,7 @@
 
 use crate::adapter::{Adapter, Family};
 
+pub mod acp;
 pub mod anthropic;
 pub mod codex;
 pub mod finality;
@@ -48,6 +50,7 @@ pub fn new_adapter(family: Family) -> Box<dyn Adapter> {
         Family::CodexAppServer => Box::<codex::CodexAppServerAdapter>::default(),
         Family::CodexExec => Box::<codex::CodexExecAdapter>::default(),
         Family::OpenClawEvents => Box::<openclaw::OpenClawAdapter>::default(),
+        Family::Acp => Box::<acp::AcpAdapter>::default(),
     }
 }
 

@@ -392,4 +392,21 @@ mod tests {
         let n = normalize_bytes(FamilyChoice::Auto, text.as_bytes(), 0);
         assert_eq!(n.events.len(), 2);
     }
+
+    #[test]
+    fn auto_detects_codex_exec_from_a_leading_error_line() {
+        use crate::adapter::FamilyChoice;
+        // codex exec fails before the thread starts (bad config, no auth): its first
+        // and only line is the top-level error, which is not Anthropic's SSE error.
+        let text = "{\"type\":\"error\",\"message\":\"unexpected status 401\"}\n";
+        let n = normalize_bytes(FamilyChoice::Auto, text.as_bytes(), 0);
+        assert_eq!(n.family, Some(Family::CodexExec));
+        let last: serde_json::Value =
+            serde_json::from_str(&n.events.last().unwrap().to_json()).unwrap();
+        assert_eq!(last["data"]["diagnostic"]["code"], "codex_error");
+        assert_eq!(
+            last["data"]["diagnostic"]["message"],
+            "unexpected status 401"
+        );
+    }
 }

@@ -1,0 +1,135 @@
+use crate::adapter::{Family, FamilyChoice};
+use crate::detect::sniff;
+use crate::framing::Frame;
+use crate::normalizer::normalize_bytes;
+use serde_json::Value;
+
+fn run(lines: &[&str]) -> Vec<Value> {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let n = normalize_bytes(Family::Acp.into(), text.as_bytes(), 0);
+    assert_eq!(
+        streamgate_grammar::check(&n.events, &[], Some(n.account)),
+        vec![]
+    );
+    n.events
+        .iter()
+        .map(|e| serde_json::from_str(&e.to_json()).unwrap())
+        .collect()
+}
+
+fn sniff_line(line: &str) -> Option<Family> {
+    sniff(&Frame {
+        event: None,
+        data: line,
+    })
+}
+
+const UPDATE_TEXT: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Hi"}}}}"#;
+
+#[test]
+fn auto_detects_acp_from_its_first_frames() {
+    for line in [
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1,"agentCapabilities":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/w","mcpServers":[]}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s"}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s","prompt":[]}}"#,
+        UPDATE_TEXT,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#,
+    ] {
+        assert_eq!(sniff_line(line), Some(Family::Acp), "{line}");
+    }
+    let text = format!(
+        "{UPDATE_TEXT}\n{}\n",
+        r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#
+    );
+    let auto = normalize_bytes(FamilyChoice::Auto, text.as_bytes(), 0);
+    let known = normalize_bytes(Family::Acp.into(), text.as_bytes(), 0);
+    assert_eq!(auto.family, Some(Family::Acp));
+    assert_eq!(auto.events, known.events);
+}
+
+#[test]
+fn codex_appserver_json_rpc_is_not_acp() {
+    for line in [
+        r#"{"id":1,"result":{"userAgent":"x"}}"#,
+        r#"{"method":"remoteControl/status/changed","params":{"status":"disabled"}}"#,
+        r#"{"id":2,"result":{"thread":{"id":"thr_1","sessionId":"s"},"model":"m"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"c"}}}"#,
+        r#"{"method":"thread/started","params":{"thread":{"id":"thr_1"}}}"#,
+    ] {
+        assert_eq!(sniff_line(line), Some(Family::CodexAppServer), "{line}");
+    }
+}
+
+#[test]
+fn tool_updates_merge_into_one_item() {
+    let ev = run(&[
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call","toolCallId":"c1","title":"Read a.rs","kind":"read","status":"pending","rawInput":{"path":"a.rs"}}}}"#,
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","rawOutput":{"bytes":3}}}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#,
+    ]);
+    let items: Vec<&Value> = ev.iter().filter(|e| e["stream"] == "item").collect();
+    assert_eq!(items.len(), 3);
+    let end = &items[2]["data"];
+    assert_eq!(end["phase"], "end");
+    assert_eq!(end["kind"], "read");
+    assert_eq!(end["name"], "Read a.rs");
+    assert_eq!(end["input"]["path"], "a.rs");
+    assert_eq!(end["result"]["bytes"], 3);
+    assert_eq!(items[1]["data"]["name"], "Read a.rs");
+}
+
+#[test]
+fn a_permission_reply_with_the_prompt_id_is_not_the_turn_end() {
+    let ev = run(&[
+        r#"{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s","prompt":[]}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"session/request_permission","params":{"sessionId":"s","toolCall":{"toolCallId":"c"},"options":[]}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"outcome":{"outcome":"selected","optionId":"allow"}}}"#,
+        UPDATE_TEXT,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#,
+    ]);
+    let last = ev.last().unwrap();
+    assert_eq!(last["data"]["phase"], "end");
+    assert!(ev.iter().any(|e| e["data"]["phase"] == "final_answer"));
+}
+
+#[test]
+fn garbage_never_panics_and_still_ends_once() {
+    let ev = run(&[
+        "[]",
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"tool_call_update"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"agent_message_chunk","content":5}}}"#,
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#,
+    ]);
+    assert_eq!(ev.last().unwrap()["data"]["reason"], "stream_closed");
+}
+
+fn end_of(stop_line: &str) -> Value {
+    let ev = run(&[UPDATE_TEXT, stop_line]);
+    ev.last().unwrap()["data"].clone()
+}
+
+#[test]
+fn an_unknown_stop_reason_ends_incomplete_without_an_answer() {
+    let end = end_of(r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"nap_time"}}"#);
+    assert_eq!(end["phase"], "end");
+    assert_eq!(end["status"], "incomplete");
+    assert_eq!(end["diagnostic"]["code"], "stop_reason");
+    assert_eq!(end["diagnostic"]["detail"], "nap_time");
+    let end = end_of(r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"error"}}"#);
+    assert_eq!(end["phase"], "error");
+}
+
+#[test]
+fn the_prompt_response_usage_is_the_latest() {
+    let ev = run(&[
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"usage_update","used":10,"size":100}}}"#,
+        UPDATE_TEXT,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn","usage":{"inputTokens":7,"outputTokens":3,"totalTokens":10}}}"#,
+    ]);
+    let end = &ev.last().unwrap()["data"];
+    assert_eq!(end["usage"]["totalTokens"], 10);
+    assert_eq!(ev[1]["data"]["usage"]["used"], 10);
+}

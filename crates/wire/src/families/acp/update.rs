@@ -1,0 +1,130 @@
+//! `session/update` notifications: `params.update` is tagged by `sessionUpdate`.
+//!
+//! | `sessionUpdate` | event |
+//! |---|---|
+//! | `agent_message_chunk` (text block) | `assistant` commentary delta |
+//! | `agent_thought_chunk` (text block) | `thinking` delta, variant `raw` |
+//! | `tool_call`, `tool_call_update` | `item` ([`super::tool_calls`]) |
+//! | `plan`, `available_commands_update`, `current_mode_update`, `config_option_update`, `session_info_update`, `user_message_chunk`, non-terminal `state_update` | `lifecycle/update`, `diagnostic.code` = the kind |
+//! | `usage_update` | the same, plus `lifecycle.usage` = `{used, size, cost}` |
+//! | `state_update` `idle` with a `stopReason` (protocol v2) | the turn's end |
+//! | anything else | `unknown_session_update` diagnostic (the kind only) |
+//!
+//! Contract (the projector relies on it): the `diagnostic.detail` of a kind-coded
+//! update is the `update` object **verbatim, `sessionUpdate` key included**.
+//! A message or thought chunk whose block is not text (image, audio, resource) is a
+//! `non_text_content` diagnostic naming the kind and the block type, never its data.
+//! The client's prompt is outlined the same way ([`prompt_outline`]).
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use streamgate_grammar::Json;
+
+/// Session-update kinds that become a kind-coded `lifecycle/update` diagnostic.
+pub(super) const STATUS_KINDS: [&str; 7] = [
+    "plan",
+    "available_commands_update",
+    "current_mode_update",
+    "config_option_update",
+    "session_info_update",
+    "user_message_chunk",
+    "state_update",
+];
+
+/// The union of the `update` fields the adapter reads.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Update<'a> {
+    #[serde(borrow, default)]
+    pub session_update: Option<Cow<'a, str>>,
+    /// A content block (message/thought chunks) or a tool's content array.
+    #[serde(borrow, default)]
+    pub content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub message_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub tool_call_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub title: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub raw_input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub raw_output: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub locations: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub used: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub size: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub cost: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub state: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub stop_reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub usage: Option<&'a RawValue>,
+}
+
+impl Update<'_> {
+    /// The lifecycle `usage` of a `usage_update`: `{used, size, cost}` as sent (absent
+    /// fields left out); `None` when it carries none of them.
+    pub(super) fn context_usage(&self) -> Option<Json> {
+        #[derive(Serialize)]
+        struct ContextUsage<'b> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            used: Option<&'b RawValue>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            size: Option<&'b RawValue>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cost: Option<&'b RawValue>,
+        }
+        fn keep_of(r: Option<&RawValue>) -> Option<&RawValue> {
+            r.filter(|r| r.get() != "null")
+        }
+        let usage = ContextUsage {
+            used: keep_of(self.used),
+            size: keep_of(self.size),
+            cost: keep_of(self.cost),
+        };
+        if usage.used.is_none() && usage.size.is_none() && usage.cost.is_none() {
+            return None;
+        }
+        Some(Json::from_value(&usage))
+    }
+}
+
+/// A content block: what a message or thought chunk carries, and a prompt is made of.
+#[derive(Deserialize, Serialize, Default)]
+pub(super) struct Block<'a> {
+    #[serde(
+        rename = "type",
+        borrow,
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ty: Option<Cow<'a, str>>,
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<Cow<'a, str>>,
+}
+
+/// The `prompt` diagnostic's detail: the prompt's blocks, text blocks whole and every
+/// other block (image, audio, embedded resource) as its `type` only, so a pasted image
+/// or file never rides the bus twice (the raw stream keeps it). `None` when the prompt
+/// is not an array of blocks.
+pub(super) fn prompt_outline(prompt: Option<&RawValue>) -> Option<Json> {
+    let blocks: Vec<Block<'_>> = serde_json::from_str(prompt?.get()).ok()?;
+    let outline: Vec<Block<'_>> = blocks
+        .into_iter()
+        .map(|b| match b.ty.as_deref() {
+            Some("text") | None => b,
+            Some(_) => Block { text: None, ..b },
+        })
+        .collect();
+    Some(Json::from_value(&outline))
+}
