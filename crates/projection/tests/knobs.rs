@@ -483,3 +483,88 @@ fn visibility_lists_parse_and_old_settings_still_read() {
     let json = serde_json::to_string(&shown(tags::PLAN)).unwrap_or_default();
     assert!(json.contains(r#""tag_visibility":{"plan":true}"#), "{json}");
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Update objects of every shape a stream may send, well-formed or not.
+    fn detail() -> impl Strategy<Value = String> {
+        let text = "\\PC{0,30}".prop_map(|t| serde_json::to_string(&t).unwrap_or_default());
+        prop_oneof![
+            Just("null".to_owned()),
+            Just("[]".to_owned()),
+            Just("42".to_owned()),
+            Just(r#"{"entries":"x"}"#.to_owned()),
+            Just(r#"{"entries":[1,null,{"status":3,"content":{}}]}"#.to_owned()),
+            Just(r#"{"used":-1.5,"size":"big","cost":{"amount":"?"}}"#.to_owned()),
+            Just(r#"{"used":null,"cost":7}"#.to_owned()),
+            Just(r#"{"availableCommands":{"a":1}}"#.to_owned()),
+            Just(r#"{"configOptions":[{"id":"m","currentValue":[1]},{"name":5}]}"#.to_owned()),
+            Just(r#"{"currentModeId":7,"title":false}"#.to_owned()),
+            text.clone().prop_map(|t| format!(
+                r#"{{"entries":[{{"content":{t},"status":"in_progress"}}]}}"#
+            )),
+            text.clone()
+                .prop_map(|t| format!(r#"{{"title":{t},"currentModeId":{t}}}"#)),
+            text.prop_map(|t| format!(
+                r#"{{"used":1,"size":2,"cost":{{"amount":3,"currency":{t}}}}}"#
+            )),
+        ]
+    }
+
+    fn tag() -> impl Strategy<Value = String> {
+        prop_oneof![
+            proptest::sample::select(tags::KNOWN.to_vec()).prop_map(str::to_owned),
+            "[a-z_]{1,12}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Whatever the updates hold and whichever tags are on: no panic, drafts within
+        /// the turn budget and never empty, status lines within their cap, one final.
+        #[test]
+        fn any_update_renders_within_budgets(
+            updates in proptest::collection::vec((tag(), detail()), 0..12),
+            on in proptest::collection::vec(tag(), 0..6),
+            max in 0..300usize,
+            status_cap in 0..80usize,
+            repeats in any::<bool>(),
+        ) {
+            let mut s = Settings::default();
+            for t in on {
+                s.tag_visibility.0.insert(t, true);
+            }
+            s.budgets.draft_max_chars = max;
+            s.budgets.status_chars = status_cap;
+            s.suppress_repeats = repeats;
+            let mut events = vec![start(1)];
+            for (tag, d) in &updates {
+                let seq = events.len() as u64 + 1;
+                let tag = serde_json::to_string(tag).unwrap_or_default();
+                events.push(ev(
+                    seq,
+                    "lifecycle",
+                    &format!(r#"{{"phase":"update","diagnostic":{{"code":{tag},"detail":{d}}}}}"#),
+                ));
+            }
+            let n = events.len() as u64;
+            events.push(final_answer(n + 1, "m", "done", false));
+            events.push(end(n + 2, "completed"));
+            for tier in [Tier::T1, Tier::T2 { status_line: false }, Tier::T2 { status_line: true }, Tier::T0] {
+                let ops = flat(&events, &s, tier);
+                prop_assert_eq!(ops.iter().filter(|o| matches!(o, Op::Final { .. })).count(), 1);
+                for d in drafts(&ops) {
+                    prop_assert!(!d.is_empty());
+                    prop_assert!(d.chars().count() <= max);
+                    // Only status lines here (and perhaps the overflow marker line).
+                    for line in d.lines().filter(|l| !l.contains("earlier rows omitted")) {
+                        prop_assert!(line.chars().count() <= status_cap, "{line}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -220,3 +220,59 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     streamgate_runtime::telemetry::flush().await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knob_flags_set_the_channel_defaults() {
+        let args = Args::try_parse_from([
+            "streamgate-projector",
+            "--name",
+            "c",
+            "--sink",
+            "plain=stdout",
+            "--delivery-mode",
+            "final_only",
+            "--repeat-suppression",
+            "false",
+            "--tag-visibility",
+            "plan=show,agent_message_chunk=hide",
+            "--max-turn-chars",
+            "900",
+            "--max-tool-summary-chars",
+            "40",
+            "--max-status-chars",
+            "50",
+        ]);
+        let Ok(args) = args else {
+            panic!("flags did not parse: {args:?}");
+        };
+        let Ok(c) = args.channel_config() else {
+            panic!("no channel config");
+        };
+        let s = c.settings;
+        assert_eq!(s.delivery, Delivery::FinalOnly);
+        assert!(!s.suppress_repeats);
+        assert!(s.tag_visibility.shown("plan") && !s.tag_visibility.shown("agent_message_chunk"));
+        assert_eq!(
+            (
+                s.budgets.draft_max_chars,
+                s.budgets.item_detail_chars,
+                s.budgets.status_chars
+            ),
+            (900, 40, 50)
+        );
+        assert!(Args::try_parse_from([
+            "streamgate-projector",
+            "--name",
+            "c",
+            "--sink",
+            "plain=stdout",
+            "--tag-visibility",
+            "plan",
+        ])
+        .is_err());
+    }
+}
