@@ -128,6 +128,7 @@ async fn ingest(
                             chat_id: sp.session_key.clone().unwrap_or_default(),
                             reasoning: reasoning.into(),
                             verbose: verbose.into(),
+                            ..Default::default()
                         })
                         .await
                         .expect("SetSettings")

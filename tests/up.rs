@@ -6,8 +6,10 @@
 //!   dir exits non-zero naming the first; SIGKILL of `up`'s nats-server is recovered from
 //!   (an ingest goes through again within 15 s); SIGTERM ends `up` within 10 s and takes
 //!   its nats-server with it.
-//! - `settings_from_the_command_line`: `up --verbose` sets the channels' default and
-//!   `streamgate settings` changes and shows one chat's override on the running `up`.
+//! - `settings_from_the_command_line`: `up --verbose` (and a dedupe knob,
+//!   `--max-status-chars`) sets the channels' default and `streamgate settings` changes
+//!   and shows one chat's overrides (`/reasoning`, tag visibility, delivery mode, budgets)
+//!   on the running `up`.
 //! - `secrets_reach_no_channel_surface`: with `--reasoning stream --verbose full`, every
 //!   secret shape of issue 11 in thinking and tool arguments reaches neither the webhook,
 //!   the web page's data nor `tail` (status lines or raw events).
@@ -243,7 +245,10 @@ fn replay_into_a_closed_pipe_exits_quietly() {
 #[test]
 fn settings_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
-    let _up = start_up_with(dir.path(), &["--verbose", "full"]);
+    let _up = start_up_with(
+        dir.path(),
+        &["--verbose", "full", "--max-status-chars", "77"],
+    );
     let settings = |args: &[&str]| {
         let out = Command::new(bin())
             .arg("settings")
@@ -272,6 +277,40 @@ fn settings_from_the_command_line() {
     assert!(
         settings(&["web", "--chat", "c2"]).contains("/reasoning on"),
         "another chat changed too"
+    );
+    // The dedupe knobs (issue #13): up's channel default, then one chat's overrides.
+    let set = settings(&[
+        "web",
+        "--chat",
+        "c1",
+        "--tag",
+        "plan=show,usage_update=show",
+        "--delivery-mode",
+        "final_only",
+        "--max-turn-chars",
+        "900",
+    ]);
+    assert!(
+        set.contains("delivery final_only")
+            && set.contains("max chars turn 900, tool 120, status 77")
+            && set.contains(
+                "shown: agent_message_chunk,plan,tool_call,tool_call_update,usage_update ·"
+            ),
+        "{set}"
+    );
+    let shown = settings(&["web", "--chat", "c1", "--tag", "plan=default"]);
+    assert!(
+        shown.contains("/reasoning stream")
+            && shown.contains("delivery final_only")
+            && shown
+                .contains("shown: agent_message_chunk,tool_call,tool_call_update,usage_update ·"),
+        "{shown}"
+    );
+    let other = settings(&["web", "--chat", "c2"]);
+    assert!(
+        other.contains("delivery live")
+            && other.contains("max chars turn 2000, tool 120, status 77"),
+        "another chat changed too: {other}"
     );
 }
 

@@ -3,7 +3,10 @@
 //! resulting ops; nothing here does I/O.
 //!
 //! # Layout
-//! - [`settings`]: `/reasoning`, `/verbose`, delivery mode, budgets, tiers.
+//! - [`settings`]: `/reasoning`, `/verbose`, delivery mode, budgets, tiers, and the ACP
+//!   dedupe plan's knobs (tag visibility, repeat suppression; issue #13).
+//! - `status` (private): the status lines of enabled `lifecycle/update` tags (plan,
+//!   usage, mode, …), latest per tag, at the foot of the draft.
 //! - [`ops`]: what a sink is asked to do (typing, draft upsert, settle, final, …).
 //! - [`projection`]: [`RunProjection`], the per-(channel, run) state machine
 //!   `(draft state, event, settings, tier) → ops`, with mid-turn re-render, crash
@@ -26,7 +29,17 @@
 //!   labels [§7.2 T2 "variant labels"]. T2 status line (spec tier C): thinking blocks +
 //!   one `⏳ current item · last commentary line`; `/reasoning stream` → `on` (and
 //!   `/verbose full` → `on`) declared by one notice [§7.2 TUI].
-//! - T0 and `delivery: final_only`: no draft; the final answer and errors only; T0
+//! - Tag visibility [§3.4: lifecycle/update is a diagnostic, not rendered by default]:
+//!   message chunks and tool calls/updates shown; thought chunks follow `/reasoning`;
+//!   plan, usage, commands, mode, config, session info and any other update code hidden
+//!   unless enabled, then one display-safe `📋 plan: 2/5 done · …`-style line per tag
+//!   (latest wins) at the draft's foot, capped at `maxStatusChars`. Hidden tags change
+//!   nothing the draft shows, so they make no edit.
+//! - Repeat suppression (default on): an update that changes nothing the draft shows
+//!   (same status line, same usage tuple, same tool snapshot) makes no edit; off, every
+//!   shown status or tool update re-sends the draft.
+//! - T0 and `delivery: final_only`: no draft; the final answer and errors only
+//!   (final_only: all of it at the terminal event, or at the crash-recovery settle); T0
 //!   declares its clamp [§7.2 T0] and gets one `Typing` (its "working…", if the sink has
 //!   one).
 //! - Clamp notices go out once per run, just before the run's first visible op, so a
@@ -53,6 +66,7 @@ pub mod redact;
 mod render;
 pub mod safe_events;
 pub mod settings;
+mod status;
 
 pub use ops::{DraftKey, Op};
 pub use projection::{
@@ -61,4 +75,7 @@ pub use projection::{
 };
 pub use render::{draft_line_kind, is_silent, DraftLine, SILENT_TOKENS};
 pub use safe_events::EventRedactor;
-pub use settings::{Budgets, Delivery, Reasoning, Settings, Tier, Verbose};
+pub use settings::{
+    parse_shown, tags, BadTagVisibility, Budgets, Delivery, Reasoning, Settings, TagVisibility,
+    Tier, Verbose, DEFAULT_STATUS_CHARS,
+};

@@ -8,11 +8,12 @@
 use crate::ops::{DraftKey, Op};
 use crate::redact::{display_safe, redact, truncate_chars};
 use crate::render::{self, clamp_notice, is_silent, summary, Hidden, Rendered, View};
-use crate::settings::{Delivery, Settings, Tier};
+use crate::settings::{tags, Delivery, Settings, Tier, Verbose};
+use crate::status::StatusBoard;
 use streamgate_grammar::fold::RunProgress;
 use streamgate_grammar::{
-    Assistant, AssistantPhase, Event, EventData, Lifecycle, LifecyclePhase, RunEvent, RunState,
-    RunStatus, StopReason,
+    Assistant, AssistantPhase, Event, EventData, ItemPhase, Lifecycle, LifecyclePhase, RunEvent,
+    RunState, RunStatus, StopReason,
 };
 
 /// Reject placeholder, DECIDED in spec §3.5.
@@ -71,6 +72,10 @@ pub struct RunProjection {
     /// Ops for [`RunProjection::ops_since`]: every op but `Typing`, with only the latest
     /// `Draft` kept (drafts are latest-wins), each with the seq that caused it.
     log: Vec<(u64, Op)>,
+    /// The latest `lifecycle/update` of each tag (status lines).
+    status: StatusBoard,
+    /// `delivery: final_only`: the final answer, held back until the terminal event.
+    pending_final: Option<Op>,
 }
 
 impl RunProjection {
@@ -106,6 +111,8 @@ impl RunProjection {
             first_ts_ms: None,
             last_ts_ms: None,
             log: Vec::new(),
+            status: StatusBoard::default(),
+            pending_final: None,
         }
     }
 
@@ -163,6 +170,12 @@ impl RunProjection {
         self.final_seq
     }
 
+    /// True while `delivery: final_only` holds a final answer back for the terminal
+    /// event (or [`RunProjection::interrupted`], or a switch to `live`).
+    pub fn final_pending(&self) -> bool {
+        self.pending_final.is_some()
+    }
+
     /// Applies an enveloped event; the envelopes' ingest times give the settle summary
     /// its elapsed seconds (`Event` carries no time). Events of another run yield nothing:
     /// another run id, or (when the projection names its tenant) another tenant.
@@ -210,6 +223,13 @@ impl RunProjection {
             self.last_activity_seq = ev.seq;
         }
         self.state.apply(ev);
+        // `repeatSuppression` off: a shown status or tool update re-sends the draft even
+        // when it changes nothing the draft shows.
+        let shown_update = self.record_update(ev, settings);
+        let force = shown_update && !settings.suppress_repeats;
+        if settings.delivery == Delivery::Live {
+            self.flush_final(settings, tier, &mut out);
+        }
 
         match &ev.data {
             EventData::Assistant(a) if a.phase == Some(AssistantPhase::FinalAnswer) => {
@@ -222,9 +242,40 @@ impl RunProjection {
             _ => {}
         }
         if mode.drafts {
-            self.refresh_draft(settings, tier, &mut out);
+            self.refresh_draft(settings, tier, force, &mut out);
         }
         out
+    }
+
+    /// Records a status update, and tells whether `ev` is an update the draft shows
+    /// under `settings` (a status line or a tool row): the repeats
+    /// `repeatSuppression` is about.
+    fn record_update(&mut self, ev: &Event, settings: &Settings) -> bool {
+        match &ev.data {
+            EventData::Lifecycle(l) => self.status.apply(l).is_some_and(|t| settings.shows(&t)),
+            EventData::Item(it) => {
+                let tag = match it.phase {
+                    ItemPhase::Start => tags::TOOL_CALL,
+                    ItemPhase::Update | ItemPhase::End => tags::TOOL_CALL_UPDATE,
+                };
+                settings.verbose != Verbose::Off
+                    && settings.shows(tags::TOOL_CALL)
+                    && settings.shows(tag)
+            }
+            _ => false,
+        }
+    }
+
+    /// Delivers a final answer `delivery: final_only` held back (at the terminal event,
+    /// or as soon as the chat switched to `live`).
+    fn flush_final(&mut self, settings: &Settings, tier: Tier, out: &mut Vec<Op>) {
+        if let Some(op) = self.pending_final.take() {
+            if let Op::Final { seq, .. } = &op {
+                let seq = *seq;
+                self.final_seq = Some(seq);
+                self.emit(op, seq, settings, tier, out);
+            }
+        }
     }
 
     /// Re-renders the draft after `/reasoning`, `/verbose` or another setting changed
@@ -237,8 +288,11 @@ impl RunProjection {
         self.drafts = mode.drafts;
         self.draft_max_chars = settings.budgets.draft_max_chars;
         let mut out = Vec::new();
+        if settings.delivery == Delivery::Live {
+            self.flush_final(settings, tier, &mut out);
+        }
         if mode.drafts {
-            self.refresh_draft(settings, tier, &mut out);
+            self.refresh_draft(settings, tier, false, &mut out);
         }
         out
     }
@@ -252,6 +306,13 @@ impl RunProjection {
         }
         self.done = true;
         let seq = self.last_seq;
+        let mut out = Vec::new();
+        if let Some(f) = self.pending_final.take() {
+            // The answer exists; only its terminal event is lost.
+            self.final_seq = Some(seq);
+            self.log.push((seq, f.clone()));
+            out.push(f);
+        }
         let op = if self.drafts && self.draft_text.is_some() {
             Op::Settle {
                 key: self.key.clone(),
@@ -266,7 +327,8 @@ impl RunProjection {
             }
         };
         self.log.push((seq, op.clone()));
-        vec![op]
+        out.push(op);
+        out
     }
 
     /// Reconnect support (spec §7.3): the ops a subscriber whose `lastRenderedSeq` is
@@ -334,17 +396,25 @@ impl RunProjection {
     }
 
     fn render(&self, settings: &Settings, tier: Tier) -> Rendered {
-        render::render(&self.state, self.hidden(), &View::of(settings, tier))
+        let status = self.status.lines(settings);
+        render::render(
+            &self.state,
+            self.hidden(),
+            &View::of(settings, tier),
+            &status,
+        )
     }
 
-    /// Upserts the draft when its rendering changed. Lazy: an empty rendering never
-    /// creates a draft (liveness is `Typing`'s job, spec §11).
-    fn refresh_draft(&mut self, settings: &Settings, tier: Tier, out: &mut Vec<Op>) {
+    /// Upserts the draft when its rendering changed (or, `force`, even when it did not:
+    /// `repeatSuppression` off). Lazy: an empty rendering never creates a draft
+    /// (liveness is `Typing`'s job, spec §11).
+    fn refresh_draft(&mut self, settings: &Settings, tier: Tier, force: bool, out: &mut Vec<Op>) {
         if self.silent {
             return;
         }
         let r = self.render(settings, tier);
-        if r.text.is_empty() || self.draft_text.as_deref() == Some(r.text.as_str()) {
+        let same = self.draft_text.as_deref() == Some(r.text.as_str());
+        if r.text.is_empty() || (same && !force) {
             return;
         }
         self.draft_text = Some(r.text.clone());
@@ -364,7 +434,7 @@ impl RunProjection {
         tier: Tier,
         out: &mut Vec<Op>,
     ) {
-        if self.final_seq.is_some() || self.silent {
+        if self.final_seq.is_some() || self.pending_final.is_some() || self.silent {
             return; // exactly once per run
         }
         let Some(text) = a.text.as_ref().or(a.delta.as_ref()) else {
@@ -378,7 +448,6 @@ impl RunProjection {
             self.silent = true;
             return;
         }
-        self.final_seq = Some(seq);
         let truncated = a.truncated == Some(true);
         let op = Op::Final {
             key: self.key.clone(),
@@ -387,6 +456,12 @@ impl RunProjection {
             suffix: truncated.then(|| TRUNCATED_SUFFIX.to_owned()),
             seq,
         };
+        if settings.delivery == Delivery::FinalOnly {
+            // Deferred to the terminal event: final_only delivers everything at once.
+            self.pending_final = Some(op);
+            return;
+        }
+        self.final_seq = Some(seq);
         self.emit(op, seq, settings, tier, out);
     }
 
@@ -424,6 +499,9 @@ impl RunProjection {
         out: &mut Vec<Op>,
     ) {
         self.done = true;
+        // The held-back answer goes out first, as it would have live (a Reject after it
+        // retracts the draft, not the delivered answer).
+        self.flush_final(settings, tier, out);
         let r = self.render(settings, tier);
         let content = (!r.is_content_free()).then(|| summary(&r, self.elapsed_secs()));
         let max = settings.budgets.draft_max_chars;

@@ -5,11 +5,15 @@
 //! mid-turn re-renders from the same state (DESIGN §6) and a replayed run renders the
 //! same text as the live one.
 //!
+//! Status lines of enabled update tags ([`crate::status`]) come in already display-safe
+//! and capped; they sit at the foot of a T1/T2 draft and count as no content (a draft
+//! that showed only them is dismissed at the end, like a content-free one).
+//!
 //! Every lane is display-safe ([`crate::redact`]): thinking and commentary are redacted on
 //! the segment's accumulated text before elision, tool rows through [`display_safe`].
 
 use crate::redact::{display_safe, display_safe_open, redact, redact_open, truncate_chars};
-use crate::settings::{Budgets, Reasoning, Settings, Tier, Verbose};
+use crate::settings::{tags, Budgets, Reasoning, Settings, Tier, Verbose};
 use serde::Serialize;
 use serde_json::Value;
 use streamgate_grammar::fold::{ItemState, TextSegment, ThinkingSegment};
@@ -45,19 +49,29 @@ pub(crate) struct View {
     pub status_line: bool,
     pub budgets: Budgets,
     pub suppress_repeats: bool,
+    /// `agent_message_chunk` shown: commentary renders.
+    pub messages: bool,
+    /// `tool_call` shown: tool rows render.
+    pub tool_calls: bool,
+    /// `tool_call_update` shown: tool rows follow their updates (else they stay as they
+    /// started).
+    pub tool_updates: bool,
 }
 
 impl View {
     /// The view of `settings` on `tier`. T0 has no draft; its view renders nothing.
     pub fn of(settings: &Settings, tier: Tier) -> View {
         let base = View {
-            reasoning: settings.reasoning,
+            reasoning: settings.effective_reasoning(),
             verbose: settings.verbose,
             tags: settings.show_variant_tags,
             lane_budgets: true,
             status_line: false,
             budgets: settings.budgets,
             suppress_repeats: settings.suppress_repeats,
+            messages: settings.shows(tags::AGENT_MESSAGE_CHUNK),
+            tool_calls: settings.shows(tags::TOOL_CALL),
+            tool_updates: settings.shows(tags::TOOL_CALL_UPDATE),
         };
         match tier {
             Tier::T1 => base,
@@ -69,7 +83,7 @@ impl View {
                 ..base
             },
             Tier::T2 { status_line: true } => View {
-                reasoning: match settings.reasoning {
+                reasoning: match base.reasoning {
                     Reasoning::Stream => Reasoning::On,
                     r => r,
                 },
@@ -93,11 +107,14 @@ impl View {
 /// (spec §7.1: "declaredly, not silently").
 pub(crate) fn clamp_notice(settings: &Settings, tier: Tier) -> Option<String> {
     let view = View::of(settings, tier);
+    // Thinking as the chat's tag visibility leaves it: hiding thought chunks is a
+    // choice, not a clamp.
+    let reasoning = settings.effective_reasoning();
     let mut parts = Vec::new();
-    if view.reasoning != settings.reasoning {
+    if view.reasoning != reasoning {
         parts.push(format!(
             "/reasoning {} → {}",
-            reasoning_name(settings.reasoning),
+            reasoning_name(reasoning),
             reasoning_name(view.reasoning)
         ));
     }
@@ -191,8 +208,10 @@ impl Entry<'_> {
     }
 }
 
-/// Renders the draft for `state` under `view`.
-pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View) -> Rendered {
+/// Renders the draft for `state` under `view`; `status` are the enabled status lines
+/// ([`crate::status`]), shown at the foot of a T1/T2 draft (a tier-C draft keeps its
+/// single line).
+pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View, status: &[String]) -> Rendered {
     let mut entries: Vec<Entry<'_>> = Vec::new();
     entries.extend(state.thinking.iter().map(Entry::Thinking));
     entries.extend(state.items.iter().map(Entry::Item));
@@ -220,16 +239,21 @@ pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View) -> Rendered 
                 }
             }
             Entry::Item(item) => {
-                if view.verbose == Verbose::Off {
+                if view.verbose == Verbose::Off || !view.tool_calls {
                     continue;
                 }
                 out.tools += 1;
                 if !view.status_line {
-                    pieces.push(item_piece(item, view));
+                    let piece = if view.tool_updates {
+                        item_piece(item, view)
+                    } else {
+                        item_piece(&as_started(item), view)
+                    };
+                    pieces.push(piece);
                 }
             }
             Entry::Commentary(i, seg) => {
-                if hidden.final_segment == Some(*i) {
+                if hidden.final_segment == Some(*i) || !view.messages {
                     continue;
                 }
                 let text = seg.text.trim_end().trim_start_matches(['\n', '\r']);
@@ -255,6 +279,11 @@ pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View) -> Rendered 
                 levels: vec![line],
             });
         }
+    } else {
+        pieces.extend(status.iter().map(|line| Piece {
+            lane: Lane::Status,
+            levels: vec![line.clone()],
+        }));
     }
     out.text = fit(pieces, view.budgets.draft_max_chars);
     out
@@ -520,6 +549,20 @@ pub(crate) fn item_status(item: &ItemState) -> &'static str {
     }
 }
 
+/// An item as its start showed it (`tool_call_update` hidden): name and input, running.
+fn as_started(item: &ItemState) -> ItemState {
+    ItemState {
+        id: item.id.clone(),
+        index: item.index,
+        kind: item.kind.clone(),
+        name: item.name.clone(),
+        input: item.input.clone(),
+        first_seq: item.first_seq,
+        last_seq: item.first_seq,
+        ..ItemState::default()
+    }
+}
+
 fn item_piece(item: &ItemState, view: &View) -> Piece {
     let short = format!(
         "{} {} {}",
@@ -618,8 +661,13 @@ fn status_line(
     view: &View,
 ) -> Option<String> {
     let mut parts = Vec::new();
-    if view.verbose != Verbose::Off {
-        if let Some(item) = state.items.iter().rev().find(|i| !i.ended) {
+    if view.verbose != Verbose::Off && view.tool_calls {
+        let current = if view.tool_updates {
+            state.items.iter().rev().find(|i| !i.ended)
+        } else {
+            state.items.last()
+        };
+        if let Some(item) = current {
             parts.push(format!("{} {}", item_emoji(item), item_name(item)));
         }
     }
@@ -766,10 +814,10 @@ mod tests {
             Tier::T2 { status_line: true },
         ] {
             let view = View::of(&settings, tier);
-            let fast = render(&state, Hidden::default(), &view);
+            let fast = render(&state, Hidden::default(), &view, &[]);
             let mut slow_state = state.clone();
             slow_state.commentary[0].chars = 0;
-            let slow = render(&slow_state, Hidden::default(), &view);
+            let slow = render(&slow_state, Hidden::default(), &view, &[]);
             assert_eq!(fast, slow);
             if tier == (Tier::T2 { status_line: true }) {
                 // Same status rendering as a full scan (the line is the draft's whole

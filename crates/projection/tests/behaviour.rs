@@ -436,6 +436,7 @@ fn overflow_elides_thinking_then_items_then_commentary() {
         draft_max_chars: 400,
         thinking_chars: 600,
         item_detail_chars: 120,
+        ..Budgets::default()
     };
     let s = Settings {
         budgets,

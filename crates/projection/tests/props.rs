@@ -101,9 +101,11 @@ fn settings() -> impl Strategy<Value = Settings> {
                 draft_max_chars: max,
                 thinking_chars: th,
                 item_detail_chars: det,
+                ..Budgets::default()
             },
             suppress_repeats: rep,
             show_variant_tags: tags,
+            ..Settings::default()
         })
 }
 
@@ -281,6 +283,8 @@ proptest! {
         match (finals.first(), &want) {
             (Some(Op::Final { text, .. }), Some(w)) => prop_assert_eq!(text, w),
             (None, None) => {}
+            // `delivery: final_only` holds the answer until the terminal event (issue #13).
+            (None, Some(_)) if p.final_pending() => {}
             (got, want) => prop_assert!(false, "final {got:?}, expected {want:?}"),
         }
         let mut closed = false;

@@ -174,6 +174,14 @@ pub trait Sink: Send + Sync {
         Pacing::default()
     }
 
+    /// The hard size limit of one message, in chars of projection text, when the chat
+    /// API has one (Telegram 4096, Discord 2000, Slack 40000); `None` for sinks without
+    /// (webhook, plain, web). A channel never sets a draft budget (`maxTurnChars`) above
+    /// it.
+    fn text_limit(&self) -> Option<usize> {
+        None
+    }
+
     /// Execute one op for one chat.
     fn execute<'a>(
         &'a self,

@@ -76,6 +76,10 @@ impl<A: MessageApi> Sink for A {
         MessageApi::pacing(self)
     }
 
+    fn text_limit(&self) -> Option<usize> {
+        Some(MessageApi::limit(self))
+    }
+
     fn execute<'a>(
         &'a self,
         chat: &'a ChatTarget,

@@ -6,7 +6,7 @@ use crate::start;
 use clap::Parser;
 use std::net::SocketAddr;
 use std::time::Duration;
-use streamgate_projection::{Reasoning, Settings, Tier, Verbose};
+use streamgate_projection::{Delivery, Reasoning, Settings, TagVisibility, Tier, Verbose};
 use streamgate_runtime::serve::ServeArgs;
 use streamgate_runtime::{init_telemetry, NatsArgs, TelemetryArgs};
 
@@ -51,9 +51,12 @@ pub struct Args {
     /// Default `/verbose`: off, on, full.
     #[arg(long, env = "STREAMGATE_VERBOSE", default_value = "on")]
     pub verbose: Verbose,
-    /// Draft size budget (characters).
+    /// Draft size budget (characters); `--max-turn-chars` wins when both are set.
     #[arg(long, env = "STREAMGATE_DRAFT_MAX_CHARS")]
     pub draft_max_chars: Option<usize>,
+    /// The ACP dedupe plan's knobs: the channel's defaults (per chat: `SetSettings`).
+    #[command(flatten)]
+    pub knobs: KnobArgs,
     /// Requests per second per chat, replacing the sink's own per-chat limit (default:
     /// the API's documented limit; none for webhook and web).
     #[arg(long, env = "STREAMGATE_RATE_PER_SEC")]
@@ -119,6 +122,7 @@ impl Args {
         if let Some(n) = self.draft_max_chars {
             c.settings.budgets.draft_max_chars = n;
         }
+        self.knobs.apply(&mut c.settings);
         if let Some(r) = self.rate_per_sec {
             // An operator override of the sink's own per-chat limit (e.g. a raised
             // Telegram limit); without it each sink paces by the API's real limits.
@@ -131,6 +135,60 @@ impl Args {
         c.token = self.token.clone().filter(|t| !t.is_empty());
         c.serve = self.serve.options();
         Ok(c)
+    }
+}
+
+/// The ACP dedupe plan's projection knobs as a channel's defaults (issue #13): flags
+/// with `STREAMGATE_*` fallbacks, shared by `streamgate-projector` and `streamgate up`
+/// (every channel). Unset flags keep the channel's own default; a chat overrides any of
+/// them through `SetSettings` / `streamgate settings`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct KnobArgs {
+    /// deliveryMode: `live` (drafts, then the final) or `final_only` (the final answer
+    /// and errors only, at the turn's end).
+    #[arg(long, env = "STREAMGATE_DELIVERY_MODE")]
+    pub delivery_mode: Option<Delivery>,
+    /// repeatSuppression: `true` (default: a repeated status line, usage tuple or tool
+    /// snapshot makes no draft edit) or `false`.
+    #[arg(long, env = "STREAMGATE_REPEAT_SUPPRESSION")]
+    pub repeat_suppression: Option<bool>,
+    /// tagVisibility overrides: `plan=show,usage_update=show,agent_message_chunk=hide`
+    /// (ACP update tags; default: message chunks and tool calls/updates shown, thought
+    /// chunks follow /reasoning, everything else hidden).
+    #[arg(long, env = "STREAMGATE_TAG_VISIBILITY")]
+    pub tag_visibility: Option<TagVisibility>,
+    /// maxTurnChars: the draft's budget for one turn (never above the sink's limit).
+    #[arg(long, env = "STREAMGATE_MAX_TURN_CHARS")]
+    pub max_turn_chars: Option<usize>,
+    /// maxToolSummaryChars: a tool row's detail under /verbose full.
+    #[arg(long, env = "STREAMGATE_MAX_TOOL_SUMMARY_CHARS")]
+    pub max_tool_summary_chars: Option<usize>,
+    /// maxStatusChars: one status line (plan, usage, mode, … when shown).
+    #[arg(long, env = "STREAMGATE_MAX_STATUS_CHARS")]
+    pub max_status_chars: Option<usize>,
+}
+
+impl KnobArgs {
+    /// Lays the set flags over `s`.
+    pub fn apply(&self, s: &mut Settings) {
+        if let Some(d) = self.delivery_mode {
+            s.delivery = d;
+        }
+        if let Some(r) = self.repeat_suppression {
+            s.suppress_repeats = r;
+        }
+        if let Some(v) = &self.tag_visibility {
+            s.tag_visibility = s.tag_visibility.merged(v);
+        }
+        if let Some(n) = self.max_turn_chars {
+            s.budgets.draft_max_chars = n;
+        }
+        if let Some(n) = self.max_tool_summary_chars {
+            s.budgets.item_detail_chars = n;
+        }
+        if let Some(n) = self.max_status_chars {
+            s.budgets.status_chars = n;
+        }
     }
 }
 
@@ -161,4 +219,60 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     streamgate_runtime::telemetry::flush().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knob_flags_set_the_channel_defaults() {
+        let args = Args::try_parse_from([
+            "streamgate-projector",
+            "--name",
+            "c",
+            "--sink",
+            "plain=stdout",
+            "--delivery-mode",
+            "final_only",
+            "--repeat-suppression",
+            "false",
+            "--tag-visibility",
+            "plan=show,agent_message_chunk=hide",
+            "--max-turn-chars",
+            "900",
+            "--max-tool-summary-chars",
+            "40",
+            "--max-status-chars",
+            "50",
+        ]);
+        let Ok(args) = args else {
+            panic!("flags did not parse: {args:?}");
+        };
+        let Ok(c) = args.channel_config() else {
+            panic!("no channel config");
+        };
+        let s = c.settings;
+        assert_eq!(s.delivery, Delivery::FinalOnly);
+        assert!(!s.suppress_repeats);
+        assert!(s.tag_visibility.shown("plan") && !s.tag_visibility.shown("agent_message_chunk"));
+        assert_eq!(
+            (
+                s.budgets.draft_max_chars,
+                s.budgets.item_detail_chars,
+                s.budgets.status_chars
+            ),
+            (900, 40, 50)
+        );
+        assert!(Args::try_parse_from([
+            "streamgate-projector",
+            "--name",
+            "c",
+            "--sink",
+            "plain=stdout",
+            "--tag-visibility",
+            "plan",
+        ])
+        .is_err());
+    }
 }

@@ -13,7 +13,7 @@ use crate::error::{nats, ProjectorError};
 use async_nats::jetstream::{self, kv};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use streamgate_projection::{Reasoning, Settings, Verbose};
+use streamgate_projection::{Delivery, Reasoning, Settings, TagVisibility, Verbose};
 use streamgate_sinks::{DeliveryState, StateKey, StateStore, StoreError};
 
 /// Delivery states and active-run markers.
@@ -232,7 +232,10 @@ pub async fn list_active(
     Ok(out)
 }
 
-/// Per-chat overrides of the channel's default settings (`/reasoning`, `/verbose`).
+/// Per-chat overrides of the channel's default settings: `/reasoning`, `/verbose` and
+/// the ACP dedupe plan's knobs (issue #13). Stored as JSON with every field optional
+/// (absent = the channel's default), so values written before a field existed read
+/// unchanged, and an older reader ignores the fields it does not know.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SettingsOverride {
     /// `/reasoning`, when set for the chat.
@@ -241,6 +244,28 @@ pub struct SettingsOverride {
     /// `/verbose`, when set for the chat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verbose: Option<Verbose>,
+    /// `deliveryMode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+    /// `repeatSuppression`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suppress_repeats: Option<bool>,
+    /// `tagVisibility`: per-tag overrides laid over the channel's.
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub tag_visibility: TagVisibility,
+    /// `maxTurnChars` (the draft budget; clamped to the sink's limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turn_chars: Option<usize>,
+    /// `maxToolSummaryChars`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_summary_chars: Option<usize>,
+    /// `maxStatusChars`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_status_chars: Option<usize>,
+}
+
+fn is_empty(v: &TagVisibility) -> bool {
+    v.0.is_empty()
 }
 
 impl SettingsOverride {
@@ -253,7 +278,48 @@ impl SettingsOverride {
         if let Some(v) = self.verbose {
             s.verbose = v;
         }
+        if let Some(d) = self.delivery {
+            s.delivery = d;
+        }
+        if let Some(r) = self.suppress_repeats {
+            s.suppress_repeats = r;
+        }
+        s.tag_visibility = s.tag_visibility.merged(&self.tag_visibility);
+        if let Some(n) = self.max_turn_chars {
+            s.budgets.draft_max_chars = n;
+        }
+        if let Some(n) = self.max_tool_summary_chars {
+            s.budgets.item_detail_chars = n;
+        }
+        if let Some(n) = self.max_status_chars {
+            s.budgets.status_chars = n;
+        }
         s
+    }
+
+    /// Lays `change` over these overrides: its set fields win, its tag overrides merge
+    /// per tag, and the tags in `reset_tags` go back to the channel's default.
+    pub fn update(&mut self, change: &SettingsOverride, reset_tags: &[String]) {
+        macro_rules! take {
+            ($($f:ident),*) => {$(
+                if change.$f.is_some() {
+                    self.$f = change.$f;
+                }
+            )*};
+        }
+        take!(
+            reasoning,
+            verbose,
+            delivery,
+            suppress_repeats,
+            max_turn_chars,
+            max_tool_summary_chars,
+            max_status_chars
+        );
+        self.tag_visibility = self.tag_visibility.merged(&change.tag_visibility);
+        for tag in reset_tags {
+            self.tag_visibility.0.remove(tag);
+        }
     }
 }
 
@@ -408,10 +474,40 @@ mod tests {
         let d = Settings::default();
         let o = SettingsOverride {
             reasoning: Some(Reasoning::Stream),
-            verbose: None,
+            ..SettingsOverride::default()
         };
         let s = o.apply(&d);
         assert_eq!(s.reasoning, Reasoning::Stream);
         assert_eq!(s.verbose, d.verbose);
+    }
+
+    /// Values stored before the knobs existed read unchanged; new values keep the
+    /// storage format (absent fields stay absent).
+    #[test]
+    fn stored_overrides_stay_readable() {
+        let old = parse_override(br#"{"reasoning":"on"}"#);
+        assert_eq!(old.reasoning, Some(Reasoning::On));
+        assert_eq!(
+            old.apply(&Settings::default()).tag_visibility,
+            TagVisibility::default()
+        );
+        let mut o = old.clone();
+        let change = SettingsOverride {
+            delivery: Some(Delivery::FinalOnly),
+            tag_visibility: TagVisibility::parse_list("plan=show,usage_update=show")
+                .unwrap_or_default(),
+            max_status_chars: Some(60),
+            ..SettingsOverride::default()
+        };
+        o.update(&change, &["usage_update".to_owned()]);
+        let json = serde_json::to_string(&o).unwrap_or_default();
+        assert_eq!(
+            json,
+            r#"{"reasoning":"on","delivery":"final_only","tag_visibility":{"plan":true},"max_status_chars":60}"#
+        );
+        assert_eq!(parse_override(json.as_bytes()), o);
+        let s = o.apply(&Settings::default());
+        assert!(s.tag_visibility.shown("plan") && !s.tag_visibility.shown("usage_update"));
+        assert_eq!(s.budgets.status_chars, 60);
     }
 }

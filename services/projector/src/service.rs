@@ -69,10 +69,12 @@ pub async fn start(
         }
     };
     let tier = cfg.tier.unwrap_or_else(|| sink.tier());
+    let draft_limit = sink.text_limit();
     let delivery = Delivery::new(cfg.delivery.clone(), store, [sink]);
     let channel = Arc::new(Channel::new(
         cfg.clone(),
         tier,
+        draft_limit,
         js,
         delivery.clone(),
         state_kv,

@@ -562,6 +562,7 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
             streamgate_projector::kv::SettingsOverride {
                 reasoning: Some(streamgate_projection::Reasoning::Stream),
                 verbose: Some(streamgate_projection::Verbose::Full),
+                ..Default::default()
             },
         )
         .await?;
@@ -1264,6 +1265,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
             chat_id: chat.into(),
             reasoning: "stream".into(),
             verbose: "full".into(),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -1308,6 +1310,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
             chat_id: chat.into(),
             reasoning: "off".into(),
             verbose: String::new(),
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -109,6 +109,10 @@ pub struct UpArgs {
     /// `/verbose` default of every channel (off, on or full).
     #[arg(long)]
     pub verbose: Option<streamgate_projection::Verbose>,
+    /// The ACP dedupe plan's knobs, every channel's default (delivery mode, repeat
+    /// suppression, tag visibility, budgets); `streamgate settings` changes one chat's.
+    #[command(flatten)]
+    pub knobs: streamgate_projector::cli::KnobArgs,
     /// Token file of extra ingest tokens scoped to tenants (lines `<token> <tenant>[,…]`
     /// or `<token> *`, mode 0600), besides the all-tenant `<data dir>/ingest.token`.
     #[arg(long, env = "STREAMGATE_INGEST_TOKENS")]
@@ -271,6 +275,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         if let Some(v) = args.verbose {
             cfg.settings.verbose = v;
         }
+        args.knobs.apply(&mut cfg.settings);
         let token = streamgate_runtime::rpc::random_token();
         write_token(&channel_token_path(&data_dir, &name), &token)?;
         cfg.token = Some(token.clone());
@@ -376,6 +381,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             let mut settings = streamgate_projection::Settings::default();
             settings.reasoning = args.reasoning.unwrap_or(settings.reasoning);
             settings.verbose = args.verbose.unwrap_or(settings.verbose);
+            args.knobs.apply(&mut settings);
             tasks.spawn(async move {
                 crate::terminal::follow_status(js, stop, settings, settled).await
             });

@@ -146,6 +146,8 @@ pub struct DraftInfo {
 pub struct Channel {
     cfg: ChannelConfig,
     tier: Tier,
+    /// The sink's message size limit: no chat's draft budget goes above it.
+    draft_limit: Option<usize>,
     js: jetstream::Context,
     delivery: Delivery,
     state_kv: Store,
@@ -171,9 +173,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Channel {
     /// A channel over an engine that already has the channel's sink registered, with
     /// the KV buckets opened.
+    /// `draft_limit` is the sink's message size limit
+    /// ([`streamgate_sinks::Sink::text_limit`]): no chat's `maxTurnChars` exceeds it.
     pub fn new(
         cfg: ChannelConfig,
         tier: Tier,
+        draft_limit: Option<usize>,
         js: jetstream::Context,
         delivery: Delivery,
         state_kv: Store,
@@ -183,6 +188,7 @@ impl Channel {
             store: Arc::new(kv::KvStateStore::new(state_kv.clone())),
             cfg,
             tier,
+            draft_limit,
             js,
             delivery,
             state_kv,

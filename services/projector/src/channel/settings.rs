@@ -19,6 +19,16 @@ pub(super) struct CachedSettings {
 }
 
 impl Channel {
+    /// The channel's defaults with a chat's overrides applied, the draft budget
+    /// (`maxTurnChars`) clamped to the sink's message limit.
+    pub fn resolve(&self, o: &SettingsOverride) -> Settings {
+        let mut s = o.apply(&self.cfg.settings);
+        if let Some(limit) = self.draft_limit {
+            s.budgets.draft_max_chars = s.budgets.draft_max_chars.min(limit);
+        }
+        s
+    }
+
     /// The chat's settings: channel defaults overridden by `SG_SETTINGS`.
     pub async fn settings_for(&self, chat: &str) -> Result<Settings, ProjectorError> {
         if let Some(c) = lock(&self.chat_settings).get(chat) {
@@ -30,36 +40,42 @@ impl Channel {
         let c = cache
             .entry(chat.to_owned())
             .or_insert_with(|| CachedSettings {
-                settings: stored.overrides.apply(&self.cfg.settings),
+                settings: self.resolve(&stored.overrides),
                 revision: stored.revision,
             });
         if c.revision < stored.revision {
-            c.settings = stored.overrides.apply(&self.cfg.settings);
+            c.settings = self.resolve(&stored.overrides);
             c.revision = stored.revision;
         }
         Ok(c.settings.clone())
     }
 
-    /// Stores the chat's `/reasoning` / `/verbose` (`None` = unchanged) and re-renders
-    /// its runs in flight (`resettle`: rendering only, events untouched); the other
-    /// replicas follow through their settings watch. Returns the new settings and how
-    /// many runs of the chat are in flight here (each re-rendered, by this call or by
-    /// the watch that saw the same write first).
+    /// [`Channel::change_settings`] without tag resets.
     pub async fn set_settings(
         &self,
         chat: &str,
         o: SettingsOverride,
     ) -> Result<(Settings, u32), ProjectorError> {
+        self.change_settings(chat, o, &[]).await
+    }
+
+    /// Stores the chat's overrides — `o`'s set fields (`None` = unchanged), its tag
+    /// overrides merged per tag, the `reset_tags` back to the channel default — and
+    /// re-renders its runs in flight (`resettle`: rendering only, events untouched); the
+    /// other replicas follow through their settings watch. Returns the new settings and
+    /// how many runs of the chat are in flight here (each re-rendered, by this call or
+    /// by the watch that saw the same write first).
+    pub async fn change_settings(
+        &self,
+        chat: &str,
+        o: SettingsOverride,
+        reset_tags: &[String],
+    ) -> Result<(Settings, u32), ProjectorError> {
         // Compare-and-set: two replicas changing different flags at once both win.
         let (stored, revision) = loop {
             let current = kv::load_override(&self.settings_kv, &self.cfg.name, chat).await?;
             let mut stored = current.overrides;
-            if o.reasoning.is_some() {
-                stored.reasoning = o.reasoning;
-            }
-            if o.verbose.is_some() {
-                stored.verbose = o.verbose;
-            }
+            stored.update(&o, reset_tags);
             if let Some(rev) = kv::save_override(
                 &self.settings_kv,
                 &self.cfg.name,
@@ -72,7 +88,7 @@ impl Channel {
                 break (stored, rev);
             }
         };
-        let settings = stored.apply(&self.cfg.settings);
+        let settings = self.resolve(&stored);
         self.apply_settings(
             chat,
             StoredOverride {
@@ -96,7 +112,7 @@ impl Channel {
         chat: &str,
         stored: StoredOverride,
     ) -> Result<usize, ProjectorError> {
-        let settings = stored.overrides.apply(&self.cfg.settings);
+        let settings = self.resolve(&stored.overrides);
         let mut batches = Vec::new();
         {
             // Under the runs lock, so no event is folded between the cache update and

@@ -6,6 +6,8 @@
 //! only when its seq is exactly the next one, so the boundary has neither a duplicate nor
 //! a gap; a lagging live stream falls back to re-reading the subject.
 //!
+//! `SetSettings` maps its request and reply in `settings`.
+//!
 //! `Watch` (in [`watch`]) is the same for every run at once, for `streamgate tail`.
 //!
 //! Both send display-safe events (DESIGN §6, issue 11): a channel token holder gets the
@@ -22,10 +24,10 @@
 //! live part of `Subscribe` sees only events processed here (a run on another replica's
 //! partition is replayed from `SG_EVENTS`, then not followed).
 
+mod settings;
 mod watch;
 
 use crate::channel::{Channel, Lookup, RunKey};
-use crate::kv::SettingsOverride;
 use std::pin::Pin;
 use std::sync::Arc;
 use streamgate_grammar::RunEvent;
@@ -324,25 +326,12 @@ impl ProjectorService for Projector {
         if req.chat_id.is_empty() {
             return Err(Status::invalid_argument("chat_id is required"));
         }
-        let o = SettingsOverride {
-            reasoning: match req.reasoning.as_str() {
-                "" => None,
-                r => Some(r.parse().map_err(Status::invalid_argument)?),
-            },
-            verbose: match req.verbose.as_str() {
-                "" => None,
-                v => Some(v.parse().map_err(Status::invalid_argument)?),
-            },
-        };
+        let (o, reset) = settings::change_of(&req)?;
         let (s, n) = self
             .channel
-            .set_settings(&req.chat_id, o)
+            .change_settings(&req.chat_id, o, &reset)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(v1::SetSettingsReply {
-            reasoning: s.reasoning.to_string(),
-            verbose: s.verbose.to_string(),
-            rerendered: n,
-        }))
+        Ok(Response::new(settings::reply_of(&s, n)))
     }
 }
