@@ -9,6 +9,9 @@
 //!   verbatim, with `truncated` as the event says; a run without one (errors, stream
 //!   death, zero text, refusal) shows no final.
 //!
+//! `acp_status_updates_follow_tag_visibility`: the projection knobs over the ACP
+//! adapter's real output — status updates hidden by default, each one's line when shown.
+//!
 //! Run: `cargo test --test agent_runtimes` (needs `STREAMGATE_NATS_SERVER` or a
 //! nats-server on PATH, like the other end-to-end tests).
 
@@ -158,4 +161,79 @@ async fn every_agent_runtime_fixture_reaches_a_channel() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(finals(&fake), want, "after the channel went quiet");
     stop.cancel();
+}
+
+/// The projection knobs against what the ACP adapter really emits (not a hand-made event):
+/// `fixtures/acp/misc.jsonl` holds every status update kind. With default settings no
+/// status line reaches a draft; with every tag shown, each kind renders its own line —
+/// the latest usage, not the first — and the answer is unchanged either way.
+#[test]
+fn acp_status_updates_follow_tag_visibility() {
+    use streamgate_projection::{settings::tags, Op, RunProjection, Settings, Tier};
+    let events =
+        streamgate_wire::normalize_bytes(choice("acp"), &fixture("acp/misc.jsonl"), 0).events;
+    let project = |settings: &Settings| -> (Vec<String>, Vec<String>) {
+        let mut p = RunProjection::new("acp-misc");
+        let ops: Vec<Op> = events
+            .iter()
+            .flat_map(|e| p.apply(e, settings, Tier::T1))
+            .collect();
+        let drafts = ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Draft { text, .. } => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
+        let finals = ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Final { text, .. } => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
+        (drafts, finals)
+    };
+    let marks = ["📋", "📊", "⌘", "🔀", "⚙️", "🏷️", "ℹ️"];
+
+    let (drafts, finals) = project(&Settings::default());
+    for d in &drafts {
+        assert!(
+            !marks.iter().any(|m| d.contains(m)),
+            "hidden by default: {d}"
+        );
+    }
+    assert_eq!(finals, ["Done."]);
+
+    let mut all = Settings::default();
+    for tag in [
+        tags::PLAN,
+        tags::USAGE_UPDATE,
+        tags::AVAILABLE_COMMANDS_UPDATE,
+        tags::CURRENT_MODE_UPDATE,
+        tags::CONFIG_OPTION_UPDATE,
+        tags::SESSION_INFO_UPDATE,
+    ] {
+        all.tag_visibility.0.insert(tag.to_owned(), true);
+    }
+    let (drafts, finals) = project(&all);
+    let last = drafts.last().expect("a draft with every status line");
+    for want in [
+        "📋 plan: 0/1 done · Read README",
+        "📊 1500/200000 tokens",
+        "⌘ 1 command",
+        "🔀 mode: code",
+        "⚙️ config: model=fast",
+        "🏷️ Fix README",
+    ] {
+        assert!(
+            last.contains(want),
+            "{want:?} missing from the draft:\n{last}"
+        );
+    }
+    assert!(
+        !last.contains("1000/200000"),
+        "an older usage line stayed:\n{last}"
+    );
+    assert_eq!(finals, ["Done."]);
 }
