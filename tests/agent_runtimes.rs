@@ -42,11 +42,11 @@ struct Final {
 /// A run that dies after one (spec §3.5 Dead: no re-tag) or whose answer is withdrawn
 /// carries none: the adapter only tags a final on the Finalize and Truncate paths.
 fn final_of(events: &[Value]) -> Option<Final> {
-    let last = events
-        .iter()
-        .filter(|e| e["stream"] == "assistant" && e["data"]["phase"] == "final_answer")
-        .filter(|e| e["data"]["text"].as_str().is_some_and(|t| !t.is_empty()))
-        .next_back()?;
+    let last = events.iter().rfind(|e| {
+        e["stream"] == "assistant"
+            && e["data"]["phase"] == "final_answer"
+            && e["data"]["text"].as_str().is_some_and(|t| !t.is_empty())
+    })?;
     let text = last["data"]["text"].as_str()?.to_owned();
     if streamgate_projection::is_silent(&text) {
         return None;
