@@ -54,32 +54,43 @@ pub enum Routed {
     Rejected(String),
 }
 
-/// The fields routing reads.
+/// The fields routing reads (`data` stays unparsed: it may be a large tool result).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Head {
+struct Head<'a> {
     #[serde(default)]
     run_id: Option<Value>,
     #[serde(default)]
     seq: Option<Value>,
     #[serde(default)]
     stream: Option<Value>,
-    #[serde(default)]
-    data: Option<Value>,
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
     #[serde(default)]
     session_key: Option<Value>,
 }
 
-impl Head {
+/// A lifecycle event's phase.
+#[derive(Deserialize)]
+struct Phase {
+    #[serde(default)]
+    phase: Option<Value>,
+}
+
+impl Head<'_> {
     /// The events after which the `openclaw-events` adapter accepts nothing.
     fn is_terminal(&self) -> bool {
-        let phase = self
-            .data
-            .as_ref()
-            .and_then(|d| d.get("phase"))
-            .and_then(Value::as_str);
         match self.stream.as_ref().and_then(Value::as_str) {
-            Some("lifecycle") => matches!(phase, Some("end" | "error")),
+            Some("lifecycle") => {
+                let phase = self
+                    .data
+                    .and_then(|d| serde_json::from_str::<Phase>(d.get()).ok())
+                    .and_then(|p| p.phase);
+                matches!(
+                    phase.as_ref().and_then(Value::as_str),
+                    Some("end" | "error")
+                )
+            }
             Some("error") => true,
             _ => false,
         }
@@ -142,7 +153,7 @@ impl<S: RunSink> Router<S> {
     }
 
     async fn route_inner(&mut self, payload: &RawValue) -> Routed {
-        let head: Head = match serde_json::from_str(payload.get()) {
+        let head: Head<'_> = match serde_json::from_str(payload.get()) {
             Ok(h) => h,
             Err(e) => return Routed::Rejected(format!("payload is not an agent event: {e}")),
         };
@@ -185,7 +196,7 @@ impl<S: RunSink> Router<S> {
     }
 
     /// Starts tracking `run` (first seen now).
-    fn track(&mut self, run: &str, head: &Head) {
+    fn track(&mut self, run: &str, head: &Head<'_>) {
         if self.runs.len() >= TRACKED_PRUNE {
             self.runs.retain(|_, s| !s.tx.is_closed());
         }
