@@ -160,3 +160,36 @@ fn gateway_followers(args: &Args) -> anyhow::Result<Vec<crate::gateway::FollowCo
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follow_gateway_flags_make_one_follower_per_url_with_the_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("gateway.token");
+        std::fs::write(&token, "gw-token\n").unwrap();
+        let args = Args::try_parse_from([
+            "streamgate-normalizer",
+            "--follow-gateway",
+            "ws://a:18789",
+            "--follow-gateway",
+            "wss://b/gw?x=1",
+            "--follow-gateway-token-file",
+            token.to_str().unwrap(),
+            "--follow-gateway-tenant",
+            "acme",
+        ])
+        .unwrap();
+        let followers = gateway_followers(&args).unwrap();
+        let urls: Vec<&str> = followers.iter().map(|f| f.url.as_str()).collect();
+        assert_eq!(urls, ["ws://a:18789", "wss://b/gw?x=1"]);
+        for f in &followers {
+            assert_eq!(f.token.as_deref(), Some("gw-token"));
+            assert_eq!(f.tenant, "acme");
+        }
+        let none = Args::try_parse_from(["streamgate-normalizer"]).unwrap();
+        assert!(gateway_followers(&none).unwrap().is_empty());
+    }
+}
