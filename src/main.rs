@@ -6,6 +6,7 @@
 //! - `cli::synth`: large single-run captures for benchmarks.
 //! - `cli::up`: the whole pipeline in one process (`streamgate up`).
 //! - `cli::ingest`, `cli::archive_client`: clients of the ingest and archive services.
+//! - `cli::follow_gateway`: follows a live OpenClaw gateway into ingest runs.
 //! - `cli::tail`: the terminal channel as a client of a projector channel.
 //! - `cli::discover`: how clients find a local `streamgate up`.
 //! - `terminal`: the terminal channel's rendering (used by `up` and `tail`).
@@ -51,6 +52,9 @@ enum Command {
     Up(cli::up::UpArgs),
     /// Send a capture to the ingest service as one run.
     Ingest(cli::ingest::IngestArgs),
+    /// Follow a live OpenClaw gateway over WebSocket: each of its agent runs is ingested
+    /// as an `openclaw-events` run.
+    FollowGateway(cli::follow_gateway::FollowGatewayArgs),
     /// List archived runs (operator).
     Runs(cli::archive_client::RunsArgs),
     /// Replay a run from the archive (operator).
@@ -140,6 +144,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Projector(a)) => block_on(cli::bench_projector::projector(a)),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cli::bench_cluster::cluster(a)),
         Command::Ingest(a) => block_on(cli::ingest::run(a)),
+        Command::FollowGateway(a) => block_on(cli::follow_gateway::run(a)),
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),
         Command::Tail(a) => block_on(cli::tail::run(a)),

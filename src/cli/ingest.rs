@@ -7,7 +7,7 @@
 //! to the local `streamgate up` (`up.json`) with its ingest token (`ingest.token`);
 //! `--token` / `STREAMGATE_INGEST_TOKEN` overrides it.
 
-mod retry;
+pub(super) mod retry;
 
 use super::discover::{read_ingest_token, Instance};
 use anyhow::{bail, Context, Result};
@@ -72,7 +72,7 @@ pub struct IngestArgs {
     pub tls: ClientTlsArgs,
 }
 
-type Client = IngestServiceClient<InterceptedService<Channel, SendBearer>>;
+pub(super) type Client = IngestServiceClient<InterceptedService<Channel, SendBearer>>;
 
 async fn connect(addr: &str, token: Option<&str>, tls: &ClientTlsArgs) -> Result<Client> {
     let channel = tls

@@ -7,6 +7,7 @@ pub mod bench_projector;
 pub mod channel_client;
 pub mod conform;
 pub mod discover;
+pub mod follow_gateway;
 pub mod ingest;
 pub mod normalize;
 pub mod settings;

@@ -60,6 +60,25 @@ pub struct Args {
     /// Chunk publishes one ingest request keeps in flight before waiting for acks.
     #[arg(long, env = "STREAMGATE_INGEST_WINDOW", default_value_t = crate::ingest::flow::DEFAULT_WINDOW)]
     pub ingest_window: usize,
+    /// OpenClaw gateways to follow (`ws://` or `wss://` URLs; repeat the flag, or
+    /// comma-separate in the environment): their agent events are ingested as
+    /// `openclaw-events` runs ([`crate::gateway`]).
+    #[arg(
+        long = "follow-gateway",
+        env = "STREAMGATE_FOLLOW_GATEWAY",
+        value_delimiter = ','
+    )]
+    pub follow_gateway: Vec<String>,
+    /// File holding the token of the followed gateways (mode 0600).
+    #[arg(long, env = "STREAMGATE_FOLLOW_GATEWAY_TOKEN_FILE")]
+    pub follow_gateway_token_file: Option<std::path::PathBuf>,
+    /// Tenant the followed gateways' runs are ingested under.
+    #[arg(
+        long,
+        env = "STREAMGATE_FOLLOW_GATEWAY_TENANT",
+        default_value = "default"
+    )]
+    pub follow_gateway_tenant: String,
     /// Logs, metrics and span export.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
@@ -69,6 +88,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_telemetry(&args.telemetry.config("streamgate-normalizer"))?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
+    let followers = gateway_followers(&args)?;
     let nats = args.nats.connect().await?;
     let mut cfg = NormalizerConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
@@ -100,9 +120,76 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     })
     .await?;
     tracing::info!(grpc = ?running.grpc, http = ?running.http, member = %running.member, "normalizer listening");
+    for cfg in followers {
+        let (ingestor, stop) = (running.ingestor.clone(), shutdown.clone());
+        tracing::info!(gateway = %crate::gateway::shown_url(&cfg.url), "following gateway");
+        running.tasks.spawn(async move {
+            crate::gateway::follow(cfg, ingestor, stop).await?;
+            Ok(())
+        });
+    }
     while let Some(done) = running.tasks.join_next().await {
         done??;
     }
     streamgate_runtime::telemetry::flush().await;
     Ok(())
+}
+
+/// One follower per `--follow-gateway` (they land runs through the service's own
+/// ingestor and stop with the service).
+fn gateway_followers(args: &Args) -> anyhow::Result<Vec<crate::gateway::FollowConfig>> {
+    if args.follow_gateway.is_empty() {
+        return Ok(Vec::new());
+    }
+    let token = match &args.follow_gateway_token_file {
+        None => None,
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?
+                .trim()
+                .to_owned(),
+        ),
+    };
+    Ok(args
+        .follow_gateway
+        .iter()
+        .map(|url| crate::gateway::FollowConfig {
+            token: token.clone(),
+            tenant: args.follow_gateway_tenant.clone(),
+            ..crate::gateway::FollowConfig::new(url.trim())
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follow_gateway_flags_make_one_follower_per_url_with_the_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("gateway.token");
+        std::fs::write(&token, "gw-token\n").unwrap();
+        let args = Args::try_parse_from([
+            "streamgate-normalizer",
+            "--follow-gateway",
+            "ws://a:18789",
+            "--follow-gateway",
+            "wss://b/gw?x=1",
+            "--follow-gateway-token-file",
+            token.to_str().unwrap(),
+            "--follow-gateway-tenant",
+            "acme",
+        ])
+        .unwrap();
+        let followers = gateway_followers(&args).unwrap();
+        let urls: Vec<&str> = followers.iter().map(|f| f.url.as_str()).collect();
+        assert_eq!(urls, ["ws://a:18789", "wss://b/gw?x=1"]);
+        for f in &followers {
+            assert_eq!(f.token.as_deref(), Some("gw-token"));
+            assert_eq!(f.tenant, "acme");
+        }
+        let none = Args::try_parse_from(["streamgate-normalizer"]).unwrap();
+        assert!(gateway_followers(&none).unwrap().is_empty());
+    }
 }

@@ -17,12 +17,15 @@
 //!   run is closed by whichever replica owns its partition later.
 //! - [`ingest`]: the gRPC and HTTP front doors over one [`ingest::Ingestor`], and who
 //!   may write which tenant ([`ingest::auth`]: bearer tokens scoped to tenants).
+//! - [`gateway`]: following a live OpenClaw gateway over WebSocket (`--follow-gateway`),
+//!   its agent events routed by run into the `openclaw-events` family.
 //! - [`service`]: everything above started together; the doors through
 //!   `streamgate_runtime::serve` (health, reflection, TLS/mTLS, connection limits).
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod config;
+pub mod gateway;
 pub mod ingest;
 pub mod open_runs;
 pub mod runs;

@@ -45,6 +45,9 @@ pub struct Running {
     /// The tasks; they end after shutdown once drained. Aborting them is a crash: the
     /// partitions' leases stay until their TTL runs out.
     pub tasks: JoinSet<anyhow::Result<()>>,
+    /// The ingestor behind the front doors (for in-process producers such as
+    /// [`crate::gateway`] followers).
+    pub ingestor: Ingestor,
 }
 
 /// Starts the worker and the front doors; they stop when `shutdown` fires.
@@ -98,7 +101,7 @@ pub async fn start(
     let http_addr = match listen.http {
         None => None,
         Some(addr) => {
-            let app = http::router(ingestor, auth);
+            let app = http::router(ingestor.clone(), auth);
             let server = serve::http::start(addr, app, &listen.serve, shutdown.clone()).await?;
             let bound = server.addr;
             tasks.spawn(async move { Ok(server.task.await?) });
@@ -115,5 +118,6 @@ pub async fn start(
         partitions,
         member,
         tasks,
+        ingestor,
     })
 }
