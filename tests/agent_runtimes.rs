@@ -21,11 +21,6 @@ use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use streamgate_projector::{ChannelConfig, ChannelSink};
-use streamgate_sinks::fakes::{Behavior, FakeServer};
-use streamgate_sinks::webhook;
-use streamgate_sinks::SinkConfig;
-use tokio_util::sync::CancellationToken;
 
 const CHANNEL: &str = "hook";
 const SECRET: &str = "agent-runtimes-webhook-secret";
@@ -58,7 +53,7 @@ fn final_of(events: &[Value]) -> Option<Final> {
 }
 
 /// The finals the receiver applied, by run id (a list: exactly-once is checked).
-fn finals(fake: &FakeServer) -> BTreeMap<String, Vec<Final>> {
+fn finals(fake: &streamgate_sinks::fakes::FakeServer) -> BTreeMap<String, Vec<Final>> {
     let mut out: BTreeMap<String, Vec<Final>> = BTreeMap::new();
     for e in fake.events() {
         if e.get("op").and_then(Value::as_str) != Some("final") {
@@ -89,24 +84,8 @@ async fn every_agent_runtime_fixture_reaches_a_channel() {
     }
 
     let p = Pipeline::start(Backend::Sqlite).await;
-    let fake = FakeServer::webhook(SECRET, Behavior::default())
-        .await
-        .expect("fake webhook receiver");
-    let mut cfg = ChannelConfig::new(
-        CHANNEL,
-        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
-            CHANNEL,
-            fake.base_url.clone(),
-            SECRET,
-        ))),
-    );
-    cfg.delivery.retry_base = Duration::from_millis(50);
-    cfg.delivery.retry_max = Duration::from_millis(500);
-    let stop = CancellationToken::new();
-    let _projector = streamgate_projector::start(p.nats.client().await, cfg, None, stop.clone())
-        .await
-        .expect("start projector");
-    wait_projector(&p.js, CHANNEL).await;
+    let channel = WebhookChannel::start(&p, CHANNEL, SECRET).await;
+    let fake = &channel.fake;
 
     // Every run at once, each in random chunks and its own chat (`session-<run>`).
     let runs: Vec<(String, Case, Vec<bytes::Bytes>)> = cases
@@ -146,11 +125,11 @@ async fn every_agent_runtime_fixture_reaches_a_channel() {
     // Every final once; then a moment more, so a duplicate or a final for a run that has
     // none would show.
     let deadline = Instant::now() + PATIENCE;
-    while finals(&fake) != want {
+    while finals(fake) != want {
         assert!(
             Instant::now() < deadline,
             "webhook finals (seed {seed}):\n got {:#?}\nwant {want:#?}\nruns: {:#?}",
-            finals(&fake),
+            finals(fake),
             runs.iter()
                 .map(|(r, c, _)| format!("{r}: {}", c.name))
                 .collect::<Vec<_>>()
@@ -159,8 +138,8 @@ async fn every_agent_runtime_fixture_reaches_a_channel() {
     }
     wait_quiet(&p.js).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(finals(&fake), want, "after the channel went quiet");
-    stop.cancel();
+    assert_eq!(finals(fake), want, "after the channel went quiet");
+    channel.stop.cancel();
 }
 
 /// The projection knobs against what the ACP adapter really emits (not a hand-made event):

@@ -23,11 +23,6 @@ use common::*;
 use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use streamgate_projector::{ChannelConfig, ChannelSink};
-use streamgate_sinks::fakes::{Behavior, FakeServer};
-use streamgate_sinks::webhook;
-use streamgate_sinks::SinkConfig;
-use tokio_util::sync::CancellationToken;
 
 const RUN: &str = "r1";
 const CHANNEL: &str = "hook";
@@ -83,7 +78,7 @@ fn streamgate(args: Vec<String>) -> String {
 }
 
 /// The `final` ops the webhook receiver applied, as (tenant, run id, text).
-fn finals(fake: &FakeServer) -> Vec<(String, String, String)> {
+fn finals(fake: &streamgate_sinks::fakes::FakeServer) -> Vec<(String, String, String)> {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     let mut out: Vec<_> = fake
         .events()
@@ -109,37 +104,8 @@ fn final_text(events: &[Value]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn same_run_id_under_two_tenants() {
     let p = Pipeline::start(Backend::Sqlite).await;
-    let fake = FakeServer::webhook(SECRET, Behavior::default())
-        .await
-        .expect("fake webhook receiver");
-    let mut cfg = ChannelConfig::new(
-        CHANNEL,
-        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
-            CHANNEL,
-            fake.base_url.clone(),
-            SECRET,
-        ))),
-    );
-    cfg.delivery.retry_base = Duration::from_millis(50);
-    cfg.delivery.retry_max = Duration::from_millis(500);
-    let stop = CancellationToken::new();
-    let _projector = streamgate_projector::start(p.nats.client().await, cfg, None, stop.clone())
-        .await
-        .expect("start projector");
-    let probe = ChannelConfig::new(
-        CHANNEL,
-        ChannelSink::Web {
-            listen: ([127, 0, 0, 1], 0).into(),
-        },
-    );
-    for part in 0..probe.partitions {
-        wait_consumer(
-            &p.js,
-            streamgate_bus::EVENTS_STREAM,
-            &probe.partition_durable(part),
-        )
-        .await;
-    }
+    let channel = WebhookChannel::start(&p, CHANNEL, SECRET).await;
+    let fake = &channel.fake;
 
     // Both runs at once, chunk by chunk interleaved: the normalizer's per-run state and
     // the ingest lock are per (tenant, run), so neither waits for nor disturbs the other.
@@ -250,7 +216,7 @@ async fn same_run_id_under_two_tenants() {
     want.sort();
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let got = finals(&fake);
+        let got = finals(fake);
         if got == want {
             break;
         }
@@ -268,5 +234,5 @@ async fn same_run_id_under_two_tenants() {
         .collect();
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert_ne!(keys[0], keys[1], "each run has its own idempotency key");
-    stop.cancel();
+    channel.stop.cancel();
 }

@@ -961,3 +961,46 @@ impl Drop for Graceful {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// a webhook channel in front of the pipeline
+// ---------------------------------------------------------------------------------------
+
+/// A webhook projector channel on the pipeline's bus, delivering to a fake receiver that
+/// dedupes on `Idempotency-Key` as a real one would; consuming once this returns. Cancel
+/// the token to stop it.
+pub struct WebhookChannel {
+    pub fake: streamgate_sinks::fakes::FakeServer,
+    pub stop: tokio_util::sync::CancellationToken,
+    pub projector: streamgate_projector::Running,
+}
+
+impl WebhookChannel {
+    pub async fn start(p: &Pipeline, channel: &str, secret: &str) -> WebhookChannel {
+        use streamgate_projector::{ChannelConfig, ChannelSink};
+        use streamgate_sinks::{fakes, webhook, SinkConfig};
+        let fake = fakes::FakeServer::webhook(secret, fakes::Behavior::default())
+            .await
+            .expect("fake webhook receiver");
+        let mut cfg = ChannelConfig::new(
+            channel,
+            ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
+                channel,
+                fake.base_url.clone(),
+                secret,
+            ))),
+        );
+        cfg.delivery.retry_base = Duration::from_millis(50);
+        cfg.delivery.retry_max = Duration::from_millis(500);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let projector = streamgate_projector::start(p.nats.client().await, cfg, None, stop.clone())
+            .await
+            .expect("start projector");
+        wait_projector(&p.js, channel).await;
+        WebhookChannel {
+            fake,
+            stop,
+            projector,
+        }
+    }
+}

@@ -20,6 +20,9 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     // Ingest and normalizer.
     ("streamgate_ingest_chunks_total", Kind::Counter, "Raw chunks accepted at the ingest front doors"),
     ("streamgate_ingest_unavailable_total", Kind::Counter, "Ingest requests answered 503 / UNAVAILABLE because JetStream could not take chunks right now (by transport)"),
+    ("streamgate_gateway_events_total", Kind::Counter, "OpenClaw gateway agent events forwarded into runs (follow-gateway)"),
+    ("streamgate_gateway_events_rejected_total", Kind::Counter, "OpenClaw gateway agent events that could not be routed (no or bad runId)"),
+    ("streamgate_gateway_frames_malformed_total", Kind::Counter, "OpenClaw gateway WebSocket frames that were not protocol frames"),
     ("streamgate_normalizer_chunks_total", Kind::Counter, "Raw chunks the normalizer applied to their runs"),
     ("streamgate_normalizer_events_published_total", Kind::Counter, "Canonical events the normalizer published to SG_EVENTS"),
     ("streamgate_normalizer_bad_raw_total", Kind::Counter, "Raw messages that could not be read (terminated, with a diagnostic)"),

@@ -13,6 +13,7 @@
 //! - [`acp`]: Agent Client Protocol JSON-RPC, as an ACP client sees it (`acp`).
 //!
 //! Shared:
+//! - `error_objects`: the `{message}` error objects of the JSON families.
 //! - [`finality`]: the §3.5 terminal dispatch every family maps its stop signal into.
 //! - [`response_items`]: OpenAI Responses output items, shared by `openai_responses` and
 //!   `codex`.
@@ -27,6 +28,7 @@ use crate::adapter::{Adapter, Family};
 pub mod acp;
 pub mod anthropic;
 pub mod codex;
+mod error_objects;
 pub mod finality;
 pub mod gemini;
 pub mod ollama;

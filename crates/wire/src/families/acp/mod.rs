@@ -66,6 +66,7 @@ mod rpc;
 mod tool_calls;
 mod update;
 
+use super::error_objects::error_message;
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::{stream_closed, Path};
@@ -73,7 +74,7 @@ use crate::families::response_items::unsupported;
 use crate::families::segments::TurnSegments;
 use crate::families::tools::present;
 use crate::framing::Frame;
-use rpc::{agent_method, error_message, fields, id_key, Message, ResultFields, SessionParams};
+use rpc::{agent_method, fields, id_key, Message, ResultFields, SessionParams};
 use serde_json::value::RawValue;
 use streamgate_grammar::{
     Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, ThinkingVariant,

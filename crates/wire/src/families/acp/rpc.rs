@@ -85,19 +85,6 @@ pub(super) struct ResultFields<'a> {
     pub session_id: Option<Cow<'a, str>>,
 }
 
-/// A JSON-RPC error object's `message`, when it has one.
-pub(super) fn error_message(error: &RawValue) -> Option<String> {
-    #[derive(Deserialize)]
-    struct E<'a> {
-        #[serde(borrow, default)]
-        message: Option<Cow<'a, str>>,
-    }
-    serde_json::from_str::<E<'_>>(error.get())
-        .ok()
-        .and_then(|e| e.message)
-        .map(Cow::into_owned)
-}
-
 /// Parses `raw` as `T`, or `T::default()` when it is absent or not that shape.
 pub(super) fn fields<'a, T: Deserialize<'a> + Default>(raw: Option<&'a RawValue>) -> T {
     raw.and_then(|r| serde_json::from_str(r.get()).ok())

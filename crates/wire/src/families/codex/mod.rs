@@ -11,24 +11,12 @@ pub mod exec;
 pub use app_server::CodexAppServerAdapter;
 pub use exec::CodexExecAdapter;
 
+use super::error_objects::error_message;
+
 use crate::emitter::Emitter;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use std::borrow::Cow;
 use streamgate_grammar::{Assistant, AssistantPhase, SegmentStatus};
-
-/// The `message` of a codex error object (`{message, …}`), if it has one.
-fn error_message(error: &RawValue) -> Option<String> {
-    #[derive(Deserialize)]
-    struct E<'a> {
-        #[serde(borrow, default)]
-        message: Option<Cow<'a, str>>,
-    }
-    serde_json::from_str::<E<'_>>(error.get())
-        .ok()
-        .and_then(|e| e.message)
-        .map(Cow::into_owned)
-}
 
 /// The `item` of an item event, parsed; a missing or unreadable one makes the whole
 /// frame a `malformed_frame` (and `None`).
