@@ -41,6 +41,14 @@ pub mod tags {
     /// The user's own prompt echoed back.
     pub const USER_MESSAGE_CHUNK: &str = "user_message_chunk";
 
+    /// Tags of the canonical event lanes (assistant text, thinking, tool items), not of
+    /// `lifecycle/update` status lines.
+    pub const EVENT_LANES: [&str; 4] = [
+        AGENT_MESSAGE_CHUNK,
+        AGENT_THOUGHT_CHUNK,
+        TOOL_CALL,
+        TOOL_CALL_UPDATE,
+    ];
     /// The tags shown by default (minimal noise); every other tag is hidden by default,
     /// and [`AGENT_THOUGHT_CHUNK`] follows `/reasoning`.
     pub const SHOWN_BY_DEFAULT: [&str; 3] = [AGENT_MESSAGE_CHUNK, TOOL_CALL, TOOL_CALL_UPDATE];

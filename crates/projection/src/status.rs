@@ -51,6 +51,10 @@ pub(crate) fn tag_of(l: &Lifecycle) -> Option<&str> {
         return None;
     }
     match (&l.diagnostic, &l.usage) {
+        // The tags of the text, thinking and tool lanes govern those events; a
+        // diagnostic that happens to carry one of their names is not a status line
+        // (spec §3.4: lifecycle updates are not rendered by default).
+        (Some(d), _) if tags::EVENT_LANES.contains(&d.code.as_str()) => None,
         (Some(d), _) if !d.code.is_empty() => Some(d.code.as_str()),
         (None, Some(u)) if !u.is_null() => Some(tags::USAGE_UPDATE),
         _ => None,

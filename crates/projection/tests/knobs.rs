@@ -559,12 +559,30 @@ mod props {
                 for d in drafts(&ops) {
                     prop_assert!(!d.is_empty());
                     prop_assert!(d.chars().count() <= max);
-                    // Only status lines here (and perhaps the overflow marker line).
-                    for line in d.lines().filter(|l| !l.contains("earlier rows omitted")) {
+                    // Only status lines here (and perhaps the overflow marker line, itself
+                    // cut when the turn budget is tiny).
+                    for line in d.lines().filter(|l| !l.starts_with("… [")) {
                         prop_assert!(line.chars().count() <= status_cap, "{line}");
                     }
                 }
             }
         }
     }
+}
+
+/// A diagnostic named like an event lane (`tool_call`, `agent_message_chunk`, …) is not a
+/// status line, although those tags are shown by default: lifecycle updates render only
+/// through the status tags (spec §3.4).
+#[test]
+fn a_diagnostic_named_like_an_event_lane_is_no_status_line() {
+    let mut events = vec![start(1)];
+    for (i, tag) in tags::EVENT_LANES.iter().enumerate() {
+        events.push(update(i as u64 + 2, tag, "null"));
+    }
+    let n = events.len() as u64;
+    events.push(final_answer(n + 1, "m", "done", false));
+    events.push(end(n + 2, "completed"));
+    let ops = flat(&events, &Settings::default(), Tier::T1);
+    assert!(drafts(&ops).is_empty(), "{:?}", drafts(&ops));
+    assert!(ops.contains(&final_op("done", n + 1)));
 }
