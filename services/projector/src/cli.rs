@@ -169,26 +169,23 @@ pub struct KnobArgs {
 }
 
 impl KnobArgs {
+    /// The set flags as overrides of a channel's settings, the same kind a chat's
+    /// `SetSettings` stores (an unset flag overrides nothing).
+    pub fn overrides(&self) -> crate::kv::SettingsOverride {
+        crate::kv::SettingsOverride {
+            delivery: self.delivery_mode,
+            suppress_repeats: self.repeat_suppression,
+            tag_visibility: self.tag_visibility.clone().unwrap_or_default(),
+            max_turn_chars: self.max_turn_chars,
+            max_tool_summary_chars: self.max_tool_summary_chars,
+            max_status_chars: self.max_status_chars,
+            ..Default::default()
+        }
+    }
+
     /// Lays the set flags over `s`.
     pub fn apply(&self, s: &mut Settings) {
-        if let Some(d) = self.delivery_mode {
-            s.delivery = d;
-        }
-        if let Some(r) = self.repeat_suppression {
-            s.suppress_repeats = r;
-        }
-        if let Some(v) = &self.tag_visibility {
-            s.tag_visibility = s.tag_visibility.merged(v);
-        }
-        if let Some(n) = self.max_turn_chars {
-            s.budgets.draft_max_chars = n;
-        }
-        if let Some(n) = self.max_tool_summary_chars {
-            s.budgets.item_detail_chars = n;
-        }
-        if let Some(n) = self.max_status_chars {
-            s.budgets.status_chars = n;
-        }
+        *s = self.overrides().apply(s);
     }
 }
 
