@@ -45,6 +45,9 @@ pub struct TextSegment {
     /// Byte offset where `text`'s last line starts (after its last `\n`), kept by the
     /// fold likewise: a status line shows the last line without scanning the text.
     pub line_start: usize,
+    /// Bytes dropped from the front of `text` by a windowed fold
+    /// ([`RunState::windowed`]); 0 in a full fold.
+    pub elided: usize,
     /// First and last seq that touched it.
     pub first_seq: u64,
     /// Last seq that touched it.
@@ -58,8 +61,11 @@ pub struct ThinkingSegment {
     pub id: Option<String>,
     /// The lane.
     pub variant: ThinkingVariant,
-    /// Reasoning text so far (empty for redacted markers).
+    /// Reasoning text so far (empty for redacted markers); in a windowed fold, its
+    /// last bytes only.
     pub text: String,
+    /// Bytes dropped from the front of `text` by a windowed fold; 0 in a full fold.
+    pub elided: usize,
     /// Thinking tokens, from the end marker or the tokens-only update after it.
     pub tokens: Option<u64>,
     /// First seq of the segment.
@@ -85,14 +91,18 @@ pub struct ItemState {
     pub status: Option<String>,
     /// Input at start, when given.
     pub input: Option<Json>,
-    /// Argument text assembled from `input_delta`s.
+    /// Argument text assembled from `input_delta`s (in a windowed fold, its first bytes).
     pub input_text: String,
     /// Final arguments, from `end`.
     pub arguments: Option<Json>,
     /// Result, from `end`.
     pub result: Option<Json>,
-    /// Output text assembled from `output_delta`s.
+    /// Output text assembled from `output_delta`s (in a windowed fold, its first bytes).
     pub output_text: String,
+    /// Bytes of `input_delta`s and `output_delta`s a windowed fold left out (it keeps
+    /// the first bytes of each: a tool row shows how its arguments and output start);
+    /// 0 in a full fold.
+    pub elided: usize,
     /// First seq of the item.
     pub first_seq: u64,
     /// Last seq of the item.
@@ -132,6 +142,40 @@ pub struct RunState {
     pub diagnostics: Vec<Diagnostic>,
     /// Seq of the last event that was not commentary (to split id-less text segments).
     last_non_commentary_seq: u64,
+    /// Longest text a segment keeps, in bytes ([`RunState::windowed`]); `None` keeps all.
+    window: Option<usize>,
+}
+
+/// Appends `delta` to `text` as far as `window` bytes allow (at a char boundary);
+/// returns the bytes left out.
+fn push_within(text: &mut String, delta: &str, window: Option<usize>) -> usize {
+    let room = window.map_or(usize::MAX, |w| w.saturating_sub(text.len()));
+    if delta.len() <= room {
+        text.push_str(delta);
+        return 0;
+    }
+    let mut end = room;
+    while !delta.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.push_str(&delta[..end]);
+    delta.len() - end
+}
+
+/// Drops the front of `text` once it is over twice `window` bytes, keeping its last
+/// `window` bytes or so (cut at a char boundary): amortized O(1) per byte appended.
+/// Returns the bytes dropped.
+fn keep_tail(text: &mut String, window: Option<usize>) -> usize {
+    let Some(window) = window else { return 0 };
+    if text.len() <= window.saturating_mul(2) {
+        return 0;
+    }
+    let mut cut = text.len() - window;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    text.drain(..cut);
+    cut
 }
 
 impl RunState {
@@ -142,6 +186,19 @@ impl RunState {
             state.apply(ev);
         }
         state
+    }
+
+    /// A fold whose texts keep at most about `window` bytes each: a thinking or
+    /// commentary segment its last `window` to `2 × window` bytes, a tool's arguments
+    /// and output their first `window` bytes. The bounded state a live channel renders
+    /// from, which can show only a long text's ends anyway. Counts (`TextSegment::chars`) stay exact;
+    /// each segment says how many bytes it dropped (`elided`). The archive's replay
+    /// folds in full ([`RunState::fold`]).
+    pub fn windowed(window: usize) -> RunState {
+        RunState {
+            window: Some(window.max(1)),
+            ..RunState::default()
+        }
     }
 
     /// True once a terminal lifecycle event was folded.
@@ -176,6 +233,7 @@ impl RunState {
                 if let Some(seg) = self.commentary.last_mut() {
                     if let Some(t) = &a.text {
                         seg.text.clone_from(t);
+                        seg.elided = 0;
                         seg.chars = t.chars().count();
                         seg.line_start = t.rfind('\n').map_or(0, |i| i + 1);
                     } else if let Some(d) = &a.delta {
@@ -185,6 +243,9 @@ impl RunState {
                         seg.text.push_str(d);
                         seg.chars += d.chars().count();
                     }
+                    let dropped = keep_tail(&mut seg.text, self.window);
+                    seg.elided += dropped;
+                    seg.line_start = seg.line_start.saturating_sub(dropped);
                     seg.last_seq = ev.seq;
                 }
             }
@@ -217,6 +278,7 @@ impl RunState {
                         id: t.id.clone(),
                         variant: t.variant,
                         text: String::new(),
+                        elided: 0,
                         tokens: None,
                         first_seq: ev.seq,
                         last_seq: ev.seq,
@@ -227,9 +289,11 @@ impl RunState {
                 let seg = &mut self.thinking[idx];
                 if let Some(text) = &t.text {
                     seg.text.clone_from(text);
+                    seg.elided = 0;
                 } else if let Some(d) = &t.delta {
                     seg.text.push_str(d);
                 }
+                seg.elided += keep_tail(&mut seg.text, self.window);
                 if t.tokens.is_some() {
                     seg.tokens = t.tokens;
                 }
@@ -267,11 +331,13 @@ impl RunState {
                 if it.input.is_some() {
                     item.input.clone_from(&it.input);
                 }
+                // A tool row shows the start of its arguments and output: a windowed fold
+                // keeps their heads.
                 if let Some(d) = &it.input_delta {
-                    item.input_text.push_str(d);
+                    item.elided += push_within(&mut item.input_text, d, self.window);
                 }
                 if let Some(d) = &it.output_delta {
-                    item.output_text.push_str(d);
+                    item.elided += push_within(&mut item.output_text, d, self.window);
                 }
                 if it.arguments.is_some() {
                     item.arguments.clone_from(&it.arguments);
@@ -388,5 +454,38 @@ mod tests {
         assert_eq!(batch.thinking[0].text, s.thinking[0].text);
         assert_eq!(batch.final_text, s.final_text);
         assert_eq!(batch.commentary.len(), s.commentary.len());
+    }
+
+    #[test]
+    fn a_windowed_fold_keeps_a_bounded_tail_and_exact_counts() {
+        let mut s = RunState::windowed(16);
+        let mut full = RunState::default();
+        for seq in 1..=1000u64 {
+            let line = match seq % 3 {
+                0 => format!(
+                    r#"{{"seq":{seq},"stream":"thinking","data":{{"id":"0","variant":"raw","delta":"é{seq}"}}}}"#
+                ),
+                1 => format!(
+                    r#"{{"seq":{seq},"stream":"item","data":{{"phase":"update","id":"t","kind":"tool","input_delta":"ü{seq}"}}}}"#
+                ),
+                _ => format!(
+                    r#"{{"seq":{seq},"stream":"assistant","data":{{"phase":"commentary","id":"c","delta":"ä\n{seq}"}}}}"#
+                ),
+            };
+            let ev = Event::from_json(&line).unwrap();
+            s.apply(&ev);
+            full.apply(&ev);
+        }
+        let (t, ft) = (&s.thinking[0], &full.thinking[0]);
+        assert!(t.text.len() <= 32 && t.elided > 0);
+        assert!(ft.text.ends_with(&t.text) && ft.text.len() == t.text.len() + t.elided);
+        let (c, fc) = (&s.commentary[0], &full.commentary[0]);
+        assert!(c.text.len() <= 32 && fc.text.ends_with(&c.text));
+        assert_eq!(c.chars, fc.chars, "counts stay exact");
+        assert_eq!(&c.text[c.line_start..], &fc.text[fc.line_start..]);
+        let (i, fi) = (&s.items[0], &full.items[0]);
+        assert!(i.input_text.len() <= 16 && fi.input_text.starts_with(&i.input_text));
+        assert_eq!(i.input_text.len() + i.elided, fi.input_text.len());
+        assert_eq!(full.thinking[0].elided + full.commentary[0].elided, 0);
     }
 }

@@ -32,36 +32,60 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 
-    // A whole run as a channel renders it: 2,000 thinking deltas of 50 bytes (100 KB of
-    // reasoning) under `/reasoning stream` on T2 (no per-lane cut), so every event
-    // re-renders, and re-redacts, the accumulated segment.
-    let mut events = vec![Event::from_json(
-        r#"{"seq":1,"stream":"thinking","data":{"variant":"raw","phase":"start","id":"t"}}"#,
-    )
-    .unwrap_or_else(|e| panic!("{e}"))];
-    for i in 0..2000u64 {
-        let line = format!(
-            r#"{{"seq":{},"stream":"thinking","data":{{"variant":"raw","delta":"step {i:05}: check the config and the logs now. ","id":"t"}}}}"#,
-            i + 2
-        );
-        events.push(Event::from_json(&line).unwrap_or_else(|e| panic!("{e}")));
-    }
+    // A whole run as a channel renders it: thinking deltas of ~50 and ~300 bytes under
+    // `/reasoning stream` on T2 (no per-lane cut), every event re-rendering the draft.
+    // The cost must grow linearly with the segment (1 MB vs 8 MB: 8×), not with its
+    // square (a long reasoning turn once took the instance down).
     let settings = Settings {
         reasoning: Reasoning::Stream,
         ..Settings::default()
     };
     let mut g = c.benchmark_group("project_run");
     g.sample_size(10);
-    g.bench_function("thinking_100KB_in_2000_deltas_T2", |b| {
-        b.iter(|| {
-            let mut p = RunProjection::new("r");
-            events
-                .iter()
-                .map(|e| p.apply(e, &settings, Tier::T2 { status_line: false }).len())
-                .sum::<usize>()
-        })
-    });
+    for (name, bytes, delta) in [
+        ("thinking_100KB_in_50B_deltas_T2", 100_000, 50),
+        ("thinking_1MB_in_300B_deltas_T2", 1 << 20, 300),
+        ("thinking_8MB_in_300B_deltas_T2", 8 << 20, 300),
+    ] {
+        let events = thinking_run(bytes, delta);
+        g.throughput(Throughput::Bytes(bytes as u64));
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut p = RunProjection::new("r");
+                events
+                    .iter()
+                    .map(|e| p.apply(e, &settings, Tier::T2 { status_line: false }).len())
+                    .sum::<usize>()
+            })
+        });
+    }
     g.finish();
+}
+
+/// One open thinking segment of about `bytes` bytes in deltas of about `delta` bytes
+/// (words, a newline every ~20 deltas).
+fn thinking_run(bytes: usize, delta: usize) -> Vec<Event> {
+    let mut events = vec![Event::from_json(
+        r#"{"seq":1,"stream":"thinking","data":{"variant":"raw","phase":"start","id":"t"}}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))];
+    let sentence = "step: check the config and the logs now. ";
+    let (mut total, mut i) = (0, 0u64);
+    while total < bytes {
+        let mut d = sentence.repeat(delta.div_ceil(sentence.len()));
+        d.truncate(delta);
+        if i % 20 == 19 {
+            d.push_str("\\n");
+        }
+        total += d.len();
+        let line = format!(
+            r#"{{"seq":{},"stream":"thinking","data":{{"variant":"raw","delta":"{d}","id":"t"}}}}"#,
+            i + 2
+        );
+        events.push(Event::from_json(&line).unwrap_or_else(|e| panic!("{e}")));
+        i += 1;
+    }
+    events
 }
 
 // criterion_group! generates an undocumented public fn.

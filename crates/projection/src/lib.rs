@@ -11,6 +11,8 @@
 //! - [`projection`]: [`RunProjection`], the per-(channel, run) state machine
 //!   `(draft state, event, settings, tier) → ops`, with mid-turn re-render, crash
 //!   recovery and reconnect support.
+//! - `safe_text` (private): an open thinking segment's display-safe text, redacted as it
+//!   streams and kept as bounded ends, so rendering a delta costs O(delta).
 //! - `render` (private, but for [`draft_line_kind`]): the draft text from the folded run state — truth tables
 //!   (spec §4.3), tiers (§7.1–7.2), overflow elision (§7.2), settle summary.
 //! - [`redact`]: the one redactor for every channel surface (drafts, thinking, tool rows,
@@ -65,13 +67,14 @@ pub mod projection;
 pub mod redact;
 mod render;
 pub mod safe_events;
+mod safe_text;
 pub mod settings;
 mod status;
 
 pub use ops::{DraftKey, Op};
 pub use projection::{
-    RunProjection, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER, TRUNCATED_SUFFIX,
-    TYPING_EVERY_EVENTS,
+    RunProjection, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER, TEXT_WINDOW_BYTES,
+    TRUNCATED_SUFFIX, TYPING_EVERY_EVENTS,
 };
 pub use render::{draft_line_kind, is_silent, DraftLine, SILENT_TOKENS};
 pub use safe_events::EventRedactor;

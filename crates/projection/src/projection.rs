@@ -8,6 +8,7 @@
 use crate::ops::{DraftKey, Op};
 use crate::redact::{display_safe, redact, truncate_chars};
 use crate::render::{self, clamp_notice, is_silent, summary, Hidden, Rendered, View};
+use crate::safe_text::SafeText;
 use crate::settings::{tags, Delivery, Settings, Tier, Verbose};
 use crate::status::StatusBoard;
 use streamgate_grammar::fold::RunProgress;
@@ -36,6 +37,13 @@ pub const ERRORED: &str = "❌ error";
 /// real refresh interval (Discord typing lasts ~10 s, Telegram chat actions ~5 s).
 pub const TYPING_EVERY_EVENTS: u64 = 8;
 
+/// The most text of one segment a projection keeps ([`RunState::windowed`]): a long
+/// commentary segment keeps its last 32–64 KiB, a tool's arguments and output their first
+/// 32 KiB; thinking is kept as display-safe ends ([`SafeText`]). A draft shows no more
+/// than its budget (a few thousand chars), so for budgets up to 8k chars nothing visible
+/// changes; the archive keeps every byte.
+pub const TEXT_WINDOW_BYTES: usize = 32 * 1024;
+
 /// Longest error detail carried in an error notice.
 const ERROR_DETAIL_CHARS: usize = 300;
 
@@ -43,7 +51,12 @@ const ERROR_DETAIL_CHARS: usize = 300;
 #[derive(Debug, Clone)]
 pub struct RunProjection {
     key: DraftKey,
+    /// The run's fold, windowed ([`TEXT_WINDOW_BYTES`]): an open run's memory is
+    /// bounded however long it streams.
     state: RunState,
+    /// The display-safe text of each of `state.thinking`'s segments, kept as it streams
+    /// (so a delta costs O(delta), not O(segment)).
+    thinking: Vec<SafeText>,
     /// Highest seq applied; lower or equal seqs are replays and are ignored.
     last_seq: u64,
     /// Events applied (replays excluded).
@@ -95,7 +108,8 @@ impl RunProjection {
                 run_id: run_id.into(),
                 tenant: tenant.into(),
             },
-            state: RunState::default(),
+            state: RunState::windowed(TEXT_WINDOW_BYTES),
+            thinking: Vec::new(),
             last_seq: 0,
             events: 0,
             typing_at: None,
@@ -222,7 +236,7 @@ impl RunProjection {
         if activity {
             self.last_activity_seq = ev.seq;
         }
-        self.state.apply(ev);
+        self.fold(ev);
         // `repeatSuppression` off: a shown status or tool update re-sends the draft even
         // when it changes nothing the draft shows.
         let shown_update = self.record_update(ev, settings);
@@ -245,6 +259,43 @@ impl RunProjection {
             self.refresh_draft(settings, tier, force, &mut out);
         }
         out
+    }
+
+    /// Folds `ev` into the run state and a thinking event also into its segment's
+    /// display-safe text.
+    fn fold(&mut self, ev: &Event) {
+        let EventData::Thinking(t) = &ev.data else {
+            self.state.apply(ev);
+            return;
+        };
+        if t.is_tokens_update() {
+            self.state.apply(ev);
+            return;
+        }
+        // A second start for the same key closes the open segment (see the fold).
+        let open = self
+            .state
+            .thinking
+            .iter()
+            .rposition(|s| !s.closed && s.variant == t.variant && s.id == t.id);
+        self.state.apply(ev);
+        let segs = &self.state.thinking;
+        self.thinking.resize_with(segs.len(), SafeText::default);
+        if let Some(i) = open.filter(|&i| segs[i].closed) {
+            self.thinking[i].close();
+        }
+        let Some(i) = segs.iter().rposition(|s| s.last_seq == ev.seq) else {
+            return;
+        };
+        let safe = &mut self.thinking[i];
+        if let Some(text) = &t.text {
+            safe.set(text, segs[i].closed);
+        } else if let Some(d) = &t.delta {
+            safe.push(d);
+        }
+        if segs[i].closed {
+            safe.close();
+        }
     }
 
     /// Records a status update, and tells whether `ev` is an update the draft shows
@@ -399,6 +450,7 @@ impl RunProjection {
         let status = self.status.lines(settings);
         render::render(
             &self.state,
+            &self.thinking,
             self.hidden(),
             &View::of(settings, tier),
             &status,
@@ -480,7 +532,8 @@ impl RunProjection {
                 return Some(last);
             }
         }
-        segs.iter().rposition(|s| s.text.trim() == text.trim())
+        segs.iter()
+            .rposition(|s| s.elided == 0 && s.text.trim() == text.trim())
     }
 
     fn elapsed_secs(&self) -> Option<u64> {

@@ -13,6 +13,7 @@
 //! the segment's accumulated text before elision, tool rows through [`display_safe`].
 
 use crate::redact::{display_safe, display_safe_open, redact, redact_open, truncate_chars};
+use crate::safe_text::{SafeText, KEEP_CHARS};
 use crate::settings::{tags, Budgets, Reasoning, Settings, Tier, Verbose};
 use serde::Serialize;
 use serde_json::Value;
@@ -193,7 +194,7 @@ struct Piece {
 }
 
 enum Entry<'a> {
-    Thinking(&'a ThinkingSegment),
+    Thinking(usize, &'a ThinkingSegment),
     Item(&'a ItemState),
     Commentary(usize, &'a TextSegment),
 }
@@ -201,7 +202,7 @@ enum Entry<'a> {
 impl Entry<'_> {
     fn seq(&self) -> u64 {
         match self {
-            Entry::Thinking(t) => t.first_seq,
+            Entry::Thinking(_, t) => t.first_seq,
             Entry::Item(i) => i.first_seq,
             Entry::Commentary(_, c) => c.first_seq,
         }
@@ -210,10 +211,24 @@ impl Entry<'_> {
 
 /// Renders the draft for `state` under `view`; `status` are the enabled status lines
 /// ([`crate::status`]), shown at the foot of a T1/T2 draft (a tier-C draft keeps its
-/// single line).
-pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View, status: &[String]) -> Rendered {
+/// single line). `thinking` holds the display-safe text of each of `state.thinking`'s
+/// segments, kept as they streamed ([`SafeText`]); a segment without one is redacted
+/// from its folded text here.
+pub(crate) fn render(
+    state: &RunState,
+    thinking: &[SafeText],
+    hidden: Hidden,
+    view: &View,
+    status: &[String],
+) -> Rendered {
     let mut entries: Vec<Entry<'_>> = Vec::new();
-    entries.extend(state.thinking.iter().map(Entry::Thinking));
+    entries.extend(
+        state
+            .thinking
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Entry::Thinking(i, t)),
+    );
     entries.extend(state.items.iter().map(Entry::Item));
     entries.extend(
         state
@@ -232,8 +247,16 @@ pub(crate) fn render(state: &RunState, hidden: Hidden, view: &View, status: &[St
     let mut last_segment: Option<&TextSegment> = None;
     for entry in &entries {
         match entry {
-            Entry::Thinking(seg) => {
-                if let Some(p) = thinking_piece(seg, view) {
+            Entry::Thinking(i, seg) => {
+                let folded;
+                let safe = match thinking.get(*i) {
+                    Some(safe) => safe,
+                    None => {
+                        folded = SafeText::of(&seg.text, seg.closed);
+                        &folded
+                    }
+                };
+                if let Some(p) = thinking_piece(seg, safe, view) {
                     out.thinking += 1;
                     pieces.push(p);
                 }
@@ -353,13 +376,13 @@ fn last_line(seg: &TextSegment) -> Option<&str> {
     text.lines().rev().find(|l| !l.trim().is_empty())
 }
 
-fn thinking_piece(seg: &ThinkingSegment, view: &View) -> Option<Piece> {
+fn thinking_piece(seg: &ThinkingSegment, safe: &SafeText, view: &View) -> Option<Piece> {
     let shown = match (view.reasoning, seg.variant) {
         (Reasoning::Off, _) => false,
         // A marker has nothing to stream: both `on` and `stream` show it once closed.
         (_, ThinkingVariant::Redacted) => seg.closed,
-        (Reasoning::On, _) => seg.closed && !seg.text.trim().is_empty(),
-        (Reasoning::Stream, _) => !seg.text.trim().is_empty(),
+        (Reasoning::On, _) => seg.closed && !safe.is_blank(),
+        (Reasoning::Stream, _) => !safe.is_blank(),
     };
     if !shown {
         return None;
@@ -379,15 +402,15 @@ fn thinking_piece(seg: &ThinkingSegment, view: &View) -> Option<Piece> {
     } else {
         String::new()
     };
-    // Redacted whole, before any elision can cut a secret in two; an open segment also
-    // holds back a half-streamed secret.
-    let redacted = if seg.closed {
-        redact(seg.text.trim())
-    } else {
-        redact_open(seg.text.trim())
-    };
-    let text = redacted.trim();
-    let n = text.chars().count();
+    // The text was redacted as it streamed, on the accumulated text, before any elision
+    // could cut a secret in two; an open segment holds back a half-streamed secret.
+    let n = safe.trimmed_chars();
+    let max = view.budgets.draft_max_chars;
+    // A text the whole draft can hold is rendered from its whole (exact head + tail
+    // cuts); a longer one from the ends [`SafeText`] keeps. A level longer than the
+    // whole draft can never be shown ([`fit`] compares only its length): a stand-in of
+    // `max + 1` chars keeps every rendering O(`max`), however long the segment.
+    let whole = if n <= max { safe.whole() } else { None };
     let first = if view.lane_budgets {
         view.budgets.thinking_chars
     } else {
@@ -402,8 +425,15 @@ fn thinking_piece(seg: &ThinkingSegment, view: &View) -> Option<Piece> {
     }
     let mut levels: Vec<String> = Vec::new();
     for cap in caps {
-        let body = elide_middle(text, cap);
-        let block = quote(&format!("🧠 {tag}{body}"));
+        let block = if cap.min(n) > max {
+            "…".repeat(max.saturating_add(1))
+        } else {
+            let body = match &whole {
+                Some(text) => elide_middle(text, cap),
+                None => elide_ends(safe, n, cap),
+            };
+            quote(&format!("🧠 {tag}{body}"))
+        };
         if levels.last() != Some(&block) {
             levels.push(block);
         }
@@ -412,6 +442,23 @@ fn thinking_piece(seg: &ThinkingSegment, view: &View) -> Option<Piece> {
         lane: Lane::Thinking,
         levels,
     })
+}
+
+/// [`elide_middle`] for a text known by its kept ends and its length `n`.
+fn elide_ends(safe: &SafeText, n: usize, cap: usize) -> String {
+    if cap == 0 {
+        return format!("… [{n} chars omitted]");
+    }
+    let cap = cap.min(n.saturating_sub(1)).min(2 * KEEP_CHARS);
+    let head = cap.div_ceil(2);
+    let (h, t) = safe.ends(head, cap - head);
+    let kept = h.chars().count() + t.chars().count();
+    format!(
+        "{} … [{} chars omitted] {}",
+        h.trim_end(),
+        n.saturating_sub(kept),
+        t.trim_start()
+    )
 }
 
 /// Head + tail of `text` with the middle replaced by "… [N chars omitted]".
@@ -814,10 +861,10 @@ mod tests {
             Tier::T2 { status_line: true },
         ] {
             let view = View::of(&settings, tier);
-            let fast = render(&state, Hidden::default(), &view, &[]);
+            let fast = render(&state, &[], Hidden::default(), &view, &[]);
             let mut slow_state = state.clone();
             slow_state.commentary[0].chars = 0;
-            let slow = render(&slow_state, Hidden::default(), &view, &[]);
+            let slow = render(&slow_state, &[], Hidden::default(), &view, &[]);
             assert_eq!(fast, slow);
             if tier == (Tier::T2 { status_line: true }) {
                 // Same status rendering as a full scan (the line is the draft's whole

@@ -321,7 +321,9 @@ fn settings_flip_mid_turn_changes_rendering_only() {
     let after: Vec<String> = events.iter().map(Event::to_json).collect();
     assert_eq!(before, after);
     // The folded state matches a fold that never saw any settings.
-    assert_eq!(p.state(), &streamgate_grammar::RunState::fold(&events));
+    let mut fold = streamgate_grammar::RunState::windowed(streamgate_projection::TEXT_WINDOW_BYTES);
+    events.iter().for_each(|e| fold.apply(e));
+    assert_eq!(p.state(), &fold);
     // Flipping back to the same settings changes nothing.
     let mut q = RunProjection::new("r1");
     for e in &events[..5] {

@@ -390,6 +390,10 @@ impl RunTable {
         if let Some(kind) = chunk.close {
             run.normalizer.close(close_of(kind));
         }
+        // The adapter's transcript of opaque material (signatures, encrypted reasoning)
+        // serves the offline `normalize` and conformance; the service publishes events
+        // only, so it is dropped here rather than kept for the life of an open run.
+        drop(run.normalizer.take_transcript());
         run.next_chunk = chunk.chunk + 1;
         let envelope = Envelope {
             tenant: run.addr.tenant.clone(),
