@@ -407,9 +407,9 @@ impl StreamRedactor {
 }
 
 /// A line longer than this is cut by [`StreamRedactor`] at a safe whitespace.
-const LONG_LINE: usize = 4096;
+const LONG_LINE: usize = 1024;
 /// How much of a cut line's end [`StreamRedactor`] keeps as context for what follows.
-const CUT_CONTEXT: usize = 1024;
+const CUT_CONTEXT: usize = 256;
 
 fn common_prefix(a: &str, b: &str) -> usize {
     a.char_indices()
