@@ -123,6 +123,7 @@ impl RunSink for GrpcSink {
         Ok(ResumePoint {
             next_chunk: p.next_chunk,
             closed: p.closed,
+            ..ResumePoint::default()
         })
     }
 

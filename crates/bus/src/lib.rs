@@ -35,6 +35,7 @@
 //! | `Sg-Session`    | no       | chat session key |
 //! | `Sg-Ingest-Ts`  | no²      | ingest time, ms since the Unix epoch, decimal |
 //! | `Sg-Close`      | no       | `normal`, `abnormal` or `timeout`: this message is the close marker |
+//! | `Sg-Offset`     | no       | byte offset of the chunk in the run's bytes, decimal (close: the total); set by front doors that cut as bytes arrive, so a resend resumes by byte |
 //! | `traceparent`   | no       | W3C trace context ([`trace`]) |
 //!
 //! ¹ Without it JetStream cannot drop duplicate publishes; it is what makes a retried

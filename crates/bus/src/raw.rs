@@ -28,6 +28,23 @@ pub const HDR_CHUNK: &str = "Sg-Chunk";
 pub const HDR_INGEST_TS: &str = "Sg-Ingest-Ts";
 /// Close marker: `normal`, `abnormal` or `timeout`.
 pub const HDR_CLOSE: &str = "Sg-Close";
+/// Byte offset of the chunk's first byte within the run's bytes, decimal (on a close
+/// marker: the run's total bytes); optional. Front doors that cut a body as it arrives
+/// (not identically on a resend) set it, so a resend resumes by byte, not by chunk.
+pub const HDR_OFFSET: &str = "Sg-Offset";
+/// JetStream's optimistic-concurrency header: the publish is refused unless the last
+/// message on the subject has this stream sequence (0: the subject has none).
+pub const HDR_EXPECTED_LAST_SUBJECT_SEQ: &str = "Nats-Expected-Last-Subject-Sequence";
+
+/// Where a chunk sits in its run, for [`send_raw_placed`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// [`HDR_OFFSET`]: the run byte offset of the chunk's first byte.
+    pub offset: Option<u64>,
+    /// [`HDR_EXPECTED_LAST_SUBJECT_SEQ`]: store the chunk only if the run's last stored
+    /// message is this one (a fence against a cut request's publishes still in flight).
+    pub expect_last_seq: Option<u64>,
+}
 
 /// Family used when a message names none: the normalizer sniffs the bytes.
 pub const FAMILY_AUTO: &str = "auto";
@@ -282,6 +299,19 @@ pub async fn send_raw(
     impl std::future::Future<Output = Result<RawPublish, BusError>> + Send + 'static,
     BusError,
 > {
+    send_raw_placed(js, chunk, trace, Placement::default()).await
+}
+
+/// [`send_raw`] with the chunk's [`Placement`] in its headers.
+pub async fn send_raw_placed(
+    js: &jetstream::Context,
+    chunk: &RawChunk,
+    trace: Option<&crate::trace::TraceContext>,
+    at: Placement,
+) -> Result<
+    impl std::future::Future<Output = Result<RawPublish, BusError>> + Send + 'static,
+    BusError,
+> {
     if chunk.close.is_some() && !chunk.body.is_empty() {
         // Refuse instead of publishing bytes that the dedupe id would make unrecoverable.
         return Err(BusError::CloseWithBody(chunk.addr.run_id.clone()));
@@ -296,6 +326,12 @@ pub async fn send_raw(
     let mut headers = chunk.headers();
     if let Some(cx) = trace {
         crate::trace::inject_context(&mut headers, cx);
+    }
+    if let Some(offset) = at.offset {
+        headers.insert(HDR_OFFSET, offset.to_string().as_str());
+    }
+    if let Some(seq) = at.expect_last_seq {
+        headers.insert(HDR_EXPECTED_LAST_SUBJECT_SEQ, seq.to_string().as_str());
     }
     let ack = js
         .publish_with_headers(chunk.addr.raw_subject(), headers, chunk.body.clone())

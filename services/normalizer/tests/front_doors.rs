@@ -635,17 +635,17 @@ async fn both_doors_over_mtls() {
         .is_err());
 }
 
-/// A POST that failed part-way left chunks stored; sending the same body again (same
-/// `chunk_bytes`) skips them, so the run holds every byte once and is closed.
+/// A POST that failed part-way left chunks stored; sending the same body again skips
+/// the bytes already stored, whatever the cut: the run holds every byte once, closed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resent_http_body_skips_the_chunks_already_stored() {
+async fn a_resent_http_body_skips_the_bytes_already_stored() {
     let d = start().await;
     let auth = format!("Bearer {TOKEN}");
-    // What the failed attempt stored: the first two 8-byte chunks.
+    // What the failed attempt stored: 11 bytes in two chunks of odd sizes.
     let (acks, status) = d
         .stream(vec![
             chunk("acme", "resent", 0, &CAPTURE[..8], false),
-            chunk("acme", "resent", 1, &CAPTURE[8..16], false),
+            chunk("acme", "resent", 1, &CAPTURE[8..11], false),
         ])
         .await;
     assert!(status.is_none(), "{status:?}");
@@ -653,17 +653,140 @@ async fn a_resent_http_body_skips_the_chunks_already_stored() {
     let (code, body) = d.post("acme", "resent", "&chunk_bytes=8", &auth).await;
     assert_eq!(code, 200, "{body}");
     let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let whole = CAPTURE.len().div_ceil(8) as u64;
-    assert_eq!(reply["chunks"], whole - 2, "{body}");
-    let addr = RunAddr::new("acme", "resent", DEFAULT_PARTITIONS);
+    assert_eq!(reply["skipped_bytes"], 11, "{body}");
+    assert_eq!(raw_of(&d, "acme", "resent").await, (CAPTURE.to_vec(), 1));
+}
+
+/// Every raw byte of a run in chunk order, and how many close markers it has.
+async fn raw_of(d: &Doors, tenant: &str, run: &str) -> (Vec<u8>, usize) {
+    let addr = RunAddr::new(tenant, run, DEFAULT_PARTITIONS);
     let msgs = read_subject(&d.js, RAW_STREAM, &addr.raw_subject())
         .await
         .unwrap();
-    let raw: Vec<u8> = msgs.iter().flat_map(|m| m.payload.to_vec()).collect();
-    assert_eq!(raw, CAPTURE);
-    assert_eq!(
-        msgs.len() as u64,
-        whole + 1,
-        "every chunk once, then the close"
-    );
+    let closes = msgs
+        .iter()
+        .filter(|m| {
+            m.headers
+                .as_ref()
+                .is_some_and(|h| h.get("Sg-Close").is_some())
+        })
+        .count();
+    (
+        msgs.iter().flat_map(|m| m.payload.to_vec()).collect(),
+        closes,
+    )
+}
+
+/// A thinking turn sent by a sender that pauses before its last frames (default chunk
+/// size): every byte sent before the pause is stored while the body is still open —
+/// complete lines at once, a frame still incomplete after the idle flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_ingest_is_live_while_the_sender_pauses() {
+    let d = start().await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let url = d.url("acme", "live", "");
+    let req = tokio::spawn(async move {
+        let body = reqwest::Body::wrap_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let resp = reqwest::Client::new()
+            .post(url)
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .body(body)
+            .send()
+            .await
+            .expect("live request");
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    });
+    let mut sent = Vec::new();
+    for part in [
+        &b"data: {\"type\":\"ping\"}\n\n"[..],
+        b"data: {\"type\":\"content_block_delta\"}\n\n",
+        b"data: {\"type\":\"mess",
+    ] {
+        sent.extend_from_slice(part);
+        tx.send(Ok(Bytes::copy_from_slice(part))).await.unwrap();
+        // Stored within a second each, the body still open.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        loop {
+            let (raw, closes) = raw_of(&d, "acme", "live").await;
+            if raw == sent {
+                assert_eq!(closes, 0);
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not live: {} of {} bytes stored",
+                raw.len(),
+                sent.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    tx.send(Ok(Bytes::from_static(b"age_stop\"}\n\n")))
+        .await
+        .unwrap();
+    drop(tx);
+    let (code, body) = req.await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    sent.extend_from_slice(b"age_stop\"}\n\n");
+    assert_eq!(raw_of(&d, "acme", "live").await, (sent, 1));
+}
+
+/// A connection cut mid-body leaves the run open (no close marker), and the whole body
+/// sent again — cut differently — stores every byte once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_http_body_resent_whole_is_stored_once() {
+    let d = start().await;
+    let whole: Vec<u8> = (0..40)
+        .flat_map(|i| format!("data: {{\"n\":{i}}}\n\n").into_bytes())
+        .collect();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let url = d.url("acme", "cut", "");
+    let req = tokio::spawn(async move {
+        let body = reqwest::Body::wrap_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+        reqwest::Client::new()
+            .post(url)
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .body(body)
+            .send()
+            .await
+    });
+    // 3 pieces of 101 bytes (cuts inside frames), each stored live, then the cut.
+    for piece in whole[..303].chunks(101) {
+        tx.send(Ok(Bytes::copy_from_slice(piece))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while raw_of(&d, "acme", "cut").await.0.len() < 303 {
+        assert!(tokio::time::Instant::now() < deadline, "not stored live");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tx.send(Err(std::io::Error::other("connection cut")))
+        .await
+        .unwrap();
+    assert!(req.await.unwrap().is_err(), "the request broke off");
+    assert_eq!(raw_of(&d, "acme", "cut").await.1, 0, "no close on a cut");
+    // The resend (the claim is released once the cut request's handler ended).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let reply = loop {
+        let resp = reqwest::Client::new()
+            .post(d.url("acme", "cut", "&chunk_bytes=1024"))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .body(whole.clone())
+            .send()
+            .await
+            .unwrap();
+        let code = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        if code == 200 {
+            break text;
+        }
+        assert!(
+            (code == 409 || code == 503) && tokio::time::Instant::now() < deadline,
+            "{code} {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["skipped_bytes"], 303, "{reply}");
+    assert_eq!(raw_of(&d, "acme", "cut").await, (whole, 1));
 }

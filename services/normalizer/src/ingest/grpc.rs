@@ -247,7 +247,16 @@ async fn handle(
     } else {
         bytes::Bytes::copy_from_slice(&chunk.body)
     };
-    let seq = ingestor.put(&spec, chunk.chunk, body, close, trace).await?;
+    let len = body.len() as u64;
+    // With its byte offset, so a later resume point is read from this message alone.
+    let at = streamgate_bus::raw::Placement {
+        offset: Some(point.stored_bytes),
+        expect_last_seq: None,
+    };
+    let seq = ingestor
+        .send_at(&spec, chunk.chunk, body, close, trace, at)
+        .await?
+        .await?;
     *resume = Some(super::ResumePoint {
         next_chunk: if close.is_some() {
             chunk.chunk
@@ -255,6 +264,8 @@ async fn handle(
             chunk.chunk + 1
         },
         closed: close.is_some(),
+        stored_bytes: point.stored_bytes + len,
+        last_seq: seq,
     });
     Ok(IngestAck {
         chunk: chunk.chunk,

@@ -5,14 +5,19 @@
 //! curl --data-binary @capture.sse 'http://127.0.0.1:7311/v1/ingest/acme/run-1?family=f1'
 //! ```
 //!
-//! The body is cut into chunks as it arrives (at most `chunk_bytes` each) and published
-//! with at most a window of chunks in flight per request ([`flow::DEFAULT_WINDOW`] unless
-//! configured): more of the body is
+//! The body goes out live, as it arrives: every line the sender completed is published
+//! at once (in chunks of at most `chunk_bytes`, default 16 KiB, at least
+//! [`MIN_CHUNK_BYTES`]), and the bytes of a frame still incomplete follow after
+//! [`IDLE_FLUSH`] (25 ms) if nothing completes them sooner. So a sender that pauses
+//! mid-turn (curl `-T -` reading a pipe) shows on every channel what it sent so far.
+//! Chunks go out with at most a window in flight per request ([`flow::DEFAULT_WINDOW`]
+//! unless configured): more of the body is
 //! read only while the window has room, so a slow broker slows the sender and a request
 //! holds at most about `window × chunk_bytes` of its body in memory, however large the
 //! body ([`super::flow`]). Once every chunk is acknowledged, the end of the body writes a
-//! `normal` close marker — or `abnormal` when the body breaks off. The reply says how
-//! many chunks were stored.
+//! `normal` close marker, and the reply says how many chunks were stored. A body that
+//! breaks off (a cut connection) writes no close marker: the run stays open for the
+//! resend (or the normalizer's idle timeout closes it).
 //!
 //! Ids that break the id rule get 400; a run another request is ingesting right now
 //! (or an already closed run) gets 409. When the broker cannot take chunks right now (a
@@ -22,10 +27,14 @@
 //! scheme in any case; a missing or unknown token gets 401, a token for other tenants
 //! 403 ([`super::auth`]).
 //!
-//! Resending is safe: a POST to a run that already has chunks stored (a request that
-//! failed part-way) is taken as the same body sent again — it is cut the same way (send
-//! the same `chunk_bytes`) and the chunks already stored are skipped, so the run gets
-//! every byte once. The reply's `chunks` counts the chunks this request stored.
+//! Resending is safe: a POST to a run that already has bytes stored (a request that
+//! failed part-way) is taken as the same body sent again — its first bytes, as many as
+//! the run holds (each chunk carries its byte offset, `Sg-Offset`), are skipped, so the
+//! run gets every byte once however either request was cut. The resend's first chunk is
+//! fenced on the run's last stored message: if chunks of the cut request were still in
+//! flight and landed meanwhile, the answer is 503 and sending again resumes from there.
+//! The reply's `chunks` counts the chunks this request stored, `skipped_bytes` what it
+//! found stored.
 
 use super::auth::IngestAuth;
 use super::flow::Window;
@@ -39,12 +48,18 @@ use axum::{Json, Router};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::Deserialize;
-use streamgate_bus::raw::CloseKind;
+use streamgate_bus::raw::{CloseKind, Placement};
 use streamgate_bus::trace::{self, TraceContext};
 use tracing::Instrument as _;
 
-/// Default chunk size for HTTP bodies.
+/// Default upper bound of one chunk of an HTTP body.
 pub const DEFAULT_CHUNK_BYTES: usize = 16 * 1024;
+/// Smallest `chunk_bytes` honoured: a smaller one would only multiply messages (bytes
+/// go out as soon as a line completes, whatever the bound).
+pub const MIN_CHUNK_BYTES: usize = 1024;
+/// How long the bytes of a frame still incomplete (after the body's last line end) wait
+/// for the rest before they go out on their own.
+pub const IDLE_FLUSH: std::time::Duration = std::time::Duration::from_millis(25);
 
 #[derive(Clone)]
 struct AppState {
@@ -146,7 +161,7 @@ async fn ingest_body(
     let chunk_bytes = q
         .chunk_bytes
         .unwrap_or(DEFAULT_CHUNK_BYTES)
-        .clamp(1, 4 << 20);
+        .clamp(MIN_CHUNK_BYTES, 4 << 20);
     let point = match st.ingestor.resume_point(&spec.tenant, &spec.run_id).await {
         Ok(p) => p,
         Err(e) => return put_error(e),
@@ -158,33 +173,49 @@ async fn ingest_body(
         );
     }
     let mut window = Window::new(st.ingestor.window());
-    let cut = Cut {
+    let cut = Cutter {
         chunk_bytes,
-        stored: point.next_chunk,
+        skip: point.stored_bytes,
+        next: point.next_chunk,
+        offset: point.stored_bytes,
+        fence: Some(point.last_seq),
     };
     let sent = send_body(&st.ingestor, &spec, &mut window, cut, body, trace).await;
     // Every chunk acknowledged (or failed) before the answer or the close marker.
     let drained = window.drain().await;
     let Sent {
-        next,
+        mut cut,
         bytes_in,
         close,
     } = match sent.and_then(|b| drained.map(|()| b)) {
         Ok(b) => b,
         Err(e) => return put_error(e),
     };
-    if let Err(e) = st
-        .ingestor
-        .put(&spec, next, Bytes::new(), Some(close), trace)
-        .await
-    {
+    if close == CloseKind::Abnormal {
+        // The body broke off (the connection was cut): the run stays open for the
+        // sender's resend, which skips what is stored; without one the normalizer's idle
+        // timeout closes it.
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the request body broke off: the run stays open, send the body again".to_owned(),
+        );
+    }
+    let at = cut.placement();
+    let stored = async {
+        st.ingestor
+            .send_at(&spec, cut.next, Bytes::new(), Some(close), trace, at)
+            .await?
+            .await
+    };
+    if let Err(e) = stored.await {
         return put_error(e);
     }
     Json(serde_json::json!({
         "tenant": spec.tenant,
         "run_id": spec.run_id,
-        "chunks": next.saturating_sub(point.next_chunk),
+        "chunks": cut.next.saturating_sub(point.next_chunk),
         "bytes": bytes_in,
+        "skipped_bytes": point.stored_bytes.min(bytes_in),
         "close": close.as_str(),
     }))
     .into_response()
@@ -192,96 +223,151 @@ async fn ingest_body(
 
 /// What was read of a body and sent.
 struct Sent {
-    /// The next chunk index (the close marker's).
-    next: u64,
+    /// Where the cut ended (the close marker's chunk index and offset).
+    cut: Cutter,
     /// Bytes read.
     bytes_in: u64,
     /// How the body ended.
     close: CloseKind,
 }
 
-/// How a body is cut into chunks.
-#[derive(Debug, Clone, Copy)]
-struct Cut {
-    /// Bytes per chunk (the last may be shorter).
+/// How a body becomes chunks: live, and exactly once by byte offset.
+#[derive(Debug)]
+struct Cutter {
+    /// Upper bound of one chunk.
     chunk_bytes: usize,
-    /// Chunks of the run already stored: the body's first chunks up to this index are a
-    /// resend and are skipped.
-    stored: u64,
+    /// Bytes at the start of the body the run already has (a resend): dropped.
+    skip: u64,
+    /// The next chunk index.
+    next: u64,
+    /// Run byte offset of the next chunk's first byte.
+    offset: u64,
+    /// The fence the first publish carries (the run's last stored message), then `None`.
+    fence: Option<u64>,
 }
 
-/// Sends chunk `index` through `window` unless it is already stored.
-async fn send_chunk(
-    ingestor: &Ingestor,
-    spec: &RunSpec,
-    window: &mut Window,
-    (index, cut): (u64, Cut),
-    part: Bytes,
-    trace: Option<&TraceContext>,
-) -> Result<(), IngestError> {
-    if index < cut.stored {
-        return Ok(());
+impl Cutter {
+    /// The next publish's placement (taking the fence).
+    fn placement(&mut self) -> Placement {
+        Placement {
+            offset: Some(self.offset),
+            expect_last_seq: self.fence.take(),
+        }
     }
-    window.make_room().await?;
-    window.push(ingestor.send(spec, index, part, None, trace).await?);
-    Ok(())
+
+    /// The part of `data` (the body's bytes from `pos`) the run does not have yet.
+    fn unstored(&self, pos: u64, data: Bytes) -> Bytes {
+        let have = self.skip.saturating_sub(pos);
+        if have >= data.len() as u64 {
+            Bytes::new()
+        } else {
+            data.slice(have as usize..)
+        }
+    }
+
+    /// Sends one chunk through `window`. The fenced first publish is awaited before any
+    /// other goes out: if the fence fails nothing after it may land.
+    async fn send(
+        &mut self,
+        ingestor: &Ingestor,
+        spec: &RunSpec,
+        window: &mut Window,
+        part: Bytes,
+        trace: Option<&TraceContext>,
+    ) -> Result<(), IngestError> {
+        if part.is_empty() {
+            return Ok(());
+        }
+        let at = self.placement();
+        let len = part.len() as u64;
+        window.make_room().await?;
+        window.push(
+            ingestor
+                .send_at(spec, self.next, part, None, trace, at)
+                .await?,
+        );
+        if at.expect_last_seq.is_some() {
+            window.drain().await?;
+        }
+        self.next += 1;
+        self.offset += len;
+        Ok(())
+    }
 }
 
-/// Reads the body and sends it in chunks of `cut.chunk_bytes` through `window`,
-/// skipping the chunks already stored: the body is read only while the window has room
-/// (acks that come back meanwhile are taken at once). Returns when the whole body was
-/// sent; acks may still be in flight.
+/// One step of [`send_body`]'s loop.
+enum Step {
+    Ack(Result<u64, IngestError>),
+    Idle,
+    Frame(Option<Result<Bytes, axum::Error>>),
+}
+
+/// Reads the body and sends it as it arrives through `window` ([`Cutter`]): on every read,
+/// whole `chunk_bytes` pieces and then everything up to the last line end go out at
+/// once; bytes after it (a frame still incomplete) go out when more completes it or
+/// after [`IDLE_FLUSH`], whichever is first. The body is read only while the window has
+/// room (acks that come back meanwhile are taken at once). Returns when the whole body
+/// was sent; acks may still be in flight.
 async fn send_body(
     ingestor: &Ingestor,
     spec: &RunSpec,
     window: &mut Window,
-    cut: Cut,
+    mut cut: Cutter,
     body: Body,
     trace: Option<&TraceContext>,
 ) -> Result<Sent, IngestError> {
-    let chunk_bytes = cut.chunk_bytes;
-    let mut next = 0;
     let mut pending = BytesMut::new();
     let mut stream = body.into_data_stream();
     let mut close = CloseKind::Normal;
     let mut bytes_in = 0u64;
+    let idle = tokio::time::sleep(IDLE_FLUSH);
+    tokio::pin!(idle);
     loop {
-        let frame = tokio::select! {
+        let step = tokio::select! {
             biased;
-            Some(ack) = window.next_ack(), if !window.is_empty() => {
-                ack?;
-                continue;
-            }
-            frame = stream.next(), if !window.is_full() => frame,
+            Some(ack) = window.next_ack(), if !window.is_empty() => Step::Ack(ack),
+            () = &mut idle, if !pending.is_empty() && !window.is_full() => Step::Idle,
+            frame = stream.next(), if !window.is_full() => Step::Frame(frame),
         };
-        match frame {
-            Some(Ok(data)) => {
+        match step {
+            Step::Ack(ack) => {
+                ack?;
+            }
+            Step::Idle => {
+                let part = pending.split().freeze();
+                cut.send(ingestor, spec, window, part, trace).await?;
+            }
+            Step::Frame(Some(Ok(data))) => {
+                let pos = bytes_in;
                 bytes_in += data.len() as u64;
-                pending.extend_from_slice(&data);
-                while pending.len() >= chunk_bytes {
-                    let part = pending.split_to(chunk_bytes).freeze();
-                    send_chunk(ingestor, spec, window, (next, cut), part, trace).await?;
-                    next += 1;
+                let waiting = !pending.is_empty();
+                pending.extend_from_slice(&cut.unstored(pos, data));
+                while pending.len() >= cut.chunk_bytes {
+                    let part = pending.split_to(cut.chunk_bytes).freeze();
+                    cut.send(ingestor, spec, window, part, trace).await?;
+                }
+                if let Some(nl) = memchr::memrchr(b'\n', &pending) {
+                    let part = pending.split_to(nl + 1).freeze();
+                    cut.send(ingestor, spec, window, part, trace).await?;
+                }
+                // The idle clock starts when a partial frame starts waiting, and is not
+                // pushed back by bytes that do not complete it.
+                if !pending.is_empty() && !waiting {
+                    idle.as_mut()
+                        .reset(tokio::time::Instant::now() + IDLE_FLUSH);
                 }
             }
-            Some(Err(_)) => {
+            Step::Frame(Some(Err(_))) => {
                 close = CloseKind::Abnormal;
                 break;
             }
-            None => break,
+            Step::Frame(None) => break,
         }
     }
-    if !pending.is_empty() {
-        window.make_room().await?;
-        window.push(
-            ingestor
-                .send(spec, next, pending.freeze(), None, trace)
-                .await?,
-        );
-        next += 1;
-    }
+    let rest = pending.freeze();
+    cut.send(ingestor, spec, window, rest, trace).await?;
     Ok(Sent {
-        next,
+        cut,
         bytes_in,
         close,
     })

@@ -26,7 +26,9 @@ use crate::worker::now_ms;
 use bytes::Bytes;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use streamgate_bus::raw::{send_raw, CloseKind, RawChunk, HDR_CHUNK, HDR_CLOSE};
+use streamgate_bus::raw::{
+    send_raw_placed, CloseKind, Placement, RawChunk, HDR_CHUNK, HDR_CLOSE, HDR_OFFSET,
+};
 use streamgate_bus::subject::RunAddr;
 use streamgate_bus::trace::TraceContext;
 use streamgate_bus::{BusError, RAW_STREAM};
@@ -83,12 +85,17 @@ fn from_bus(e: BusError) -> IngestError {
 pub type PendingPut = futures::future::BoxFuture<'static, Result<u64, IngestError>>;
 
 /// Where a run's ingest stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ResumePoint {
     /// The next chunk index to send.
     pub next_chunk: u64,
     /// True when a close marker is stored.
     pub closed: bool,
+    /// Bytes of the run stored: a resend of the same body skips this many.
+    pub stored_bytes: u64,
+    /// Stream sequence of the run's last stored message (0: none): the fence a resend's
+    /// first chunk carries ([`Placement::expect_last_seq`]).
+    pub last_seq: u64,
 }
 
 /// The run identity and family a producer declares.
@@ -213,6 +220,23 @@ impl Ingestor {
         close: Option<CloseKind>,
         trace: Option<&TraceContext>,
     ) -> Result<PendingPut, IngestError> {
+        self.send_at(spec, chunk, body, close, trace, Placement::default())
+            .await
+    }
+
+    /// [`Ingestor::send`] with the chunk's byte offset and an optional fence
+    /// ([`Placement`]). A fenced publish that finds the run moved on (a cut request's
+    /// chunks landed after the resume point was read) fails as
+    /// [`IngestError::Unavailable`]: the producer sends again from the new resume point.
+    pub async fn send_at(
+        &self,
+        spec: &RunSpec,
+        chunk: u64,
+        body: Bytes,
+        close: Option<CloseKind>,
+        trace: Option<&TraceContext>,
+        at: Placement,
+    ) -> Result<PendingPut, IngestError> {
         let raw = RawChunk {
             addr: RunAddr::new(&spec.tenant, &spec.run_id, self.partitions),
             session_key: spec.session_key.clone(),
@@ -223,9 +247,25 @@ impl Ingestor {
             close,
             body,
         };
-        let ack = send_raw(&self.js, &raw, trace).await.map_err(from_bus)?;
+        let ack = send_raw_placed(&self.js, &raw, trace, at)
+            .await
+            .map_err(from_bus)?;
+        let fenced = at.expect_last_seq.is_some();
         Ok(Box::pin(async move {
-            let seq = ack.await.map_err(from_bus)?.sequence;
+            let seq = ack
+                .await
+                .map_err(|e| match e {
+                    // JetStream's "wrong last sequence" (10071): the fence held.
+                    e if fenced && e.to_string().contains("wrong last sequence") => {
+                        IngestError::Unavailable(
+                            "the run's stored bytes changed while this request started \
+                             (a cut request's chunks landed): send it again"
+                                .to_owned(),
+                        )
+                    }
+                    e => from_bus(e),
+                })?
+                .sequence;
             metrics::counter!("streamgate_ingest_chunks_total").increment(1);
             Ok(seq)
         }))
@@ -255,9 +295,17 @@ impl Ingestor {
                 let header = |name: &str| msg.headers.get(name).map(|v| v.as_str().to_owned());
                 let chunk: u64 = header(HDR_CHUNK).and_then(|c| c.parse().ok()).unwrap_or(0);
                 let closed = header(HDR_CLOSE).is_some();
+                let stored_bytes = match header(HDR_OFFSET).and_then(|o| o.parse::<u64>().ok()) {
+                    Some(offset) => offset + msg.payload.len() as u64,
+                    // Chunks stored without offsets (gRPC, the gateway follower, raw
+                    // NATS producers): count them once.
+                    None => self.count_stored_bytes(&addr).await?,
+                };
                 Ok(ResumePoint {
                     next_chunk: if closed { chunk } else { chunk + 1 },
                     closed,
+                    stored_bytes,
+                    last_seq: msg.sequence,
                 })
             }
             Err(e)
@@ -267,9 +315,19 @@ impl Ingestor {
                 Ok(ResumePoint {
                     next_chunk: 0,
                     closed: false,
+                    stored_bytes: 0,
+                    last_seq: 0,
                 })
             }
             Err(e) => Err(IngestError::Unavailable(e.to_string())),
         }
+    }
+
+    /// The bytes of a run's stored chunks, summed over its raw messages.
+    async fn count_stored_bytes(&self, addr: &RunAddr) -> Result<u64, IngestError> {
+        let msgs = streamgate_bus::consume::read_subject(&self.js, RAW_STREAM, &addr.raw_subject())
+            .await
+            .map_err(|e| IngestError::Unavailable(e.to_string()))?;
+        Ok(msgs.iter().map(|m| m.payload.len() as u64).sum())
     }
 }
