@@ -15,6 +15,8 @@
 //!   the web page's data nor `tail` (status lines or raw events).
 //! - `ingest_on_up_needs_its_token`: `up` writes an all-tenant `ingest.token` (0600)
 //!   that its front doors require (HTTP 401 without it) and `streamgate ingest` sends.
+//! - `ingest_from_stdin_is_live`: `streamgate ingest -` archives what a writer sent
+//!   before pausing while standard input is still open; the run equals `normalize`.
 //! - `replay_into_a_closed_pipe_exits_quietly`: `streamgate replay … | head -n 0` prints no
 //!   panic.
 //! - `local_secrets_are_private_and_the_broker_requires_credentials`: the data dir is 0700
@@ -1061,4 +1063,69 @@ fn up_serves_tls_and_its_clients_follow() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The events of `replay --json` / `normalize` output, without envelopes.
+fn event_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            serde_json::json!({"seq": v["seq"], "stream": v["stream"], "data": v["data"]})
+        })
+        .collect()
+}
+
+/// `streamgate ingest -` streams standard input live: the answer deltas a writer sent
+/// before pausing (ahead of its `message_delta` frame) are archived while standard input
+/// is still open, and the finished run equals `normalize` of the same bytes (issue #18).
+#[test]
+fn ingest_from_stdin_is_live() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    let capture = fixture("f1/end-turn.sse");
+    let text = String::from_utf8(capture.clone()).unwrap();
+    let pause = text.find("data: {\"type\":\"message_delta\"").unwrap();
+    let mut child = Graceful(
+        Command::new(bin())
+            .args(["ingest", "-", "--family", "f1", "--run", "stdin-run"])
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    stdin.write_all(&capture[..pause]).unwrap();
+    stdin.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = cli(dir.path(), &["replay", "stdin-run", "--json"]);
+        if String::from_utf8_lossy(&out.stdout).contains(", world.") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the answer deltas sent before the pause were not archived"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(child.0.try_wait().unwrap().is_none(), "ingest ended early");
+    stdin.write_all(&capture[pause..]).unwrap();
+    drop(stdin);
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let replayed = cli(dir.path(), &["replay", "stdin-run", "--json", "--follow"]);
+    let file = dir.path().join("capture.sse");
+    std::fs::write(&file, &capture).unwrap();
+    let normalized = cli(
+        dir.path(),
+        &["normalize", "--family", "f1", file.to_str().unwrap()],
+    );
+    let want = event_lines(&normalized);
+    assert!(!want.is_empty());
+    assert_eq!(event_lines(&replayed), want);
 }

@@ -8,6 +8,7 @@
 //! `--token` / `STREAMGATE_INGEST_TOKEN` overrides it.
 
 pub(super) mod retry;
+mod stdin;
 
 use super::discover::{read_ingest_token, Instance};
 use anyhow::{bail, Context, Result};
@@ -32,7 +33,8 @@ pub enum Pace {
 /// Flags of `streamgate ingest`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct IngestArgs {
-    /// The capture file.
+    /// The capture file, or `-` for standard input, streamed live as it is read (pipe a
+    /// provider response in: `curl -N … | streamgate ingest - --run r1`).
     pub capture: PathBuf,
     /// Wire family: f1, f1e, f2, f3, f5, ollama-native, codex-appserver, codex-exec,
     /// openclaw-events, acp, or auto.
@@ -90,8 +92,13 @@ async fn connect(addr: &str, token: Option<&str>, tls: &ClientTlsArgs) -> Result
 pub async fn run(args: IngestArgs) -> Result<()> {
     // The front door would refuse them too; refusing here sends nothing at all.
     streamgate_grammar::ids::check_run(&args.tenant, &args.run, args.session.as_deref())?;
-    let bytes = std::fs::read(&args.capture)
-        .with_context(|| format!("cannot read {}", args.capture.display()))?;
+    let from_stdin = args.capture.as_os_str() == "-";
+    let bytes = if from_stdin {
+        Vec::new()
+    } else {
+        std::fs::read(&args.capture)
+            .with_context(|| format!("cannot read {}", args.capture.display()))?
+    };
     args.family
         .parse::<streamgate_wire::FamilyChoice>()
         .map_err(anyhow::Error::msg)?;
@@ -107,6 +114,14 @@ pub async fn run(args: IngestArgs) -> Result<()> {
             (inst.ingest_grpc, Some(token), hint)
         }
     };
+    if from_stdin {
+        return stdin::run(&args, &addr, token.as_deref())
+            .await
+            .map_err(|e| match hint {
+                Some(h) => e.context(h),
+                None => e,
+            });
+    }
     let chunks: Vec<&[u8]> = bytes.chunks(args.chunk_bytes.max(1)).collect();
     let mut backoff = retry::Backoff::new(Duration::from_secs(args.retry_secs));
     loop {
