@@ -1129,3 +1129,160 @@ fn ingest_from_stdin_is_live() {
     assert!(!want.is_empty());
     assert_eq!(event_lines(&replayed), want);
 }
+
+/// The web page address `up` printed: (`http://host:port`, channel token).
+fn page_address(dir: &std::path::Path) -> (String, String) {
+    let err = up_err(dir);
+    let url = err
+        .split_whitespace()
+        .find(|w| w.starts_with("http://") && w.contains("?token="))
+        .unwrap_or_else(|| panic!("up printed no page address:\n{err}"))
+        .to_owned();
+    let (base, token) = url
+        .split_once("/?token=")
+        .unwrap_or_else(|| panic!("{url}"));
+    (base.trim_end_matches('/').to_owned(), token.to_owned())
+}
+
+/// Reads a run stream's SSE messages (`(id, data)`, comments skipped) until the stream
+/// ends or `max` messages were read (then the connection is dropped).
+async fn read_sse(req: reqwest::RequestBuilder, max: usize) -> Vec<(String, String)> {
+    use futures::StreamExt as _;
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.headers());
+    let mut body = resp.bytes_stream();
+    let (mut buf, mut out) = (String::new(), Vec::new());
+    while let Some(chunk) = body.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut id, mut data) = (String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    id = format!("event:{}", v.trim());
+                }
+            }
+            if !data.is_empty() {
+                out.push((id, data));
+                if out.len() >= max {
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The run stream of `up`'s web channel: asked for before the run starts, it waits; a
+/// client that drops after 3 events and reconnects with `Last-Event-ID` gets exactly
+/// the rest, ending with the terminal event; `?after=` resumes an ended run; together
+/// they equal the run's replay. Without the channel token: 401 (issue #18).
+#[test]
+fn the_run_stream_follows_and_resumes_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    let (base, token) = page_address(dir.path());
+    let inst: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data_dir(dir.path()).join("up.json")).unwrap())
+            .unwrap();
+    let http = inst["ingest_http"].as_str().unwrap().to_owned();
+    let ingest_token = std::fs::read_to_string(data_dir(dir.path()).join("ingest.token")).unwrap();
+    let capture = fixture("f1/tool-use.sse");
+    let url = format!("{base}/v1/runs/default/rs-1/events");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (first, rest) = rt.block_on(async {
+        let client = reqwest::Client::new();
+        // Asked for before the run exists.
+        let first = tokio::spawn(read_sse(client.get(&url).bearer_auth(&token), 3));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The run streams in through live HTTP ingest, half, a pause, the rest.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+        let post = client
+            .post(format!("http://{http}/v1/ingest/default/rs-1?family=f1"))
+            .bearer_auth(ingest_token.trim())
+            .body(reqwest::Body::wrap_stream(
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+            ))
+            .send();
+        let post = tokio::spawn(post);
+        // Everything but the usage and stop frames: the first 3 events are in it.
+        let half = String::from_utf8_lossy(&capture)
+            .find("data: {\"type\":\"message_delta\"")
+            .unwrap();
+        tx.send(Ok(capture[..half].to_vec())).await.unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(10), first)
+            .await
+            .expect("the first 3 events while the run is open")
+            .unwrap();
+        tx.send(Ok(capture[half..].to_vec())).await.unwrap();
+        drop(tx);
+        assert!(post.await.unwrap().unwrap().status().is_success());
+        let rest = tokio::time::timeout(
+            Duration::from_secs(10),
+            read_sse(
+                client
+                    .get(&url)
+                    .bearer_auth(&token)
+                    .header("Last-Event-ID", "3"),
+                usize::MAX,
+            ),
+        )
+        .await
+        .expect("the stream ends after the terminal event");
+        (first, rest)
+    });
+    let ids: Vec<String> = first
+        .iter()
+        .chain(&rest)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let want: Vec<String> = (1..=ids.len()).map(|i| i.to_string()).collect();
+    assert_eq!(ids, want, "no gap, no duplicate");
+    let streamed: Vec<serde_json::Value> = first
+        .iter()
+        .chain(&rest)
+        .map(|(_, d)| {
+            let v: serde_json::Value = serde_json::from_str(d).unwrap();
+            serde_json::json!({"seq": v["seq"], "stream": v["stream"], "data": v["data"]})
+        })
+        .collect();
+    let replayed = event_lines(&cli(dir.path(), &["replay", "rs-1", "--json", "--follow"]));
+    assert_eq!(
+        streamed, replayed,
+        "the stream is the run (no secrets in it)"
+    );
+    // An ended run resumes from any seq and ends.
+    rt.block_on(async {
+        let client = reqwest::Client::new();
+        let after = read_sse(
+            client.get(format!("{url}?after=5")).bearer_auth(&token),
+            usize::MAX,
+        )
+        .await;
+        assert_eq!(after.first().map(|(id, _)| id.as_str()), Some("6"));
+        assert_eq!(after.len(), replayed.len() - 5);
+        let denied = client.get(&url).send().await.unwrap();
+        assert_eq!(denied.status(), 401);
+        let bad = client
+            .get(&url)
+            .bearer_auth(&token)
+            .header("Last-Event-ID", "x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(bad.status(), 400);
+        let not_started = read_sse(
+            client
+                .get(format!("{base}/v1/runs/default/never/events?wait=1"))
+                .bearer_auth(&token),
+            usize::MAX,
+        )
+        .await;
+        assert_eq!(not_started.len(), 1);
+        assert!(not_started[0].0 == "event:error" && not_started[0].1.contains("did not start"));
+    });
+}

@@ -14,6 +14,8 @@
 //!   per-partition consumer loops.
 //! - [`grpc`]: `ProjectorService` (Subscribe / GetDraft / ListActiveRuns / SetSettings).
 //! - [`web`]: the tier-T2 web sink and its self-contained page with SSE.
+//! - [`run_stream`]: `GET /v1/runs/{tenant}/{run}/events`, one run's display-safe events
+//!   over SSE from `SG_EVENTS`, resumable by seq (served beside the web page).
 //! - [`service`]: everything started together ([`start`]).
 //! - [`cli`]: flags and `run` for the binary.
 //! - [`error`]: [`ProjectorError`], every failure.
@@ -63,6 +65,7 @@ pub mod config;
 pub mod error;
 pub mod grpc;
 pub mod kv;
+pub mod run_stream;
 pub mod service;
 pub mod web;
 

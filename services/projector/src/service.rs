@@ -184,7 +184,7 @@ pub async fn start(
                 token: cfg.token.as_deref().map(Into::into),
                 listen: bound,
             };
-            let app = web::router(sink.clone(), shutdown.clone(), access);
+            let app = web::router(sink.clone(), shutdown.clone(), access, channel.clone());
             let (c, stop) = (channel.clone(), shutdown.clone());
             tasks.spawn(async move {
                 web::follow_thinking(c, sink, stop).await;

@@ -10,7 +10,9 @@
 //! - `GET /api/runs/{run}?tenant=<t>` — what the page shows of one run
 //!   ([`runs::RunView`], JSON);
 //! - `GET /runs/{run}/events?tenant=<t>` — SSE: the run's view now, then again whenever
-//!   it changed, at most ~10 per second (latest wins: a page never queues stale drafts).
+//!   it changed, at most ~10 per second (latest wins: a page never queues stale drafts);
+//! - `GET /v1/runs/{tenant}/{run}/events` — the run stream ([`crate::run_stream`]): the
+//!   run's display-safe events, resumable by seq.
 //!
 //! A run is `(tenant, run id)`: the same run id under two tenants is two records. Without
 //! `?tenant=` a URL names the only tenant's run of that id (nothing while several
@@ -202,7 +204,9 @@ pub fn router(
     sink: Arc<WebSink>,
     shutdown: CancellationToken,
     access: access::PageAccess,
+    channel: Arc<Channel>,
 ) -> Router {
+    let run_stream = crate::run_stream::router(channel, shutdown.clone());
     Router::new()
         .route("/", get(page))
         .route("/assets/app.js", get(script))
@@ -211,6 +215,7 @@ pub fn router(
         .route("/api/runs/{run}", get(one))
         .route("/runs/{run}/events", get(run_events))
         .with_state(AppState { sink, shutdown })
+        .merge(run_stream)
         .layer(axum::middleware::from_fn_with_state(access, access::guard))
 }
 

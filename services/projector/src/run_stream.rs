@@ -1,0 +1,246 @@
+//! The run stream (DESIGN §6): one run's display-safe events over HTTP, for any
+//! application that wants to follow a run live.
+//!
+//! `GET /v1/runs/{tenant}/{run}/events` answers Server-Sent Events, one canonical event
+//! per message (`data:` is the event as `streamgate replay --json` prints it, envelope
+//! included; `id:` is its seq):
+//! - **resumable**: `Last-Event-ID: <seq>` (what `EventSource` sends on its own after a
+//!   drop) or `?after=<seq>` starts after that seq — no gap, no duplicate;
+//! - **from `SG_EVENTS`**, not from this replica's memory: an ordered consumer on the
+//!   run's subject, so the stream is the same whichever replica serves it, across a
+//!   projector restart or a move of the run to another replica, and for ended runs while
+//!   the stream still holds them (never the archive: that is operator-only);
+//! - **waits** for a run that has not started yet, up to `?wait=<secs>` (default
+//!   [`DEFAULT_WAIT`], at most [`MAX_WAIT`]), then ends with an `event: error`;
+//! - **ends** after the run's terminal event; heartbeat comments every
+//!   [`HEARTBEAT`] keep proxies from closing a quiet stream;
+//! - **display-safe** like every channel surface: thinking, commentary and tool text
+//!   pass through the projection's one redactor on each lane's accumulated text (events
+//!   before the resume point still prime it), final answers verbatim;
+//! - only runs the channel shows (its tenant and session filters), behind the channel's
+//!   credential (the router is mounted behind the channel's access guard).
+
+use crate::channel::Channel;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures::StreamExt as _;
+use std::sync::Arc;
+use std::time::Duration;
+use streamgate_bus::subject::RunAddr;
+use streamgate_bus::{events, EVENTS_STREAM};
+use streamgate_grammar::{ids, RunEvent};
+use streamgate_projection::EventRedactor;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// How long a stream waits for a run that has not started, by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+/// The longest wait a client may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// Interval of the heartbeat comments.
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
+
+#[derive(Clone)]
+struct RunStreamState {
+    channel: Arc<Channel>,
+    shutdown: CancellationToken,
+}
+
+/// The run-stream routes of `channel`. Streams end when `shutdown` fires (a client
+/// resumes from its last seq on the next instance).
+pub fn router(channel: Arc<Channel>, shutdown: CancellationToken) -> Router {
+    Router::new()
+        .route("/v1/runs/{tenant}/{run}/events", get(events_route))
+        .with_state(RunStreamState { channel, shutdown })
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct StreamQuery {
+    after: Option<u64>,
+    wait: Option<u64>,
+}
+
+fn bad_request(msg: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({ "error": msg })),
+    )
+        .into_response()
+}
+
+async fn events_route(
+    State(s): State<RunStreamState>,
+    Path((tenant, run)): Path<(String, String)>,
+    Query(q): Query<StreamQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = ids::check_run(&tenant, &run, None) {
+        return bad_request(e.to_string());
+    }
+    let last_event_id = match headers.get("last-event-id").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) => match v.trim().parse::<u64>() {
+            Ok(seq) => Some(seq),
+            Err(_) => return bad_request("Last-Event-ID must be an event seq".to_owned()),
+        },
+        Some(Err(_)) => return bad_request("Last-Event-ID must be an event seq".to_owned()),
+    };
+    let cfg = s.channel.config();
+    if cfg.tenant.as_deref().is_some_and(|t| t != tenant) {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({ "error": "this channel shows another tenant's runs" })),
+        )
+            .into_response();
+    }
+    let follow = Follow {
+        subject: RunAddr::new(&tenant, &run, cfg.partitions).events_subject(),
+        after: last_event_id.or(q.after).unwrap_or(0),
+        wait: q
+            .wait
+            .map_or(DEFAULT_WAIT, Duration::from_secs)
+            .min(MAX_WAIT),
+    };
+    let (tx, rx) = mpsc::channel(64);
+    let (channel, stop) = (s.channel.clone(), s.shutdown.clone());
+    tokio::spawn(async move {
+        let end = tokio::select! {
+            end = follow.run(&channel, &tx) => end,
+            () = stop.cancelled() => Some("projector shutting down: reconnect with Last-Event-ID".to_owned()),
+            () = tx.closed() => None,
+        };
+        if let Some(msg) = end {
+            let data = serde_json::json!({ "error": msg }).to_string();
+            let _ = tx.send(SseEvent::default().event("error").data(data)).await;
+        }
+    });
+    let stream =
+        tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>);
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT))
+        .into_response()
+}
+
+/// One client's follow of one run.
+struct Follow {
+    subject: String,
+    /// Send events after this seq.
+    after: u64,
+    /// How long to wait for a run's first event.
+    wait: Duration,
+}
+
+impl Follow {
+    /// Sends the run's events after `self.after`, display-safe, until its terminal
+    /// event; `Some(reason)` when it ends otherwise (told to the client as an error).
+    async fn run(&self, channel: &Channel, tx: &mpsc::Sender<SseEvent>) -> Option<String> {
+        let js = channel.jetstream();
+        let stream = match js.get_stream(EVENTS_STREAM).await {
+            Ok(s) => s,
+            Err(e) => return Some(format!("event stream unavailable: {e}")),
+        };
+        let consumer = match stream
+            .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+                filter_subject: self.subject.clone(),
+                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => return Some(format!("event stream unavailable: {e}")),
+        };
+        let mut messages = match consumer.messages().await {
+            Ok(m) => m,
+            Err(e) => return Some(format!("event stream unavailable: {e}")),
+        };
+        let mut redactor = EventRedactor::new();
+        let mut started = false;
+        loop {
+            let next = if started {
+                messages.next().await
+            } else {
+                match tokio::time::timeout(self.wait, messages.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        return Some(format!(
+                            "the run did not start within {} s",
+                            self.wait.as_secs()
+                        ))
+                    }
+                }
+            };
+            let msg = match next {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => return Some(format!("event stream interrupted: {e}")),
+                None => return Some("event stream ended".to_owned()),
+            };
+            let evs = match events::decode_msg(&msg) {
+                Ok(evs) => evs,
+                Err(e) => {
+                    tracing::warn!(subject = %self.subject, error = %e, "undecodable event skipped");
+                    continue;
+                }
+            };
+            for ev in evs {
+                if !started {
+                    started = true;
+                    let env = &ev.envelope;
+                    if !channel
+                        .config()
+                        .accepts(&env.tenant, env.session_key.as_deref())
+                    {
+                        return Some("this run is not shown on this channel".to_owned());
+                    }
+                }
+                match self.send(&mut redactor, &ev, tx).await {
+                    Sent::More => {}
+                    Sent::Terminal => return None,
+                    Sent::Gone => return None,
+                }
+            }
+        }
+    }
+
+    /// Sends one event (or only primes the redactor with it, at or before the resume
+    /// point).
+    async fn send(
+        &self,
+        redactor: &mut EventRedactor,
+        ev: &RunEvent,
+        tx: &mpsc::Sender<SseEvent>,
+    ) -> Sent {
+        let Some(event) = redactor.apply(&ev.event) else {
+            return Sent::More; // a seq seen already
+        };
+        if ev.event.seq <= self.after {
+            return Sent::More;
+        }
+        let terminal = ev.event.is_terminal();
+        let safe = RunEvent {
+            envelope: ev.envelope.clone(),
+            event,
+        };
+        let sse = SseEvent::default()
+            .id(ev.event.seq.to_string())
+            .data(safe.to_json());
+        if tx.send(sse).await.is_err() {
+            return Sent::Gone;
+        }
+        if terminal {
+            Sent::Terminal
+        } else {
+            Sent::More
+        }
+    }
+}
+
+enum Sent {
+    More,
+    Terminal,
+    Gone,
+}
