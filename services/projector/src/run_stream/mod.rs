@@ -18,7 +18,20 @@
 //!   pass through the projection's one redactor on each lane's accumulated text (events
 //!   before the resume point still prime it), final answers verbatim;
 //! - only runs the channel shows (its tenant and session filters), behind the channel's
-//!   credential (the router is mounted behind the channel's access guard).
+//!   credential (the router is mounted behind the channel's access guard);
+//! - in three encodings (`?format=`): `canonical` (the default, above), `ai-sdk` (the
+//!   Vercel AI SDK UI message stream v1, [`ai_sdk`]) and `ag-ui` (AG-UI events,
+//!   [`ag_ui`]); both of the latter are spelled from one part model ([`parts`]), and
+//!   every message an event causes carries that event's seq as its `id`.
+//!
+//! # Layout
+//! - this file: the route, the follow of `SG_EVENTS`, the encoder switch;
+//! - [`parts`]: canonical events as reasoning, text and tool parts;
+//! - [`ai_sdk`], [`ag_ui`]: one module per encoding.
+
+mod ag_ui;
+mod ai_sdk;
+mod parts;
 
 use crate::channel::Channel;
 use axum::extract::{Path, Query, State};
@@ -62,6 +75,77 @@ pub fn router(channel: Arc<Channel>, shutdown: CancellationToken) -> Router {
 struct StreamQuery {
     after: Option<u64>,
     wait: Option<u64>,
+    #[serde(default)]
+    format: Format,
+}
+
+/// How the run stream spells events.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Format {
+    /// One canonical event per message.
+    #[default]
+    Canonical,
+    /// The Vercel AI SDK UI message stream v1.
+    AiSdk,
+    /// AG-UI events.
+    AgUi,
+}
+
+/// One stream's encoder: the format and, for part-based formats, the run's part state.
+struct Encoder {
+    format: Format,
+    parts: parts::Parts,
+}
+
+impl Encoder {
+    /// The messages of one display-safe event; `send` false only updates the state (an
+    /// event at or before the resume point).
+    fn encode(&mut self, ev: &RunEvent, send: bool) -> Vec<SseEvent> {
+        let id = ev.event.seq.to_string();
+        let data: Vec<String> = match self.format {
+            Format::Canonical => vec![ev.to_json()],
+            Format::AiSdk | Format::AgUi => {
+                let ops = self.parts.apply(ev);
+                let env = &ev.envelope;
+                let thread = env.session_key.as_deref().unwrap_or(&env.run_id);
+                ops.iter()
+                    .flat_map(|op| match self.format {
+                        Format::AgUi => ag_ui::events(op, thread, &env.run_id, env.ts_ms),
+                        _ => ai_sdk::chunks(op, &env.run_id),
+                    })
+                    .map(|v| v.to_string())
+                    .collect()
+            }
+        };
+        if !send {
+            return Vec::new();
+        }
+        let mut out: Vec<SseEvent> = data
+            .into_iter()
+            .map(|d| SseEvent::default().id(id.clone()).data(d))
+            .collect();
+        if ev.event.is_terminal() && self.format == Format::AiSdk {
+            out.push(SseEvent::default().data("[DONE]"));
+        }
+        out
+    }
+
+    /// How the stream says it ends for `reason` (not the run's end).
+    fn error(&self, reason: &str) -> Vec<SseEvent> {
+        match self.format {
+            Format::Canonical => vec![SseEvent::default()
+                .event("error")
+                .data(serde_json::json!({ "error": reason }).to_string())],
+            Format::AiSdk => vec![
+                SseEvent::default()
+                    .data(serde_json::json!({"type": "error", "errorText": reason}).to_string()),
+                SseEvent::default().data("[DONE]"),
+            ],
+            Format::AgUi => vec![SseEvent::default()
+                .data(serde_json::json!({"type": "RUN_ERROR", "message": reason}).to_string())],
+        }
+    }
 }
 
 fn bad_request(msg: String) -> Response {
@@ -97,6 +181,7 @@ async fn events_route(
         )
             .into_response();
     }
+    let format = q.format;
     let follow = Follow {
         subject: RunAddr::new(&tenant, &run, cfg.partitions).events_subject(),
         after: last_event_id.or(q.after).unwrap_or(0),
@@ -108,21 +193,28 @@ async fn events_route(
     let (tx, rx) = mpsc::channel(64);
     let (channel, stop) = (s.channel.clone(), s.shutdown.clone());
     tokio::spawn(async move {
+        let mut encoder = Encoder {
+            format,
+            parts: parts::Parts::default(),
+        };
         let end = tokio::select! {
-            end = follow.run(&channel, &tx) => end,
+            end = follow.run(&channel, &mut encoder, &tx) => end,
             () = stop.cancelled() => Some("projector shutting down: reconnect with Last-Event-ID".to_owned()),
             () = tx.closed() => None,
         };
         if let Some(msg) = end {
-            let data = serde_json::json!({ "error": msg }).to_string();
-            let _ = tx.send(SseEvent::default().event("error").data(data)).await;
+            for e in encoder.error(&msg) {
+                let _ = tx.send(e).await;
+            }
         }
     });
     let stream =
         tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>);
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(HEARTBEAT))
-        .into_response()
+    let sse = Sse::new(stream).keep_alive(KeepAlive::new().interval(HEARTBEAT));
+    match format {
+        Format::AiSdk => ([ai_sdk::HEADER], sse).into_response(),
+        _ => sse.into_response(),
+    }
 }
 
 /// One client's follow of one run.
@@ -137,7 +229,12 @@ struct Follow {
 impl Follow {
     /// Sends the run's events after `self.after`, display-safe, until its terminal
     /// event; `Some(reason)` when it ends otherwise (told to the client as an error).
-    async fn run(&self, channel: &Channel, tx: &mpsc::Sender<SseEvent>) -> Option<String> {
+    async fn run(
+        &self,
+        channel: &Channel,
+        encoder: &mut Encoder,
+        tx: &mpsc::Sender<SseEvent>,
+    ) -> Option<String> {
         let js = channel.jetstream();
         let stream = match js.get_stream(EVENTS_STREAM).await {
             Ok(s) => s,
@@ -197,7 +294,7 @@ impl Follow {
                         return Some("this run is not shown on this channel".to_owned());
                     }
                 }
-                match self.send(&mut redactor, &ev, tx).await {
+                match self.send(&mut redactor, encoder, &ev, tx).await {
                     Sent::More => {}
                     Sent::Terminal => return None,
                     Sent::Gone => return None,
@@ -206,30 +303,28 @@ impl Follow {
         }
     }
 
-    /// Sends one event (or only primes the redactor with it, at or before the resume
-    /// point).
+    /// Sends one event (or only primes the redactor and the encoder with it, at or
+    /// before the resume point).
     async fn send(
         &self,
         redactor: &mut EventRedactor,
+        encoder: &mut Encoder,
         ev: &RunEvent,
         tx: &mpsc::Sender<SseEvent>,
     ) -> Sent {
         let Some(event) = redactor.apply(&ev.event) else {
             return Sent::More; // a seq seen already
         };
-        if ev.event.seq <= self.after {
-            return Sent::More;
-        }
         let terminal = ev.event.is_terminal();
         let safe = RunEvent {
             envelope: ev.envelope.clone(),
             event,
         };
-        let sse = SseEvent::default()
-            .id(ev.event.seq.to_string())
-            .data(safe.to_json());
-        if tx.send(sse).await.is_err() {
-            return Sent::Gone;
+        let fresh = ev.event.seq > self.after;
+        for sse in encoder.encode(&safe, fresh) {
+            if tx.send(sse).await.is_err() {
+                return Sent::Gone;
+            }
         }
         if terminal {
             Sent::Terminal
