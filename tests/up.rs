@@ -1267,6 +1267,18 @@ fn the_run_stream_follows_and_resumes_a_run() {
         assert_eq!(after.len(), replayed.len() - 5);
         let denied = client.get(&url).send().await.unwrap();
         assert_eq!(denied.status(), 401);
+        // The channel's run list names the run (ended), cursor paged.
+        let list: serde_json::Value = client
+            .get(format!("{base}/v1/runs?tenant=default&limit=1"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(list["runs"][0]["run_id"], "rs-1", "{list}");
+        assert_eq!(list["runs"][0]["status"], "ended", "{list}");
         let bad = client
             .get(&url)
             .bearer_auth(&token)

@@ -45,6 +45,15 @@ impl EndedRuns {
         }
     }
 
+    /// Every run remembered, in no particular order.
+    pub(super) fn all(&mut self) -> Vec<(RunKey, EndedRun)> {
+        self.expire(Instant::now());
+        self.by_run
+            .iter()
+            .map(|(k, (_, r))| (k.clone(), r.clone()))
+            .collect()
+    }
+
     /// `run_id` of `tenant` (empty: of the only tenant with an ended run of that id).
     pub(super) fn get(&mut self, tenant: &str, run_id: &str) -> Lookup<(RunKey, EndedRun)> {
         self.expire(Instant::now());

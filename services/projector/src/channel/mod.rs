@@ -237,6 +237,11 @@ impl Channel {
         lock(&self.ended).get(tenant, run_id)
     }
 
+    /// The runs that ended here recently ([`ended::EndedRuns`]'s bounds).
+    pub fn ended_runs(&self) -> Vec<(RunKey, EndedRun)> {
+        lock(&self.ended).all()
+    }
+
     /// Live events after the channel processed them (for `Subscribe`).
     pub fn subscribe_events(&self) -> broadcast::Receiver<Arc<RunEvent>> {
         self.events_tx.subscribe()

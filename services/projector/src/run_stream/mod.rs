@@ -26,11 +26,13 @@
 //!
 //! # Layout
 //! - this file: the route, the follow of `SG_EVENTS`, the encoder switch;
+//! - [`list`]: `GET /v1/runs`, the channel's runs (cursor paged);
 //! - [`parts`]: canonical events as reasoning, text and tool parts;
 //! - [`ai_sdk`], [`ag_ui`]: one module per encoding.
 
 mod ag_ui;
 mod ai_sdk;
+mod list;
 mod parts;
 
 use crate::channel::Channel;
@@ -67,6 +69,7 @@ struct RunStreamState {
 /// resumes from its last seq on the next instance).
 pub fn router(channel: Arc<Channel>, shutdown: CancellationToken) -> Router {
     Router::new()
+        .route("/v1/runs", get(list::list))
         .route("/v1/runs/{tenant}/{run}/events", get(events_route))
         .with_state(RunStreamState { channel, shutdown })
 }
