@@ -1298,3 +1298,44 @@ fn the_run_stream_follows_and_resumes_a_run() {
         assert!(not_started[0].0 == "event:error" && not_started[0].1.contains("did not start"));
     });
 }
+
+/// A data dir keeps its addresses and tokens across restarts of `up` (every surface
+/// keeps one address); `--rotate-tokens` changes the tokens (issue #18).
+#[test]
+fn ports_and_tokens_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let read = |dir: &std::path::Path| {
+        let inst: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(data_dir(dir).join("up.json")).unwrap()).unwrap();
+        let tokens = (
+            std::fs::read_to_string(data_dir(dir).join("ingest.token")).unwrap(),
+            std::fs::read_to_string(data_dir(dir).join("channel-web.token")).unwrap(),
+        );
+        (
+            inst["ingest_http"].clone(),
+            inst["ingest_grpc"].clone(),
+            inst["channels"][0]["web"].clone(),
+            tokens,
+        )
+    };
+    let mut up = start_up(dir.path());
+    let (http, grpc, web, tokens) = read(dir.path());
+    let (page, _) = page_address(dir.path());
+    up.stop(Duration::from_secs(15));
+    let mut up = start_up(dir.path());
+    let again = read(dir.path());
+    assert_eq!((&again.0, &again.1, &again.2), (&http, &grpc, &web));
+    assert_eq!(again.3, tokens, "tokens kept");
+    assert_eq!(
+        page_address(dir.path()).0,
+        page,
+        "the page keeps its address"
+    );
+    assert!(ingest(dir.path(), "after-restart"));
+    up.stop(Duration::from_secs(15));
+    let _up = start_up_with(dir.path(), &["--rotate-tokens"]);
+    let rotated = read(dir.path());
+    assert_eq!(rotated.0, http);
+    assert_ne!(rotated.3 .0, tokens.0, "--rotate-tokens");
+    assert_ne!(rotated.3 .1, tokens.1, "--rotate-tokens");
+}

@@ -16,11 +16,16 @@
 //! instance (`streamgate projector --config <data dir>/nats.env …`). All are 0600 in a
 //! 0700 data dir; none is printed.
 //!
-//! Ingest needs a token: `up` writes a fresh all-tenant token to
-//! `<data dir>/ingest.token` (mode 0600, never printed) on every start, and
+//! Ingest needs a token: `up` writes an all-tenant token to
+//! `<data dir>/ingest.token` (mode 0600, never printed), and
 //! `streamgate ingest` sends it by default when it talks to this instance
 //! (`curl -H "Authorization: Bearer $(cat .streamgate/ingest.token)"` for HTTP).
 //! `--ingest-tokens <file>` adds tokens scoped to tenants.
+//!
+//! A data dir keeps its addresses and tokens across restarts ([`remembered`]): the
+//! listeners take their earlier ports again when free, the ingest and channel tokens stay
+//! (`--rotate-tokens` writes fresh ones), so a page, a script or a client keeps working
+//! after `up` restarts.
 //!
 //! TLS: `--tls-cert/--tls-key` (and `--tls-client-ca` for mTLS; `STREAMGATE_TLS_*`)
 //! apply to every server `up` starts. `up.json` then records `https://` gRPC addresses
@@ -30,6 +35,7 @@
 
 mod broker;
 mod demo;
+mod remembered;
 
 use super::discover::{channel_token_path, ingest_token_path, ChannelEntry, Instance};
 use anyhow::{Context, Result};
@@ -113,6 +119,10 @@ pub struct UpArgs {
     /// suppression, tag visibility, budgets); `streamgate settings` changes one chat's.
     #[command(flatten)]
     pub knobs: streamgate_projector::cli::KnobArgs,
+    /// Fresh ingest and channel tokens (by default a data dir keeps its tokens, and its
+    /// ports, across restarts: every address and credential stays valid).
+    #[arg(long)]
+    pub rotate_tokens: bool,
     /// Token file of extra ingest tokens scoped to tenants (lines `<token> <tenant>[,…]`
     /// or `<token> *`, mode 0600), besides the all-tenant `<data dir>/ingest.token`.
     #[arg(long, env = "STREAMGATE_INGEST_TOKENS")]
@@ -206,15 +216,16 @@ pub async fn run(args: UpArgs) -> Result<()> {
         ..NormalizerConfig::default()
     };
     normalizer_cfg.streams.replicas = replicas;
-    // Ingest is never open on `up`: a fresh all-tenant token, found by `streamgate ingest`.
-    let ingest_token = streamgate_runtime::rpc::random_token();
-    write_token(&ingest_token_path(&data_dir), &ingest_token)?;
+    // Ingest is never open on `up`: an all-tenant token, found by `streamgate ingest`,
+    // kept across restarts (`--rotate-tokens` for a fresh one), as are the ports.
+    let ingest_token = remembered::token(&ingest_token_path(&data_dir), args.rotate_tokens)?;
+    let mut addresses = remembered::Addresses::load(&data_dir);
     let normalizer = streamgate_normalizer::start(
         nats.clone(),
         normalizer_cfg,
         Listeners {
-            grpc: Some(args.ingest_grpc),
-            http: Some(args.ingest_http),
+            grpc: Some(addresses.pick("ingest_grpc", args.ingest_grpc)),
+            http: Some(addresses.pick("ingest_http", args.ingest_http)),
             ingest_token: Some(ingest_token),
             ingest_tokens: args.ingest_tokens.clone(),
             partitions,
@@ -228,7 +239,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         store.clone(),
         ConsumerConfig::default(),
         ArchiverListen {
-            grpc: Some(args.archive_grpc),
+            grpc: Some(addresses.pick("archive_grpc", args.archive_grpc)),
             operator_token: operator_token.clone(),
             partitions,
             serve: serve.clone(),
@@ -276,18 +287,21 @@ pub async fn run(args: UpArgs) -> Result<()> {
             cfg.settings.verbose = v;
         }
         args.knobs.apply(&mut cfg.settings);
-        let token = streamgate_runtime::rpc::random_token();
-        write_token(&channel_token_path(&data_dir, &name), &token)?;
+        let token = remembered::token(&channel_token_path(&data_dir, &name), args.rotate_tokens)?;
         cfg.token = Some(token.clone());
         page_tokens.insert(name.clone(), token);
-        let p = streamgate_projector::start(
-            nats.clone(),
-            cfg,
-            Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-            shutdown.clone(),
-        )
-        .await
-        .with_context(|| format!("cannot start channel {name}"))?;
+        if let streamgate_projector::config::ChannelSink::Web { listen } = &mut cfg.sink {
+            *listen = addresses.pick(&format!("channel {name} web"), *listen);
+        }
+        let grpc = addresses.pick(
+            &format!("channel {name} grpc"),
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+        );
+        let p = streamgate_projector::start(nats.clone(), cfg, Some(grpc), shutdown.clone())
+            .await
+            .with_context(|| format!("cannot start channel {name}"))?;
+        addresses.record(&format!("channel {name} web"), p.web);
+        addresses.record(&format!("channel {name} grpc"), p.grpc);
         projectors.push((format!("channel {name}"), p.tasks));
         channels.push(ChannelEntry {
             name,
@@ -310,6 +324,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
         partitions,
         channels,
     };
+    addresses.record("ingest_grpc", normalizer.grpc);
+    addresses.record("ingest_http", normalizer.http);
+    addresses.record("archive_grpc", archiver.grpc);
+    addresses.save(&data_dir)?;
     // Written last: a client that finds up.json finds everything listening.
     instance.write(&data_dir)?;
     eprintln!("streamgate is up");
@@ -482,14 +500,6 @@ fn private_dir(dir: &std::path::Path) -> Result<()> {
             .with_context(|| format!("cannot make {} private", dir.display()))?;
     }
     Ok(())
-}
-
-/// Writes a channel token readable by the owner only (it is a credential: never printed).
-/// The file is created 0600 (an existing one narrowed first), so the token is never
-/// readable by others, not even for a moment.
-fn write_token(path: &std::path::Path, token: &str) -> Result<()> {
-    streamgate_bus::local::write_private(path, token)
-        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The user of the local broker.
