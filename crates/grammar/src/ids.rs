@@ -1,6 +1,7 @@
 //! The one rule for identifiers at every front door (HTTP and gRPC ingest, raw NATS
 //! messages, the CLI): tenant, run and session ids are UTF-8, 1–[`MAX_ID_BYTES`] bytes,
-//! with no control characters.
+//! with no control characters, invisible format characters (bidi overrides, zero widths,
+//! the BOM) or line/paragraph separators.
 //!
 //! Why: ids end up in NATS subjects, message ids, KV keys (escaped up to 3× their size)
 //! and outbound headers (webhooks). A control character breaks a header line; an id of
@@ -62,6 +63,46 @@ pub enum IdError {
         /// Its byte offset.
         at: usize,
     },
+    /// Holds an invisible format character (Unicode category Cf: bidi overrides, zero
+    /// widths, the BOM) or a line/paragraph separator (Zl, Zp): an id that displays as
+    /// something it is not, or breaks a line where a header or log expects none.
+    #[error("{kind}: no invisible format or separator characters such as bidi overrides (found U+{code:04X} at byte {at})")]
+    Invisible {
+        /// Which id.
+        kind: IdKind,
+        /// The character's code point.
+        code: u32,
+        /// Its byte offset.
+        at: usize,
+    },
+}
+
+/// True for the Unicode format characters (general category Cf, Unicode 15) and the
+/// line and paragraph separators (Zl, Zp).
+fn is_invisible(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0xAD | 0x600..=0x605
+            | 0x61C
+            | 0x6DD
+            | 0x70F
+            | 0x890..=0x891
+            | 0x8E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x2028..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    )
 }
 
 /// Checks `value` against the rule.
@@ -77,6 +118,13 @@ pub fn check(kind: IdKind, value: &str) -> Result<(), IdError> {
     }
     if let Some((at, c)) = value.char_indices().find(|(_, c)| c.is_control()) {
         return Err(IdError::Control {
+            kind,
+            code: u32::from(c),
+            at,
+        });
+    }
+    if let Some((at, c)) = value.char_indices().find(|(_, c)| is_invisible(*c)) {
+        return Err(IdError::Invisible {
             kind,
             code: u32::from(c),
             at,
@@ -143,6 +191,19 @@ mod tests {
             assert!(check(IdKind::Session, bad).is_err(), "{bad:?}");
         }
         assert!(check_run("t", "r", Some("s\n")).is_err());
+        // Invisible format characters and separators (bidi override, BOM, U+2028).
+        for bad in [
+            "a\u{202E}b",
+            "\u{FEFF}r",
+            "r\u{2028}",
+            "r\u{2029}",
+            "z\u{200B}w",
+            "\u{2066}x",
+        ] {
+            let e = check(IdKind::Run, bad).unwrap_err();
+            assert!(e.to_string().contains("bidi overrides"), "{bad:?}: {e}");
+        }
+        assert!(check(IdKind::Run, "café-日本-ok").is_ok());
         assert!(check_run("t", "r", None).is_ok());
     }
 }

@@ -256,12 +256,13 @@ async fn a_400_forever_is_bounded_and_other_chats_flow() -> R {
     Ok(())
 }
 
-/// Acceptance 3: a run id with a control character cannot be an `Idempotency-Key`
-/// header: its final is dropped after bounded attempts (with a warning and
-/// `streamgate_delivery_dropped_total`), the same chat's next run is delivered, and
-/// shutdown is not held up.
+/// Acceptance 3: a run id with a control character (only a producer writing to NATS
+/// directly can make one; the front doors refuse it) still makes a valid
+/// `Idempotency-Key`: header values are always percent-encoded, so its final goes out
+/// with the key encoded, the same chat's next run is delivered, and shutdown is not held
+/// up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_id_with_a_control_char_is_dropped_and_blocks_nothing() -> R {
+async fn a_run_id_with_a_control_char_is_encoded_and_blocks_nothing() -> R {
     let (nats, js) = setup().await?;
     let fake = FakeServer::webhook(SECRET, Behavior::default()).await?;
     let shutdown = CancellationToken::new();
@@ -281,11 +282,17 @@ async fn a_run_id_with_a_control_char_is_dropped_and_blocks_nothing() -> R {
         "the chat is blocked: {:?}",
         finals(&fake)
     );
-    // The refused run's ops never went on the wire (the request cannot be built).
-    assert!(fake
-        .calls()
-        .iter()
-        .all(|c| c.body.get("run_id").and_then(|v| v.as_str()) != Some("bad\u{7}run")));
+    // The odd run's final went out too, its key percent-encoded (never raw bytes).
+    assert!(
+        wait_until(Duration::from_secs(10), || finals(&fake)
+            .contains_key("bad\u{7}run"))
+        .await
+    );
+    assert!(fake.calls().iter().all(|c| c
+        .body
+        .get("key")
+        .and_then(|v| v.as_str())
+        .is_none_or(|k| !k.contains('\u{7}'))));
     // Both runs are finished with: the bad run's ops were given up on (not left
     // retrying), so its active-run marker went like the good one's.
     let kv =

@@ -62,8 +62,27 @@ fn run_and_seq(op: &Op) -> (Option<&DraftKey>, Option<u64>) {
 /// only within its tenant). An op whose draft key names no tenant gets
 /// `<channel>/<run>/<op>/<seq>`. A run has one dismiss (seq `0`); typing has no run
 /// (`-`) and no seq — it is never retried, so it gets the current time in ms to stay
-/// distinct.
+/// distinct. The key is a valid header value whatever the ids hold: every byte outside
+/// printable ASCII, and `%`, is percent-encoded (`café` → `caf%C3%A9`), in the header
+/// and the payload alike.
 pub fn idempotency_key(channel: &str, op: &Op) -> String {
+    header_safe(&raw_key(channel, op))
+}
+
+/// `text` with every byte outside printable ASCII (and `%`) percent-encoded.
+fn header_safe(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn raw_key(channel: &str, op: &Op) -> String {
     let (draft, seq) = run_and_seq(op);
     let run = draft.map(|d| match d.tenant.as_str() {
         "" => d.run_id.clone(),

@@ -41,6 +41,14 @@ fn idempotency_key_is_stable() {
 }
 
 #[test]
+fn idempotency_keys_are_always_valid_header_values() {
+    let op = final_op("café 100%", "x", 7);
+    let key = idempotency_key("hook", &op);
+    assert_eq!(key, "hook/caf%C3%A9 100%25/final/7");
+    assert!(reqwest::header::HeaderValue::from_str(&key).is_ok());
+}
+
+#[test]
 fn the_tenant_is_part_of_the_key_and_the_payload() {
     let op = |tenant: &str| Op::Final {
         key: DraftKey {

@@ -8,7 +8,7 @@
 //! opening the URL `streamgate up` printed; `EventSource` cannot send headers).
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use std::net::SocketAddr;
@@ -27,12 +27,13 @@ pub struct PageAccess {
 }
 
 impl PageAccess {
-    fn host_allowed(&self, headers: &HeaderMap) -> bool {
+    /// `host`: the `Host` header, or HTTP/2's `:authority` (HTTP/2 has no `Host`).
+    fn host_allowed(&self, host: Option<&str>) -> bool {
         if !self.listen.ip().is_loopback() {
             // Behind an ingress or on a trusted network: the host is the operator's.
             return true;
         }
-        let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        let Some(host) = host else {
             return false;
         };
         let name = match host.rsplit_once(':') {
@@ -86,7 +87,36 @@ fn token_in_query(query: &str) -> Option<(String, String)> {
 /// The middleware: host check, then the token (header, cookie, or `?token=` on a page
 /// load, which sets the cookie and redirects).
 pub async fn guard(State(access): State<PageAccess>, req: Request, next: Next) -> Response {
-    if !access.host_allowed(req.headers()) {
+    let mut resp = check(&access, req, next).await;
+    resp.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(CSP),
+    );
+    resp
+}
+
+/// The page's Content-Security-Policy: its own script and styles only, images only from
+/// itself or inline data (model output never makes the browser fetch anything), no
+/// framing, no plugins, forms and `<base>` pinned.
+const CSP: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; \
+                   base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// The request's host: `Host`, else the URI's authority (HTTP/2 `:authority`).
+fn request_host(req: &Request) -> Option<&str> {
+    req.headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+}
+
+/// `path` as a same-origin redirect target: `//host/…` or `/\\host/…` would leave the
+/// site, so leading slashes and backslashes collapse to one `/`.
+fn same_origin(path: &str) -> String {
+    format!("/{}", path.trim_start_matches(['/', '\\']))
+}
+
+async fn check(access: &PageAccess, req: Request, next: Next) -> Response {
+    if !access.host_allowed(request_host(&req)) {
         return (
             StatusCode::MISDIRECTED_REQUEST,
             "this page answers only to localhost names\n",
@@ -100,10 +130,11 @@ pub async fn guard(State(access): State<PageAccess>, req: Request, next: Next) -
         if !same(&given, want) {
             return unauthorized();
         }
+        let path = same_origin(req.uri().path());
         let target = if rest.is_empty() {
-            req.uri().path().to_owned()
+            path
         } else {
-            format!("{}?{rest}", req.uri().path())
+            format!("{path}?{rest}")
         };
         let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
         return ([(header::SET_COOKIE, cookie)], Redirect::to(&target)).into_response();
@@ -146,11 +177,7 @@ mod tests {
             token: None,
             listen: ([127, 0, 0, 1], 8080).into(),
         };
-        let with = |host: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::HOST, host.parse().unwrap());
-            access.host_allowed(&h)
-        };
+        let with = |host: &str| access.host_allowed(Some(host));
         assert!(with("127.0.0.1:8080"));
         assert!(with("localhost:8080"));
         assert!(with("[::1]:8080"));
@@ -160,9 +187,16 @@ mod tests {
             token: None,
             listen: ([0, 0, 0, 0], 8080).into(),
         };
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, "streamgate.example.com".parse().unwrap());
-        assert!(open.host_allowed(&h));
+        assert!(open.host_allowed(Some("streamgate.example.com")));
+        assert!(!access.host_allowed(None));
+    }
+
+    #[test]
+    fn redirects_stay_on_the_site() {
+        assert_eq!(same_origin("//evil.example/x"), "/evil.example/x");
+        assert_eq!(same_origin("/\\evil.example/x"), "/evil.example/x");
+        assert_eq!(same_origin("/"), "/");
+        assert_eq!(same_origin("/runs"), "/runs");
     }
 
     #[test]

