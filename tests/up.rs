@@ -1267,6 +1267,22 @@ fn the_run_stream_follows_and_resumes_a_run() {
         assert_eq!(after.len(), replayed.len() - 5);
         let denied = client.get(&url).send().await.unwrap();
         assert_eq!(denied.status(), 401);
+        let csp = denied.headers()["content-security-policy"]
+            .to_str()
+            .unwrap();
+        assert!(csp.contains("img-src 'self' data:"), "{csp}");
+        // The token exchange never redirects off-site.
+        let no_redirects = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let exchange = no_redirects
+            .get(format!("{base}//evil.example/x?token={token}"))
+            .send()
+            .await
+            .unwrap();
+        let to = exchange.headers()["location"].to_str().unwrap().to_owned();
+        assert!(to.starts_with('/') && !to.starts_with("//"), "{to}");
         // The channel's run list names the run (ended), cursor paged.
         let list: serde_json::Value = client
             .get(format!("{base}/v1/runs?tenant=default&limit=1"))
