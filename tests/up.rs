@@ -1355,3 +1355,112 @@ fn ports_and_tokens_survive_a_restart() {
     assert_ne!(rotated.3 .0, tokens.0, "--rotate-tokens");
     assert_ne!(rotated.3 .1, tokens.1, "--rotate-tokens");
 }
+
+/// Across an `up` restart mid-run: a run-stream client that read 3 events, and an
+/// ingest cut by the restart, both carry on — the sender resends the whole body (only
+/// the bytes the run lacks are stored), the client reconnects to the same address with
+/// `Last-Event-ID` and gets exactly the rest; the run equals `normalize` (issue #18).
+#[test]
+fn the_run_stream_and_ingest_resume_across_an_up_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut up = start_up(dir.path());
+    let (base, token) = page_address(dir.path());
+    let inst: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data_dir(dir.path()).join("up.json")).unwrap())
+            .unwrap();
+    let http = inst["ingest_http"].as_str().unwrap().to_owned();
+    let ingest_token = std::fs::read_to_string(data_dir(dir.path()).join("ingest.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let capture = fixture("f1/tool-use.sse");
+    let pause = String::from_utf8_lossy(&capture)
+        .find("data: {\"type\":\"message_delta\"")
+        .unwrap();
+    let url = format!("{base}/v1/runs/default/restarted/events");
+    let ingest_url = format!("http://{http}/v1/ingest/default/restarted?family=f1");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let first = rt.block_on(async {
+        let client = reqwest::Client::new();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+        let post = client
+            .post(&ingest_url)
+            .bearer_auth(&ingest_token)
+            .body(reqwest::Body::wrap_stream(
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+            ))
+            .send();
+        let post = tokio::spawn(post);
+        tx.send(Ok(capture[..pause].to_vec())).await.unwrap();
+        let first = tokio::time::timeout(
+            Duration::from_secs(10),
+            read_sse(client.get(&url).bearer_auth(&token), 3),
+        )
+        .await
+        .expect("3 events of the open run");
+        // Keep the body open while `up` goes down: the restart cuts it.
+        std::mem::forget(tx);
+        drop(post);
+        first
+    });
+    up.stop(Duration::from_secs(15));
+    let _up = start_up(dir.path());
+    assert_eq!(
+        page_address(dir.path()).0,
+        base,
+        "same address after the restart"
+    );
+    let rest = rt.block_on(async {
+        let client = reqwest::Client::new();
+        // The sender resends the whole body; the run had only the first part stored.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let resp = client
+                .post(&ingest_url)
+                .bearer_auth(&ingest_token)
+                .body(capture.clone())
+                .send()
+                .await
+                .unwrap();
+            let code = resp.status().as_u16();
+            let body = resp.text().await.unwrap();
+            if code == 200 {
+                assert!(
+                    body.contains(&format!("\"skipped_bytes\":{pause}")),
+                    "{body}"
+                );
+                break;
+            }
+            assert!(Instant::now() < deadline, "{code} {body}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            read_sse(
+                client
+                    .get(&url)
+                    .bearer_auth(&token)
+                    .header("Last-Event-ID", "3"),
+                usize::MAX,
+            ),
+        )
+        .await
+        .expect("the rest after the restart")
+    });
+    let ids: Vec<String> = first
+        .iter()
+        .chain(&rest)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let want: Vec<String> = (1..=ids.len()).map(|i| i.to_string()).collect();
+    assert_eq!(ids, want, "no gap, no duplicate across the restart");
+    let file = dir.path().join("capture.sse");
+    std::fs::write(&file, &capture).unwrap();
+    let normalized = cli(
+        dir.path(),
+        &["normalize", "--family", "f1", file.to_str().unwrap()],
+    );
+    let replayed = cli(dir.path(), &["replay", "restarted", "--json", "--follow"]);
+    assert_eq!(event_lines(&replayed), event_lines(&normalized));
+    assert_eq!(ids.len(), event_lines(&normalized).len());
+}
