@@ -40,6 +40,8 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_delivery_latency_seconds", Kind::Histogram, "From an op's submission to the sink's answer, by op (with the projector's part: event to sink)"),
     ("streamgate_delivery_submitted_total", Kind::Counter, "Ops queued to the delivery engine, by op"),
     ("streamgate_delivery_ops_total", Kind::Counter, "Ops the delivery engine finished, by channel, op and outcome"),
+    ("streamgate_delivery_parked_total", Kind::Counter, "Finals parked after their bounded retries (the receiver kept failing): the chat goes on, the run's marker stays, and the final is sent again on the next start, by channel"),
+    ("streamgate_delivery_parked", Kind::Gauge, "Finals parked now, waiting for the next start"),
     ("streamgate_delivery_dropped_total", Kind::Counter, "Ops dropped without delivery, by channel, op and reason (permanent, too_large, retries_exhausted, lane_full)"),
     ("streamgate_delivery_drafts_coalesced_total", Kind::Counter, "Draft edits replaced by a later one before they were sent (latest wins)"),
     ("streamgate_delivery_typing_throttled_total", Kind::Counter, "Typing indicators not sent because one was sent recently"),

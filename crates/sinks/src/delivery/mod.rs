@@ -18,7 +18,10 @@
 //!   `Draft` replaces it, and a draft being retried is dropped once a newer one is queued;
 //! - throttles typing (one per chat per `typing_interval`; typing is never retried);
 //! - retries transient failures with exponential backoff and full jitter — ops other
-//!   than `Final` up to `max_attempts`, `Final` until it succeeds;
+//!   than `Final` up to `max_attempts`, `Final` up to `final_attempts`; then a final is
+//!   **parked** ([`Delivery::is_parked`], `streamgate_delivery_parked_total`): the chat
+//!   goes on with its next op, and the owner keeps its own record of the run (the
+//!   projector's active-run marker) so the final is sent again on the next start;
 //! - gives a permanent refusal (a 4xx other than 429, a request that cannot be built)
 //!   `permanent_attempts` tries, then drops the op with a warning and
 //!   `streamgate_delivery_dropped_total`, and the chat goes on;
@@ -75,9 +78,11 @@ pub struct DeliveryConfig {
     pub retry_base: Duration,
     /// Cap of the retry delay.
     pub retry_max: Duration,
-    /// Attempts after transient failures for ops other than `Final` (which retries
-    /// until it succeeds).
+    /// Attempts after transient failures for ops other than `Final`.
     pub max_attempts: u32,
+    /// Attempts of a `Final` after transient failures (5xx, timeouts) before it is
+    /// parked and the chat goes on (at the default backoff, about 15 s of retries).
+    pub final_attempts: u32,
     /// Attempts of any op — `Final` included — the sink refuses permanently (4xx other
     /// than 429, a request that cannot be built) before it is dropped.
     pub permanent_attempts: u32,
@@ -106,6 +111,7 @@ impl Default for DeliveryConfig {
             retry_base: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
             max_attempts: 5,
+            final_attempts: 6,
             permanent_attempts: 2,
             breaker_threshold: 5,
             breaker_cooldown: Duration::from_secs(30),
@@ -229,6 +235,8 @@ struct Inner {
     lanes: Mutex<HashMap<ChatTarget, Arc<Lane>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     flow: watch::Sender<Flow>,
+    /// Finals whose retries ran out ([`Delivery::is_parked`]).
+    parked: Mutex<std::collections::HashSet<(ChatTarget, DraftKey)>>,
 }
 
 impl Drop for Inner {
@@ -311,6 +319,7 @@ impl Delivery {
                 lanes: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(Vec::new()),
                 flow: watch::channel(Flow::default()).0,
+                parked: Mutex::default(),
             }),
         }
     }
@@ -427,6 +436,16 @@ impl Delivery {
             })
             .await;
         done
+    }
+
+    /// True when the final of `run` for `chat` was parked (its retries ran out): the
+    /// caller keeps whatever lets it send the final again on the next start.
+    pub fn is_parked(&self, chat: &ChatTarget, run: &DraftKey) -> bool {
+        self.inner
+            .parked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(chat.clone(), run.clone()))
     }
 
     /// Let queued ops drain for up to `config.shutdown_grace`, then [`Delivery::close`].
@@ -551,6 +570,7 @@ enum Outcome {
     Skipped,
     Superseded,
     GaveUp,
+    Parked,
     Failed,
 }
 
@@ -561,6 +581,7 @@ impl Outcome {
             Outcome::Skipped => "skipped",
             Outcome::Superseded => "superseded",
             Outcome::GaveUp => "gave_up",
+            Outcome::Parked => "parked",
             Outcome::Failed => "failed",
         }
     }
@@ -659,6 +680,24 @@ impl Inner {
         .increment(1);
     }
 
+    fn park(&self, chat: &ChatTarget, run: Option<&DraftKey>, error: &SinkError) {
+        let Some(run) = run else { return };
+        tracing::warn!(chat = %chat, run = %run.run_id.escape_debug(), error = %error, "final parked after its retries: the chat goes on; it is sent again on the next start");
+        metrics::counter!("streamgate_delivery_parked_total", "channel" => chat.channel.clone())
+            .increment(1);
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        parked.insert((chat.clone(), run.clone()));
+        metrics::gauge!("streamgate_delivery_parked").set(parked.len() as f64);
+    }
+
+    fn unpark(&self, chat: &ChatTarget, run: Option<&DraftKey>) {
+        let Some(run) = run else { return };
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        if parked.remove(&(chat.clone(), run.clone())) {
+            metrics::gauge!("streamgate_delivery_parked").set(parked.len() as f64);
+        }
+    }
+
     fn dropped(&self, chat: &ChatTarget, op: &Op, reason: &'static str, error: &SinkError) {
         let run = op_run(op).map_or("-", |r| r.run_id.as_str());
         tracing::warn!(chat = %chat, run = %run.escape_debug(), op = op.name(), reason, error = %error, "op dropped undelivered");
@@ -742,6 +781,9 @@ impl Inner {
             match result {
                 Ok(()) => {
                     entry.breaker.success();
+                    if is_final {
+                        self.unpark(chat, run);
+                    }
                     return Outcome::Delivered;
                 }
                 Err(SinkError::RateLimited { retry_after }) => {
@@ -771,6 +813,10 @@ impl Inner {
                     if !is_final && attempt >= self.config.max_attempts {
                         self.dropped(chat, op, "retries_exhausted", &e);
                         return Outcome::GaveUp;
+                    }
+                    if is_final && attempt >= self.config.final_attempts.max(1) {
+                        self.park(chat, run, &e);
+                        return Outcome::Parked;
                     }
                     if superseded() {
                         return Outcome::Superseded;

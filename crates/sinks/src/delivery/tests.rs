@@ -247,11 +247,12 @@ async fn final_exactly_once_on_double_submit_and_timeout_after_apply() -> Result
 }
 
 #[tokio::test(start_paused = true)]
-async fn final_is_never_dropped_but_drafts_give_up() -> Result<(), DeliveryError> {
+async fn a_final_outlasts_the_draft_retries() -> Result<(), DeliveryError> {
     use Step::Transient as Bad;
     let script = Script::new(&[Bad, Bad, Bad, Bad, Bad, Bad, Bad, Bad]);
     let config = DeliveryConfig {
         max_attempts: 2,
+        final_attempts: 10,
         breaker_threshold: 100,
         retry_base: Duration::from_millis(100),
         ..DeliveryConfig::default()
@@ -264,6 +265,39 @@ async fn final_is_never_dropped_but_drafts_give_up() -> Result<(), DeliveryError
     assert_eq!(names.iter().filter(|n| **n == "draft").count(), 2);
     assert_eq!(names.iter().filter(|n| **n == "final").count(), 7);
     assert_eq!(script.finals(), 1);
+    Ok(())
+}
+
+/// A final the receiver fails forever (5xx) is parked after `final_attempts`: the chat's
+/// next run's final goes out within seconds, and the parked one is known as parked (its
+/// owner keeps the run's marker, so the next start sends it again).
+#[tokio::test(start_paused = true)]
+async fn a_final_failing_forever_is_parked_and_the_chat_goes_on() -> Result<(), DeliveryError> {
+    use Step::Transient as Bad;
+    let script = Script::new(&[Bad; 6]);
+    let config = DeliveryConfig {
+        breaker_threshold: 100,
+        ..DeliveryConfig::default()
+    };
+    let d = engine(&script, config);
+    let t0 = Instant::now();
+    d.submit(chat(), final_op("stuck", "answer", 2)).await?;
+    d.submit(chat(), final_op("next", "answer 2", 2)).await?;
+    assert!(d.flush_run(&chat(), &key("stuck")).await);
+    assert!(d.is_parked(&chat(), &key("stuck")));
+    assert!(d.flush_run(&chat(), &key("next")).await);
+    assert!(!d.is_parked(&chat(), &key("next")));
+    let calls = script.calls();
+    let (at, _) = calls
+        .iter()
+        .find(|(_, op)| matches!(op, Op::Final { key, .. } if key.run_id == "next"))
+        .expect("the next final was sent");
+    assert!(
+        *at - t0 < Duration::from_secs(60),
+        "the chat went on after the bound: {:?}",
+        *at - t0
+    );
+    assert_eq!(script.finals(), 1, "only the next run's final applied");
     Ok(())
 }
 

@@ -234,8 +234,14 @@ pub(super) fn forget_when_delivered(
     marker: ActiveRun,
 ) {
     tokio::spawn(async move {
-        if !delivery.flush_run(&target, &marker.draft_key()).await {
+        let run = marker.draft_key();
+        if !delivery.flush_run(&target, &run).await {
             tracing::debug!(run = %marker.run_id.escape_debug(), "engine closed first; active marker kept for recovery");
+            return;
+        }
+        if delivery.is_parked(&target, &run) {
+            // The final's retries ran out: the marker stays, so the next start (or the
+            // partition's next owner) sends it again.
             return;
         }
         if let Err(e) = kv::delete_active(&kv, &marker).await {
