@@ -1,0 +1,133 @@
+//! The run stream across a 1 → 2 replica handover (issue #18): a client reads the first
+//! events of a live run from replica A; replica B joins and A stops, so the run's
+//! partition moves to B; the client reconnects to B with `Last-Event-ID` and gets exactly
+//! the rest, ending with the terminal event.
+
+use std::time::Duration;
+use streamgate_bus::subject::RunAddr;
+use streamgate_grammar::{Envelope, Event, RunEvent};
+use streamgate_projector::{start, ChannelConfig, ChannelSink, Running};
+use streamgate_testkit::NatsServer;
+use tokio_util::sync::CancellationToken;
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const TOKEN: &str = "run-stream-token";
+
+const RUN: &[&str] = &[
+    r#"{"seq":1,"stream":"lifecycle","data":{"phase":"start","provider":"anthropic","model":"m"}}"#,
+    r#"{"seq":2,"stream":"thinking","data":{"variant":"raw","phase":"start","id":"t"}}"#,
+    r#"{"seq":3,"stream":"thinking","data":{"variant":"raw","delta":"Look it up. ","id":"t"}}"#,
+    r#"{"seq":4,"stream":"thinking","data":{"variant":"raw","phase":"end","id":"t"}}"#,
+    r#"{"seq":5,"stream":"assistant","data":{"id":"a","phase":"commentary","delta":"It is "}}"#,
+    r#"{"seq":6,"stream":"assistant","data":{"id":"a","phase":"commentary","delta":"sunny."}}"#,
+    r#"{"seq":7,"stream":"assistant","data":{"id":"a","phase":"final_answer","text":"It is sunny."}}"#,
+    r#"{"seq":8,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"#,
+];
+
+fn web_channel() -> ChannelConfig {
+    let mut c = ChannelConfig::new(
+        "web",
+        ChannelSink::Web {
+            listen: ([127, 0, 0, 1], 0).into(),
+        },
+    );
+    c.token = Some(TOKEN.into());
+    c
+}
+
+async fn publish(js: &async_nats::jetstream::Context, lines: &[&str]) -> R {
+    let evs: Vec<RunEvent> = lines
+        .iter()
+        .map(|l| {
+            Ok(RunEvent {
+                envelope: Envelope {
+                    tenant: "acme".into(),
+                    session_key: Some("chat-1".into()),
+                    run_id: "handover".into(),
+                    ts_ms: 1_700_000_000_000,
+                },
+                event: Event::from_json(l)?,
+            })
+        })
+        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+    let addr = RunAddr::new("acme", "handover", streamgate_bus::DEFAULT_PARTITIONS);
+    streamgate_bus::events::publish_events(js, &addr, &evs).await?;
+    Ok(())
+}
+
+/// SSE message ids of a run stream, reading at most `max` messages.
+async fn ids(web: std::net::SocketAddr, last: Option<&str>, max: usize) -> Vec<String> {
+    use futures::StreamExt as _;
+    let mut req = reqwest::Client::new()
+        .get(format!("http://{web}/v1/runs/acme/handover/events"))
+        .bearer_auth(TOKEN);
+    if let Some(l) = last {
+        req = req.header("Last-Event-ID", l);
+    }
+    let Ok(resp) = req.send().await else {
+        return Vec::new();
+    };
+    let mut body = resp.bytes_stream();
+    let (mut buf, mut out) = (String::new(), Vec::new());
+    while let Some(Ok(chunk)) = body.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            if let Some(id) = block.lines().find_map(|l| l.strip_prefix("id:")) {
+                out.push(id.trim().to_owned());
+                if out.len() >= max {
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}
+
+async fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    f()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_stream_resumes_across_a_replica_handover() -> R {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let stop_a = CancellationToken::new();
+    let a: Running = start(nats.client().await, web_channel(), None, stop_a.clone()).await?;
+    let web_a = a.web.ok_or("replica A has no web address")?;
+    publish(&js, &RUN[..5]).await?;
+    let first = tokio::time::timeout(Duration::from_secs(10), ids(web_a, None, 3)).await?;
+    assert_eq!(first, ["1", "2", "3"]);
+    // 1 → 2: B joins, then A stops; B ends up with every partition.
+    let b: Running = start(
+        nats.client().await,
+        web_channel(),
+        None,
+        CancellationToken::new(),
+    )
+    .await?;
+    let web_b = b.web.ok_or("replica B has no web address")?;
+    stop_a.cancel();
+    let mut a_tasks = a.tasks;
+    while a_tasks.join_next().await.is_some() {}
+    assert!(
+        wait_until(Duration::from_secs(30), || b.partitions.borrow().len()
+            == streamgate_bus::DEFAULT_PARTITIONS as usize)
+        .await,
+        "B never took A's partitions"
+    );
+    publish(&js, &RUN[5..]).await?;
+    let rest =
+        tokio::time::timeout(Duration::from_secs(10), ids(web_b, Some("3"), usize::MAX)).await?;
+    assert_eq!(rest, ["4", "5", "6", "7", "8"], "exactly the rest, from B");
+    Ok(())
+}
