@@ -250,6 +250,11 @@ async fn slow_headers_and_idle_connections_are_closed() {
         &stop,
     )
     .await;
+    // A peer that connects and sends nothing: closed at the header-read timeout counted
+    // from accept, not at the idle timeout.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let took = until_closed(&mut silent).await;
+    assert!(took < Duration::from_millis(1200), "closed after {took:?}");
     // Slowloris: half a request line, then nothing.
     let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
     slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")

@@ -1,6 +1,9 @@
 //! An accepted connection under the server's [`Limits`](super::Limits): it holds one of
 //! the server's connection permits until dropped, and fails its pending read or write
-//! once no byte moved either way for the idle timeout (the server then closes it).
+//! once no byte moved either way for the idle timeout (the server then closes it). Until
+//! its first byte arrives the limit is the header-read timeout, counted from accept: a
+//! peer that connects and sends nothing holds a slot for seconds, not for the idle
+//! timeout (hyper's own header timer starts only at the first byte).
 
 use futures::Stream;
 use std::future::Future as _;
@@ -23,11 +26,17 @@ pub struct Conn<T> {
 }
 
 impl<T> Conn<T> {
-    pub(crate) fn new(io: T, idle: Duration, permit: OwnedSemaphorePermit) -> Conn<T> {
+    /// `first_byte`: the deadline for the peer's first byte, from now.
+    pub(crate) fn new(
+        io: T,
+        idle: Duration,
+        first_byte: Duration,
+        permit: OwnedSemaphorePermit,
+    ) -> Conn<T> {
         Conn {
             io,
             idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
+            deadline: Box::pin(tokio::time::sleep(first_byte.min(idle))),
             _permit: permit,
         }
     }
@@ -125,7 +134,7 @@ impl tonic::transport::server::Connected for Conn<TcpStream> {
 pub(crate) async fn accept(
     listener: &TcpListener,
     permits: &Arc<Semaphore>,
-    idle: Duration,
+    limits: super::Limits,
 ) -> Conn<TcpStream> {
     let permit = match permits.clone().try_acquire_owned() {
         Ok(p) => p,
@@ -142,7 +151,12 @@ pub(crate) async fn accept(
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                return Conn::new(stream, idle, permit);
+                return Conn::new(
+                    stream,
+                    limits.idle_timeout,
+                    limits.header_read_timeout,
+                    permit,
+                );
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -159,7 +173,7 @@ pub(crate) fn incoming(
 ) -> impl Stream<Item = io::Result<Conn<TcpStream>>> + Send + 'static {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     futures::stream::unfold((listener, permits), move |(l, p)| async move {
-        let c = accept(&l, &p, limits.idle_timeout).await;
+        let c = accept(&l, &p, limits).await;
         Some((Ok(c), (l, p)))
     })
 }

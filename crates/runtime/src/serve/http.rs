@@ -57,7 +57,7 @@ pub fn start_on(
         loop {
             let conn = tokio::select! {
                 () = shutdown.cancelled() => break,
-                c = accept(&listener, &permits, limits.idle_timeout) => c,
+                c = accept(&listener, &permits, limits) => c,
             };
             while conns.try_join_next().is_some() {}
             let (app, builder, tls, stop) =

@@ -6,8 +6,9 @@
 //! Limits ([`Limits`]), so idle or slow peers cannot exhaust file descriptors:
 //! - at most `max_connections` open connections per server: beyond it the server stops
 //!   accepting until one closes (the kernel's backlog holds the rest);
-//! - `header_read_timeout`: a TLS handshake and (HTTP/1) a request's headers must
-//!   arrive within it, else the connection is closed;
+//! - `header_read_timeout`: a connection's first byte (counted from accept), a TLS
+//!   handshake and (HTTP/1) a request's headers must arrive within it, else the
+//!   connection is closed;
 //! - `idle_timeout`: a connection on which no byte moved either way for this long is
 //!   closed (HTTP/2 and gRPC connections are pinged at a third of it, so a live peer on a
 //!   quiet stream stays connected; SSE pages get keep-alive comments).
