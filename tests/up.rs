@@ -1177,6 +1177,23 @@ async fn read_sse(req: reqwest::RequestBuilder, max: usize) -> Vec<(String, Stri
     out
 }
 
+/// The rest of a run stream after seq 3 (a client reconnecting with `Last-Event-ID`).
+async fn rest_after_3(url: &str, token: &str, within: Duration) -> Vec<(String, String)> {
+    let client = reqwest::Client::new();
+    tokio::time::timeout(
+        within,
+        read_sse(
+            client
+                .get(url)
+                .bearer_auth(token)
+                .header("Last-Event-ID", "3"),
+            usize::MAX,
+        ),
+    )
+    .await
+    .expect("the rest of the run, ending with its terminal event")
+}
+
 /// The run stream of `up`'s web channel: asked for before the run starts, it waits; a
 /// client that drops after 3 events and reconnects with `Last-Event-ID` gets exactly
 /// the rest, ending with the terminal event; `?after=` resumes an ended run; together
@@ -1221,18 +1238,7 @@ fn the_run_stream_follows_and_resumes_a_run() {
         tx.send(Ok(capture[half..].to_vec())).await.unwrap();
         drop(tx);
         assert!(post.await.unwrap().unwrap().status().is_success());
-        let rest = tokio::time::timeout(
-            Duration::from_secs(10),
-            read_sse(
-                client
-                    .get(&url)
-                    .bearer_auth(&token)
-                    .header("Last-Event-ID", "3"),
-                usize::MAX,
-            ),
-        )
-        .await
-        .expect("the stream ends after the terminal event");
+        let rest = rest_after_3(&url, &token, Duration::from_secs(10)).await;
         (first, rest)
     });
     let ids: Vec<String> = first
@@ -1434,18 +1440,7 @@ fn the_run_stream_and_ingest_resume_across_an_up_restart() {
             assert!(Instant::now() < deadline, "{code} {body}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        tokio::time::timeout(
-            Duration::from_secs(20),
-            read_sse(
-                client
-                    .get(&url)
-                    .bearer_auth(&token)
-                    .header("Last-Event-ID", "3"),
-                usize::MAX,
-            ),
-        )
-        .await
-        .expect("the rest after the restart")
+        rest_after_3(&url, &token, Duration::from_secs(20)).await
     });
     let ids: Vec<String> = first
         .iter()

@@ -186,16 +186,7 @@ async fn send(addr: &str, token: Option<&str>, args: &IngestArgs, chunks: &[&[u8
     }
     let start = point.next_chunk as usize;
     let total = chunks.len() as u64;
-    let template = IngestChunk {
-        tenant: args.tenant.clone(),
-        run_id: args.run.clone(),
-        session_key: args.session.clone(),
-        family: args.family.clone(),
-        dialect: None,
-        chunk: 0,
-        body: Vec::new(),
-        close: None,
-    };
+    let template = chunk_template(args);
     let mut messages: Vec<IngestChunk> = chunks
         .iter()
         .enumerate()
@@ -226,6 +217,20 @@ async fn send(addr: &str, token: Option<&str>, args: &IngestArgs, chunks: &[&[u8
         bail!("the ingest service acknowledged {acked} of {expected} messages");
     }
     Ok(total - start as u64)
+}
+
+/// An empty chunk of the run `args` names (index, body and close filled in per chunk).
+fn chunk_template(args: &IngestArgs) -> IngestChunk {
+    IngestChunk {
+        tenant: args.tenant.clone(),
+        run_id: args.run.clone(),
+        session_key: args.session.clone(),
+        family: args.family.clone(),
+        dialect: None,
+        chunk: 0,
+        body: Vec::new(),
+        close: None,
+    }
 }
 
 fn async_stream(

@@ -96,16 +96,7 @@ impl Unacked {
 pub(super) async fn run(args: &IngestArgs, addr: &str, token: Option<&str>) -> Result<()> {
     let mut input = read_stdin(args.chunk_bytes.clamp(1, 4 << 20));
     let mut unacked = Unacked {
-        template: IngestChunk {
-            tenant: args.tenant.clone(),
-            run_id: args.run.clone(),
-            session_key: args.session.clone(),
-            family: args.family.clone(),
-            dialect: None,
-            chunk: 0,
-            body: Vec::new(),
-            close: None,
-        },
+        template: super::chunk_template(args),
         chunks: VecDeque::new(),
         next: 0,
         ended: false,
