@@ -90,8 +90,25 @@ if [ "${STREAMGATE_SKIP_NODE:-}" != 1 ]; then
     echo "== installing nodejs npm"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
   fi
-  echo "== npm ci --prefix tests/js"
+  echo "== npm ci --prefix tests/js, clients/typescript"
   npm ci --prefix tests/js --silent --no-audit --no-fund
+  npm ci --prefix clients/typescript --silent --no-audit --no-fund
+fi
+
+# The Python client and its test extras, in a virtualenv under target/ (tests/clients.rs
+# runs its suite with it).
+if [ "${STREAMGATE_SKIP_PYTHON:-}" != 1 ]; then
+  venv=target/pyclient
+  if ! "$venv/bin/python" -c "import streamgate_client, httpx, pytest, pytest_asyncio" 2>/dev/null; then
+    echo "== python client venv ($venv)"
+    python3 -m venv "$venv" 2>/dev/null || {
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      python3 -m venv "$venv"
+    }
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -e 'clients/python[test]'
+  fi
+  STREAMGATE_PYTHON="$(pwd)/$venv/bin/python"
+  export STREAMGATE_PYTHON
 fi
 
 if [ -n "${CI:-}" ] && [ -z "${STREAMGATE_CORPUS:-}" ]; then
