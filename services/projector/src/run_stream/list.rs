@@ -52,17 +52,33 @@ struct Row {
     ended_at_ms: Option<u64>,
 }
 
-/// The cursor of a row: `<tenant>/<run id>` (ids cannot hold a `/`-free ambiguity: the
-/// tenant is the part before the first `/`, and tenants are checked ids).
+/// The cursor of a row: `<tenant>/<run id>`, each part with `%` and `/` percent-encoded
+/// (ids may hold `/`, so the separator must not occur inside a part).
 fn cursor(r: &Row) -> String {
-    format!("{}/{}", r.tenant, r.run_id)
+    format!("{}/{}", encode(&r.tenant), encode(&r.run_id))
+}
+
+fn encode(part: &str) -> String {
+    part.replace('%', "%25").replace('/', "%2F")
+}
+
+fn decode(part: &str) -> String {
+    part.replace("%2F", "/")
+        .replace("%2f", "/")
+        .replace("%25", "%")
+}
+
+/// The (tenant, run id) a cursor names.
+fn parse_cursor(c: &str) -> Option<(String, String)> {
+    let (t, r) = c.split_once('/')?;
+    Some((decode(t), decode(r)))
 }
 
 pub(super) async fn list(State(s): State<RunStreamState>, Query(q): Query<ListQuery>) -> Response {
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let after = match q.after.as_deref().map(|c| c.split_once('/')) {
+    let after = match q.after.as_deref().map(parse_cursor) {
         None => None,
-        Some(Some((t, r))) => Some((t.to_owned(), r.to_owned())),
+        Some(Some(pair)) => Some(pair),
         Some(None) => {
             return (
                 StatusCode::BAD_REQUEST,
@@ -113,4 +129,28 @@ pub(super) async fn list(State(s): State<RunStreamState>, Query(q): Query<ListQu
     let next = (rows.len() > limit).then(|| cursor(&rows[limit - 1]));
     rows.truncate(limit);
     Json(serde_json::json!({ "runs": rows, "next": next })).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_ids_with_slashes_and_percents() {
+        for (t, r) in [("acme", "r1"), ("a/b", "c/d"), ("50%", "%2F/x"), ("t", "")] {
+            let row = Row {
+                tenant: t.into(),
+                run_id: r.into(),
+                status: Status::Open,
+                chat_id: String::new(),
+                session_key: None,
+                last_seq: None,
+                ended_at_ms: None,
+            };
+            assert_eq!(
+                parse_cursor(&cursor(&row)),
+                Some((t.to_owned(), r.to_owned()))
+            );
+        }
+    }
 }
