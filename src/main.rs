@@ -138,6 +138,17 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let args = Args::parse();
+    // Only the commands whose output is stdout end quietly on a closed pipe: a broken
+    // pipe anywhere else (a socket the server closed, say a refused TLS client
+    // certificate) is an error, never a silent success.
+    let prints = matches!(
+        args.command,
+        Command::Runs(_)
+            | Command::Replay(_)
+            | Command::Tail(_)
+            | Command::Normalize { .. }
+            | Command::Conform { .. }
+    );
     let result = match args.command {
         Command::Up(a) => block_on(cli::up::run(a)),
         Command::Bench(BenchCommand::Pipeline(a)) => block_on(cli::bench::pipeline(a)),
@@ -166,7 +177,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if prints && is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("streamgate: {e:#}");
             ExitCode::FAILURE
