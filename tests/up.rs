@@ -733,12 +733,12 @@ fn secrets_reach_no_channel_surface() {
         "the webhook never showed the masked tool arguments: {calls:#?}"
     );
     surfaces.push(("webhook".into(), calls.join("\n")));
-    // The web page's data, as the page reads it.
+    // The web page's data, as the page reads it: the run stream.
     let client = reqwest::Client::new();
     for (run, _) in &runs {
         let body = rt.block_on(async {
             client
-                .get(format!("{base}/api/runs/{run}"))
+                .get(format!("{base}/v1/runs/default/{run}/events?wait=10"))
                 .bearer_auth(token)
                 .send()
                 .await?

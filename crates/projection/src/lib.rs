@@ -13,7 +13,7 @@
 //!   recovery and reconnect support.
 //! - `safe_text` (private): an open thinking segment's display-safe text, redacted as it
 //!   streams and kept as bounded ends, so rendering a delta costs O(delta).
-//! - `render` (private, but for [`draft_line_kind`]): the draft text from the folded run state — truth tables
+//! - `render` (private): the draft text from the folded run state — truth tables
 //!   (spec §4.3), tiers (§7.1–7.2), overflow elision (§7.2), settle summary.
 //! - [`redact`]: the one redactor for every channel surface (drafts, thinking, tool rows,
 //!   notices, settles, `ProjectorService` events; final answers verbatim), and
@@ -76,7 +76,7 @@ pub use projection::{
     RunProjection, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER, TEXT_WINDOW_BYTES,
     TRUNCATED_SUFFIX, TYPING_EVERY_EVENTS,
 };
-pub use render::{draft_line_kind, is_silent, DraftLine, SILENT_TOKENS};
+pub use render::{is_silent, SILENT_TOKENS};
 pub use safe_events::EventRedactor;
 pub use settings::{
     parse_shown, tags, BadTagVisibility, Budgets, Delivery, Reasoning, Settings, TagVisibility,

@@ -15,7 +15,6 @@
 use crate::redact::{display_safe, display_safe_open, redact, redact_open, truncate_chars};
 use crate::safe_text::{SafeText, KEEP_CHARS};
 use crate::settings::{tags, Budgets, Reasoning, Settings, Tier, Verbose};
-use serde::Serialize;
 use serde_json::Value;
 use streamgate_grammar::fold::{ItemState, TextSegment, ThinkingSegment};
 use streamgate_grammar::{RunState, ThinkingVariant};
@@ -501,42 +500,6 @@ const TOOL_EMOJIS: [&str; 6] = ["✏️", "💻", "🌐", "🔍", "📄", "🔧"
 /// The status marks of a tool row ([`item_status`]'s answers).
 const STATUS_MARKS: [&str; 3] = ["⏳", "✅", "❌"];
 
-/// What one line of a rendered draft is. Drafts travel as text (every sink shows text);
-/// a surface that styles the lanes apart (the web page) asks here rather than
-/// re-implementing the row format, which this module alone defines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DraftLine {
-    /// A line of a thinking block (`> 🧠 …` and its continuation lines).
-    Thinking,
-    /// A tool row: `emoji name status`, optionally `— detail`.
-    Tool,
-    /// Commentary, elision markers, status lines: anything else.
-    Text,
-}
-
-/// Classifies one line of a draft text (see [`DraftLine`]). A commentary line that
-/// happens to look like a row is classified as one: only its styling differs.
-pub fn draft_line_kind(line: &str) -> DraftLine {
-    if line.starts_with('>') {
-        return DraftLine::Thinking;
-    }
-    let Some(rest) = TOOL_EMOJIS.iter().find_map(|e| line.strip_prefix(e)) else {
-        return DraftLine::Text;
-    };
-    // `name status` or `name status — detail`: the mark is the token before the detail.
-    let head = rest.split(" — ").next().unwrap_or(rest);
-    if rest.starts_with(' ')
-        && STATUS_MARKS
-            .iter()
-            .any(|m| head.ends_with(&format!(" {m}")))
-    {
-        DraftLine::Tool
-    } else {
-        DraftLine::Text
-    }
-}
-
 /// Emoji for a tool, from its kind and name (first match wins; edits before reads so
 /// `write_file` is an edit).
 pub(crate) fn item_emoji(item: &ItemState) -> &'static str {
@@ -925,41 +888,5 @@ mod tests {
         assert_eq!(item_emoji(&it("tool", "write_file")), "✏️");
         assert_eq!(item_emoji(&it("tool", "web_fetch")), "🌐");
         assert_eq!(item_emoji(&it("tool", "get_weather")), "🔧");
-    }
-
-    #[test]
-    fn draft_lines_classify_as_rendered() {
-        let done = ItemState {
-            kind: "tool".into(),
-            name: Some("web_search".into()),
-            input_text: "paris weather".into(),
-            output_text: "18 °C, sunny".into(),
-            ended: true,
-            ..ItemState::default()
-        };
-        let view = View::of(
-            &Settings {
-                verbose: Verbose::Full,
-                ..Settings::default()
-            },
-            Tier::T2 { status_line: false },
-        );
-        let rows = item_piece(&done, &view).levels;
-        assert_eq!(rows.len(), 2, "{rows:?}");
-        for row in &rows {
-            assert_eq!(draft_line_kind(row), DraftLine::Tool, "{row}");
-        }
-        assert_eq!(
-            draft_line_kind("🔍 web_search ✅ — paris weather → 18 °C"),
-            DraftLine::Tool
-        );
-        assert_eq!(draft_line_kind("> 🧠 [raw] plan"), DraftLine::Thinking);
-        assert_eq!(draft_line_kind(">"), DraftLine::Thinking);
-        assert_eq!(draft_line_kind("🔍 looking around"), DraftLine::Text);
-        assert_eq!(draft_line_kind("Listing."), DraftLine::Text);
-        assert_eq!(
-            draft_line_kind("… [2 earlier rows omitted]"),
-            DraftLine::Text
-        );
     }
 }

@@ -185,9 +185,9 @@ pub async fn start(
                 listen: bound,
             };
             let app = web::router(sink.clone(), shutdown.clone(), access, channel.clone());
-            let (c, stop) = (channel.clone(), shutdown.clone());
+            let c = channel.clone();
             tasks.spawn(async move {
-                web::follow_thinking(c, sink, stop).await;
+                web::seed::from_events(&c, sink.runs()).await;
                 Ok(())
             });
             let server = serve::http::start_on(listener, app, &cfg.serve, shutdown.clone())?;

@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 use streamgate_bus::local::{free_port, nats_server_binary, LocalNats};
 use streamgate_bus::subject::RunAddr;
 use streamgate_grammar::{Envelope, RunEvent};
+
+/// The tenant of the bench's runs.
+const BENCH_TENANT: &str = "bench";
 use streamgate_projector::{ChannelConfig, ChannelSink};
 use streamgate_sinks::webhook::WebhookConfig;
 use streamgate_sinks::{Secret, SinkConfig};
@@ -116,7 +119,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     let chats = args.chats.unwrap_or(args.runs).max(1);
     let run_ids: Vec<String> = (0..args.runs).map(|r| format!("proj-bench-{r}")).collect();
     let pages = match running.web {
-        Some(web) => Some(web_page::open_pages(web, &run_ids).await?),
+        Some(web) => Some(web_page::open_pages(web, BENCH_TENANT, &run_ids).await?),
         None => None,
     };
     let final_seq = events
@@ -134,7 +137,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         for (r, run_id) in run_ids.iter().enumerate() {
             let re = RunEvent {
                 envelope: Envelope {
-                    tenant: "bench".into(),
+                    tenant: BENCH_TENANT.into(),
                     session_key: Some(format!("chat-{}", r % chats)),
                     run_id: run_id.clone(),
                     ts_ms: crate::cli::bench::now_ms(),
@@ -235,7 +238,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     Ok(())
 }
 
-/// Prints the web page figures: first snapshot and final shown, p50/p99 over runs.
+/// Prints the web page figures (its run stream): first event and final shown, p50/p99 over runs.
 fn report_pages(
     pages: &web_page::Pages,
     published: &HashMap<(String, u64), Instant>,
@@ -273,7 +276,7 @@ fn report_pages(
         total as f64 / finished.as_secs_f64()
     );
     println!(
-        "pages     first event→first snapshot p50 {:.1} ms, p99 {:.1} ms; final event→final shown p50 {:.1} ms, p99 {:.1} ms",
+        "pages     first event→on the run stream p50 {:.1} ms, p99 {:.1} ms; final event→final shown p50 {:.1} ms, p99 {:.1} ms",
         pct(&mut first, 0.5),
         pct(&mut first, 0.99),
         pct(&mut finals, 0.5),

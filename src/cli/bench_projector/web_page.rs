@@ -1,10 +1,9 @@
-//! `bench projector --sink web`: what a person watching the web page sees. One SSE
-//! client per run follows `/runs/{run}/events` (opened before the run starts, as an open
-//! page would be); each snapshot's arrival is recorded with whether it carries the final
-//! answer. The page coalesces to ~10 snapshots a second per run, so a snapshot cannot be
-//! tied to one event: latency here is from the publish of a run's first event to its
-//! first snapshot, and from the publish of its final-answer event to the first snapshot
-//! that shows the final.
+//! `bench projector --sink web`: what a person watching the web page sees. One client
+//! per run follows the run stream the page reads, `/v1/runs/{tenant}/{run}/events`
+//! (opened before the run starts, as an open page would be); each event's arrival is
+//! recorded with whether it is the final answer: latency here is from the publish of a
+//! run's first event to its first event on the stream, and from the publish of its
+//! final-answer event to that event on the stream.
 
 use anyhow::Result;
 use futures::StreamExt;
@@ -13,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Per run: arrival of the first snapshot and of the first one with the final answer.
+/// Per run: arrival of its first event on the run stream and of its final answer.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PageTimes {
     pub first: Option<Instant>,
@@ -24,14 +23,14 @@ pub struct PageTimes {
 pub type Pages = Arc<Mutex<HashMap<String, PageTimes>>>;
 
 /// Opens one SSE client per run against the web channel at `web`.
-pub async fn open_pages(web: SocketAddr, runs: &[String]) -> Result<Pages> {
+pub async fn open_pages(web: SocketAddr, tenant: &str, runs: &[String]) -> Result<Pages> {
     let pages: Pages = Arc::new(Mutex::new(HashMap::new()));
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()?;
     for run in runs {
         let resp = client
-            .get(format!("http://{web}/runs/{run}/events"))
+            .get(format!("http://{web}/v1/runs/{tenant}/{run}/events"))
             .send()
             .await?
             .error_for_status()?;
@@ -45,7 +44,8 @@ pub async fn open_pages(web: SocketAddr, runs: &[String]) -> Result<Pages> {
                 // One SSE event ends with a blank line; only `data:` lines matter.
                 while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
                     let event: Vec<u8> = buf.drain(..end + 2).collect();
-                    let shows_final = String::from_utf8_lossy(&event).contains("\"final_html\"");
+                    let shows_final =
+                        String::from_utf8_lossy(&event).contains("\"phase\":\"final_answer\"");
                     if let Ok(mut p) = pages.lock() {
                         let t = p.entry(run.clone()).or_default();
                         t.first.get_or_insert(at);

@@ -8,7 +8,7 @@
 //! - LaTeX (`$…$`, `$$…$$`) is shown as code: no math renderer, no CDN.
 //! - Very long texts are rendered up to [`MAX_RENDER_BYTES`], with a note saying so.
 
-use pulldown_cmark::{html, CowStr, Event, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{html, CodeBlockKind, CowStr, Event, Options, Parser, Tag, TagEnd};
 use std::sync::OnceLock;
 
 /// Longest text rendered; the rest of a longer answer is cut (with a note).
@@ -19,9 +19,21 @@ fn sanitizer() -> &'static ammonia::Builder<'static> {
     B.get_or_init(|| {
         let mut b = ammonia::Builder::default();
         b.add_allowed_classes("code", ["math", "math-display"])
+            .add_tag_attributes("pre", ["data-lang"])
             .add_allowed_classes("pre", ["math"]);
         b
     })
+}
+
+/// The language of a fenced code block as the page may show it: its first word, when
+/// made of word characters, `+`, `#`, `.` and `-` only (at most 32).
+fn code_lang(info: &str) -> Option<&str> {
+    let lang = info.split_whitespace().next()?;
+    let ok = lang.len() <= 32
+        && lang
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '+' | '#' | '.' | '-'));
+    ok.then_some(lang)
 }
 
 fn escape(s: &str) -> String {
@@ -81,6 +93,14 @@ pub fn render_cut(text: &str, len: usize) -> String {
             id,
         }),
         Event::End(TagEnd::Image) => Event::End(TagEnd::Link),
+        // A fenced block keeps its language for the page's label and highlighter, as a
+        // `data-lang` the sanitizer allows (only word characters, `+`, `#`, `.`, `-`).
+        Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(lang))) => {
+            Event::Html(CowStr::from(match code_lang(&lang) {
+                Some(l) => format!("<pre data-lang=\"{l}\"><code>"),
+                None => "<pre><code>".to_owned(),
+            }))
+        }
         Event::InlineMath(s) => Event::InlineHtml(CowStr::from(format!(
             "<code class=\"math\">${}$</code>",
             escape(&s)
@@ -116,6 +136,17 @@ mod tests {
         assert!(h.contains("<pre><code"), "{h}");
         assert!(h.contains("href=\"https://example.com\""), "{h}");
         assert!(!h.contains("**") && !h.contains("##"), "{h}");
+    }
+
+    #[test]
+    fn code_blocks_keep_a_safe_language() {
+        let h = render("```rust\nfn main() {}\n```\n\n```\"><script>\nx\n```");
+        assert!(
+            h.contains("<pre data-lang=\"rust\"><code>fn main() {}"),
+            "{h}"
+        );
+        assert!(!h.contains("<script"), "{h}");
+        assert!(h.contains("<pre><code>x"), "{h}");
     }
 
     #[test]

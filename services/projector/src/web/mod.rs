@@ -1,56 +1,69 @@
-//! The built-in tier-T2 web channel: a [`WebSink`] that keeps recent runs in memory
+//! The built-in tier-T2 web channel: a [`WebSink`] that keeps the run list
 //! ([`runs::Runs`]: live and ended, bounded by count and age) and an axum server with
-//! the page that lists them and follows one live over SSE.
+//! the page, which is a client of the run stream: it lists runs and follows one live
+//! from its events.
 //!
 //! Routes:
-//! - `GET /` — the page; `GET /assets/app.js`, `GET /assets/app.css` — its script and
-//!   styles (files beside this module, compiled in with `include_str!`; no CDN);
+//! - `GET /` — the page; `GET /assets/…` — its script, styles and the vendored
+//!   highlighter (files in `assets/`, compiled in with `include_str!`; no CDN);
 //! - `GET /api/runs` — the run list, newest first (JSON; each row names its `tenant` and
-//!   `run_id`);
-//! - `GET /api/runs/{run}?tenant=<t>` — what the page shows of one run
-//!   ([`runs::RunView`], JSON);
-//! - `GET /runs/{run}/events?tenant=<t>` — SSE: the run's view now, then again whenever
-//!   it changed, at most ~10 per second (latest wins: a page never queues stale drafts);
-//! - `GET /v1/runs/{tenant}/{run}/events` — the run stream ([`crate::run_stream`]): the
-//!   run's display-safe events, resumable by seq.
+//!   `run_id`); `GET /api/runs/events` — the same list pushed over SSE whenever it
+//!   changes (at most every [`runs::MIN_PUSH_INTERVAL`]);
+//! - `POST /api/render` — markdown (the body, untrusted) as sanitized HTML
+//!   ([`markdown`]): the page folds a run's events itself and asks the server to render
+//!   each answer and commentary block, so no model text becomes HTML in the browser;
+//! - `GET /v1/runs/{tenant}/{run}/events`, `GET /v1/runs` — the run stream
+//!   ([`crate::run_stream`]): what the page shows of a run, event by event.
 //!
-//! A run is `(tenant, run id)`: the same run id under two tenants is two records. Without
-//! `?tenant=` a URL names the only tenant's run of that id (nothing while several
-//! tenants have one); the page always sends the tenant.
+//! A run is `(tenant, run id)`: the same run id under two tenants is two runs.
 //!
-//! Model output is untrusted: answers and commentary are rendered from markdown on the
-//! server and sanitized ([`markdown`]); the page inserts only that HTML and sets every
-//! other string as text.
+//! The sink does nothing slow: each op updates one list row and bumps a version, so the
+//! channel's consumers keep their own pace whatever the pages do.
 //!
-//! The sink does nothing slow: each op updates one in-memory record and bumps a version
-//! (markdown is rendered when a page asks, not per op), so the channel's consumers keep
-//! their own pace whatever the pages do.
+//! # Layout
+//! - this file: the sink and the routes;
+//! - [`runs`]: the run list; [`seed`]: the list after a restart, from `SG_EVENTS`;
+//! - [`markdown`]: markdown → sanitized HTML; [`access`]: who may open the page;
+//! - `assets/`: `index.html`, `app.css`, `app.js` (the page), `fold.js` (a run's events
+//!   folded into what the page shows), `highlight.min.js` + `highlight.css` (vendored
+//!   highlight.js 11, BSD-3-Clause, `assets/highlight.LICENSE`).
 
 pub mod access;
 pub mod markdown;
 pub mod runs;
+pub mod seed;
 
 use crate::channel::Channel;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::future::BoxFuture;
 use futures::Stream;
-use runs::{RunView, Runs};
+use runs::Runs;
 use std::convert::Infallible;
 use std::sync::Arc;
-use streamgate_grammar::{EventData, SegmentPhase};
 use streamgate_projection::{DraftKey, Op, Tier};
 use streamgate_sinks::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 const PAGE: &str = include_str!("assets/index.html");
-const SCRIPT: &str = include_str!("assets/app.js");
-const STYLES: &str = include_str!("assets/app.css");
+/// The page's files: path under `/assets/`, content type, body.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("app.js", JS, include_str!("assets/app.js")),
+    ("fold.js", JS, include_str!("assets/fold.js")),
+    (
+        "highlight.min.js",
+        JS,
+        include_str!("assets/highlight.min.js"),
+    ),
+    ("app.css", CSS, include_str!("assets/app.css")),
+    ("highlight.css", CSS, include_str!("assets/highlight.css")),
+];
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
 
 /// The web channel's sink: idempotent by the delivery state like every sink, recording
 /// each op into the run's record for the page.
@@ -161,33 +174,6 @@ impl Sink for WebSink {
     }
 }
 
-/// Follows the channel's events for what ops do not carry: when each thinking segment
-/// started and ended (the page's "Thought for N s"). Lagging behind drops timings,
-/// never events of the channel.
-pub async fn follow_thinking(channel: Arc<Channel>, sink: Arc<WebSink>, stop: CancellationToken) {
-    let mut rx = channel.subscribe_events();
-    loop {
-        let ev = tokio::select! {
-            () = stop.cancelled() => return,
-            ev = rx.recv() => ev,
-        };
-        match ev {
-            Ok(ev) => {
-                if let EventData::Thinking(t) = &ev.event.data {
-                    sink.runs.thinking_at(
-                        (&ev.envelope.tenant, &ev.envelope.run_id),
-                        t.id.as_deref(),
-                        t.phase == Some(SegmentPhase::Start),
-                        ev.envelope.ts_ms,
-                    );
-                }
-            }
-            Err(RecvError::Lagged(_)) => {}
-            Err(RecvError::Closed) => return,
-        }
-    }
-}
-
 #[derive(Clone)]
 struct AppState {
     sink: Arc<WebSink>,
@@ -196,7 +182,7 @@ struct AppState {
 
 /// The web page's router. SSE streams end when `shutdown` fires: a graceful shutdown
 /// waits for open connections, and an open page would otherwise hold the process up
-/// (the page's `EventSource` reconnects to the next instance by itself).
+/// (the page reconnects to the next instance by itself).
 ///
 /// Every route is behind [`access::guard`]: loopback host names only on a loopback
 /// page, and the channel token when `access` has one.
@@ -209,11 +195,10 @@ pub fn router(
     let run_stream = crate::run_stream::router(channel, shutdown.clone());
     Router::new()
         .route("/", get(page))
-        .route("/assets/app.js", get(script))
-        .route("/assets/app.css", get(styles))
+        .route("/assets/{file}", get(asset))
         .route("/api/runs", get(list))
-        .route("/api/runs/{run}", get(one))
-        .route("/runs/{run}/events", get(run_events))
+        .route("/api/runs/events", get(list_events))
+        .route("/api/render", post(render))
         .with_state(AppState { sink, shutdown })
         .merge(run_stream)
         .layer(axum::middleware::from_fn_with_state(access, access::guard))
@@ -223,77 +208,60 @@ async fn page() -> Html<&'static str> {
     Html(PAGE)
 }
 
-fn asset(kind: &'static str, body: &'static str) -> Response {
-    ([(header::CONTENT_TYPE, kind)], body).into_response()
-}
-
-async fn script() -> Response {
-    asset("text/javascript; charset=utf-8", SCRIPT)
-}
-
-async fn styles() -> Response {
-    asset("text/css; charset=utf-8", STYLES)
+async fn asset(Path(file): Path<String>) -> Response {
+    match ASSETS.iter().find(|(name, _, _)| *name == file) {
+        Some((_, kind, body)) => (
+            [
+                (header::CONTENT_TYPE, *kind),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            *body,
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn list(State(s): State<AppState>) -> Json<Vec<runs::RunRow>> {
     Json(s.sink.runs.list())
 }
 
-/// `?tenant=`: the run's tenant (absent: the only tenant with a run of that id).
-#[derive(Debug, Default, serde::Deserialize)]
-struct TenantQuery {
-    #[serde(default)]
-    tenant: String,
+/// Markdown from the page (a block of a run it folded) as sanitized HTML.
+async fn render(body: String) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markdown::render(&body),
+    )
+        .into_response()
 }
 
-async fn one(
-    State(s): State<AppState>,
-    Path(run): Path<String>,
-    Query(q): Query<TenantQuery>,
-) -> Response {
-    match s.sink.runs.view(&q.tenant, &run) {
-        Some(v) => Json(v).into_response(),
-        None => StatusCode::NOT_FOUND.into_response(),
-    }
-}
-
-fn sse_of(v: &RunView) -> SseEvent {
-    let data = serde_json::to_string(v).unwrap_or_else(|_| "{}".to_owned());
-    SseEvent::default().id(v.version.to_string()).data(data)
-}
-
-async fn run_events(
-    State(s): State<AppState>,
-    Path(run): Path<String>,
-    Query(q): Query<TenantQuery>,
-) -> impl IntoResponse {
-    let tenant = q.tenant;
+/// The run list now, then again whenever it changed (coalesced: latest wins).
+async fn list_events(State(s): State<AppState>) -> impl IntoResponse {
     let mut changed = s.sink.runs.watch();
     let sink = s.sink.clone();
     let stop = s.shutdown.clone();
     let stream = async_stream(move |tx| async move {
-        let mut sent = 0u64;
+        let mut sent: Option<Vec<runs::RunRow>> = None;
         loop {
-            let version = sink.runs.version(&tenant, &run);
-            if version != sent {
-                if let Some(v) = sink.runs.view(&tenant, &run) {
-                    sent = v.version;
-                    if tx.send(sse_of(&v)).await.is_err() {
-                        return;
-                    }
+            let rows = sink.runs.list();
+            if sent.as_ref() != Some(&rows) {
+                let data = serde_json::to_string(&rows).unwrap_or_else(|_| "[]".to_owned());
+                if tx.send(SseEvent::default().data(data)).await.is_err() {
+                    return;
                 }
-                // Coalesce: whatever changes meanwhile goes out as one snapshot.
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(runs::MIN_PUSH_INTERVAL) => {}
-                }
-                continue;
+                sent = Some(rows);
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(runs::MIN_PUSH_INTERVAL) => {}
             }
             tokio::select! {
                 () = stop.cancelled() => return,
                 // The page went away: no task waits for a change that nobody reads.
                 () = tx.closed() => return,
                 r = changed.changed() => if r.is_err() { return },
+                // Relative times and age eviction move without ops.
+                () = tokio::time::sleep(std::time::Duration::from_secs(30)) => {}
             }
         }
     });

@@ -1,9 +1,16 @@
-// streamgate web channel page. Every string from the server is set as text, except the
-// answer and commentary HTML, which the server rendered from markdown and sanitized.
+// streamgate web page: a client of the run stream. The run list comes pushed over SSE
+// (/api/runs/events); a run is followed from its events (/v1/runs/{tenant}/{run}/events),
+// folded in fold.js into blocks in event order. Model text becomes HTML only through the
+// server (/api/render: markdown rendered and sanitized there); every other string is set
+// as text.
 'use strict';
 const $ = id => document.getElementById(id);
-let cur = null, curTenant = "", es = null, lastView = null, runsCache = [];
-const userOpen = new Map(); // thinking block index -> open state the reader chose
+const Fold = window.StreamgateFold;
+const DEFAULT_TENANT = 'default';
+const RENDER_EVERY_MS = 150;
+
+let runsCache = [];
+let cur = null; // {tenant, run, es, fold, views: Map(block -> view), retry}
 
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -30,21 +37,41 @@ const LABEL = {
   live: 'Live', completed: 'Completed', paused: 'Paused', incomplete: 'Incomplete',
   error: 'Error', interrupted: 'Interrupted', withdrawn: 'Withdrawn',
 };
-function badgeText(v) {
-  if (v.status === 'live') return '● Live';
-  const label = LABEL[v.status] || v.status;
-  return v.ended_ms ? label + ' · ended ' + clock(v.ended_ms) : label;
-}
 
-// ---- run list ----
+// ---- theme ----
+function applyTheme(t) {
+  if (t) document.documentElement.dataset.theme = t;
+  else delete document.documentElement.dataset.theme;
+}
+function currentScheme() {
+  return document.documentElement.dataset.theme ||
+    (matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light');
+}
+try { applyTheme(localStorage.getItem('sg-theme')); } catch (e) { /* storage off */ }
+$('theme').onclick = () => {
+  const next = currentScheme() === 'dark' ? 'light' : 'dark';
+  applyTheme(next);
+  try { localStorage.setItem('sg-theme', next); } catch (e) { /* storage off */ }
+};
+
+// ---- narrow screens: the run list is a drawer ----
+function setNav(open) {
+  document.body.classList.toggle('nav-open', open);
+  $('menu').setAttribute('aria-expanded', String(open));
+}
+$('menu').onclick = () => setNav(!document.body.classList.contains('nav-open'));
+$('scrim').onclick = () => setNav(false);
+
+// ---- run list (pushed) ----
 function renderList(runs) {
   runsCache = runs;
   const box = $('runs');
   box.textContent = '';
   if (!runs.length) box.appendChild(el('div', 'no-runs', 'No runs yet.'));
   for (const r of runs) {
-    // A run is (tenant, run id): the same run id under two tenants is two runs.
-    const b = el('button', 'run-item' + (r.run_id === cur && (!curTenant || r.tenant === curTenant) ? ' sel' : ''));
+    const sel = cur && r.run_id === cur.run && r.tenant === cur.tenant;
+    const b = el('button', 'run-item' + (sel ? ' sel' : ''));
+    b.type = 'button';
     b.dataset.run = r.run_id;
     b.dataset.tenant = r.tenant;
     b.dataset.status = r.status;
@@ -53,9 +80,11 @@ function renderList(runs) {
     top.appendChild(el('span', 'run-id', r.run_id));
     top.appendChild(el('span', 'run-when', r.status === 'live' ? 'live' : ago(r.ended_ms || r.updated_ms)));
     b.appendChild(top);
-    b.appendChild(el('div', 'run-preview', r.preview || (r.status === 'live' ? 'working…' : LABEL[r.status] || '')));
-    b.title = r.run_id + ' · tenant ' + r.tenant + ' · ' + r.chat_id;
-    b.onclick = () => open(r.run_id, r.tenant, true);
+    const sub = el('div', 'run-preview', r.preview || (r.status === 'live' ? 'working…' : LABEL[r.status] || ''));
+    b.appendChild(sub);
+    if (r.tenant !== DEFAULT_TENANT) b.appendChild(el('div', 'run-tenant', r.tenant));
+    b.title = r.run_id + ' · tenant ' + r.tenant + (r.chat_id ? ' · ' + r.chat_id : '');
+    b.onclick = () => { open(r.tenant, r.run_id, true); setNav(false); };
     box.appendChild(b);
   }
   $('conn').className = 'conn ok';
@@ -65,113 +94,282 @@ function renderList(runs) {
     $('empty-title').textContent = runs.length ? 'Pick a run' : 'Waiting for runs';
   }
 }
-async function refresh() {
-  try {
-    const r = await fetch('/api/runs', { cache: 'no-store' });
-    if (!r.ok) throw new Error(r.status);
-    renderList(await r.json());
-  } catch (e) {
+function followList() {
+  const es = new EventSource('/api/runs/events');
+  es.onmessage = m => renderList(JSON.parse(m.data));
+  es.onerror = () => {
     $('conn').className = 'conn down';
     $('conn').textContent = 'reconnecting…';
+    if (es.readyState === EventSource.CLOSED) setTimeout(followList, 2000);
+  };
+}
+
+// ---- markdown, rendered and sanitized by the server ----
+async function renderMarkdown(view, block) {
+  if (view.rendering) { view.again = true; return; }
+  view.rendering = true;
+  try {
+    do {
+      view.again = false;
+      const text = block.text;
+      const r = await fetch('/api/render', { method: 'POST', body: text, headers: { 'content-type': 'text/plain; charset=utf-8' } });
+      if (!r.ok) throw new Error('render ' + r.status);
+      const html = await r.text();
+      if (view.renderedText !== text) {
+        view.body.innerHTML = html; // server-rendered, sanitized
+        view.renderedText = text;
+        decorateCode(view.body);
+      }
+      if (view.again) await new Promise(res => setTimeout(res, RENDER_EVERY_MS));
+    } while (view.again);
+  } catch (e) {
+    view.body.textContent = block.text; // shown as text when the server cannot render
+  } finally {
+    view.rendering = false;
   }
 }
 
-// ---- one run ----
-function thinkingStep(s, i) {
-  const d = el('details', 'thinking' + (s.active ? ' active' : ''));
-  d.dataset.i = i;
-  const label = s.active ? 'Thinking…' : 'Thought for ' + Math.max(1, s.secs ?? 0) + ' s';
-  d.appendChild(el('summary', '', label));
-  d.appendChild(el('div', 'thought', s.text));
-  d.open = userOpen.has(i) ? userOpen.get(i) : s.active;
-  d.addEventListener('toggle', () => userOpen.set(i, d.open));
-  return d;
-}
-function toolStep(s) {
-  const row = el('div', 'tool ' + s.state);
-  row.appendChild(el('span', 'tool-icon', s.icon));
-  row.appendChild(el('span', 'tool-name', s.name));
-  row.appendChild(el('span', 'tool-state ' + s.state, s.state === 'done' ? 'done' : s.state === 'failed' ? 'failed' : 'running'));
-  if (s.detail) {
-    const d = el('span', 'tool-detail', s.detail);
-    d.title = s.detail;
-    row.appendChild(d);
+// Code blocks: a language label, a copy button and highlighting (highlight.js reads the
+// block's text and writes escaped spans: no model text becomes markup).
+function decorateCode(root) {
+  for (const pre of root.querySelectorAll('pre')) {
+    const code = pre.querySelector('code');
+    if (!code || pre.classList.contains('math') || pre.parentElement.classList.contains('code')) continue;
+    const lang = (pre.dataset.lang || '').toLowerCase();
+    const wrap = el('div', 'code');
+    const bar = el('div', 'code-bar');
+    bar.appendChild(el('span', 'code-lang', lang || 'text'));
+    const copy = el('button', 'copy', 'Copy');
+    copy.type = 'button';
+    copy.onclick = () => copyText(code.textContent, copy);
+    bar.appendChild(copy);
+    pre.replaceWith(wrap);
+    wrap.appendChild(bar);
+    wrap.appendChild(pre);
+    if (window.hljs && lang && hljs.getLanguage(lang)) {
+      code.className = 'language-' + lang;
+      hljs.highlightElement(code);
+    }
   }
-  return row;
 }
-function textStep(s, last, live) {
-  const d = el('div', 'commentary md' + (last && live ? ' streaming' : ''));
-  d.innerHTML = s.html; // server-rendered, sanitized
-  return d;
+async function copyText(text, button) {
+  let ok = false;
+  try {
+    await navigator.clipboard.writeText(text);
+    ok = true;
+  } catch (e) {
+    const t = el('textarea');
+    t.value = text;
+    document.body.appendChild(t);
+    t.select();
+    try { ok = document.execCommand('copy'); } catch (e2) { ok = false; }
+    t.remove();
+  }
+  button.textContent = ok ? 'Copied' : 'Copy failed';
+  document.body.dataset.copied = ok ? text : '';
+  setTimeout(() => { button.textContent = 'Copy'; }, 1500);
 }
-function renderRun(v) {
-  const prev = lastView;
-  lastView = v;
-  $('empty').hidden = true;
-  $('run').hidden = false;
-  $('title').textContent = v.run_id;
-  const took = (v.ended_ms || Date.now()) - v.started_ms;
-  $('meta').textContent = 'chat ' + v.chat_id + ' · started ' + clock(v.started_ms) +
-    (v.ended_ms ? ' · took ' + duration(took) : '');
-  // The list shows this run too: bring it up to date as soon as the run changes state.
-  if (!prev || prev.status !== v.status) refresh();
+
+// ---- one run's blocks ----
+function thinkingLabel(b) {
+  if (b.variant === 'redacted') return b.active ? 'Thinking (hidden)…' : 'Thought (hidden by the provider)';
+  if (b.active) return 'Thinking… ' + duration(Date.now() - b.start_ms);
+  return 'Thought for ' + Math.max(1, Math.round((b.end_ms - b.start_ms) / 1000)) + ' s';
+}
+const TOOL_ICON = { tool: '🔧', shell: '💻', command: '💻', bash: '💻', web_search: '🌐', search: '🔍', file: '📄', edit: '✏️', mcp: '🔌' };
+const STATE_LABEL = { running: 'running', done: 'done', failed: 'failed', requested: 'requested', ended: 'called' };
+function toolIcon(b) {
+  const n = (b.name || '').toLowerCase();
+  if (/bash|shell|exec|command/.test(n)) return '💻';
+  if (/search/.test(n)) return '🔍';
+  if (/web|fetch|http|url/.test(n)) return '🌐';
+  if (/read|file|write|edit/.test(n)) return /write|edit/.test(n) ? '✏️' : '📄';
+  return TOOL_ICON[b.tool_kind] || '🔧';
+}
+function oneLine(s) {
+  const t = (s || '').replace(/\s+/g, ' ').trim();
+  return t.length > 120 ? t.slice(0, 119) + '…' : t;
+}
+
+function makeView(b) {
+  const v = { kind: b.kind, answer: !!b.answer, rev: 0 };
+  if (b.kind === 'thinking') {
+    v.root = el('details', 'block thinking');
+    v.summary = el('summary', '');
+    v.body = el('div', 'thought');
+    v.root.append(v.summary, v.body);
+    v.userToggled = false;
+    v.root.addEventListener('toggle', () => { if (v.programmatic) v.programmatic = false; else v.userToggled = true; });
+  } else if (b.kind === 'tool') {
+    v.root = el('details', 'block tool');
+    v.summary = el('summary', '');
+    v.body = el('div', 'tool-body');
+    v.root.append(v.summary, v.body);
+  } else if (b.kind === 'text' && b.answer) {
+    v.root = el('article', 'block answer');
+    v.root.appendChild(el('div', 'answer-label', 'Answer'));
+    v.body = el('div', 'md final');
+    v.root.appendChild(v.body);
+  } else if (b.kind === 'text') {
+    v.root = el('div', 'block commentary');
+    v.body = el('div', 'md');
+    v.root.appendChild(v.body);
+  } else {
+    v.root = el('div', 'block notice ' + (b.level || ''));
+  }
+  v.root.dataset.kind = b.kind === 'text' ? (b.answer ? 'answer' : 'commentary') : b.kind;
+  return v;
+}
+
+function drawThinking(v, b) {
+  v.summary.textContent = thinkingLabel(b);
+  v.body.textContent = b.text;
+  v.root.classList.toggle('active', b.active);
+  v.root.dataset.startMs = b.start_ms;
+  if (b.end_ms != null) v.root.dataset.endMs = b.end_ms;
+  if (!v.userToggled && v.root.open !== b.active) { v.programmatic = true; v.root.open = b.active; }
+}
+function drawTool(v, b) {
+  v.root.className = 'block tool ' + b.state;
+  v.summary.textContent = '';
+  v.summary.appendChild(el('span', 'tool-icon', toolIcon(b)));
+  v.summary.appendChild(el('span', 'tool-name', b.name));
+  v.summary.appendChild(el('span', 'tool-state ' + b.state, STATE_LABEL[b.state] || b.state));
+  const detail = oneLine(b.output && b.state !== 'running' ? b.input + ' → ' + b.output : b.input);
+  if (detail) v.summary.appendChild(el('span', 'tool-detail', detail));
+  v.body.textContent = '';
+  if (b.input) { v.body.appendChild(el('div', 'io-label', 'Input')); v.body.appendChild(el('pre', 'io', b.input)); }
+  if (b.output) { v.body.appendChild(el('div', 'io-label', b.state === 'failed' ? 'Error' : 'Output')); v.body.appendChild(el('pre', 'io', b.output)); }
+  if (b.state === 'requested') v.body.appendChild(el('div', 'io-note', 'The model asked for this call; the run ended for the caller to run it.'));
+}
+function drawText(v, b) {
+  v.root.classList.toggle('streaming', !!b.active);
+  if (v.renderedText === undefined && !v.rendering) v.body.textContent = b.text; // until rendered
+  renderMarkdown(v, b);
+}
+
+function draw() {
+  if (!cur) return;
+  cur.drawPending = false;
+  const run = cur.fold;
+  const box = $('blocks');
+  run.blocks.forEach((b, i) => {
+    let v = cur.views[i];
+    if (v && b.kind === 'text' && v.answer !== !!b.answer) {
+      const nv = makeView(b); // commentary claimed as the answer: same place, new look
+      v.root.replaceWith(nv.root);
+      v = cur.views[i] = nv;
+    }
+    if (!v) {
+      v = cur.views[i] = makeView(b);
+      box.appendChild(v.root);
+    }
+    if (v.rev === b.rev && !(b.kind === 'thinking' && b.active)) return;
+    v.rev = b.rev;
+    if (b.kind === 'thinking') drawThinking(v, b);
+    else if (b.kind === 'tool') drawTool(v, b);
+    else if (b.kind === 'text') drawText(v, b);
+    else v.root.textContent = b.text;
+  });
+  drawHead();
+}
+function scheduleDraw() {
+  if (cur && !cur.drawPending) {
+    cur.drawPending = true;
+    requestAnimationFrame(draw);
+  }
+}
+
+function drawHead() {
+  const run = cur.fold;
+  const started = run.started_ms != null;
+  const status = started ? run.status : 'waiting';
   const badge = $('badge');
-  badge.className = 'badge ' + v.status;
-  badge.textContent = badgeText(v);
-  document.title = (v.status === 'live' ? '● ' : '') + v.run_id + ' · streamgate';
-  if (!prev || JSON.stringify(prev.steps) !== JSON.stringify(v.steps) || prev.status !== v.status) {
-    const box = $('steps');
-    box.textContent = '';
-    const live = v.status === 'live';
-    let ti = 0;
-    v.steps.forEach((s, i) => {
-      if (s.kind === 'thinking') box.appendChild(thinkingStep(s, ti++));
-      else if (s.kind === 'tool') box.appendChild(toolStep(s));
-      else box.appendChild(textStep(s, i === v.steps.length - 1, live));
-    });
-  }
-  if (!prev || prev.final_html !== v.final_html) {
-    $('answer').hidden = !v.final_html;
-    $('final').innerHTML = v.final_html || ''; // server-rendered, sanitized
-  }
-  $('suffix').hidden = !v.suffix;
-  $('suffix').textContent = v.suffix || '';
-  const n = $('notices');
-  n.textContent = '';
-  for (const t of v.notices) n.appendChild(el('div', 'notice', t));
+  badge.className = 'badge ' + status;
+  badge.textContent = !started ? 'Waiting for the run…'
+    : status === 'live' ? '● Live'
+    : (LABEL[status] || status) + (run.ended_ms ? ' · ended ' + clock(run.ended_ms) : '');
+  const meta = ['tenant ' + cur.tenant];
+  if (run.session) meta.push('session ' + run.session);
+  if (run.model) meta.push(run.model);
+  if (started) meta.push('started ' + clock(run.started_ms));
+  if (run.ended_ms) meta.push('took ' + duration(run.ended_ms - run.started_ms));
+  if (run.truncated) meta.push('answer cut by the token limit');
+  $('meta').textContent = meta.join(' · ');
+  document.title = (status === 'live' ? '● ' : '') + cur.run + ' · streamgate';
+  document.body.dataset.status = status;
 }
-function open(run, tenant, push) {
-  if (es) es.close();
-  cur = run;
-  curTenant = tenant || '';
-  const tq = curTenant ? '?tenant=' + encodeURIComponent(curTenant) : '';
-  lastView = null;
-  userOpen.clear();
-  document.body.dataset.sse = 'closed';
-  if (push) history.replaceState(null, '', '?run=' + encodeURIComponent(run) + (curTenant ? '&tenant=' + encodeURIComponent(curTenant) : ''));
-  document.querySelectorAll('.run-item').forEach(b => b.classList.toggle('sel', b.dataset.run === run && (!curTenant || b.dataset.tenant === curTenant)));
-  $('steps').textContent = '';
-  $('answer').hidden = true;
-  es = new EventSource('/runs/' + encodeURIComponent(run) + '/events' + tq);
+
+function showGone(message) {
+  const g = $('gone');
+  g.hidden = false;
+  g.textContent = '';
+  g.appendChild(el('p', '', message));
+  g.appendChild(el('p', '', 'An operator can replay it from the archive:'));
+  const cmd = 'streamgate replay ' + cur.run + (cur.tenant !== DEFAULT_TENANT ? ' --tenant ' + cur.tenant : '');
+  g.appendChild(el('pre', 'cmd', cmd));
+}
+
+function connect() {
+  const c = cur;
+  const url = '/v1/runs/' + encodeURIComponent(c.tenant) + '/' + encodeURIComponent(c.run) +
+    '/events?wait=3600' + (c.fold.last_seq ? '&after=' + c.fold.last_seq : '');
+  const es = c.es = new EventSource(url);
   es.onopen = () => { document.body.dataset.sse = 'open'; };
-  es.onerror = () => { document.body.dataset.sse = 'closed'; };
-  es.onmessage = m => renderRun(JSON.parse(m.data));
-  // An ended run shows at once, without waiting for the stream to connect.
-  fetch('/api/runs/' + encodeURIComponent(run) + tq, { cache: 'no-store' })
-    .then(r => (r.ok ? r.json() : null))
-    .then(v => { if (v && cur === run && !lastView) renderRun(v); })
-    .catch(() => {});
+  es.onmessage = m => {
+    if (cur !== c) return;
+    let ev;
+    try { ev = JSON.parse(m.data); } catch (e) { return; }
+    Fold.apply(c.fold, ev);
+    if (c.fold.status !== 'live') { es.close(); document.body.dataset.sse = 'ended'; }
+    scheduleDraw();
+  };
+  // The stream says why it ends early (`event: error` with data), or the connection
+  // dropped (no data): EventSource resumes by itself with Last-Event-ID; when it gave up
+  // (an HTTP error), reconnect after a pause from the last seq folded.
+  es.addEventListener('error', m => {
+    if (cur !== c) return;
+    document.body.dataset.sse = 'closed';
+    if (m.data) {
+      es.close();
+      let msg = '';
+      try { msg = JSON.parse(m.data).error || ''; } catch (e) { msg = m.data; }
+      if (/did not start/.test(msg) && !c.fold.started_ms) {
+        showGone('This run is not in the event stream: it has not started yet, or it ended longer ago than the stream keeps events.');
+        $('badge').textContent = 'Not found';
+        return;
+      }
+      c.retry = setTimeout(connect, 1000);
+    } else if (es.readyState === EventSource.CLOSED) {
+      c.retry = setTimeout(connect, 2000);
+    }
+  });
+}
+
+function open(tenant, run, push) {
+  if (cur) { if (cur.es) cur.es.close(); clearTimeout(cur.retry); }
+  if (!tenant) {
+    const rows = runsCache.filter(r => r.run_id === run);
+    tenant = rows.length === 1 ? rows[0].tenant : DEFAULT_TENANT;
+  }
+  cur = { tenant, run, es: null, fold: Fold.newRun(), views: [], retry: null, drawPending: false };
+  if (push) history.replaceState(null, '', '?run=' + encodeURIComponent(run) + '&tenant=' + encodeURIComponent(tenant));
+  document.querySelectorAll('.run-item').forEach(b => b.classList.toggle('sel', b.dataset.run === run && b.dataset.tenant === tenant));
+  $('blocks').textContent = '';
+  $('gone').hidden = true;
   $('empty').hidden = true;
   $('run').hidden = false;
   $('title').textContent = run;
-  $('badge').className = 'badge';
-  $('badge').textContent = 'loading…';
+  $('top-title').textContent = run;
+  document.body.dataset.sse = 'closed';
+  drawHead();
+  connect();
 }
 
-const params = new URLSearchParams(location.search);
-const q = params.get('run');
-if (q) open(q, params.get('tenant'), false);
-refresh();
-setInterval(refresh, 2000);
-// Keep relative times fresh while idle.
+// Live durations (thinking timers, relative times in the list) move without events.
+setInterval(() => { if (cur && cur.fold.status === 'live') scheduleDraw(); }, 1000);
 setInterval(() => renderList(runsCache), 15000);
+
+const params = new URLSearchParams(location.search);
+if (params.get('run')) open(params.get('tenant'), params.get('run'), false);
+followList();
