@@ -68,6 +68,12 @@ if ! pg_up; then
   pg_up || { echo "PostgreSQL did not come up on 127.0.0.1:5432" >&2; exit 2; }
 fi
 
+# tmux for the terminal test of `tail` (a real TTY whose screen the test captures).
+if ! command -v tmux >/dev/null 2>&1; then
+  echo "== installing tmux"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null
+fi
+
 # Headless Chromium and a colour emoji font for the web page test (it drives the page in
 # a real browser and fails without one unless STREAMGATE_SKIP_BROWSER=1). No recommends:
 # the browser alone, not a desktop.

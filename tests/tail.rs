@@ -283,3 +283,137 @@ async fn tail_shows_back_to_back_runs_and_the_final_of_an_ended_run() {
     assert!(stdout.contains(FINAL), "no final answer:\n{stdout}");
     let _ = tail_all.stop(Duration::from_secs(10));
 }
+
+/// A codex-exec turn in two pieces: thinking (the run is live), then a markdown answer.
+fn markdown_turn(i: usize) -> [Bytes; 2] {
+    let first = "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.started\"}\n\
+                 {\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"reasoning\",\"text\":\"Thinking it over\"}}\n";
+    let answer = format!(
+        "## Result {i}\\n\\n- **one**\\n- two\\n\\n```sh\\necho {i}\\n```\\n\\nDone with `run {i}`."
+    );
+    let second = format!(
+        "{{\"type\":\"item.completed\",\"item\":{{\"id\":\"item_1\",\"type\":\"agent_message\",\"text\":\"{answer}\"}}}}\n\
+         {{\"type\":\"turn.completed\",\"usage\":{{\"input_tokens\":1,\"output_tokens\":1}}}}\n"
+    );
+    [Bytes::from(first), Bytes::from(second)]
+}
+
+/// Runs `tmux` on this test's own server socket.
+fn tmux(socket: &str, args: &[&str]) -> String {
+    let out = Command::new("tmux")
+        .args(["-L", socket])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("tmux (install it: scripts/test.sh does): {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue "tail on the run stream": `tail` in a real terminal (tmux) with three runs live
+/// at once shows three live lines (a redrawn block, not one shared line), then each run's
+/// final rendered for a terminal (heading without `##`, bullets, indented code, bold in
+/// colour) and no notice noise. The pane captures are kept in
+/// `target/artifacts/tail-live.txt` and `tail-finals.txt`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_on_a_terminal_shows_a_line_per_live_run_and_rendered_finals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut up = spawn_logged(&["up", "--quiet"], dir, "up1");
+    let inst = wait_up(dir, &mut up, "up1", None);
+    let socket = format!("sg-tail-{}", std::process::id());
+    let cmd = format!(
+        "cd '{}' && env -u NO_COLOR '{}' tail; sleep 600",
+        dir.display(),
+        bin().display()
+    );
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "120",
+            "-y",
+            "50",
+            &cmd,
+        ],
+    );
+    let capture = |escapes: bool| {
+        let mut args = vec!["capture-pane", "-p", "-t", "t"];
+        if escapes {
+            args.push("-e");
+        }
+        tmux(&socket, &args)
+    };
+    // Give tail a moment to have its watch open.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let runs: Vec<Vec<streamgate_bus::raw::RawChunk>> = (0..3)
+        .map(|i| {
+            raw_chunks(
+                &spec(&format!("loop{i}"), "codex-exec"),
+                &markdown_turn(i),
+                ts,
+            )
+        })
+        .collect();
+    let firsts: Vec<_> = runs.iter().map(|r| r[0].clone()).collect();
+    publish_to(&inst, &firsts).await;
+    let artifacts = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let live = loop {
+        let pane = capture(false);
+        let lines = (0..3)
+            .filter(|i| pane.lines().any(|l| l.starts_with(&format!("● loop{i} "))))
+            .count();
+        if lines == 3 {
+            break pane;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "three live lines never showed:\n{pane}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    std::fs::write(artifacts.join("tail-live.txt"), &live).unwrap();
+    assert!(live.contains("thinking"), "{live}");
+    let rests: Vec<_> = runs.iter().flat_map(|r| r[1..].to_vec()).collect();
+    publish_to(&inst, &rests).await;
+    let finals = loop {
+        let pane = capture(false);
+        if pane.matches("✅ final answer:").count() == 3 && !pane.contains("● loop") {
+            break pane;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "three finals never showed:\n{pane}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let coloured = capture(true);
+    std::fs::write(artifacts.join("tail-finals.txt"), &finals).unwrap();
+    tmux(&socket, &["kill-server"]);
+    let _ = up.stop(Duration::from_secs(10));
+    for i in 0..3 {
+        assert!(finals.contains(&format!("Result {i}")), "{finals}");
+        assert!(
+            finals.contains(&format!("          echo {i}")),
+            "code indented: {finals}"
+        );
+    }
+    assert!(
+        !finals.contains("##") && !finals.contains("```"),
+        "{finals}"
+    );
+    assert!(finals.contains("• one"), "{finals}");
+    assert!(!finals.contains("ℹ️"), "notice noise: {finals}");
+    assert!(
+        coloured.contains("\u{1b}[1m"),
+        "no colour on a TTY: {coloured}"
+    );
+}

@@ -14,16 +14,28 @@
 //! the channel's token in `<data dir>/channel-<name>.token`, and looks both up again on
 //! every reconnect: a restarted `up` listens elsewhere with a new token.
 //!
+//! What it prints ([`screen`]): on a TTY a live block, one line per open run (its
+//! thinking, current tool or last commentary, redrawn in place), with each run's final
+//! answer rendered for the terminal above it ([`markdown`]: headings bold, code dimmed,
+//! lists indented), in colour unless `NO_COLOR` is set; piped, only the lasting lines.
+//! `--json` prints each display-safe event as one JSON line instead, `--raw-events` as a
+//! short human line. Notices that only say what this terminal cannot show are not
+//! printed.
+//!
 //! Reconnects (spec §7.3): each run's projection lives here, so after a broken stream the
 //! watch resumes each open run from its `last_seq` (`lastRenderedSeq`); the server replays
 //! from the next seq without gaps, and anything at or below `last_seq` would be ignored
 //! by the projection anyway — no duplicate, no gap. A run that ended while disconnected
 //! gets no progress replay (spec §7.3); tail says so.
 
+mod markdown;
+mod screen;
+
 use super::channel_client::{Client, Target};
 use super::discover::{Instance, DEFAULT_DATA_DIR};
 use crate::terminal::{print_event, print_ops, STATUS_TIER};
 use anyhow::Result;
+use screen::Screen;
 use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -59,8 +71,11 @@ pub struct TailArgs {
     #[arg(long, default_value = "on")]
     pub verbose: Verbose,
     /// Print every event as one line instead of the status-line rendering.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     pub raw_events: bool,
+    /// Print every (display-safe) event as one JSON line, as `replay --json` does.
+    #[arg(long)]
+    pub json: bool,
     /// TLS to the channel.
     #[command(flatten)]
     pub tls: streamgate_runtime::serve::ClientTlsArgs,
@@ -74,6 +89,7 @@ pub struct TailArgs {
 struct View {
     tty: bool,
     raw: bool,
+    json: bool,
 }
 
 /// Reconnect pacing: from 100 ms, doubling, at most 2 s.
@@ -105,7 +121,7 @@ async fn connect(target: &Target, stop: &CancellationToken) -> Option<Client> {
             Ok(c) => return Some(c),
             Err(e) => {
                 if !told {
-                    eprintln!("streamgate tail: {e:#}; retrying…");
+                    eprintln!("streamgate tail: {}; retrying…", unreachable(target, &e));
                     told = true;
                 }
                 if !backoff.wait(stop).await {
@@ -114,6 +130,18 @@ async fn connect(target: &Target, stop: &CancellationToken) -> Option<Client> {
             }
         }
     }
+}
+
+/// One line on why the channel cannot be reached: no local instance, or the address
+/// refusing (the raw error of a missing `up.json` says only "No such file or directory").
+fn unreachable(target: &Target, e: &anyhow::Error) -> String {
+    if target.addr.is_none() && Instance::read(&target.data_dir).is_err() {
+        return format!(
+            "no streamgate instance is running with data dir {} (start one with `streamgate up`)",
+            target.data_dir.display()
+        );
+    }
+    format!("cannot reach the channel ({e:#}); is `streamgate up` running?")
 }
 
 /// A run: (tenant, run id) — a run id is unique only within its tenant.
@@ -126,9 +154,21 @@ struct Runs {
     settings: Settings,
     view: View,
     open: HashMap<RunKey, RunProjection>,
+    screen: Screen,
 }
 
 impl Runs {
+    /// Says something about the follow itself: dimmed above the live block on a TTY, on
+    /// stderr otherwise.
+    fn say(&mut self, msg: &str) {
+        if self.view.tty && !self.view.json && !self.view.raw {
+            let line = self.screen.style.dim(&format!("streamgate tail: {msg}"));
+            self.screen.lasting(&line);
+        } else {
+            eprintln!("streamgate tail: {msg}");
+        }
+    }
+
     /// Renders one event; true when it ended the run `--run` asked for.
     fn render(&mut self, ev: &RunEvent) -> bool {
         let run = &ev.envelope.run_id;
@@ -141,50 +181,121 @@ impl Runs {
             return false;
         }
         let key = (ev.envelope.tenant.clone(), run.clone());
-        let proj = self.open.entry(key.clone()).or_insert_with(|| {
-            eprintln!(
-                "streamgate tail: following run {run}{}",
-                ev.envelope
+        if !self.open.contains_key(&key) {
+            if !self.view.tty {
+                let chat = ev
+                    .envelope
                     .session_key
                     .as_deref()
                     .map(|s| format!(" (chat {s})"))
-                    .unwrap_or_default()
+                    .unwrap_or_default();
+                self.say(&format!("following run {run}{chat}"));
+            }
+            self.open.insert(
+                key.clone(),
+                RunProjection::for_run(&ev.envelope.tenant, run),
             );
-            RunProjection::for_run(&ev.envelope.tenant, run)
-        });
+        }
+        let Some(proj) = self.open.get_mut(&key) else {
+            return false;
+        };
         // The server sends each seq once, in order; a seq already rendered (a replay
         // overlapping the last connection) is skipped here as the projection would.
         if ev.event.seq <= proj.last_seq() {
             return false;
         }
         let ops = proj.apply_run_event(ev, &self.settings, STATUS_TIER);
-        if self.view.raw {
+        if self.view.json {
+            println!("{}", ev.to_json());
+        } else if self.view.raw {
             print_event(ev, self.view.tty);
         } else {
-            print_ops(run, &ops, self.view.tty);
+            self.show(run, ev, &ops);
         }
         if ev.event.is_terminal() {
             self.open.remove(&key);
+            self.screen.done(run);
             return self.only.is_some();
         }
         false
     }
 
+    /// The status-line rendering of one event's ops: the live line, then lasting lines.
+    fn show(&mut self, run: &str, ev: &RunEvent, ops: &[Op]) {
+        let style = self.screen.style;
+        let mut live = None;
+        for op in ops {
+            match op {
+                Op::Typing => {}
+                Op::Draft { text, .. } => {
+                    live = text
+                        .lines()
+                        .rev()
+                        .find(|l| !l.trim().is_empty())
+                        .map(str::to_owned);
+                }
+                Op::Settle { text, .. }
+                | Op::Retract {
+                    placeholder: text, ..
+                } => {
+                    let line = format!("{} {text}", style.cyan(run));
+                    self.screen.done(run);
+                    self.screen.lasting(&line);
+                }
+                Op::Dismiss { .. } => self.screen.done(run),
+                Op::Final { text, suffix, .. } => {
+                    let mut block = format!(
+                        "{} {}\n",
+                        style.bold(&style.cyan(run)),
+                        style.green("✅ final answer:")
+                    );
+                    block.push_str(&markdown::render(text, style, "      "));
+                    if let Some(s) = suffix {
+                        block.push_str(&format!("\n      {}", style.yellow(s)));
+                    }
+                    self.screen.done(run);
+                    self.screen.lasting(&block);
+                }
+                // What this terminal cannot show is no news to its reader.
+                Op::Notice { text, .. } if text.starts_with("ℹ️") => {}
+                Op::Notice { text, .. } => {
+                    let line = format!("{} {}", style.cyan(run), style.red(text));
+                    self.screen.lasting(&line);
+                }
+            }
+        }
+        if ev.event.is_terminal() {
+            return;
+        }
+        // Nothing to show yet (thinking hidden, a tool starting): say what it is doing.
+        let line = live.or_else(|| match &ev.event.data {
+            streamgate_grammar::EventData::Thinking(_) => Some("🧠 thinking…".to_owned()),
+            streamgate_grammar::EventData::Lifecycle(_) => Some("starting…".to_owned()),
+            _ => None,
+        });
+        if let Some(line) = line {
+            self.screen.live(run, &line);
+        }
+    }
+
     /// After a reconnect: runs followed before that are no longer active ended while
     /// this terminal was away (no progress replay, spec §7.3).
     fn forget_ended(&mut self, active: &HashSet<RunKey>) {
-        self.open.retain(|key, proj| {
+        let gone: Vec<(RunKey, u64)> = self
+            .open
+            .iter()
+            .filter(|(key, _)| !active.contains(*key))
+            .map(|(key, proj)| (key.clone(), proj.last_seq()))
+            .collect();
+        for (key, seq) in gone {
             let run = &key.1;
-            if active.contains(key) {
-                return true;
-            }
-            eprintln!(
-                "streamgate tail: run {run} ended while disconnected (after seq {}); \
-                 `streamgate replay {run}` shows the rest",
-                proj.last_seq()
-            );
-            false
-        });
+            self.open.remove(&key);
+            self.screen.done(run);
+            self.say(&format!(
+                "run {run} ended while disconnected (after seq {seq}); \
+                 `streamgate replay {run}` shows the rest"
+            ));
+        }
     }
 }
 
@@ -235,11 +346,13 @@ async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationTok
             return Ended::Broken;
         };
         runs.forget_ended(&active);
-        for ((_, run), proj) in &runs.open {
-            eprintln!(
-                "streamgate tail: run {run} resumed after seq {}",
-                proj.last_seq()
-            );
+        let resumed: Vec<String> = runs
+            .open
+            .iter()
+            .map(|((_, run), proj)| format!("run {run} resumed after seq {}", proj.last_seq()))
+            .collect();
+        for msg in resumed {
+            runs.say(&msg);
         }
     }
     let after = runs
@@ -351,6 +464,7 @@ pub async fn run(args: TailArgs) -> Result<()> {
     if args.addr.is_none() && Instance::read(&args.data_dir).is_ok() {
         target.resolve()?;
     }
+    let tty = std::io::stdout().is_terminal();
     let mut runs = Runs {
         only: args.run.clone(),
         tenant: args.tenant.clone(),
@@ -360,10 +474,12 @@ pub async fn run(args: TailArgs) -> Result<()> {
             ..Settings::default()
         },
         view: View {
-            tty: std::io::stdout().is_terminal(),
+            tty,
             raw: args.raw_events,
+            json: args.json,
         },
         open: HashMap::new(),
+        screen: Screen::new(tty, tty && std::env::var_os("NO_COLOR").is_none()),
     };
     let mut backoff = Backoff::new();
     let mut first = true;
