@@ -31,6 +31,8 @@
 //! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
 //!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
+#[path = "../services/projector/tests/cdp/mod.rs"]
+mod cdp;
 mod common;
 
 use common::*;
@@ -68,6 +70,26 @@ fn start_up_with(dir: &std::path::Path, extra: &[&str]) -> Graceful {
 /// Starts `streamgate up --quiet` in `dir` and waits for its `up.json`.
 fn start_up(dir: &std::path::Path) -> Graceful {
     start_up_with(dir, &[])
+}
+
+/// The page address `up` printed (`http://…/?token=…`); its lines follow `up.json`, so
+/// this waits for them.
+fn page_url(dir: &std::path::Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let err = up_err(dir);
+        if let Some(url) = err
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") && w.contains("?token="))
+        {
+            return url.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "up printed no page address:\n{err}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn up_err(dir: &std::path::Path) -> String {
@@ -388,12 +410,7 @@ fn the_web_page_up_prints_shows_rendered_answers() {
     }
     let dir = tempfile::tempdir().unwrap();
     let _up = start_up(dir.path());
-    let err = up_err(dir.path());
-    let url = err
-        .split_whitespace()
-        .find(|w| w.starts_with("http://") && w.contains("?token="))
-        .unwrap_or_else(|| panic!("up printed no page address:\n{err}"))
-        .to_owned();
+    let url = page_url(dir.path());
     let chunk = |delta: &str, finish: &str| {
         format!(
             "data: {{\"id\":\"m\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
@@ -422,44 +439,32 @@ fn the_web_page_up_prints_shows_rendered_answers() {
         .success();
     assert!(ok, "ingest failed");
     let page = format!("{url}&run=md-run");
-    let browse = |extra: &[&str]| {
-        // `timeout`: a browser that hangs fails the look, not the test run. `--timeout`
-        // (not a virtual-time budget, which waits for the page's open event stream).
-        Command::new("timeout")
-            .arg("30")
-            .arg(&chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--disable-sync",
-                "--window-size=1280,800",
-                "--timeout=4000",
-            ])
-            .arg(format!(
-                "--user-data-dir={}",
-                tempfile::tempdir().unwrap().keep().display()
-            ))
-            .args(extra)
-            .arg(&page)
-            .output()
+    // The page as a person's browser shows it (the DevTools helper of the projector's
+    // page tests): look until the run's answer is there.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dom = rt.block_on(async {
+        let mut browser = cdp::Browser::launch(&page, 1280, 800)
+            .await
             .unwrap()
-    };
-    // The run ends a moment after the ingest returns; look until the page shows it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let dom = loop {
-        let dom = String::from_utf8_lossy(&browse(&["--dump-dom"]).stdout).into_owned();
-        if dom.contains("Paris today") || Instant::now() > deadline {
-            break dom;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let heading = in_heading(&dom, "Paris today");
+            .expect("a browser (checked above)");
+        let (dom, _) = browser
+            .wait_for(
+                "document.documentElement?.outerHTML ?? ''",
+                Duration::from_secs(30),
+                |v| in_heading(v.as_str().unwrap_or_default(), "Paris today"),
+            )
+            .await
+            .unwrap();
+        let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
+        browser
+            .screenshot(&artifacts.join("up-web.png"))
+            .await
+            .unwrap();
+        browser.close().await;
+        dom.as_str().unwrap_or_default().to_owned()
+    });
     assert!(
-        heading,
+        in_heading(&dom, "Paris today"),
         "the answer heading is not a heading element:\n{dom}"
     );
     assert!(
@@ -471,10 +476,11 @@ fn the_web_page_up_prints_shows_rendered_answers() {
         "thinking not in <details>:\n{dom}"
     );
     assert!(dom.contains("md-run"), "the run is not in the list:\n{dom}");
-    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let shot = artifacts.join("up-web.png");
-    browse(&[&format!("--screenshot={}", shot.display())]);
+    assert_eq!(
+        dom.matches("Paris today</h2>").count(),
+        1,
+        "the answer shown twice:\n{dom}"
+    );
 }
 
 /// True when `text` stands in an `<h1>`…`<h6>` element of `dom`.
@@ -1132,12 +1138,7 @@ fn ingest_from_stdin_is_live() {
 
 /// The web page address `up` printed: (`http://host:port`, channel token).
 fn page_address(dir: &std::path::Path) -> (String, String) {
-    let err = up_err(dir);
-    let url = err
-        .split_whitespace()
-        .find(|w| w.starts_with("http://") && w.contains("?token="))
-        .unwrap_or_else(|| panic!("up printed no page address:\n{err}"))
-        .to_owned();
+    let url = page_url(dir);
     let (base, token) = url
         .split_once("/?token=")
         .unwrap_or_else(|| panic!("{url}"));
@@ -1342,10 +1343,53 @@ fn ports_and_tokens_survive_a_restart() {
     };
     let mut up = start_up(dir.path());
     let (http, grpc, web, tokens) = read(dir.path());
-    let (page, _) = page_address(dir.path());
+    let (page, token) = page_address(dir.path());
+    assert!(ingest(dir.path(), "before-restart"));
     up.stop(Duration::from_secs(15));
     let mut up = start_up(dir.path());
     let again = read(dir.path());
+    // The page lists the earlier run (from SG_EVENTS) and can open it (issue #19).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (rows, stream) = rt.block_on(async {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let rows = loop {
+            let rows: serde_json::Value = client
+                .get(format!("{page}/api/runs"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if rows.to_string().contains("before-restart") || Instant::now() > deadline {
+                break rows;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let stream = client
+            .get(format!(
+                "{page}/v1/runs/default/before-restart/events?wait=5"
+            ))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        (rows, stream)
+    });
+    let row = rows
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["run_id"] == "before-restart"))
+        .unwrap_or_else(|| panic!("the earlier run is not listed after the restart: {rows}"));
+    assert_eq!(row["status"], "completed", "{rows}");
+    assert!(
+        stream.contains("\"phase\":\"final_answer\""),
+        "the earlier run does not open: {stream}"
+    );
     assert_eq!((&again.0, &again.1, &again.2), (&http, &grpc, &web));
     assert_eq!(again.3, tokens, "tokens kept");
     assert_eq!(

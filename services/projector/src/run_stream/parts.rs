@@ -125,7 +125,14 @@ impl Parts {
                 if t.is_tokens_update() {
                     return out;
                 }
-                self.text_since_activity = false;
+                // An end marker only closes the segment: text streamed before it (a
+                // provider that ends reasoning after the answer began) is still the
+                // text the final answer claims.
+                let end_marker =
+                    t.phase == Some(SegmentPhase::End) && t.delta.is_none() && t.text.is_none();
+                if !end_marker {
+                    self.text_since_activity = false;
+                }
                 let key = (t.variant.as_str(), t.id.clone());
                 if t.phase == Some(SegmentPhase::Start) {
                     if let Some((id, _)) = self.reasoning.remove(&key) {
@@ -312,4 +319,49 @@ fn grow(sent: &mut usize, delta: Option<&str>, snapshot: Option<&str>) -> Option
     }
     *sent += add.len();
     Some(add.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use streamgate_grammar::{Envelope, Event};
+
+    fn ops(lines: &[&str]) -> Vec<PartOp> {
+        let mut parts = Parts::default();
+        lines
+            .iter()
+            .flat_map(|l| {
+                let event = Event::from_json(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+                let ev = RunEvent {
+                    envelope: Envelope {
+                        tenant: "t".into(),
+                        session_key: None,
+                        run_id: "r".into(),
+                        ts_ms: 0,
+                    },
+                    event,
+                };
+                parts.apply(&ev)
+            })
+            .collect()
+    }
+
+    /// OpenAI-compatible streams end reasoning after the answer began: the final answer
+    /// still claims the streamed text (one text part, not the answer twice).
+    #[test]
+    fn a_final_after_a_late_reasoning_end_claims_the_streamed_text() {
+        let ops = ops(&[
+            r#"{"seq":1,"stream":"thinking","data":{"variant":"raw","phase":"start"}}"#,
+            r#"{"seq":2,"stream":"thinking","data":{"variant":"raw","delta":"Check."}}"#,
+            r#"{"seq":3,"stream":"assistant","data":{"phase":"commentary","delta":"Hi","status":"in_progress"}}"#,
+            r#"{"seq":4,"stream":"thinking","data":{"variant":"raw","phase":"end"}}"#,
+            r#"{"seq":5,"stream":"assistant","data":{"phase":"final_answer","text":"Hi","status":"completed"}}"#,
+            r#"{"seq":6,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"#,
+        ]);
+        let texts = ops
+            .iter()
+            .filter(|o| matches!(o, PartOp::TextStart { .. }))
+            .count();
+        assert_eq!(texts, 1, "{ops:?}");
+    }
 }

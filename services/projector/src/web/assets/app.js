@@ -273,10 +273,20 @@ function draw() {
   });
   drawHead();
 }
-function scheduleDraw() {
-  if (cur && !cur.drawPending) {
-    cur.drawPending = true;
-    requestAnimationFrame(draw);
+// Draws at most every DRAW_EVERY_MS whatever the event rate: at once when the last draw
+// is that old, else once by a timer. The run's end draws at once (a page that renders no
+// frames or runs no timers, like a DOM dump, still shows how the run ended).
+const DRAW_EVERY_MS = 40;
+function scheduleDraw(now) {
+  if (!cur) return;
+  const c = cur;
+  const since = performance.now() - (c.drewAt || 0);
+  if (now || since >= DRAW_EVERY_MS) {
+    c.drewAt = performance.now();
+    draw();
+  } else if (!c.drawPending) {
+    c.drawPending = true;
+    setTimeout(() => { if (cur === c) { c.drewAt = performance.now(); draw(); } }, DRAW_EVERY_MS);
   }
 }
 
@@ -321,8 +331,9 @@ function connect() {
     let ev;
     try { ev = JSON.parse(m.data); } catch (e) { return; }
     Fold.apply(c.fold, ev);
-    if (c.fold.status !== 'live') { es.close(); document.body.dataset.sse = 'ended'; }
-    scheduleDraw();
+    const ended = c.fold.status !== 'live';
+    if (ended) { es.close(); document.body.dataset.sse = 'ended'; }
+    scheduleDraw(ended);
   };
   // The stream says why it ends early (`event: error` with data), or the connection
   // dropped (no data): EventSource resumes by itself with Last-Event-ID; when it gave up

@@ -40,10 +40,16 @@
 
   function thinking(run, d, ts) {
     if (d.tokens !== undefined && d.delta === undefined && d.text === undefined && !d.phase) return;
-    run._textSinceActivity = false;
-    closeText(run);
     const key = (d.variant || 'raw') + '\u0000' + (d.id ?? '');
     let b = run._thinking.get(key);
+    // An end marker only closes its segment: text streamed before it (a provider that
+    // ends reasoning after the answer began) stays open for the final answer to claim.
+    if (d.phase === 'end' && d.delta === undefined && d.text === undefined) {
+      if (b) { endThinking(b, ts); run._thinking.delete(key); }
+      return;
+    }
+    run._textSinceActivity = false;
+    closeText(run);
     if (d.phase === 'start' || !b) {
       if (b && d.phase === 'start') endThinking(b, ts);
       b = push(run, { kind: 'thinking', variant: d.variant || 'raw', text: '', start_ms: ts, end_ms: null, active: true });
