@@ -229,3 +229,138 @@ fn ai_sdk_and_ag_ui_encodings_satisfy_their_real_consumers() {
         "the runs exercise every part: {with_reasoning} with reasoning, {with_tools} with tools, {with_final} with a final"
     );
 }
+
+/// Runs the resume check (`DefaultChatTransport.reconnectToStream`) for `run`.
+fn resume(api: &str, run: &str, token: &str) -> std::process::Child {
+    Command::new("node")
+        .arg(js_dir().join("ai_sdk_resume.mjs"))
+        .args([api, run, token])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node")
+}
+
+fn verdict(child: std::process::Child) -> Value {
+    let out = child.wait_with_output().expect("node");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(text.lines().last().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        out.status.success() && v["ok"] == true,
+        "resume refused: {v}"
+    );
+    v
+}
+
+/// Issue #18: `useChat({ resume: true })` resumes a run in flight through the real `ai`
+/// package's `DefaultChatTransport` (`{api}/{chatId}/stream`): the message it rebuilds
+/// equals the run's final answer once the run ends; an ended or unknown run answers 204
+/// (no active stream), as the SDK expects.
+#[test]
+fn the_ai_sdk_resumes_a_run_in_flight() {
+    if !node_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join(".streamgate");
+    let _up = Graceful(
+        Command::new(bin())
+            .args(["up", "--quiet"])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("up.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    let (page, inst) = loop {
+        let err = std::fs::read_to_string(dir.path().join("up.err")).unwrap_or_default();
+        let page = err
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") && w.contains("?token="))
+            .map(str::to_owned);
+        let inst = std::fs::read(data.join("up.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        if let (Some(p), Some(i)) = (page, inst) {
+            break (p, i);
+        }
+        assert!(Instant::now() < deadline, "up did not come up:\n{err}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (base, token) = page.split_once("/?token=").unwrap();
+    let api = format!("{base}/v1/runs/default");
+    let ingest = format!(
+        "http://{}/v1/ingest/default/resumed?family=f1",
+        inst["ingest_http"].as_str().unwrap()
+    );
+    let ingest_token = std::fs::read_to_string(data.join("ingest.token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let capture = std::fs::read(root().join("fixtures/f1/end-turn.sse")).unwrap();
+    let pause = String::from_utf8_lossy(&capture)
+        .find("data: {\"type\":\"message_delta\"")
+        .unwrap();
+
+    // Not started: no active stream.
+    assert_eq!(verdict(resume(&api, "resumed", token))["active"], false);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let post = rt.spawn({
+        let (ingest, ingest_token) = (ingest.clone(), ingest_token.clone());
+        async move {
+            reqwest::Client::new()
+                .post(ingest)
+                .bearer_auth(ingest_token)
+                .body(reqwest::Body::wrap_stream(
+                    tokio_stream::wrappers::ReceiverStream::new(rx),
+                ))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        }
+    });
+    rt.block_on(tx.send(Ok(capture[..pause].to_vec()))).unwrap();
+    // The run is in flight once its first events are on the run stream.
+    let in_flight = Instant::now() + PATIENCE;
+    let child = loop {
+        let mut child = resume(&api, "resumed", token);
+        // An active stream keeps the client reading until the run ends; a 204 ends it
+        // at once.
+        std::thread::sleep(Duration::from_millis(1500));
+        if child.try_wait().unwrap().is_none() {
+            break child;
+        }
+        let v = verdict(child);
+        assert_eq!(v["active"], false, "{v}");
+        assert!(Instant::now() < in_flight, "the run never became active");
+    };
+    // The rest of the turn: the resumed client reads it live and ends with the run.
+    rt.block_on(tx.send(Ok(capture[pause..].to_vec()))).unwrap();
+    drop(tx);
+    assert_eq!(rt.block_on(post).unwrap().unwrap(), 200);
+    let v = verdict(child);
+    assert_eq!(v["active"], true, "{v}");
+    let types = v["chunkTypes"].as_array().unwrap();
+    assert_eq!(types.first().and_then(Value::as_str), Some("start"), "{v}");
+    assert_eq!(types.last().and_then(Value::as_str), Some("finish"), "{v}");
+    let state: Value = serde_json::from_slice(
+        &Command::new(bin())
+            .args(["replay", "resumed", "--state"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let texts = parts(&v["message"], "text");
+    assert_eq!(
+        texts.last().and_then(|p| p["text"].as_str()),
+        state["final_text"].as_str(),
+        "{v}"
+    );
+    // Ended: no active stream.
+    assert_eq!(verdict(resume(&api, "resumed", token))["active"], false);
+}

@@ -71,6 +71,7 @@ pub fn router(channel: Arc<Channel>, shutdown: CancellationToken) -> Router {
     Router::new()
         .route("/v1/runs", get(list::list))
         .route("/v1/runs/{tenant}/{run}/events", get(events_route))
+        .route("/v1/runs/{tenant}/{run}/stream", get(resume_route))
         .with_state(RunStreamState { channel, shutdown })
 }
 
@@ -134,19 +135,63 @@ impl Encoder {
         out
     }
 
-    /// How the stream says it ends for `reason` (not the run's end).
-    fn error(&self, reason: &str) -> Vec<SseEvent> {
+    /// How the stream says it ends early (not the run's end), with a code a client can
+    /// act on.
+    fn error(&self, end: &StreamEnd) -> Vec<SseEvent> {
+        let (code, msg) = (end.code(), end.message());
         match self.format {
             Format::Canonical => vec![SseEvent::default()
                 .event("error")
-                .data(serde_json::json!({ "error": reason }).to_string())],
+                .data(serde_json::json!({ "error": msg, "code": code }).to_string())],
             Format::AiSdk => vec![
-                SseEvent::default()
-                    .data(serde_json::json!({"type": "error", "errorText": reason}).to_string()),
+                SseEvent::default().data(
+                    serde_json::json!({"type": "error", "errorText": format!("{code}: {msg}")})
+                        .to_string(),
+                ),
                 SseEvent::default().data("[DONE]"),
             ],
-            Format::AgUi => vec![SseEvent::default()
-                .data(serde_json::json!({"type": "RUN_ERROR", "message": reason}).to_string())],
+            Format::AgUi => vec![SseEvent::default().data(
+                serde_json::json!({"type": "RUN_ERROR", "message": msg, "code": code}).to_string(),
+            )],
+        }
+    }
+}
+
+/// Why a stream ends before its run's terminal event.
+#[derive(Debug)]
+enum StreamEnd {
+    /// No event arrived within the wait (`not_started`): the run has not started, or the
+    /// event stream no longer holds it.
+    NotStarted(Duration),
+    /// The run is outside the channel's tenant or session filters (`not_shown`).
+    NotShown,
+    /// The event stream could not be read (`unavailable`).
+    Unavailable(String),
+    /// The projector is stopping (`shutting_down`): reconnect with `Last-Event-ID`.
+    ShuttingDown,
+}
+
+impl StreamEnd {
+    fn code(&self) -> &'static str {
+        match self {
+            StreamEnd::NotStarted(_) => "not_started",
+            StreamEnd::NotShown => "not_shown",
+            StreamEnd::Unavailable(_) => "unavailable",
+            StreamEnd::ShuttingDown => "shutting_down",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            StreamEnd::NotStarted(wait) => format!(
+                "the run did not start within {} s (or the event stream no longer holds it)",
+                wait.as_secs()
+            ),
+            StreamEnd::NotShown => "this run is not shown on this channel".to_owned(),
+            StreamEnd::Unavailable(e) => format!("event stream unavailable: {e}"),
+            StreamEnd::ShuttingDown => {
+                "projector shutting down: reconnect with Last-Event-ID".to_owned()
+            }
         }
     }
 }
@@ -176,22 +221,42 @@ async fn events_route(
         },
         Some(Err(_)) => return bad_request("Last-Event-ID must be an event seq".to_owned()),
     };
+    let after = last_event_id.or(q.after).unwrap_or(0);
+    let wait = q
+        .wait
+        .map_or(DEFAULT_WAIT, Duration::from_secs)
+        .min(MAX_WAIT);
+    follow_response(&s, &tenant, &run, q.format, after, wait)
+}
+
+/// The answer of a channel that does not show `tenant`'s runs, if it does not.
+fn other_tenant(s: &RunStreamState, tenant: &str) -> Option<Response> {
     let cfg = s.channel.config();
-    if cfg.tenant.as_deref().is_some_and(|t| t != tenant) {
-        return (
+    cfg.tenant.as_deref().is_some_and(|t| t != tenant).then(|| {
+        (
             StatusCode::NOT_FOUND,
-            Json(serde_json::json!({ "error": "this channel shows another tenant's runs" })),
+            Json(serde_json::json!({ "error": "this channel shows another tenant's runs", "code": "other_tenant" })),
         )
-            .into_response();
+            .into_response()
+    })
+}
+
+/// The run stream of `run` in `format`, after seq `after`, waiting `wait` for its start.
+fn follow_response(
+    s: &RunStreamState,
+    tenant: &str,
+    run: &str,
+    format: Format,
+    after: u64,
+    wait: Duration,
+) -> Response {
+    if let Some(refused) = other_tenant(s, tenant) {
+        return refused;
     }
-    let format = q.format;
     let follow = Follow {
-        subject: RunAddr::new(&tenant, &run, cfg.partitions).events_subject(),
-        after: last_event_id.or(q.after).unwrap_or(0),
-        wait: q
-            .wait
-            .map_or(DEFAULT_WAIT, Duration::from_secs)
-            .min(MAX_WAIT),
+        subject: RunAddr::new(tenant, run, s.channel.config().partitions).events_subject(),
+        after,
+        wait,
     };
     let (tx, rx) = mpsc::channel(64);
     let (channel, stop) = (s.channel.clone(), s.shutdown.clone());
@@ -202,11 +267,11 @@ async fn events_route(
         };
         let end = tokio::select! {
             end = follow.run(&channel, &mut encoder, &tx) => end,
-            () = stop.cancelled() => Some("projector shutting down: reconnect with Last-Event-ID".to_owned()),
+            () = stop.cancelled() => Some(StreamEnd::ShuttingDown),
             () = tx.closed() => None,
         };
-        if let Some(msg) = end {
-            for e in encoder.error(&msg) {
+        if let Some(end) = end {
+            for e in encoder.error(&end) {
                 let _ = tx.send(e).await;
             }
         }
@@ -217,6 +282,52 @@ async fn events_route(
     match format {
         Format::AiSdk => ([ai_sdk::HEADER], sse).into_response(),
         _ => sse.into_response(),
+    }
+}
+
+/// `GET /v1/runs/{tenant}/{run}/stream`: the AI SDK's resume request. A `useChat` with
+/// `resume: true` and `api: "<channel>/v1/runs/<tenant>"` asks `{api}/{chatId}/stream` on
+/// mount (`DefaultChatTransport.reconnectToStream`); the chat id is the run id. A run in
+/// flight answers its whole UI message stream so far and then live (the SDK rebuilds the
+/// message from `start`); a run that ended, or that has not started, answers 204 — no
+/// active stream, as the SDK expects (a finished run is read with `?format=ai-sdk`).
+async fn resume_route(
+    State(s): State<RunStreamState>,
+    Path((tenant, run)): Path<(String, String)>,
+) -> Response {
+    if let Err(e) = ids::check_run(&tenant, &run, None) {
+        return bad_request(e.to_string());
+    }
+    if let Some(refused) = other_tenant(&s, &tenant) {
+        return refused;
+    }
+    let subject = RunAddr::new(&tenant, &run, s.channel.config().partitions).events_subject();
+    match in_flight(&s.channel, &subject).await {
+        Ok(true) => follow_response(&s, &tenant, &run, Format::AiSdk, 0, DEFAULT_WAIT),
+        Ok(false) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "error": format!("event stream unavailable: {e}"), "code": "unavailable" })),
+        )
+            .into_response(),
+    }
+}
+
+/// Whether the run on `subject` has events and its last one is not terminal.
+async fn in_flight(channel: &Channel, subject: &str) -> Result<bool, String> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let stream = channel
+        .jetstream()
+        .get_stream(EVENTS_STREAM)
+        .await
+        .map_err(|e| e.to_string())?;
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => Ok(events::decode_message(Some(&m.headers), &m.payload)
+            .map_err(|e| e.to_string())?
+            .last()
+            .is_some_and(|ev| !ev.event.is_terminal())),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -237,11 +348,11 @@ impl Follow {
         channel: &Channel,
         encoder: &mut Encoder,
         tx: &mpsc::Sender<SseEvent>,
-    ) -> Option<String> {
+    ) -> Option<StreamEnd> {
         let js = channel.jetstream();
         let stream = match js.get_stream(EVENTS_STREAM).await {
             Ok(s) => s,
-            Err(e) => return Some(format!("event stream unavailable: {e}")),
+            Err(e) => return Some(StreamEnd::Unavailable(e.to_string())),
         };
         let consumer = match stream
             .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
@@ -252,11 +363,11 @@ impl Follow {
             .await
         {
             Ok(c) => c,
-            Err(e) => return Some(format!("event stream unavailable: {e}")),
+            Err(e) => return Some(StreamEnd::Unavailable(e.to_string())),
         };
         let mut messages = match consumer.messages().await {
             Ok(m) => m,
-            Err(e) => return Some(format!("event stream unavailable: {e}")),
+            Err(e) => return Some(StreamEnd::Unavailable(e.to_string())),
         };
         let mut redactor = EventRedactor::new();
         let mut started = false;
@@ -266,18 +377,13 @@ impl Follow {
             } else {
                 match tokio::time::timeout(self.wait, messages.next()).await {
                     Ok(next) => next,
-                    Err(_) => {
-                        return Some(format!(
-                            "the run did not start within {} s",
-                            self.wait.as_secs()
-                        ))
-                    }
+                    Err(_) => return Some(StreamEnd::NotStarted(self.wait)),
                 }
             };
             let msg = match next {
                 Some(Ok(m)) => m,
-                Some(Err(e)) => return Some(format!("event stream interrupted: {e}")),
-                None => return Some("event stream ended".to_owned()),
+                Some(Err(e)) => return Some(StreamEnd::Unavailable(format!("interrupted: {e}"))),
+                None => return Some(StreamEnd::Unavailable("ended".to_owned())),
             };
             let evs = match events::decode_msg(&msg) {
                 Ok(evs) => evs,
@@ -294,7 +400,7 @@ impl Follow {
                         .config()
                         .accepts(&env.tenant, env.session_key.as_deref())
                     {
-                        return Some("this run is not shown on this channel".to_owned());
+                        return Some(StreamEnd::NotShown);
                     }
                 }
                 match self.send(&mut redactor, encoder, &ev, tx).await {

@@ -343,9 +343,9 @@ function connect() {
     document.body.dataset.sse = 'closed';
     if (m.data) {
       es.close();
-      let msg = '';
-      try { msg = JSON.parse(m.data).error || ''; } catch (e) { msg = m.data; }
-      if (/did not start/.test(msg) && !c.fold.started_ms) {
+      let code = '';
+      try { code = JSON.parse(m.data).code || ''; } catch (e) { code = ''; }
+      if (code === 'not_started' && !c.fold.started_ms) {
         showGone('This run is not in the event stream: it has not started yet, or it ended longer ago than the stream keeps events.');
         $('badge').textContent = 'Not found';
         return;
