@@ -64,6 +64,37 @@ fn cli(dir: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Starts `streamgate up --quiet <extra>` in `dir`; waits for its page address (with its
+/// `?token=`) and `up.json`.
+fn start_up(dir: &Path, extra: &[&str]) -> (Graceful, String, Value) {
+    let up = Graceful(
+        Command::new(bin())
+            .args(["up", "--quiet"])
+            .args(extra)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("up.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let err = std::fs::read_to_string(dir.join("up.err")).unwrap_or_default();
+        let page = err
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") && w.contains("?token="))
+            .map(str::to_owned);
+        let inst = std::fs::read(dir.join(".streamgate/up.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        if let (Some(p), Some(i)) = (page, inst) {
+            return (up, p, i);
+        }
+        assert!(Instant::now() < deadline, "up did not come up:\n{err}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Parts of a UI message of one type, in order.
 fn parts<'a>(msg: &'a Value, kind: &str) -> Vec<&'a Value> {
     msg["parts"]
@@ -82,21 +113,8 @@ fn ai_sdk_and_ag_ui_encodings_satisfy_their_real_consumers() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join(".streamgate");
-    let _up = Graceful(
-        Command::new(bin())
-            .args(["up", "--demo", "--stay", "--quiet"])
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("up.err")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let (_up, page, _) = start_up(dir.path(), &["--demo", "--stay"]);
     let deadline = Instant::now() + PATIENCE;
-    while !data.join("up.json").exists() {
-        assert!(Instant::now() < deadline, "no up.json");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     // The agent-runtime families the demo does not bundle.
     for (family, path, run) in [
         ("acp", "acp/answer.jsonl", "extra-acp"),
@@ -124,12 +142,6 @@ fn ai_sdk_and_ag_ui_encodings_satisfy_their_real_consumers() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let err = std::fs::read_to_string(dir.path().join("up.err")).unwrap();
-    let page = err
-        .split_whitespace()
-        .find(|w| w.starts_with("http://") && w.contains("?token="))
-        .unwrap_or_else(|| panic!("no page address:\n{err}"))
-        .to_owned();
     let (base, token) = page.split_once("/?token=").unwrap();
     // Every run ended (the archive lists it with a terminal status).
     // (run, tenant): the demo's runs are tenant `demo`'s, the extras `default`'s.
@@ -264,31 +276,7 @@ fn the_ai_sdk_resumes_a_run_in_flight() {
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join(".streamgate");
-    let _up = Graceful(
-        Command::new(bin())
-            .args(["up", "--quiet"])
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("up.err")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + PATIENCE;
-    let (page, inst) = loop {
-        let err = std::fs::read_to_string(dir.path().join("up.err")).unwrap_or_default();
-        let page = err
-            .split_whitespace()
-            .find(|w| w.starts_with("http://") && w.contains("?token="))
-            .map(str::to_owned);
-        let inst = std::fs::read(data.join("up.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-        if let (Some(p), Some(i)) = (page, inst) {
-            break (p, i);
-        }
-        assert!(Instant::now() < deadline, "up did not come up:\n{err}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (_up, page, inst) = start_up(dir.path(), &[]);
     let (base, token) = page.split_once("/?token=").unwrap();
     let api = format!("{base}/v1/runs/default");
     let ingest = format!(

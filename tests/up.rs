@@ -1145,6 +1145,19 @@ fn page_address(dir: &std::path::Path) -> (String, String) {
     (base.trim_end_matches('/').to_owned(), token.to_owned())
 }
 
+/// GET `url` with the channel's bearer `token`, as JSON.
+async fn get_json(client: &reqwest::Client, url: &str, token: &str) -> serde_json::Value {
+    client
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Reads a run stream's SSE messages (`(id, data)`, comments skipped) until the stream
 /// ends or `max` messages were read (then the connection is dropped).
 async fn read_sse(req: reqwest::RequestBuilder, max: usize) -> Vec<(String, String)> {
@@ -1291,15 +1304,12 @@ fn the_run_stream_follows_and_resumes_a_run() {
         let to = exchange.headers()["location"].to_str().unwrap().to_owned();
         assert!(to.starts_with('/') && !to.starts_with("//"), "{to}");
         // The channel's run list names the run (ended), cursor paged.
-        let list: serde_json::Value = client
-            .get(format!("{base}/v1/runs?tenant=default&limit=1"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list = get_json(
+            &client,
+            &format!("{base}/v1/runs?tenant=default&limit=1"),
+            &token,
+        )
+        .await;
         assert_eq!(list["runs"][0]["run_id"], "rs-1", "{list}");
         assert_eq!(list["runs"][0]["status"], "ended", "{list}");
         let bad = client
@@ -1354,15 +1364,7 @@ fn ports_and_tokens_survive_a_restart() {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(20);
         let rows = loop {
-            let rows: serde_json::Value = client
-                .get(format!("{page}/api/runs"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let rows = get_json(&client, &format!("{page}/api/runs"), &token).await;
             if rows.to_string().contains("before-restart") || Instant::now() > deadline {
                 break rows;
             }
