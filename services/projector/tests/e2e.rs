@@ -1039,10 +1039,19 @@ async fn web_page_follows_a_live_tool_loop_in_event_order() -> R {
     };
     let (waiting, ok) = browser
         .wait_for(DOM_PROBE, Duration::from_secs(30), |v| {
-            v["badge"] == "Waiting for the run…"
+            v["badge"] == "Waiting for the run…" && v["gone"] != ""
         })
         .await?;
     assert!(ok, "a deep link to a run not started yet: {waiting}");
+    assert!(
+        waiting["gone"]
+            .as_str()
+            .is_some_and(|g| g.contains(&format!("streamgate replay run-loop --tenant {TENANT}"))),
+        "the replay command for a run the stream may no longer hold: {waiting}"
+    );
+    browser
+        .screenshot(&artifacts_dir().join("web-waiting.png"))
+        .await?;
     let artifacts = artifacts_dir();
     // (publish up to seq, the block kinds the page must show then)
     let points: [(usize, &[&str]); 5] = [
@@ -1067,6 +1076,7 @@ async fn web_page_follows_a_live_tool_loop_in_event_order() -> R {
         let (v, ok) = browser
             .wait_for(DOM_PROBE, Duration::from_secs(20), |v| {
                 strings(v, "kinds") == want
+                    && v["gone"] == ""
                     && (*upto < 14 || v["status"] == "completed" && v["highlighted"] == 1)
                     && (*upto != 11 || v["commentary_quotes"] == 1)
             })

@@ -310,12 +310,12 @@ function drawHead() {
   document.body.dataset.status = status;
 }
 
-function showGone(message) {
+function showGone(message, replayIntro) {
   const g = $('gone');
   g.hidden = false;
   g.textContent = '';
   g.appendChild(el('p', '', message));
-  g.appendChild(el('p', '', 'An operator can replay it from the archive:'));
+  g.appendChild(el('p', '', replayIntro || 'An operator can replay it from the archive:'));
   const cmd = 'streamgate replay ' + cur.run + (cur.tenant !== DEFAULT_TENANT ? ' --tenant ' + cur.tenant : '');
   g.appendChild(el('pre', 'cmd', cmd));
 }
@@ -331,6 +331,7 @@ function connect() {
     let ev;
     try { ev = JSON.parse(m.data); } catch (e) { return; }
     Fold.apply(c.fold, ev);
+    $('gone').hidden = true;
     const ended = c.fold.status !== 'live';
     if (ended) { es.close(); document.body.dataset.sse = 'ended'; }
     scheduleDraw(ended);
@@ -375,6 +376,15 @@ function open(tenant, run, push) {
   document.body.dataset.sse = 'closed';
   drawHead();
   connect();
+  // A link to a run that does not stream yet: say what waiting means, and how to see it
+  // if it ended longer ago than the event stream keeps runs.
+  const c = cur;
+  setTimeout(() => {
+    if (cur === c && c.fold.started_ms == null && $('gone').hidden) {
+      showGone('Waiting for this run to start. If it ended longer ago than the event stream keeps runs, it will not show here.',
+        'An operator can replay it from the archive:');
+    }
+  }, 2000);
 }
 
 // Live durations (thinking timers, relative times in the list) move without events.
