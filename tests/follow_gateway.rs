@@ -20,18 +20,22 @@ use common::*;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::Value;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
-/// The runs replayed: (run id, fixture).
-const RUNS: [(&str, &str); 3] = [
+/// The runs replayed: (run id, fixture). `gw-big`'s tool result is [`BIG_RESULT`] bytes.
+const RUNS: [(&str, &str); 4] = [
     ("gw-answer", "openclaw-events/answer.jsonl"),
     ("gw-tools", "openclaw-events/tools.jsonl"),
     ("gw-error", "openclaw-events/error.jsonl"),
+    ("gw-big", "openclaw-events/tools.jsonl"),
 ];
+/// A large tool result (issue #17: one ~4 MB agent event was retried forever and then
+/// stalled every other run).
+const BIG_RESULT: usize = 5 << 20;
 /// The gateway token the follower must present.
 const GATEWAY_TOKEN: &str = "gw-secret-7f3a";
 /// Events of the first connection (of 20); the second re-sends [`RESEND`] of them.
@@ -46,6 +50,10 @@ fn run_lines(run: &str, fixture_path: &str) -> Vec<String> {
         .map(|l| {
             let mut v: Value = serde_json::from_str(l).unwrap();
             v["runId"] = Value::from(run);
+            if run == "gw-big" && v["data"]["phase"] == "result" && v["data"]["result"].is_object()
+            {
+                v["data"]["result"]["stdout"] = Value::from("x".repeat(BIG_RESULT));
+            }
             format!("{v}\n")
         })
         .collect()
@@ -190,13 +198,17 @@ fn start_up(dir: &std::path::Path) -> Graceful {
     up
 }
 
-/// Runs a CLI command to its end (at most [`PATIENCE`]); its stdout.
+/// Runs a CLI command to its end (at most [`PATIENCE`]); its stdout. The output goes to
+/// files, not pipes: a command printing more than a pipe holds (a 5 MiB event) would
+/// block on a pipe nobody reads until it ends.
 fn cli(dir: &std::path::Path, args: &[&str]) -> String {
+    let out_path = dir.join("cli.out");
+    let err_path = dir.join("cli.err");
     let mut child = Command::new(bin())
         .args(args)
         .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + PATIENCE;
@@ -207,13 +219,13 @@ fn cli(dir: &std::path::Path, args: &[&str]) -> String {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = child.wait_with_output().unwrap();
+    let status = child.wait().unwrap();
     assert!(
-        out.status.success(),
+        status.success(),
         "streamgate {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        std::fs::read_to_string(&err_path).unwrap_or_default()
     );
-    String::from_utf8(out.stdout).unwrap()
+    std::fs::read_to_string(&out_path).unwrap()
 }
 
 /// `(seq, stream, data)` of each JSONL event: what replay and normalize share.

@@ -28,6 +28,7 @@ pub mod config;
 pub mod gateway;
 pub mod ingest;
 pub mod open_runs;
+pub mod oversize;
 pub mod runs;
 pub mod service;
 pub mod worker;

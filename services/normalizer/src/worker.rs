@@ -393,6 +393,12 @@ async fn apply_and_publish(
             }
         };
         chunks_applied += 1;
+        let mut groups = groups;
+        let max_payload = js.client().server_info().max_payload;
+        for group in &mut groups {
+            let cut = crate::oversize::fit(group, max_payload);
+            metrics::counter!("streamgate_normalizer_events_cut_total").increment(cut as u64);
+        }
         if chunk.chunk == 0 || rebuilt || chunk.close.is_some() {
             let open = !table.is_closed(&key);
             registry.insert(key.clone(), (chunk.addr.clone(), open));

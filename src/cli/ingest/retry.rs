@@ -39,6 +39,10 @@ pub fn classify(e: &anyhow::Error) -> Verdict {
         return Verdict::Retry(None);
     };
     use tonic::Code;
+    // A message over the service's size limit is refused the same way every time.
+    if status.code() == Code::ResourceExhausted && status.message().contains("too large") {
+        return Verdict::Permanent;
+    }
     match status.code() {
         // ABORTED: another request of the service is ingesting the run right now
         // (e.g. our own previous attempt, not yet noticed as gone).

@@ -140,6 +140,10 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     written
 }
 
+/// The local broker's largest message (as in `deploy/k8s`): a canonical event carrying a
+/// large tool result is one message. Larger events are cut to fit by the normalizer.
+pub const MAX_PAYLOAD: usize = 8 << 20;
+
 /// A running (or killed, restartable) local nats-server.
 pub struct LocalNats {
     child: Option<Child>,
@@ -225,7 +229,7 @@ impl LocalNats {
         self.auth.as_ref()
     }
 
-    /// Its config file (`<store>/nats-server.conf`), written when it requires credentials.
+    /// Its config file (`<store>/nats-server.conf`).
     pub fn config_path(&self) -> PathBuf {
         self.store_dir.join("nats-server.conf")
     }
@@ -308,12 +312,13 @@ impl LocalNats {
         } else {
             Command::new(&self.binary)
         };
+        // Written at every start: the credentials live in a 0600 file, not in argv.
+        let mut config = format!("max_payload: {MAX_PAYLOAD}\n");
         if let Some(auth) = &self.auth {
-            // Written at every start: the credentials live in a 0600 file, not in argv.
-            let config = self.config_path();
-            write_private(&config, &auth.config()?)?;
-            cmd.arg("-c").arg(config);
+            config.push_str(&auth.config()?);
         }
+        write_private(&self.config_path(), &config)?;
+        cmd.arg("-c").arg(self.config_path());
         let child = cmd
             .arg("-js")
             .args(["-a", "127.0.0.1"])

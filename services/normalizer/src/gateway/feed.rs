@@ -31,7 +31,7 @@ pub struct Line {
 /// How feeders batch, wait and retry.
 #[derive(Debug, Clone)]
 pub struct FeedConfig {
-    /// Largest chunk (a single longer line is one chunk of its own).
+    /// Largest chunk (a longer line is cut into chunks of this size).
     pub chunk_bytes: usize,
     /// A feeder with nothing to do this long ends.
     pub idle: Duration,
@@ -73,11 +73,16 @@ pub async fn feed<S: RunSink>(
     };
     while let Some(first) = next_line(&mut rx, &cfg).await {
         let (body, terminal) = batch(first, &mut rx, cfg.chunk_bytes);
-        if let Err(e) = deliver(&sink, &run, next, Op::Append(&body), &cfg, &cancel).await {
-            tracing::warn!(run = %run.run_id, error = %e, "gateway run: its later events are dropped");
-            return discard(rx, &cfg).await;
+        // A line longer than a chunk (a large tool result) goes out in chunk-sized pieces:
+        // the normalizer reads the run as one byte stream, and no piece is over the
+        // ingest's or the broker's message limit.
+        for piece in pieces(&body, cfg.chunk_bytes) {
+            if let Err(e) = deliver(&sink, &run, next, Op::Append(&piece), &cfg, &cancel).await {
+                tracing::warn!(run = %run.run_id, error = %e, "gateway run: its later events are dropped");
+                return discard(rx, &cfg).await;
+            }
+            next += 1;
         }
-        next += 1;
         if terminal {
             match deliver(&sink, &run, next, Op::Close, &cfg, &cancel).await {
                 Ok(()) => tracing::info!(run = %run.run_id, chunks = next, "gateway run closed"),
@@ -192,7 +197,33 @@ fn batch(first: Line, rx: &mut mpsc::Receiver<Line>, chunk_bytes: usize) -> (Byt
     (body.freeze(), terminal)
 }
 
+/// `body` cut into pieces of at most `max` bytes (at least one piece).
+fn pieces(body: &Bytes, max: usize) -> Vec<Bytes> {
+    let max = max.max(1);
+    if body.len() <= max {
+        return vec![body.clone()];
+    }
+    (0..body.len())
+        .step_by(max)
+        .map(|at| body.slice(at..(at + max).min(body.len())))
+        .collect()
+}
+
 /// Drops the rest of a run that cannot be fed, so that its sender never blocks.
 async fn discard(mut rx: mpsc::Receiver<Line>, cfg: &FeedConfig) {
     while next_line(&mut rx, cfg).await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_over_a_chunk_goes_out_in_chunk_sized_pieces() {
+        let body = Bytes::from(vec![b'x'; 10]);
+        let p = pieces(&body, 4);
+        assert_eq!(p.iter().map(Bytes::len).collect::<Vec<_>>(), vec![4, 4, 2]);
+        assert_eq!(p.concat(), body.to_vec());
+        assert_eq!(pieces(&body, 64).len(), 1);
+    }
 }

@@ -28,7 +28,7 @@ use futures::{SinkExt as _, StreamExt as _};
 use protocol::Incoming;
 use router::Router;
 use sink::RunSink;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
@@ -87,6 +87,21 @@ enum SessionError {
     Refused(String),
 }
 
+/// A connection up this long (after the gateway's greeting) counts as healthy: the
+/// reconnect backoff starts over after it.
+const STABLE: Duration = Duration::from_secs(30);
+
+/// Largest WebSocket message and frame read from the gateway (an agent event carrying a
+/// large tool result is one frame). A larger one ends the connection; the reconnect
+/// backoff keeps that from repeating fast.
+const MAX_WS_MESSAGE: usize = 64 << 20;
+
+fn ws_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(MAX_WS_MESSAGE))
+        .max_frame_size(Some(MAX_WS_MESSAGE))
+}
+
 /// The URL as logged: without its query (where a token could hide).
 pub fn shown_url(url: &str) -> &str {
     url.split(['?', '#']).next().unwrap_or(url)
@@ -113,10 +128,17 @@ pub async fn follow<S: RunSink>(
     );
     let mut backoff = Backoff::new(cfg.reconnect_base, cfg.reconnect_cap);
     loop {
+        let mut hello = None;
         let ended = tokio::select! {
-            r = session(&cfg, &mut router, &mut backoff) => r,
+            r = session(&cfg, &mut router, &mut hello) => r,
             () = cancel.cancelled() => break,
         };
+        // The backoff starts over only after a connection that stayed up: a gateway that
+        // greets and then sends a frame this follower cannot read (over the size limit)
+        // would otherwise be reconnected to several times a second.
+        if hello.is_some_and(|t: Instant| t.elapsed() >= STABLE) {
+            backoff.reset();
+        }
         match ended {
             Ok(()) => {
                 tracing::info!(%gateway, open_runs = router.open_runs(), "gateway connection closed")
@@ -137,12 +159,15 @@ pub async fn follow<S: RunSink>(
 }
 
 /// One connection: connect, handshake, route events until it ends.
+/// `hello` is set when the gateway greets.
 async fn session<S: RunSink>(
     cfg: &FollowConfig,
     router: &mut Router<S>,
-    backoff: &mut Backoff,
+    hello: &mut Option<Instant>,
 ) -> Result<(), SessionError> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(cfg.url.as_str()).await?;
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async_with_config(cfg.url.as_str(), Some(ws_config()), false)
+            .await?;
     ws.send(Message::text(protocol::connect_frame(cfg.token.as_deref())))
         .await?;
     while let Some(msg) = ws.next().await {
@@ -158,7 +183,7 @@ async fn session<S: RunSink>(
         match protocol::parse(&text) {
             Incoming::Hello => {
                 tracing::info!(gateway = %shown_url(&cfg.url), "connected to the gateway");
-                backoff.reset();
+                *hello = Some(std::time::Instant::now());
             }
             Incoming::Refused(e) => return Err(SessionError::Refused(e)),
             Incoming::Agent(payload) => {
