@@ -26,6 +26,7 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_normalizer_chunks_total", Kind::Counter, "Raw chunks the normalizer applied to their runs"),
     ("streamgate_normalizer_events_published_total", Kind::Counter, "Canonical events the normalizer published to SG_EVENTS"),
     ("streamgate_normalizer_bad_raw_total", Kind::Counter, "Raw messages that could not be read (terminated, with a diagnostic)"),
+    ("streamgate_connections_evicted_total", Kind::Counter, "Connections closed because every slot was taken and they had sent nothing yet (the longest-silent first)"),
     ("streamgate_normalizer_events_cut_total", Kind::Counter, "Events over the broker's max_payload whose longest texts were cut to fit (SG_RAW keeps the provider's bytes)"),
     ("streamgate_normalizer_rebuilds_total", Kind::Counter, "Runs rebuilt from SG_RAW (restart, redelivery, partition move)"),
     ("streamgate_normalizer_open_runs", Kind::Gauge, "Runs the normalizer holds open in memory"),

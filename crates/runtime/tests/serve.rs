@@ -282,6 +282,44 @@ async fn slow_headers_and_idle_connections_are_closed() {
     stop.cancel();
 }
 
+/// Issue #17: a flood of connections that send nothing (no token needed to open one)
+/// held every slot until their header timeout, so legitimate requests failed for as
+/// long as the flood lasted. Now a new connection closes the longest-silent one.
+#[tokio::test]
+async fn silent_connections_make_room_for_a_peer_that_speaks() {
+    let stop = CancellationToken::new();
+    let addr = http(
+        &limited(Limits {
+            max_connections: 4,
+            header_read_timeout: Duration::from_secs(30),
+            ..Limits::default()
+        }),
+        &stop,
+    )
+    .await;
+    let mut flood = Vec::new();
+    for _ in 0..12 {
+        flood.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out))
+        .await
+        .expect("served while the flood holds its connections")
+        .unwrap();
+    assert!(out.contains("hello"), "{out}");
+    eprintln!(
+        "served after {:?} behind 12 silent connections",
+        t.elapsed()
+    );
+    stop.cancel();
+}
+
 #[tokio::test]
 async fn connections_beyond_the_limit_wait_for_a_free_slot() {
     let stop = CancellationToken::new();
@@ -293,8 +331,19 @@ async fn connections_beyond_the_limit_wait_for_a_free_slot() {
         &stop,
     )
     .await;
-    let a = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // Two keep-alive connections that spoke (served, now waiting for their next
+    // request): they are not closed to make room; a third waits for one to end.
+    let open = |addr| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let _ = s.read(&mut buf).await.unwrap();
+        s
+    };
+    let a = open(addr).await;
+    let b = open(addr).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let request = |mut s: tokio::net::TcpStream| async move {
         s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

@@ -1,15 +1,24 @@
 //! An accepted connection under the server's [`Limits`](super::Limits): it holds one of
-//! the server's connection permits until dropped, and fails its pending read or write
+//! the server's connection slots until dropped, and fails its pending read or write
 //! once no byte moved either way for the idle timeout (the server then closes it). Until
 //! its first byte arrives the limit is the header-read timeout, counted from accept: a
 //! peer that connects and sends nothing holds a slot for seconds, not for the idle
 //! timeout (hyper's own header timer starts only at the first byte).
+//!
+//! And when every slot is taken, a new connection does not wait behind peers that
+//! connected and said nothing: the connection silent the longest is closed to make room
+//! ([`Slots`]). A flood of idle connections (no token needed to open one) then costs the
+//! flood its own slots, not the service's; a peer that speaks at once is never the one
+//! evicted while older silent ones exist.
 
+use futures::task::AtomicWaker;
 use futures::Stream;
+use std::collections::VecDeque;
 use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -17,27 +26,115 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-/// A connection with its permit and idle timer.
+/// A server's connection slots, and its connections that have not sent a byte yet
+/// (oldest first), so that a full server can close the longest-silent one.
+pub(crate) struct Slots {
+    permits: Arc<Semaphore>,
+    silent: Mutex<VecDeque<Arc<Silence>>>,
+}
+
+/// One connection's silence: whether it spoke, whether the server closed it for a slot.
+#[derive(Default)]
+struct Silence {
+    spoke: AtomicBool,
+    evicted: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Slots {
+    pub(crate) fn new(max_connections: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            permits: Arc::new(Semaphore::new(max_connections.max(1))),
+            silent: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    fn silent(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Silence>>> {
+        self.silent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes the connection silent the longest; false when every connection spoke.
+    fn evict_oldest_silent(&self) -> bool {
+        let mut queue = self.silent();
+        while let Some(s) = queue.pop_front() {
+            if !s.spoke.load(Ordering::Acquire) {
+                s.evicted.store(true, Ordering::Release);
+                s.waker.wake();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A slot: at once when one is free, else after closing the longest-silent
+    /// connection, else when a connection ends.
+    async fn take(&self) -> OwnedSemaphorePermit {
+        if let Ok(p) = self.permits.clone().try_acquire_owned() {
+            return p;
+        }
+        if self.evict_oldest_silent() {
+            metrics::counter!("streamgate_connections_evicted_total").increment(1);
+            tracing::debug!("connection limit reached: closed the longest-silent connection");
+        } else {
+            tracing::debug!("connection limit reached; waiting for a connection to close");
+        }
+        match self.permits.clone().acquire_owned().await {
+            Ok(p) => p,
+            // The semaphore is never closed.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    fn watch(&self) -> Arc<Silence> {
+        let s = Arc::new(Silence::default());
+        let mut queue = self.silent();
+        // Forget the ones that spoke since (bounded by the open connections).
+        queue.retain(|s| !s.spoke.load(Ordering::Acquire));
+        queue.push_back(s.clone());
+        s
+    }
+}
+
+/// A connection with its slot and idle timer.
 pub struct Conn<T> {
     io: T,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
+    /// Until its first byte: how the server may close it for a slot.
+    silence: Option<Arc<Silence>>,
     _permit: OwnedSemaphorePermit,
 }
 
 impl<T> Conn<T> {
     /// `first_byte`: the deadline for the peer's first byte, from now.
-    pub(crate) fn new(
+    fn new(
         io: T,
         idle: Duration,
         first_byte: Duration,
         permit: OwnedSemaphorePermit,
+        silence: Arc<Silence>,
     ) -> Conn<T> {
         Conn {
             io,
             idle,
             deadline: Box::pin(tokio::time::sleep(first_byte.min(idle))),
+            silence: Some(silence),
             _permit: permit,
+        }
+    }
+
+    /// Closed for a slot (while silent); else notes the first byte.
+    fn evicted(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(s) = &self.silence else {
+            return false;
+        };
+        s.waker.register(cx.waker());
+        s.evicted.load(Ordering::Acquire)
+    }
+
+    fn spoke(&mut self) {
+        if let Some(s) = self.silence.take() {
+            s.spoke.store(true, Ordering::Release);
         }
     }
 
@@ -63,8 +160,18 @@ impl<T: AsyncRead + Unpin> AsyncRead for Conn<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if this.evicted(cx) {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "closed for a new connection: it sent nothing while every slot was taken",
+            )));
+        }
+        let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    this.spoke();
+                }
                 this.touched();
                 Poll::Ready(r)
             }
@@ -128,34 +235,25 @@ impl tonic::transport::server::Connected for Conn<TcpStream> {
     }
 }
 
-/// Accepts one connection once a permit is free. Accept errors (out of file
-/// descriptors, a peer gone before accept) are logged and retried after a pause; the
-/// listener stays.
+/// Accepts one connection and gives it a slot ([`Slots::take`]). Accept errors (out of
+/// file descriptors, a peer gone before accept) are logged and retried after a pause;
+/// the listener stays.
 pub(crate) async fn accept(
     listener: &TcpListener,
-    permits: &Arc<Semaphore>,
+    slots: &Arc<Slots>,
     limits: super::Limits,
 ) -> Conn<TcpStream> {
-    let permit = match permits.clone().try_acquire_owned() {
-        Ok(p) => p,
-        Err(_) => {
-            tracing::debug!("connection limit reached; waiting for a connection to close");
-            match permits.clone().acquire_owned().await {
-                Ok(p) => p,
-                // The semaphore is never closed.
-                Err(_) => return std::future::pending().await,
-            }
-        }
-    };
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
+                let permit = slots.take().await;
                 return Conn::new(
                     stream,
                     limits.idle_timeout,
                     limits.header_read_timeout,
                     permit,
+                    slots.watch(),
                 );
             }
             Err(e) => {
@@ -171,9 +269,9 @@ pub(crate) fn incoming(
     listener: TcpListener,
     limits: super::Limits,
 ) -> impl Stream<Item = io::Result<Conn<TcpStream>>> + Send + 'static {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    futures::stream::unfold((listener, permits), move |(l, p)| async move {
-        let c = accept(&l, &p, limits).await;
-        Some((Ok(c), (l, p)))
+    let slots = Slots::new(limits.max_connections);
+    futures::stream::unfold((listener, slots), move |(l, s)| async move {
+        let c = accept(&l, &s, limits).await;
+        Some((Ok(c), (l, s)))
     })
 }

@@ -3,16 +3,14 @@
 //! and HTTP/1 header-read timeout, idle timeout. On shutdown the server stops
 //! accepting, and each connection finishes its requests and closes.
 
-use super::conn::accept;
+use super::conn::{accept, Slots};
 use super::{bind, ServeError, ServeOptions, Serving};
 use futures::FutureExt as _;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -52,12 +50,12 @@ pub fn start_on(
         .timer(TokioTimer::new())
         .keep_alive_interval(limits.idle_timeout / 3);
     let task = async move {
-        let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+        let slots = Slots::new(limits.max_connections);
         let mut conns = JoinSet::new();
         loop {
             let conn = tokio::select! {
                 () = shutdown.cancelled() => break,
-                c = accept(&listener, &permits, limits) => c,
+                c = accept(&listener, &slots, limits) => c,
             };
             while conns.try_join_next().is_some() {}
             let (app, builder, tls, stop) =

@@ -4,8 +4,10 @@
 //! key; a client CA turns on mTLS) and the same connection limits.
 //!
 //! Limits ([`Limits`]), so idle or slow peers cannot exhaust file descriptors:
-//! - at most `max_connections` open connections per server: beyond it the server stops
-//!   accepting until one closes (the kernel's backlog holds the rest);
+//! - at most `max_connections` open connections per server: beyond it a new connection
+//!   closes the one that has been silent longest (connected, no byte sent), else waits
+//!   for one to close (the kernel's backlog holds the rest) — a flood of idle
+//!   connections cannot keep a peer that speaks out;
 //! - `header_read_timeout`: a connection's first byte (counted from accept), a TLS
 //!   handshake and (HTTP/1) a request's headers must arrive within it, else the
 //!   connection is closed;
