@@ -417,3 +417,23 @@ async fn tail_on_a_terminal_shows_a_line_per_live_run_and_rendered_finals() {
         "no colour on a TTY: {coloured}"
     );
 }
+
+/// With no instance running, `tail` says so in one line (no raw OS error) and keeps
+/// retrying (issue #19: it printed "No such file or directory (os error 2); retrying…").
+#[test]
+fn tail_without_an_instance_says_so_in_one_line_and_retries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut tail = spawn_logged(&["tail"], tmp.path(), "tail");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(tail.0.try_wait().unwrap().is_none(), "tail gave up");
+    let err = log(tmp.path(), "tail.err");
+    let _ = tail.stop(Duration::from_secs(10));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no streamgate instance is running")
+            && err.contains("streamgate up")
+            && err.contains("retrying"),
+        "{err}"
+    );
+    assert!(!err.contains("os error"), "{err}");
+}

@@ -161,10 +161,21 @@ pub async fn start(
     let grpc = match grpc {
         None => None,
         Some(addr) => {
-            let server = serve::grpc::start(
+            // A channel without a web page serves the run stream beside ProjectorService
+            // (a web channel serves it with its page, behind the page's guard).
+            let run_stream = web_sink.is_none().then(|| {
+                crate::run_stream::router(channel.clone(), shutdown.clone()).layer(
+                    axum::middleware::from_fn_with_state(
+                        cfg.token.clone().map(std::sync::Arc::<str>::from),
+                        crate::run_stream::require_bearer,
+                    ),
+                )
+            });
+            let server = serve::grpc::start_with_http(
                 addr,
                 ProjectorServiceServer::new(Projector::new(channel.clone(), shutdown.clone())),
                 RequireBearer::optional(cfg.token.as_deref()),
+                run_stream,
                 &cfg.serve,
                 shutdown.clone(),
             )

@@ -131,3 +131,52 @@ async fn the_run_stream_resumes_across_a_replica_handover() -> R {
     assert_eq!(rest, ["4", "5", "6", "7", "8"], "exactly the rest, from B");
     Ok(())
 }
+
+/// Issue #18: every channel serves the run stream, not only web channels. A channel
+/// without a page serves it on its `ProjectorService` port (HTTP/1.1 beside gRPC),
+/// behind the channel's token: 401 with a JSON reason without it, the run's events with
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_without_a_page_serves_the_run_stream_beside_its_grpc_service() -> R {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let mut cfg = ChannelConfig::new(
+        "plain",
+        ChannelSink::Sink(streamgate_sinks::SinkConfig::Plain(
+            streamgate_sinks::plain::PlainConfig {
+                name: "plain".into(),
+                target: streamgate_sinks::plain::PlainTarget::Stderr,
+            },
+        )),
+    );
+    cfg.token = Some(TOKEN.into());
+    let running = start(
+        nats.client().await,
+        cfg,
+        Some(([127, 0, 0, 1], 0).into()),
+        CancellationToken::new(),
+    )
+    .await?;
+    let grpc = running.grpc.ok_or("no gRPC address")?;
+    publish(&js, RUN).await?;
+    let url = format!("http://{grpc}/v1/runs/acme/handover/events");
+    let refused = reqwest::Client::new().get(&url).send().await?;
+    assert_eq!(refused.status(), 401);
+    let why: serde_json::Value = refused.json().await?;
+    assert_eq!(why["code"], "unauthorized", "{why}");
+    let got = tokio::time::timeout(Duration::from_secs(10), ids(grpc, None, usize::MAX)).await?;
+    assert_eq!(got, ["1", "2", "3", "4", "5", "6", "7", "8"]);
+    // gRPC still answers on the same port.
+    let mut client = streamgate_proto::v1::projector_service_client::ProjectorServiceClient::new(
+        tonic::transport::Channel::from_shared(format!("http://{grpc}"))?
+            .connect()
+            .await?,
+    );
+    let status = client
+        .list_active_runs(streamgate_proto::v1::ListActiveRunsRequest {})
+        .await
+        .expect_err("no token");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    Ok(())
+}

@@ -15,6 +15,7 @@ use tonic::codegen::Service;
 use tonic::server::NamedService;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
+use tonic::service::Routes;
 
 /// How long a keep-alive ping may go unanswered before the connection is dropped.
 const PING_TIMEOUT: Duration = Duration::from_secs(20);
@@ -25,6 +26,28 @@ pub async fn start<S, I>(
     addr: SocketAddr,
     service: S,
     auth: I,
+    opts: &ServeOptions,
+    shutdown: CancellationToken,
+) -> Result<Serving, ServeError>
+where
+    S: NamedService + Send + 'static,
+    I: Interceptor + Send + 'static,
+    InterceptedService<S, I>:
+        Service<Request<Body>, Error = Infallible> + NamedService + Clone + Send + Sync + 'static,
+    <InterceptedService<S, I> as Service<Request<Body>>>::Response: axum::response::IntoResponse,
+    <InterceptedService<S, I> as Service<Request<Body>>>::Future: Send + 'static,
+{
+    start_with_http(addr, service, auth, None, opts, shutdown).await
+}
+
+/// As [`start`], also serving `http` (plain HTTP/1.1 and HTTP/2 routes, behind their own
+/// auth) on the same port: a service whose only port is its gRPC one can still offer an
+/// HTTP API (the projector's run stream).
+pub async fn start_with_http<S, I>(
+    addr: SocketAddr,
+    service: S,
+    auth: I,
+    http: Option<axum::Router>,
     opts: &ServeOptions,
     shutdown: CancellationToken,
 ) -> Result<Serving, ServeError>
@@ -51,11 +74,15 @@ where
     if let Some(tls) = &opts.tls {
         builder = builder.tls_config(tls.tonic_config(limits.header_read_timeout)?)?;
     }
-    let router = builder
-        .add_service(InterceptedService::new(service, auth))
+    let mut routes = Routes::new(InterceptedService::new(service, auth))
         .add_service(health)
         .add_service(reflection()?)
         .add_service(reflection_v1alpha()?);
+    if let Some(http) = http {
+        routes = Routes::from(routes.into_axum_router().merge(http));
+        builder = builder.accept_http1(true);
+    }
+    let router = builder.add_routes(routes);
     let incoming = conn::incoming(listener, limits);
     let task = async move {
         router

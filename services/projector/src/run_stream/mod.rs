@@ -65,6 +65,32 @@ struct RunStreamState {
     shutdown: CancellationToken,
 }
 
+/// The channel's bearer token on a request to the run stream served beside
+/// `ProjectorService` (channels without a web page): 401 with a JSON body naming the rule
+/// when it is missing or wrong; no check when the channel has no token.
+pub async fn require_bearer(
+    State(token): State<Option<Arc<str>>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(token) = token else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match streamgate_runtime::rpc::check_bearer(given, &token) {
+        Ok(()) => next.run(req).await,
+        Err(e) => (
+            StatusCode::UNAUTHORIZED,
+            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+            Json(serde_json::json!({ "error": format!("the channel's token is required: {e}"), "code": "unauthorized" })),
+        )
+            .into_response(),
+    }
+}
+
 /// The run-stream routes of `channel`. Streams end when `shutdown` fires (a client
 /// resumes from its last seq on the next instance).
 pub fn router(channel: Arc<Channel>, shutdown: CancellationToken) -> Router {

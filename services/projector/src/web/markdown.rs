@@ -133,7 +133,7 @@ mod tests {
         assert!(h.contains("<h2>Weather</h2>"), "{h}");
         assert!(h.contains("<li><strong>sunny</strong></li>"), "{h}");
         assert!(h.contains("<code>18 °C</code>"), "{h}");
-        assert!(h.contains("<pre><code"), "{h}");
+        assert!(h.contains("<pre data-lang=\"rust\"><code"), "{h}");
         assert!(h.contains("href=\"https://example.com\""), "{h}");
         assert!(!h.contains("**") && !h.contains("##"), "{h}");
     }
