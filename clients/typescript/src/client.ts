@@ -323,7 +323,6 @@ async function refusal(res: Response, what: string): Promise<StreamgateError> {
   } catch {
     // the body is only an explanation
   }
-  if (res.status === 401 || res.status === 403) return new AuthError(res.status, text);
   let message = text;
   try {
     const v = JSON.parse(text) as { error?: unknown };
@@ -331,5 +330,6 @@ async function refusal(res: Response, what: string): Promise<StreamgateError> {
   } catch {
     // plain text
   }
+  if (res.status === 401 || res.status === 403) return new AuthError(res.status, message);
   return new HttpError(res.status, message, what);
 }

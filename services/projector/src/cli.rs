@@ -90,6 +90,15 @@ pub struct Args {
     /// The channel's bearer token for ProjectorService.
     #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// An origin (`https://app.example`) whose browser apps may call the run stream
+    /// across origins with the channel's token (repeat, or comma-separate in the
+    /// variable); none by default.
+    #[arg(
+        long = "cors-origin",
+        env = "STREAMGATE_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
     /// TLS and connection limits of the ProjectorService server and the web page.
     #[command(flatten)]
     pub serve: ServeArgs,
@@ -133,6 +142,7 @@ impl Args {
         c.lease_ttl = Duration::from_secs(self.lease_ttl.max(1));
         c.replicas = self.replicas.max(1);
         c.token = self.token.clone().filter(|t| !t.is_empty());
+        c.cors_origins = crate::run_stream::check_origins(&self.cors_origins)?;
         c.serve = self.serve.options();
         Ok(c)
     }

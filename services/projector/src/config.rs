@@ -75,6 +75,9 @@ pub struct ChannelConfig {
     pub delivery: DeliveryConfig,
     /// Bearer token of this channel's `ProjectorService` (`None`: no auth, local only).
     pub token: Option<String>,
+    /// Origins (`https://app.example`) whose browser apps may call the run stream across
+    /// origins (CORS, bearer token only, never the page's cookie); empty: none.
+    pub cors_origins: Vec<String>,
     /// A run without a terminal event whose last event is older than this is orphaned
     /// and settles to "agent interrupted" (spec §7.3).
     pub orphan_after: Duration,
@@ -123,6 +126,7 @@ impl ChannelConfig {
                 DeliveryConfig::default()
             },
             token: None,
+            cors_origins: Vec::new(),
             serve: Default::default(),
             orphan_after: Duration::from_secs(300),
             partitions: streamgate_bus::DEFAULT_PARTITIONS,

@@ -164,12 +164,17 @@ pub async fn start(
             // A channel without a web page serves the run stream beside ProjectorService
             // (a web channel serves it with its page, behind the page's guard).
             let run_stream = web_sink.is_none().then(|| {
-                crate::run_stream::router(channel.clone(), shutdown.clone()).layer(
+                let router = crate::run_stream::router(channel.clone(), shutdown.clone()).layer(
                     axum::middleware::from_fn_with_state(
                         cfg.token.clone().map(std::sync::Arc::<str>::from),
                         crate::run_stream::require_bearer,
                     ),
-                )
+                );
+                // Outermost: a preflight is answered before the bearer check.
+                match crate::run_stream::cors(&cfg.cors_origins) {
+                    Some(cors) => router.layer(cors),
+                    None => router,
+                }
             });
             let server = serve::grpc::start_with_http(
                 addr,

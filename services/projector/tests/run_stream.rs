@@ -151,6 +151,7 @@ async fn a_channel_without_a_page_serves_the_run_stream_beside_its_grpc_service(
         )),
     );
     cfg.token = Some(TOKEN.into());
+    cfg.cors_origins = vec!["http://app.example".into()];
     let running = start(
         nats.client().await,
         cfg,
@@ -167,6 +168,42 @@ async fn a_channel_without_a_page_serves_the_run_stream_beside_its_grpc_service(
     assert_eq!(why["code"], "unauthorized", "{why}");
     let got = tokio::time::timeout(Duration::from_secs(10), ids(grpc, None, usize::MAX)).await?;
     assert_eq!(got, ["1", "2", "3", "4", "5", "6", "7", "8"]);
+    // CORS for the configured origin only: the preflight (no token) is answered, the
+    // stream carries the origin; another origin gets no grant.
+    let client = reqwest::Client::new();
+    let pre = client
+        .request(reqwest::Method::OPTIONS, &url)
+        .header("Origin", "http://app.example")
+        .header("Access-Control-Request-Method", "GET")
+        .header(
+            "Access-Control-Request-Headers",
+            "authorization,last-event-id",
+        )
+        .send()
+        .await?;
+    assert!(pre.status().is_success(), "{}", pre.status());
+    assert_eq!(
+        pre.headers()["access-control-allow-origin"],
+        "http://app.example"
+    );
+    let ended = format!("{url}?after=8");
+    let ok = client
+        .get(&ended)
+        .header("Origin", "http://app.example")
+        .bearer_auth(TOKEN)
+        .send()
+        .await?;
+    assert_eq!(
+        ok.headers()["access-control-allow-origin"],
+        "http://app.example"
+    );
+    let other = client
+        .get(&ended)
+        .header("Origin", "http://evil.example")
+        .bearer_auth(TOKEN)
+        .send()
+        .await?;
+    assert!(other.headers().get("access-control-allow-origin").is_none());
     // gRPC still answers on the same port.
     let mut client = streamgate_proto::v1::projector_service_client::ProjectorServiceClient::new(
         tonic::transport::Channel::from_shared(format!("http://{grpc}"))?

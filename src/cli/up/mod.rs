@@ -119,6 +119,14 @@ pub struct UpArgs {
     /// suppression, tag visibility, budgets); `streamgate settings` changes one chat's.
     #[command(flatten)]
     pub knobs: streamgate_projector::cli::KnobArgs,
+    /// An origin (`https://app.example`) whose browser apps may call every channel's run
+    /// stream across origins with the channel's token (repeat); none by default.
+    #[arg(
+        long = "cors-origin",
+        env = "STREAMGATE_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
     /// Fresh ingest and channel tokens (by default a data dir keeps its tokens, and its
     /// ports, across restarts: every address and credential stays valid).
     #[arg(long)]
@@ -287,6 +295,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             cfg.settings.verbose = v;
         }
         args.knobs.apply(&mut cfg.settings);
+        cfg.cors_origins = streamgate_projector::run_stream::check_origins(&args.cors_origins)?;
         let token = remembered::token(&channel_token_path(&data_dir, &name), args.rotate_tokens)?;
         cfg.token = Some(token.clone());
         page_tokens.insert(name.clone(), token);

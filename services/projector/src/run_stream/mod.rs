@@ -65,6 +65,60 @@ struct RunStreamState {
     shutdown: CancellationToken,
 }
 
+/// The origins of `--cors-origin`, checked: each `http://` or `https://` plus a host
+/// (and port), nothing else; `*` is refused (a channel's runs are not for every site).
+pub fn check_origins(origins: &[String]) -> anyhow::Result<Vec<String>> {
+    origins
+        .iter()
+        .map(|o| o.trim().trim_end_matches('/'))
+        .filter(|o| !o.is_empty())
+        .map(|o| {
+            let rest = o
+                .strip_prefix("https://")
+                .or_else(|| o.strip_prefix("http://"))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--cors-origin {o:?}: an origin is http(s)://host[:port]")
+                })?;
+            let ok = !rest.is_empty()
+                && rest
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+            anyhow::ensure!(
+                ok,
+                "--cors-origin {o:?}: an origin is http(s)://host[:port], no path"
+            );
+            Ok(o.to_owned())
+        })
+        .collect()
+}
+
+/// CORS for the run stream when the channel names origins: their browser apps may GET
+/// it with `Authorization` and `Last-Event-ID` (preflights answered before any auth) and
+/// read the AI SDK header; the page's cookie is never sent across origins (no
+/// credentials mode). `tower-http`'s layer, not a hand-written one.
+pub fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{header, HeaderName, HeaderValue, Method};
+    let allowed: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|o| HeaderValue::from_str(o).ok())
+        .collect();
+    if allowed.is_empty() {
+        return None;
+    }
+    Some(
+        tower_http::cors::CorsLayer::new()
+            .allow_origin(allowed)
+            .allow_methods([Method::GET])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("last-event-id"),
+            ])
+            .expose_headers([HeaderName::from_static("x-vercel-ai-ui-message-stream")])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
 /// The channel's bearer token on a request to the run stream served beside
 /// `ProjectorService` (channels without a web page): 401 with a JSON body naming the rule
 /// when it is missing or wrong; no check when the channel has no token.

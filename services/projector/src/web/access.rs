@@ -139,17 +139,32 @@ async fn check(access: &PageAccess, req: Request, next: Next) -> Response {
         let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
         return ([(header::SET_COOKIE, cookie)], Redirect::to(&target)).into_response();
     }
+    let api = is_api(req.uri().path());
     match access.presented(&req) {
         Some(given) if same(given, want) => next.run(req).await,
+        _ if api => unauthorized_json(),
         _ => unauthorized(),
     }
 }
 
+/// The page's JSON routes (the run stream, the run list): refusals there are JSON like
+/// the routes' own errors.
+fn is_api(path: &str) -> bool {
+    path.starts_with("/v1/") || path == "/v1" || path.starts_with("/api/")
+}
+
+const NEEDS_TOKEN: &str = "this page needs the channel's token: open the address `streamgate up` \
+     printed (…/?token=…), or send Authorization: Bearer <token>";
+
 fn unauthorized() -> Response {
+    (StatusCode::UNAUTHORIZED, format!("{NEEDS_TOKEN}\n")).into_response()
+}
+
+fn unauthorized_json() -> Response {
     (
         StatusCode::UNAUTHORIZED,
-        "this page needs the channel's token: open the address `streamgate up` printed \
-         (…/?token=…), or send Authorization: Bearer <token>\n",
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        axum::Json(serde_json::json!({ "error": NEEDS_TOKEN, "code": "unauthorized" })),
     )
         .into_response()
 }

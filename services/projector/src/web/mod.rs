@@ -192,8 +192,9 @@ pub fn router(
     access: access::PageAccess,
     channel: Arc<Channel>,
 ) -> Router {
+    let cors = crate::run_stream::cors(&channel.config().cors_origins);
     let run_stream = crate::run_stream::router(channel, shutdown.clone());
-    Router::new()
+    let router = Router::new()
         .route("/", get(page))
         .route("/assets/{file}", get(asset))
         .route("/api/runs", get(list))
@@ -201,7 +202,12 @@ pub fn router(
         .route("/api/render", post(render))
         .with_state(AppState { sink, shutdown })
         .merge(run_stream)
-        .layer(axum::middleware::from_fn_with_state(access, access::guard))
+        .layer(axum::middleware::from_fn_with_state(access, access::guard));
+    // Outermost: a preflight is answered before the guard asks for a credential.
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }
 
 async fn page() -> Html<&'static str> {

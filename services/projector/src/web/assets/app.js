@@ -221,9 +221,21 @@ function makeView(b) {
   return v;
 }
 
+// Sets a growing text: appends what was added since the last draw, unless the text was
+// rewritten (then sets it whole).
+function setGrowing(v, node, text, rewrites) {
+  if (v.shownRewrites === (rewrites || 0) && v.shownLen !== undefined && text.length >= v.shownLen) {
+    if (text.length > v.shownLen) node.appendChild(document.createTextNode(text.slice(v.shownLen)));
+  } else {
+    node.textContent = text;
+  }
+  v.shownLen = text.length;
+  v.shownRewrites = rewrites || 0;
+}
+
 function drawThinking(v, b) {
   v.summary.textContent = thinkingLabel(b);
-  v.body.textContent = b.text;
+  setGrowing(v, v.body, b.text, b.rewrites);
   v.root.classList.toggle('active', b.active);
   v.root.dataset.startMs = b.start_ms;
   if (b.end_ms != null) v.root.dataset.endMs = b.end_ms;

@@ -32,9 +32,15 @@
   function touch(block) { block.rev = (block.rev || 0) + 1; }
 
   // A delta, or a snapshot that replaces the text (snapshots carry the whole text).
+  // `rewrites` counts snapshots that replaced the text: a view that saw the same count
+  // only has to append what was added (a long thinking segment costs the page its new
+  // characters per draw, not the whole text again).
   function grow(block, d) {
     if (typeof d.delta === 'string') block.text += d.delta;
-    else if (typeof d.text === 'string') block.text = d.text;
+    else if (typeof d.text === 'string' && d.text !== block.text) {
+      block.text = d.text;
+      block.rewrites = (block.rewrites || 0) + 1;
+    }
     touch(block);
   }
 
