@@ -15,16 +15,19 @@ use streamgate_projector::start;
 use streamgate_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
-/// The page's server side without a browser: the run list as JSON and pushed over SSE
-/// (live, then ended), markdown rendered and sanitized by `POST /api/render`, the page's
-/// files served from `/assets/`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn web_page_pushes_the_run_list_and_renders_markdown_on_the_server() -> R {
+/// A broker with the streams, and a web channel on it: the page's address.
+async fn web_page() -> Result<
+    (
+        NatsServer,
+        async_nats::jetstream::Context,
+        streamgate_projector::Running,
+        std::net::SocketAddr,
+    ),
+    Box<dyn std::error::Error>,
+> {
     let nats = NatsServer::start();
     let js = nats.jetstream().await;
     streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
-    let events = canonical(TOOL_LOOP)?;
-    let evs = run_events("run-web", "chat-web", &events, now_ms());
     let running = start(
         nats.client().await,
         web_channel(),
@@ -33,6 +36,17 @@ async fn web_page_pushes_the_run_list_and_renders_markdown_on_the_server() -> R 
     )
     .await?;
     let web = running.web.ok_or("no web listener")?;
+    Ok((nats, js, running, web))
+}
+
+/// The page's server side without a browser: the run list as JSON and pushed over SSE
+/// (live, then ended), markdown rendered and sanitized by `POST /api/render`, the page's
+/// files served from `/assets/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_page_pushes_the_run_list_and_renders_markdown_on_the_server() -> R {
+    let (_nats, js, _running, web) = web_page().await?;
+    let events = canonical(TOOL_LOOP)?;
+    let evs = run_events("run-web", "chat-web", &events, now_ms());
     let http = reqwest::Client::new();
     let mut list = http
         .get(format!("http://{web}/api/runs/events"))
@@ -313,17 +327,7 @@ fn tool_loop_events(run: &str, t0: i64) -> Result<Vec<RunEvent>, Box<dyn std::er
 /// dark scheme. Screenshots in `target/artifacts/web-*.png`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_page_follows_a_live_tool_loop_in_event_order() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
-    let running = start(
-        nats.client().await,
-        web_channel(),
-        None,
-        CancellationToken::new(),
-    )
-    .await?;
-    let web = running.web.ok_or("no web listener")?;
+    let (_nats, js, _running, web) = web_page().await?;
     let evs = tool_loop_events("run-loop", now_ms() - 6_000)?;
     let url = format!("http://{web}/?run=run-loop&tenant={TENANT}");
     let Some(mut browser) = cdp::Browser::launch(&url, 1280, 900).await? else {
@@ -540,17 +544,7 @@ async fn web_page_shows_a_requested_tool_call_as_requested() -> R {
         r###"{"seq":3,"stream":"item","data":{"phase":"end","id":"call_0","index":0,"kind":"tool","name":"get_weather","status":"completed","arguments":{"city":"Tokyo"}}}"###,
         r###"{"seq":4,"stream":"lifecycle","data":{"phase":"end","reason":"tool_use","status":"completed"}}"###,
     ];
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
-    let running = start(
-        nats.client().await,
-        web_channel(),
-        None,
-        CancellationToken::new(),
-    )
-    .await?;
-    let web = running.web.ok_or("no web listener")?;
+    let (_nats, js, _running, web) = web_page().await?;
     publish(
         &js,
         &run_events("run-ask", "chat-ask", &canonical(REQUESTED)?, now_ms()),
@@ -586,17 +580,7 @@ async fn web_page_shows_a_requested_tool_call_as_requested() -> R {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_page_never_runs_script_from_an_answer() -> R {
     let events = canonical(XSS_RUN)?;
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
-    let running = start(
-        nats.client().await,
-        web_channel(),
-        None,
-        CancellationToken::new(),
-    )
-    .await?;
-    let web = running.web.ok_or("no web listener")?;
+    let (_nats, js, _running, web) = web_page().await?;
     let Some(mut browser) = cdp::Browser::launch(&format!("http://{web}/"), 1280, 700).await?
     else {
         return Ok(());
