@@ -351,6 +351,8 @@ async fn apply_and_publish(
     // One span per chunk, open until its events are published: the normalizer's step of
     // the trace the chunk carries.
     let mut spans = Vec::with_capacity(msgs.len());
+    // The broker's message limit, once per batch (events over it are cut to fit).
+    let max_payload = js.client().server_info().max_payload;
     for (i, msg) in msgs.iter().enumerate() {
         let chunk = match RawChunk::from_message(msg) {
             Ok(c) => c,
@@ -394,7 +396,6 @@ async fn apply_and_publish(
         };
         chunks_applied += 1;
         let mut groups = groups;
-        let max_payload = js.client().server_info().max_payload;
         for group in &mut groups {
             let cut = crate::oversize::fit(group, max_payload);
             metrics::counter!("streamgate_normalizer_events_cut_total").increment(cut as u64);

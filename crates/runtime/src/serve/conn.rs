@@ -33,7 +33,8 @@ pub(crate) struct Slots {
     silent: Mutex<VecDeque<Arc<Silence>>>,
 }
 
-/// One connection's silence: whether it spoke, whether the server closed it for a slot.
+/// One connection's silence: whether it spoke (or is gone: nothing to evict), whether the
+/// server closed it for a slot.
 #[derive(Default)]
 struct Silence {
     spoke: AtomicBool,
@@ -146,6 +147,14 @@ impl<T> Conn<T> {
     /// On a pending operation: the idle error once the deadline passed.
     fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
         self.deadline.as_mut().poll(cx).is_ready()
+    }
+}
+
+impl<T> Drop for Conn<T> {
+    /// A silent connection that closed (timed out, or its peer left) is no candidate for
+    /// eviction: closing it again would free no slot.
+    fn drop(&mut self) {
+        self.spoke();
     }
 }
 
