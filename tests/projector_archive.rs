@@ -126,6 +126,7 @@ async fn ingest(
                     let reply = client
                         .set_settings(v1::SetSettingsRequest {
                             chat_id: sp.session_key.clone().unwrap_or_default(),
+                            tenant: sp.tenant.clone(),
                             reasoning: reasoning.into(),
                             verbose: verbose.into(),
                             ..Default::default()

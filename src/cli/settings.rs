@@ -20,6 +20,9 @@ pub struct SettingsArgs {
     /// (runs without a session go to the chat `default`).
     #[arg(long, default_value = "default")]
     pub chat: String,
+    /// The tenant whose chat it is (each tenant's chats have their own settings).
+    #[arg(long, default_value = streamgate_grammar::ids::DEFAULT_TENANT)]
+    pub tenant: String,
     /// `/reasoning`: off, on or stream.
     #[arg(long)]
     pub reasoning: Option<Reasoning>,
@@ -75,6 +78,7 @@ impl SettingsArgs {
         }
         Ok(v1::SetSettingsRequest {
             chat_id: self.chat.clone(),
+            tenant: self.tenant.clone(),
             reasoning: self.reasoning.map(|r| r.to_string()).unwrap_or_default(),
             verbose: self.verbose.map(|v| v.to_string()).unwrap_or_default(),
             delivery_mode: self
@@ -103,6 +107,7 @@ pub async fn run(args: SettingsArgs) -> Result<()> {
     let changed = request
         != v1::SetSettingsRequest {
             chat_id: args.chat.clone(),
+            tenant: args.tenant.clone(),
             ..Default::default()
         };
     let mut client = target.connect().await?;
@@ -112,9 +117,10 @@ pub async fn run(args: SettingsArgs) -> Result<()> {
         .with_context(|| format!("channel {} refused the settings", args.channel))?
         .into_inner();
     println!(
-        "{} chat {}: /reasoning {} /verbose {}{}",
+        "{} chat {} (tenant {}): /reasoning {} /verbose {}{}",
         args.channel,
         args.chat,
+        args.tenant,
         reply.reasoning,
         reply.verbose,
         if changed {

@@ -8,12 +8,17 @@ use std::fmt;
 use std::time::Duration;
 use streamgate_projection::{Op, Tier};
 
-/// Where an op goes: which configured channel (sink instance) and which chat in it.
+/// Where an op goes: which tenant's chat, in which configured channel (sink instance).
 ///
 /// `chat_id` is the channel's own address: a Telegram chat id, a Slack channel id, a
 /// Discord thread id (empty = the webhook's channel), a webhook's logical chat name.
+/// The tenant is part of the identity: two tenants' chats of the same name are two
+/// chats, each with its own delivery lane, settings and state — one tenant's failing
+/// final never holds up another's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ChatTarget {
+    /// The tenant whose runs go to this chat.
+    pub tenant: String,
     /// Name of the configured channel; selects the sink.
     pub channel: String,
     /// The chat inside that channel.
@@ -21,9 +26,14 @@ pub struct ChatTarget {
 }
 
 impl ChatTarget {
-    /// A target from its two parts.
-    pub fn new(channel: impl Into<String>, chat_id: impl Into<String>) -> ChatTarget {
+    /// A target from its three parts.
+    pub fn new(
+        tenant: impl Into<String>,
+        channel: impl Into<String>,
+        chat_id: impl Into<String>,
+    ) -> ChatTarget {
         ChatTarget {
+            tenant: tenant.into(),
             channel: channel.into(),
             chat_id: chat_id.into(),
         }
@@ -32,7 +42,7 @@ impl ChatTarget {
 
 impl fmt::Display for ChatTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.channel, self.chat_id)
+        write!(f, "{}/{}/{}", self.channel, self.tenant, self.chat_id)
     }
 }
 

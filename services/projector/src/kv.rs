@@ -6,8 +6,8 @@
 //!   `<channel>.<chat>.<tenant>.<run>`, each level a [`streamgate_bus::kv::token`]: any
 //!   id is a valid key level, and with every id at its 256-byte maximum (768 bytes
 //!   escaped) the key stays far below the broker's limits ([`MAX_STATE_KEY_BYTES`]).
-//! - [`SETTINGS_BUCKET`] `SG_SETTINGS`: per-chat overrides under `<channel>.<chat>`
-//!   ([`SettingsOverride`]).
+//! - [`SETTINGS_BUCKET`] `SG_SETTINGS`: per-chat overrides under
+//!   `<channel>.<tenant>.<chat>` ([`SettingsOverride`]); a tenant's chat is its own.
 
 use crate::error::{nats, ProjectorError};
 use async_nats::jetstream::{self, kv};
@@ -155,6 +155,11 @@ pub struct ActiveRun {
 }
 
 impl ActiveRun {
+    /// Whether the run goes to `tenant`'s chat `chat` (no tenant: the default one).
+    pub fn is_in(&self, tenant: &str, chat: &str) -> bool {
+        self.chat_id == chat && streamgate_grammar::ids::tenant_or_default(&self.tenant) == tenant
+    }
+
     /// Its key in [`DELIVERY_BUCKET`].
     pub fn kv_key(&self) -> String {
         format!("active.{}", state_kv_key(&self.state_key()))
@@ -323,18 +328,30 @@ impl SettingsOverride {
     }
 }
 
-/// Key of a chat's overrides in [`SETTINGS_BUCKET`]: `<channel>.<chat>`.
-pub fn settings_key(channel: &str, chat: &str) -> String {
-    streamgate_bus::kv::key(&[channel, chat])
+/// Key of a tenant's chat's overrides in [`SETTINGS_BUCKET`]: `<channel>.<tenant>.<chat>`.
+pub fn settings_key(channel: &str, tenant: &str, chat: &str) -> String {
+    streamgate_bus::kv::key(&[channel, tenant, chat])
 }
 
-/// The chat of a key of `channel` in [`SETTINGS_BUCKET`] (the inverse of
+/// The tenant and chat of a key of `channel` in [`SETTINGS_BUCKET`] (the inverse of
 /// [`settings_key`]); `None` for another channel's key or a key this scheme never writes.
-pub fn chat_of_settings_key(channel: &str, key: &str) -> Option<String> {
+/// A key of the scheme before tenants (`<channel>.<chat>`) is the default tenant's, so
+/// overrides stored before an upgrade still apply to the runs they were set for.
+pub fn chat_of_settings_key(channel: &str, key: &str) -> Option<(String, String)> {
     let rest = key
         .strip_prefix(&streamgate_bus::kv::token(channel))?
         .strip_prefix('.')?;
-    streamgate_bus::kv::untoken(rest)
+    match rest.split_once('.') {
+        Some((tenant, chat)) if !chat.contains('.') => Some((
+            streamgate_bus::kv::untoken(tenant)?,
+            streamgate_bus::kv::untoken(chat)?,
+        )),
+        Some(_) => None,
+        None => Some((
+            streamgate_grammar::ids::DEFAULT_TENANT.to_owned(),
+            streamgate_bus::kv::untoken(rest)?,
+        )),
+    }
 }
 
 /// A stored override value (unreadable: no overrides — rendering falls back to the
@@ -358,10 +375,11 @@ pub struct StoredOverride {
 pub async fn load_override(
     store: &kv::Store,
     channel: &str,
+    tenant: &str,
     chat: &str,
 ) -> Result<StoredOverride, ProjectorError> {
     let entry = store
-        .entry(settings_key(channel, chat))
+        .entry(settings_key(channel, tenant, chat))
         .await
         .map_err(nats("get settings"))?;
     Ok(
@@ -381,13 +399,14 @@ pub async fn load_override(
 pub async fn save_override(
     store: &kv::Store,
     channel: &str,
+    tenant: &str,
     chat: &str,
     o: &SettingsOverride,
     revision: u64,
 ) -> Result<Option<u64>, ProjectorError> {
     let bytes = serde_json::to_vec(o).map_err(|e| ProjectorError::Config(e.to_string()))?;
     match store
-        .update(settings_key(channel, chat), bytes.into(), revision)
+        .update(settings_key(channel, tenant, chat), bytes.into(), revision)
         .await
     {
         Ok(rev) => Ok(Some(rev)),
@@ -399,6 +418,23 @@ pub async fn save_override(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_keys_name_the_tenant_and_read_back() {
+        let k = settings_key("tg.main", "acme", "-100.5");
+        assert_eq!(
+            chat_of_settings_key("tg.main", &k),
+            Some(("acme".to_owned(), "-100.5".to_owned()))
+        );
+        assert_ne!(k, settings_key("tg.main", "globex", "-100.5"));
+        // Before tenants: the default tenant's.
+        let legacy = streamgate_bus::kv::key(&["tg.main", "-100"]);
+        assert_eq!(
+            chat_of_settings_key("tg.main", &legacy),
+            Some(("default".to_owned(), "-100".to_owned()))
+        );
+        assert_eq!(chat_of_settings_key("other", &k), None);
+    }
 
     #[test]
     fn tokens_match_state_keys() {
@@ -418,7 +454,7 @@ mod tests {
                 streamgate_bus::kv::token("")
             )
         );
-        assert_eq!(settings_key("c", "a b"), "c.a=20b");
+        assert_eq!(settings_key("c", "t", "a b"), "c.t.a=20b");
     }
 
     /// The same run id under two tenants: two delivery states, two markers; ids at
@@ -454,19 +490,19 @@ mod tests {
     #[test]
     fn settings_keys_give_their_chat_back() {
         for chat in ["", "-100123", "a b", "ü.x=y", "chat_1-2"] {
-            let key = settings_key("tg.main", chat);
+            let key = settings_key("tg.main", "a.b", chat);
             assert_eq!(
-                chat_of_settings_key("tg.main", &key).as_deref(),
-                Some(chat),
+                chat_of_settings_key("tg.main", &key),
+                Some(("a.b".to_owned(), chat.to_owned())),
                 "{key}"
             );
         }
         assert_eq!(
-            chat_of_settings_key("tg", &settings_key("tg.main", "x")),
+            chat_of_settings_key("tg", &settings_key("tg.main", "t", "x")),
             None
         );
         assert_eq!(chat_of_settings_key("tg", "tg.a=4"), None);
-        assert_eq!(chat_of_settings_key("tg", "tg.a.b"), None);
+        assert_eq!(chat_of_settings_key("tg", "tg.a.b.c"), None);
     }
 
     #[test]

@@ -484,6 +484,7 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
     let (s, n) = running
         .channel
         .set_settings(
+            TENANT,
             "chat-set",
             streamgate_projector::kv::SettingsOverride {
                 reasoning: Some(streamgate_projection::Reasoning::Stream),
@@ -508,7 +509,7 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
     let mut keys = kv.keys().await?;
     let mut found = false;
     while let Some(k) = keys.next().await {
-        found |= k? == "web.chat-set";
+        found |= k? == format!("web.{TENANT}.chat-set");
     }
     assert!(found, "settings override not in KV");
     Ok(())
@@ -658,7 +659,7 @@ async fn wait_settings(
 ) -> Result<bool, Box<dyn std::error::Error>> {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(10) {
-        if running.channel.settings_for(chat).await?.reasoning == want {
+        if running.channel.settings_for(TENANT, chat).await?.reasoning == want {
             return Ok(true);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -773,6 +774,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     let reply = other_client
         .set_settings(v1::SetSettingsRequest {
             chat_id: chat.into(),
+            tenant: TENANT.into(),
             reasoning: "stream".into(),
             verbose: "full".into(),
             ..Default::default()
@@ -797,7 +799,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         owner_draft.contains(thinking) && owner_draft.contains("Paris weather today"),
         "the owner's draft was not re-rendered: {owner_draft}"
     );
-    let s = owner.channel.settings_for(chat).await?;
+    let s = owner.channel.settings_for(TENANT, chat).await?;
     assert_eq!((s.reasoning, s.verbose), (Reasoning::Stream, Verbose::Full));
     let tg = |fake: &FakeServer| {
         fake.live_messages()
@@ -818,6 +820,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     let reply = owner_client
         .set_settings(v1::SetSettingsRequest {
             chat_id: chat.into(),
+            tenant: TENANT.into(),
             reasoning: "off".into(),
             verbose: String::new(),
             ..Default::default()
@@ -834,7 +837,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         "the other replica never saw the owner's change"
     );
     assert_eq!(
-        other.channel.settings_for(chat).await?.verbose,
+        other.channel.settings_for(TENANT, chat).await?.verbose,
         Verbose::Full
     );
     let owner_draft = get_draft(&mut owner_client).await?;

@@ -119,6 +119,7 @@ async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
     let reply = c
         .set_settings(v1::SetSettingsRequest {
             chat_id: CHAT.into(),
+            tenant: "acme".into(),
             tag_visibility: tags(&[("plan", "show"), ("usage_update", "on")]),
             repeat_suppression: Some(false),
             max_turn_chars: Some(100_000),
@@ -167,6 +168,7 @@ async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
     let reply = c
         .set_settings(v1::SetSettingsRequest {
             chat_id: CHAT.into(),
+            tenant: "acme".into(),
             tag_visibility: tags(&[("plan", "default")]),
             delivery_mode: "final_only".into(),
             ..Default::default()
@@ -177,7 +179,7 @@ async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
     assert_eq!(vis(&reply, "usage_update").as_deref(), Some("show"));
     assert_eq!(reply.delivery_mode, "final_only");
     assert_eq!(reply.max_status_chars, 60);
-    let s = running.channel.settings_for(CHAT).await?;
+    let s = running.channel.settings_for("acme", CHAT).await?;
     assert_eq!(s.delivery, Delivery::FinalOnly);
     assert!(!s.suppress_repeats && s.tag_visibility.shown("usage_update"));
     assert!(!s.tag_visibility.shown("plan"));
@@ -186,6 +188,7 @@ async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
     let shown = c
         .set_settings(v1::SetSettingsRequest {
             chat_id: CHAT.into(),
+            tenant: "acme".into(),
             ..Default::default()
         })
         .await?
@@ -197,16 +200,19 @@ async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
     for bad in [
         v1::SetSettingsRequest {
             chat_id: CHAT.into(),
+            tenant: "acme".into(),
             tag_visibility: tags(&[("plan", "maybe")]),
             ..Default::default()
         },
         v1::SetSettingsRequest {
             chat_id: CHAT.into(),
+            tenant: "acme".into(),
             max_turn_chars: Some(0),
             ..Default::default()
         },
         v1::SetSettingsRequest {
             chat_id: CHAT.into(),
+            tenant: "acme".into(),
             delivery_mode: "later".into(),
             ..Default::default()
         },
@@ -214,6 +220,48 @@ async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
         let code = c.set_settings(bad).await.err().map(|s| s.code());
         assert_eq!(code, Some(tonic::Code::InvalidArgument));
     }
-    assert_eq!(running.channel.settings_for(CHAT).await?, s);
+    assert_eq!(running.channel.settings_for("acme", CHAT).await?, s);
+
+    // Tenants: another tenant's chat of the same name has its own settings, both ways.
+    let globex = c
+        .set_settings(v1::SetSettingsRequest {
+            chat_id: CHAT.into(),
+            tenant: "globex".into(),
+            reasoning: "off".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(globex.reasoning, "off");
+    assert_eq!(
+        globex.delivery_mode, "live",
+        "globex starts from the defaults"
+    );
+    assert_eq!(running.channel.settings_for("acme", CHAT).await?, s);
+    assert_eq!(
+        running.channel.settings_for("", CHAT).await?,
+        running.channel.settings_for("default", CHAT).await?,
+        "no tenant is the default tenant"
+    );
+    assert_eq!(
+        running
+            .channel
+            .settings_for("default", CHAT)
+            .await?
+            .delivery,
+        Delivery::Live,
+        "the default tenant's chat of that name is untouched too"
+    );
+    assert_eq!(
+        running.channel.settings_for("globex", CHAT).await?.delivery,
+        Delivery::Live
+    );
+    let bad_tenant = v1::SetSettingsRequest {
+        chat_id: CHAT.into(),
+        tenant: "acme\u{202e}".into(),
+        ..Default::default()
+    };
+    let code = c.set_settings(bad_tenant).await.err().map(|s| s.code());
+    assert_eq!(code, Some(tonic::Code::InvalidArgument));
     Ok(())
 }

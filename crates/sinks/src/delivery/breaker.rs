@@ -1,4 +1,4 @@
-//! Per-sink circuit breaker: after `threshold` consecutive transient failures the sink
+//! Per sink and tenant circuit breaker: after `threshold` consecutive transient failures the sink
 //! is left alone for `cooldown`; then one probe decides between closing and reopening.
 
 use std::sync::Mutex;
@@ -23,7 +23,7 @@ enum Inner {
     HalfOpen { probing: bool },
 }
 
-/// The breaker of one sink.
+/// The breaker of one sink for one tenant.
 #[derive(Debug)]
 pub(crate) struct Breaker {
     threshold: u32,
@@ -66,6 +66,14 @@ impl Breaker {
             Inner::HalfOpen { probing: true } => {
                 Err(now + (self.cooldown / 10).max(Duration::from_millis(50)))
             }
+        }
+    }
+
+    /// Ends an open breaker's cooldown early: the next request is the probe.
+    pub(crate) fn release(&self) {
+        let mut g = self.lock();
+        if let Inner::Open { .. } = *g {
+            *g = Inner::HalfOpen { probing: false };
         }
     }
 

@@ -215,7 +215,11 @@ impl Lane {
 
 struct SinkEntry {
     sink: Arc<dyn Sink>,
-    breaker: Breaker,
+    /// One breaker per tenant: a receiver failing one tenant's requests (a bad payload,
+    /// a tenant-specific endpoint) never holds up another tenant's chats.
+    breakers: Mutex<HashMap<String, Arc<Breaker>>>,
+    breaker_threshold: u32,
+    breaker_cooldown: Duration,
     pacing: Pacing,
     bucket: Option<Mutex<Bucket>>,
     permits: Semaphore,
@@ -285,6 +289,19 @@ fn is_droppable(op: &Op) -> bool {
     matches!(op, Op::Typing | Op::Draft { .. })
 }
 
+impl SinkEntry {
+    /// The sink's breaker for `tenant`'s chats, made on first use.
+    fn breaker(&self, tenant: &str) -> Arc<Breaker> {
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = breakers.get(tenant) {
+            return b.clone();
+        }
+        let b = Arc::new(Breaker::new(self.breaker_threshold, self.breaker_cooldown));
+        breakers.insert(tenant.to_owned(), b.clone());
+        b
+    }
+}
+
 impl Delivery {
     /// An engine over `sinks` (keyed by [`Sink::channel`]; a later sink with the same
     /// name replaces an earlier one) keeping state in `store`. Must be called inside a
@@ -302,7 +319,9 @@ impl Delivery {
                     pacing.per_chat = Some(rate);
                 }
                 let entry = SinkEntry {
-                    breaker: Breaker::new(config.breaker_threshold, config.breaker_cooldown),
+                    breakers: Mutex::new(HashMap::new()),
+                    breaker_threshold: config.breaker_threshold,
+                    breaker_cooldown: config.breaker_cooldown,
                     bucket: pacing.per_sink.map(|r| Mutex::new(Bucket::new(r))),
                     permits: Semaphore::new(pacing.concurrency.max(1)),
                     pacing,
@@ -469,12 +488,12 @@ impl Delivery {
         self.inner.flow.borrow().closed
     }
 
-    /// Breaker state of the sink serving `channel`, if registered.
-    pub fn breaker_state(&self, channel: &str) -> Option<BreakerState> {
+    /// Breaker state of the sink serving `channel` for `tenant`'s chats, if registered.
+    pub fn breaker_state(&self, channel: &str, tenant: &str) -> Option<BreakerState> {
         self.inner
             .sinks
             .get(channel)
-            .map(|e| e.breaker.state(Instant::now()))
+            .map(|e| e.breaker(tenant).state(Instant::now()))
     }
 
     /// The chat's lane, spawning it on first use.
@@ -714,6 +733,7 @@ impl Inner {
         let is_final = matches!(op, Op::Final { .. });
         let run = op_run(op);
         let key = run.map(|r| StateKey::for_draft(chat, r));
+        let breaker = entry.breaker(&chat.tenant);
         let mut attempt = 0u32;
         let mut refused = 0u32;
         loop {
@@ -726,7 +746,7 @@ impl Inner {
                 sleep_until(until).await;
             }
             // 2. The sink's breaker.
-            let probe = match entry.breaker.acquire(Instant::now()) {
+            let probe = match breaker.acquire(Instant::now()) {
                 Ok(probe) => probe,
                 Err(_) if is_typing => return Outcome::Skipped,
                 Err(until) => {
@@ -746,7 +766,7 @@ impl Inner {
                     Ok(s) => s,
                     Err(e) => {
                         drop(permit);
-                        entry.breaker.neutral(probe);
+                        breaker.neutral(probe);
                         attempt += 1;
                         tracing::warn!(error = %e, "loading delivery state failed");
                         sleep(self.backoff(attempt)).await;
@@ -756,7 +776,7 @@ impl Inner {
                 None => DeliveryState::default(),
             };
             if is_final && state.final_delivered {
-                entry.breaker.neutral(probe);
+                breaker.neutral(probe);
                 return Outcome::Skipped;
             }
             // 5. The attempt, bounded. A timed-out attempt leaves in `state` whatever
@@ -780,14 +800,14 @@ impl Inner {
             };
             match result {
                 Ok(()) => {
-                    entry.breaker.success();
+                    breaker.success();
                     if is_final {
                         self.unpark(chat, run);
                     }
                     return Outcome::Delivered;
                 }
                 Err(SinkError::RateLimited { retry_after }) => {
-                    entry.breaker.neutral(probe);
+                    breaker.neutral(probe);
                     let until = Instant::now() + retry_after;
                     {
                         let mut q = lane.lock();
@@ -804,7 +824,7 @@ impl Inner {
                     }
                 }
                 Err(e @ SinkError::Transient(_)) => {
-                    entry.breaker.failure(Instant::now());
+                    breaker.failure(Instant::now());
                     attempt += 1;
                     tracing::warn!(chat = %chat, op = op.name(), attempt, error = %e, "transient delivery failure");
                     if is_typing {
@@ -816,6 +836,9 @@ impl Inner {
                     }
                     if is_final && attempt >= self.config.final_attempts.max(1) {
                         self.park(chat, run, &e);
+                        // What failed this long may be this final, not the receiver:
+                        // the chat's next op is the probe, not a cooldown later.
+                        breaker.release();
                         return Outcome::Parked;
                     }
                     if superseded() {
@@ -824,13 +847,13 @@ impl Inner {
                     sleep(self.backoff(attempt)).await;
                 }
                 Err(e @ SinkError::TooLarge(_)) => {
-                    entry.breaker.neutral(probe);
+                    breaker.neutral(probe);
                     self.dropped(chat, op, "too_large", &e);
                     return Outcome::Failed;
                 }
                 Err(e @ SinkError::Permanent(_)) => {
                     // Bounded: a refusal that holds would otherwise block the chat.
-                    entry.breaker.neutral(probe);
+                    breaker.neutral(probe);
                     refused += 1;
                     if is_typing || refused >= self.config.permanent_attempts.max(1) {
                         self.dropped(chat, op, "permanent", &e);

@@ -25,13 +25,13 @@ pub struct StateKey {
 }
 
 impl StateKey {
-    /// Key of `run_id` (no tenant) in `chat`.
+    /// Key of `run_id` of the chat's tenant in `chat`.
     pub fn new(chat: &ChatTarget, run_id: &str) -> StateKey {
         StateKey {
             channel: chat.channel.clone(),
             chat_id: chat.chat_id.clone(),
             run_id: run_id.to_owned(),
-            tenant: String::new(),
+            tenant: chat.tenant.clone(),
         }
     }
 

@@ -25,6 +25,8 @@ enum Step {
 #[derive(Default)]
 struct Script {
     steps: Mutex<VecDeque<Step>>,
+    /// Every op for a chat of this tenant fails (5xx), whatever the steps say.
+    failing_tenant: Mutex<Option<String>>,
     calls: Mutex<Vec<(Instant, Op)>>,
     finals_applied: Mutex<u32>,
 }
@@ -66,7 +68,7 @@ impl Sink for ScriptSink {
     }
     fn execute<'a>(
         &'a self,
-        _chat: &'a ChatTarget,
+        chat: &'a ChatTarget,
         op: &'a Op,
         state: &'a mut DeliveryState,
     ) -> BoxFuture<'a, Result<(), SinkError>> {
@@ -76,6 +78,15 @@ impl Sink for ScriptSink {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push((Instant::now(), op.clone()));
+            let failing = s
+                .failing_tenant
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_deref()
+                == Some(chat.tenant.as_str());
+            if failing {
+                return Err(SinkError::Transient("HTTP 500".into()));
+            }
             let step = s
                 .steps
                 .lock()
@@ -116,7 +127,7 @@ fn paced_engine(script: &Arc<Script>, config: DeliveryConfig, pacing: Pacing) ->
 }
 
 fn chat() -> ChatTarget {
-    ChatTarget::new("chan", "c1")
+    ChatTarget::new("", "chan", "c1")
 }
 
 fn draft_texts(calls: &[(Instant, Op)]) -> Vec<String> {
@@ -208,7 +219,7 @@ async fn breaker_opens_then_half_opens_with_one_probe() -> Result<(), DeliveryEr
     d.submit(chat(), final_op("r", "answer", 1)).await?;
     sleep(Duration::from_secs(2)).await;
     assert_eq!(script.calls().len(), 3);
-    assert_eq!(d.breaker_state("chan"), Some(BreakerState::Open));
+    assert_eq!(d.breaker_state("chan", ""), Some(BreakerState::Open));
     d.flush().await;
     let at: Vec<Instant> = script.calls().iter().map(|c| c.0).collect();
     assert_eq!(at.len(), 5);
@@ -220,7 +231,7 @@ async fn breaker_opens_then_half_opens_with_one_probe() -> Result<(), DeliveryEr
         at[4] - at[3] >= Duration::from_secs(10),
         "failed probe reopens"
     );
-    assert_eq!(d.breaker_state("chan"), Some(BreakerState::Closed));
+    assert_eq!(d.breaker_state("chan", ""), Some(BreakerState::Closed));
     assert_eq!(script.finals(), 1);
     Ok(())
 }
@@ -269,35 +280,90 @@ async fn a_final_outlasts_the_draft_retries() -> Result<(), DeliveryError> {
 }
 
 /// A final the receiver fails forever (5xx) is parked after `final_attempts`: the chat's
-/// next run's final goes out within seconds, and the parked one is known as parked (its
-/// owner keeps the run's marker, so the next start sends it again).
+/// next run's final goes out within 5 s of that (at the default breaker too: a parked
+/// final ends the cooldown, the next op is the probe), and the parked one is known as
+/// parked (its owner keeps the run's marker, so the next start sends it again).
 #[tokio::test(start_paused = true)]
 async fn a_final_failing_forever_is_parked_and_the_chat_goes_on() -> Result<(), DeliveryError> {
-    use Step::Transient as Bad;
-    let script = Script::new(&[Bad; 6]);
-    let config = DeliveryConfig {
-        breaker_threshold: 100,
-        ..DeliveryConfig::default()
-    };
-    let d = engine(&script, config);
-    let t0 = Instant::now();
-    d.submit(chat(), final_op("stuck", "answer", 2)).await?;
-    d.submit(chat(), final_op("next", "answer 2", 2)).await?;
-    assert!(d.flush_run(&chat(), &key("stuck")).await);
-    assert!(d.is_parked(&chat(), &key("stuck")));
-    assert!(d.flush_run(&chat(), &key("next")).await);
-    assert!(!d.is_parked(&chat(), &key("next")));
+    let script = Script::new(&[]);
+    *script
+        .failing_tenant
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some("acme".into());
+    let d = engine(&script, DeliveryConfig::default());
+    let acme = ChatTarget::new("acme", "chan", "c1");
+    d.submit(acme.clone(), final_op("stuck", "answer", 2))
+        .await?;
+    d.submit(acme.clone(), final_op("next", "answer 2", 2))
+        .await?;
+    assert!(d.flush_run(&acme, &key("stuck")).await);
+    assert!(d.is_parked(&acme, &key("stuck")));
+    // The receiver recovers for the next run.
+    *script
+        .failing_tenant
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = None;
+    assert!(d.flush_run(&acme, &key("next")).await);
+    assert!(!d.is_parked(&acme, &key("next")));
     let calls = script.calls();
-    let (at, _) = calls
-        .iter()
-        .find(|(_, op)| matches!(op, Op::Final { key, .. } if key.run_id == "next"))
-        .expect("the next final was sent");
+    let at_of = |run: &str| -> Vec<Instant> {
+        calls
+            .iter()
+            .filter(|(_, op)| matches!(op, Op::Final { key, .. } if key.run_id == run))
+            .map(|(at, _)| *at)
+            .collect()
+    };
+    let stuck = at_of("stuck");
+    let next = at_of("next");
+    assert_eq!(stuck.len(), 6, "final_attempts tries, then parked");
+    let (Some(parked_at), Some(sent_at)) = (stuck.last(), next.first()) else {
+        panic!("both finals were tried: {calls:?}");
+    };
     assert!(
-        *at - t0 < Duration::from_secs(60),
-        "the chat went on after the bound: {:?}",
-        *at - t0
+        *sent_at - *parked_at <= Duration::from_secs(5),
+        "the next final waited {:?} after the parked one",
+        *sent_at - *parked_at
     );
     assert_eq!(script.finals(), 1, "only the next run's final applied");
+    Ok(())
+}
+
+/// Two tenants with a chat of the same name are two chats: acme's final failing
+/// forever (its lane retrying, its breaker open) never delays globex's final.
+#[tokio::test(start_paused = true)]
+async fn acmes_failing_final_never_delays_globexs_chat_of_the_same_name(
+) -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    *script
+        .failing_tenant
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some("acme".into());
+    let d = engine(&script, DeliveryConfig::default());
+    let acme = ChatTarget::new("acme", "chan", "room");
+    let globex = ChatTarget::new("globex", "chan", "room");
+    d.submit(acme.clone(), final_op("a1", "acme's", 2)).await?;
+    // Long enough for acme's breaker to open.
+    sleep(Duration::from_secs(20)).await;
+    assert_eq!(d.breaker_state("chan", "acme"), Some(BreakerState::Open));
+    assert_eq!(
+        d.breaker_state("chan", "globex"),
+        Some(BreakerState::Closed)
+    );
+    let t0 = Instant::now();
+    d.submit(globex.clone(), final_op("g1", "globex's", 2))
+        .await?;
+    assert!(d.flush_run(&globex, &key("g1")).await);
+    let calls = script.calls();
+    let (sent_at, _) = calls
+        .iter()
+        .find(|(_, op)| matches!(op, Op::Final { key, .. } if key.run_id == "g1"))
+        .expect("globex's final was sent");
+    assert!(
+        *sent_at - t0 < Duration::from_secs(1),
+        "globex waited {:?}",
+        *sent_at - t0
+    );
+    assert_eq!(script.finals(), 1, "globex's final applied, acme's not");
     Ok(())
 }
 
@@ -307,7 +373,8 @@ async fn typing_is_throttled_per_chat() -> Result<(), DeliveryError> {
     let d = engine(&script, DeliveryConfig::default());
     for _ in 0..10 {
         d.submit(chat(), Op::Typing).await?;
-        d.submit(ChatTarget::new("chan", "c2"), Op::Typing).await?;
+        d.submit(ChatTarget::new("", "chan", "c2"), Op::Typing)
+            .await?;
         sleep(Duration::from_secs(1)).await;
     }
     d.flush().await;
@@ -321,7 +388,7 @@ async fn typing_is_throttled_per_chat() -> Result<(), DeliveryError> {
 async fn unknown_channel_is_refused() {
     let script = Script::new(&[]);
     let d = engine(&script, DeliveryConfig::default());
-    let r = d.submit(ChatTarget::new("nope", "x"), Op::Typing).await;
+    let r = d.submit(ChatTarget::new("", "nope", "x"), Op::Typing).await;
     assert_eq!(r, Err(DeliveryError::UnknownChannel("nope".into())));
 }
 
@@ -351,8 +418,11 @@ async fn a_backlog_in_one_chat_never_delays_another() -> Result<(), DeliveryErro
         d.submit(chat(), final_op(&format!("busy-{i}"), "x", 1))
             .await?;
     }
-    d.submit(ChatTarget::new("chan", "quiet"), final_op("quiet", "y", 1))
-        .await?;
+    d.submit(
+        ChatTarget::new("", "chan", "quiet"),
+        final_op("quiet", "y", 1),
+    )
+    .await?;
     assert!(
         Instant::now() - t0 < Duration::from_millis(1),
         "submit waited"
@@ -443,7 +513,7 @@ async fn flush_run_waits_for_its_run_only() -> Result<(), DeliveryError> {
     d.submit(chat(), final_op("b", "x", 1)).await?;
     for i in 0..20u64 {
         d.submit(
-            ChatTarget::new("chan", "other"),
+            ChatTarget::new("", "chan", "other"),
             final_op(&format!("o{i}"), "x", 1),
         )
         .await?;
@@ -465,7 +535,7 @@ async fn idle_lanes_go_and_come_back() -> Result<(), DeliveryError> {
     let d = engine(&script, DeliveryConfig::default());
     for i in 0..50u64 {
         d.submit(
-            ChatTarget::new("chan", format!("c{i}")),
+            ChatTarget::new("", "chan", format!("c{i}")),
             final_op("r", "x", 1),
         )
         .await?;
@@ -474,7 +544,7 @@ async fn idle_lanes_go_and_come_back() -> Result<(), DeliveryError> {
     assert_eq!(d.lane_count(), 50);
     sleep(Duration::from_secs(61)).await;
     assert_eq!(d.lane_count(), 0, "idle lanes retired");
-    d.submit(ChatTarget::new("chan", "c1"), final_op("r2", "y", 1))
+    d.submit(ChatTarget::new("", "chan", "c1"), final_op("r2", "y", 1))
         .await?;
     assert!(d.flush().await);
     assert_eq!(script.finals(), 51);

@@ -18,7 +18,7 @@ fn sink(fake: &FakeServer, token: &str) -> Result<DiscordSink, SinkError> {
 async fn happy_path_and_2000_limit() -> Result<(), Box<dyn std::error::Error>> {
     let fake = FakeServer::discord("1234", "tok", Behavior::default()).await?;
     let dc = sink(&fake, "tok")?;
-    let chat = ChatTarget::new("dc", "");
+    let chat = ChatTarget::new("", "dc", "");
     let mut st = DeliveryState::default();
     let answer = "word ".repeat(900); // 4500 chars: 3 messages
     let over_budget_draft = "y".repeat(2500);
@@ -82,7 +82,11 @@ async fn bad_token_is_permanent_and_never_printed() -> Result<(), Box<dyn std::e
     let dc = sink(&fake, "WRONG-SECRET")?;
     let mut st = DeliveryState::default();
     let err = dc
-        .execute(&ChatTarget::new("dc", ""), &final_op("r", "hi", 1), &mut st)
+        .execute(
+            &ChatTarget::new("", "dc", ""),
+            &final_op("r", "hi", 1),
+            &mut st,
+        )
         .await;
     let Err(e) = err else {
         panic!("expected an error");
@@ -102,7 +106,7 @@ async fn rate_limit_float_retry_after_is_honoured() -> Result<(), Box<dyn std::e
     };
     let fake = FakeServer::discord("1234", "tok", behavior).await?;
     let (delivery, _) = fast_engine(Arc::new(sink(&fake, "tok")?));
-    let chat = ChatTarget::new("dc", "thread-9");
+    let chat = ChatTarget::new("", "dc", "thread-9");
     for i in 1..=4u64 {
         delivery
             .submit(chat.clone(), draft("r", &format!("step {i}"), i))

@@ -7,7 +7,7 @@ use tokio::io::AsyncReadExt;
 async fn writes_final_once_and_skips_drafts() {
     let (w, mut r) = tokio::io::duplex(4096);
     let sink = PlainSink::new("term", w);
-    let chat = ChatTarget::new("term", "");
+    let chat = ChatTarget::new("", "term", "");
     let key = DraftKey {
         run_id: "r1".into(),
         tenant: String::new(),

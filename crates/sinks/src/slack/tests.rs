@@ -20,7 +20,7 @@ fn sink(fake: &FakeServer) -> Result<SlackSink, SinkError> {
 async fn happy_path_with_mrkdwn_escaping() -> Result<(), Box<dyn std::error::Error>> {
     let fake = FakeServer::slack(TOKEN, Behavior::default()).await?;
     let sl = sink(&fake)?;
-    let chat = ChatTarget::new("sl", "C123");
+    let chat = ChatTarget::new("", "sl", "C123");
     let mut st = DeliveryState::default();
     let answer = "<!channel> a & b > c";
     for op in [
@@ -57,7 +57,7 @@ async fn ratelimited_is_honoured() -> Result<(), Box<dyn std::error::Error>> {
     };
     let fake = FakeServer::slack(TOKEN, behavior).await?;
     let (delivery, store) = fast_engine(Arc::new(sink(&fake)?));
-    let chat = ChatTarget::new("sl", "C9");
+    let chat = ChatTarget::new("", "sl", "C9");
     delivery
         .submit(chat.clone(), draft("r", "working", 1))
         .await?;

@@ -20,7 +20,7 @@ fn sink(fake: &FakeServer) -> Result<TelegramSink, SinkError> {
 async fn happy_path_draft_settle_final_with_html() -> Result<(), Box<dyn std::error::Error>> {
     let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
     let tg = sink(&fake)?;
-    let chat = ChatTarget::new("tg", "-100200");
+    let chat = ChatTarget::new("", "tg", "-100200");
     let mut st = DeliveryState::default();
     let answer = "if a < b && b > c then <script>alert(1)</script> & done";
     for op in [
@@ -73,7 +73,7 @@ async fn dismiss_deletes_and_deleted_draft_is_recreated() -> Result<(), Box<dyn 
 {
     let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
     let tg = sink(&fake)?;
-    let chat = ChatTarget::new("tg", "42");
+    let chat = ChatTarget::new("", "tg", "42");
     let mut st = DeliveryState::default();
     tg.execute(&chat, &draft("r", "one", 1), &mut st).await?;
     // A user deletes the draft behind our back: the next upsert recreates it.
@@ -104,7 +104,7 @@ async fn rate_limited_third_of_calls_long_final_split_exactly_once(
     };
     let fake = FakeServer::telegram(TOKEN, behavior).await?;
     let (delivery, store) = fast_engine(Arc::new(sink(&fake)?));
-    let chat = ChatTarget::new("tg", "777");
+    let chat = ChatTarget::new("", "tg", "777");
     // ~10 000 visible chars with characters that need escaping: 3 parts.
     let line = "x < y & z > w — ünïcödé 😀 filler text for the answer.\n";
     let answer = line.repeat(10_000 / line.chars().count() + 1);
@@ -176,7 +176,7 @@ async fn lost_response_is_the_documented_at_least_once_window(
     c.base_url = fake.base_url.clone();
     c.timeout_secs = 0.3;
     let (delivery, _) = fast_engine(Arc::new(TelegramSink::new(c)?));
-    let chat = ChatTarget::new("tg", "5");
+    let chat = ChatTarget::new("", "tg", "5");
     delivery
         .submit(chat.clone(), final_op("r", "answer", 1))
         .await?;

@@ -67,7 +67,7 @@ fn the_tenant_is_part_of_the_key_and_the_payload() {
         idempotency_key("hook", &op("globex")),
         "hook/globex/r1/final/3"
     );
-    let chat = ChatTarget::new("hook", "room");
+    let chat = ChatTarget::new("", "hook", "room");
     let p = super::payload("hook", &chat, &op("acme"), "k");
     assert_eq!((&p["tenant"], &p["run_id"]), (&"acme".into(), &"r1".into()));
     assert!(super::payload("hook", &chat, &op(""), "k")
@@ -79,7 +79,7 @@ fn the_tenant_is_part_of_the_key_and_the_payload() {
 async fn happy_path_signed_and_deduped() -> Result<(), Box<dyn std::error::Error>> {
     let fake = FakeServer::webhook(SECRET, Behavior::default()).await?;
     let hook = sink(&fake, SECRET, 5.0)?;
-    let chat = ChatTarget::new("hook", "room");
+    let chat = ChatTarget::new("", "hook", "room");
     let answer = "exact <answer> & \"quotes\"\n";
     let fin = Op::Final {
         key: DraftKey {
@@ -118,7 +118,7 @@ async fn wrong_secret_is_rejected() -> Result<(), Box<dyn std::error::Error>> {
     let hook = sink(&fake, "not-the-secret", 5.0)?;
     let r = hook
         .execute(
-            &ChatTarget::new("hook", "room"),
+            &ChatTarget::new("", "hook", "room"),
             &final_op("r", "a", 1),
             &mut DeliveryState::default(),
         )
@@ -140,7 +140,7 @@ async fn final_exactly_once_when_first_attempt_times_out_after_apply(
     };
     let fake = FakeServer::webhook(SECRET, behavior).await?;
     let (delivery, _) = fast_engine(Arc::new(sink(&fake, SECRET, 0.3)?));
-    let chat = ChatTarget::new("hook", "room");
+    let chat = ChatTarget::new("", "hook", "room");
     delivery
         .submit(chat.clone(), final_op("r", "once", 3))
         .await?;
@@ -165,7 +165,7 @@ async fn run_id_with_a_control_char_is_encoded_in_the_header(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let fake = FakeServer::webhook(SECRET, Behavior::default()).await?;
     let hook = sink(&fake, SECRET, 5.0)?;
-    let chat = ChatTarget::new("hook", "room");
+    let chat = ChatTarget::new("", "hook", "room");
     let mut state = DeliveryState::default();
     let r = hook
         .execute(&chat, &final_op("bad\u{1}run", "answer", 3), &mut state)
@@ -192,7 +192,7 @@ async fn a_400_forever_is_permanent() -> Result<(), Box<dyn std::error::Error>> 
     let mut state = DeliveryState::default();
     let r = hook
         .execute(
-            &ChatTarget::new("hook", "room"),
+            &ChatTarget::new("", "hook", "room"),
             &final_op("r", "answer", 3),
             &mut state,
         )

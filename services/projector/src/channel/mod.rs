@@ -157,7 +157,7 @@ pub struct Channel {
     /// Runs that ended here recently, with their final answers.
     ended: Mutex<ended::EndedRuns>,
     /// Lock order: `runs` before `chat_settings` wherever both are held.
-    chat_settings: Mutex<HashMap<String, CachedSettings>>,
+    chat_settings: Mutex<HashMap<settings::ChatKey, CachedSettings>>,
     events_tx: broadcast::Sender<Arc<RunEvent>>,
     /// Runs recovery settled as "agent interrupted" on this replica.
     interrupted: AtomicUsize,

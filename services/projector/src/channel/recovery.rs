@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use streamgate_bus::{consume, events, EVENTS_STREAM};
-use streamgate_grammar::RunEvent;
+use streamgate_grammar::{ids::tenant_or_default, RunEvent};
 use streamgate_sinks::ChatTarget;
 
 /// Which runs a recovery pass ([`Channel::recover`]) looks at.
@@ -109,7 +109,7 @@ impl Channel {
             let stale = events
                 .last()
                 .is_none_or(|l| now_ms.saturating_sub(l.envelope.ts_ms) >= orphan_ms);
-            let target = ChatTarget::new(&self.cfg.name, &m.chat_id);
+            let target = ChatTarget::new(tenant_or_default(&m.tenant), &self.cfg.name, &m.chat_id);
             if !ended && stale {
                 let state =
                     self.store
@@ -119,7 +119,7 @@ impl Channel {
                             op: "load delivery state",
                             detail: e.0,
                         })?;
-                let settings = self.settings_for(&m.chat_id).await?;
+                let settings = self.settings_for(&m.tenant, &m.chat_id).await?;
                 let in_memory = lock(&self.runs).remove(&key).map(|e| e.proj);
                 let mut proj = in_memory.unwrap_or_else(|| {
                     rebuild(&m.tenant, &m.run_id, &events, &settings, self.tier).proj
@@ -141,7 +141,7 @@ impl Channel {
             if !startup {
                 continue;
             }
-            let settings = self.settings_for(&m.chat_id).await?;
+            let settings = self.settings_for(&m.tenant, &m.chat_id).await?;
             let rebuilt = rebuild(&m.tenant, &m.run_id, &events, &settings, self.tier);
             for op in rebuilt.resubmit {
                 self.delivery.submit(target.clone(), op).await?;

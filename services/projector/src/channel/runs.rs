@@ -9,7 +9,7 @@ use crate::error::ProjectorError;
 use crate::kv::{self, ActiveRun};
 use async_nats::jetstream::kv::Store;
 use std::sync::Arc;
-use streamgate_grammar::RunEvent;
+use streamgate_grammar::{ids::tenant_or_default, RunEvent};
 use streamgate_projection::{Op, RunProjection, Settings, Tier};
 use streamgate_sinks::{ChatTarget, Delivery};
 
@@ -121,7 +121,7 @@ impl Channel {
         let key = run_key(&env.tenant, &run_id);
         let known = lock(&self.runs).contains_key(&key);
         let chat = self.cfg.chat_for(env.session_key.as_deref());
-        let settings = self.settings_for(&chat).await?;
+        let settings = self.settings_for(&env.tenant, &chat).await?;
         if !known {
             let marker = ActiveRun {
                 channel: self.cfg.name.clone(),
@@ -146,7 +146,7 @@ impl Channel {
             };
             // The marker goes first: from here on a crash leaves a trace recovery finds.
             kv::put_active(&self.state_kv, &marker).await?;
-            let target = ChatTarget::new(&self.cfg.name, &chat);
+            let target = ChatTarget::new(tenant_or_default(&env.tenant), &self.cfg.name, &chat);
             for op in rebuilt.resubmit {
                 self.delivery.submit(target.clone(), op).await?;
             }
@@ -169,7 +169,7 @@ impl Channel {
             // The cache as of now: a settings change that landed since `settings` was
             // read has already re-rendered this run, and must not be undone.
             let settings = lock(&self.chat_settings)
-                .get(&chat)
+                .get(&super::settings::chat_key(&env.tenant, &chat))
                 .map_or(settings, |c| c.settings.clone());
             let ops = e.proj.apply_run_event(&ev, &settings, self.tier);
             track_draft(&mut e.draft, &mut e.final_text, &ops);
@@ -186,7 +186,7 @@ impl Channel {
             }
             (ops, done, e.marker.clone())
         };
-        let target = ChatTarget::new(&self.cfg.name, &chat);
+        let target = ChatTarget::new(tenant_or_default(&env.tenant), &self.cfg.name, &chat);
         if !ops.is_empty() {
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -8,9 +8,19 @@ use crate::kv::{self, SettingsOverride, StoredOverride};
 use async_nats::jetstream::kv as kv_watch;
 use futures::StreamExt as _;
 use std::sync::Arc;
+use streamgate_grammar::ids::tenant_or_default;
 use streamgate_projection::Settings;
 use streamgate_sinks::ChatTarget;
 use tokio_util::sync::CancellationToken;
+
+/// A chat's identity in the settings cache: (tenant, chat). Two tenants' chats of the
+/// same name are two chats.
+pub(super) type ChatKey = (String, String);
+
+/// The cache key of a tenant's chat (no tenant: the default one, as everywhere).
+pub(super) fn chat_key(tenant: &str, chat: &str) -> ChatKey {
+    (tenant_or_default(tenant).to_owned(), chat.to_owned())
+}
 
 /// A chat's effective settings and the `SG_SETTINGS` revision they were derived from.
 pub(super) struct CachedSettings {
@@ -29,20 +39,20 @@ impl Channel {
         s
     }
 
-    /// The chat's settings: channel defaults overridden by `SG_SETTINGS`.
-    pub async fn settings_for(&self, chat: &str) -> Result<Settings, ProjectorError> {
-        if let Some(c) = lock(&self.chat_settings).get(chat) {
+    /// The tenant's chat's settings: channel defaults overridden by `SG_SETTINGS`.
+    pub async fn settings_for(&self, tenant: &str, chat: &str) -> Result<Settings, ProjectorError> {
+        let tenant = tenant_or_default(tenant);
+        let id = chat_key(tenant, chat);
+        if let Some(c) = lock(&self.chat_settings).get(&id) {
             return Ok(c.settings.clone());
         }
-        let stored = kv::load_override(&self.settings_kv, &self.cfg.name, chat).await?;
+        let stored = kv::load_override(&self.settings_kv, &self.cfg.name, tenant, chat).await?;
         let mut cache = lock(&self.chat_settings);
         // The watch may have cached a newer value while this one was loading.
-        let c = cache
-            .entry(chat.to_owned())
-            .or_insert_with(|| CachedSettings {
-                settings: self.resolve(&stored.overrides),
-                revision: stored.revision,
-            });
+        let c = cache.entry(id).or_insert_with(|| CachedSettings {
+            settings: self.resolve(&stored.overrides),
+            revision: stored.revision,
+        });
         if c.revision < stored.revision {
             c.settings = self.resolve(&stored.overrides);
             c.revision = stored.revision;
@@ -53,10 +63,11 @@ impl Channel {
     /// [`Channel::change_settings`] without tag resets.
     pub async fn set_settings(
         &self,
+        tenant: &str,
         chat: &str,
         o: SettingsOverride,
     ) -> Result<(Settings, u32), ProjectorError> {
-        self.change_settings(chat, o, &[]).await
+        self.change_settings(tenant, chat, o, &[]).await
     }
 
     /// Stores the chat's overrides — `o`'s set fields (`None` = unchanged), its tag
@@ -67,18 +78,22 @@ impl Channel {
     /// by the watch that saw the same write first).
     pub async fn change_settings(
         &self,
+        tenant: &str,
         chat: &str,
         o: SettingsOverride,
         reset_tags: &[String],
     ) -> Result<(Settings, u32), ProjectorError> {
+        let tenant = tenant_or_default(tenant);
         // Compare-and-set: two replicas changing different flags at once both win.
         let (stored, revision) = loop {
-            let current = kv::load_override(&self.settings_kv, &self.cfg.name, chat).await?;
+            let current =
+                kv::load_override(&self.settings_kv, &self.cfg.name, tenant, chat).await?;
             let mut stored = current.overrides;
             stored.update(&o, reset_tags);
             if let Some(rev) = kv::save_override(
                 &self.settings_kv,
                 &self.cfg.name,
+                tenant,
                 chat,
                 &stored,
                 current.revision,
@@ -90,6 +105,7 @@ impl Channel {
         };
         let settings = self.resolve(&stored);
         self.apply_settings(
+            tenant,
             chat,
             StoredOverride {
                 overrides: stored,
@@ -99,7 +115,7 @@ impl Channel {
         .await?;
         let n = lock(&self.runs)
             .values()
-            .filter(|e| e.marker.chat_id == chat)
+            .filter(|e| e.marker.is_in(tenant, chat))
             .count();
         Ok((settings, u32::try_from(n).unwrap_or(u32::MAX)))
     }
@@ -109,9 +125,11 @@ impl Channel {
     /// many runs were re-rendered.
     async fn apply_settings(
         &self,
+        tenant: &str,
         chat: &str,
         stored: StoredOverride,
     ) -> Result<usize, ProjectorError> {
+        let tenant = tenant_or_default(tenant);
         let settings = self.resolve(&stored.overrides);
         let mut batches = Vec::new();
         {
@@ -120,7 +138,8 @@ impl Channel {
             let mut runs = lock(&self.runs);
             {
                 let mut cache = lock(&self.chat_settings);
-                match cache.get_mut(chat) {
+                let id = chat_key(tenant, chat);
+                match cache.get_mut(&id) {
                     Some(c) if c.revision >= stored.revision => return Ok(0),
                     Some(c) if c.settings == settings => {
                         c.revision = stored.revision;
@@ -132,7 +151,7 @@ impl Channel {
                     }
                     None => {
                         cache.insert(
-                            chat.to_owned(),
+                            id,
                             CachedSettings {
                                 settings: settings.clone(),
                                 revision: stored.revision,
@@ -141,14 +160,14 @@ impl Channel {
                     }
                 }
             }
-            for e in runs.values_mut().filter(|e| e.marker.chat_id == chat) {
+            for e in runs.values_mut().filter(|e| e.marker.is_in(tenant, chat)) {
                 let ops = e.proj.resettle(&settings, self.tier);
                 track_draft(&mut e.draft, &mut e.final_text, &ops);
                 batches.push(ops);
             }
         }
         let n = batches.len();
-        let target = ChatTarget::new(&self.cfg.name, chat);
+        let target = ChatTarget::new(tenant, &self.cfg.name, chat);
         for op in batches.into_iter().flatten() {
             self.delivery.submit(target.clone(), op).await?;
         }
@@ -161,7 +180,7 @@ impl Channel {
     /// history repairs whatever was missed; revisions make the repeats no-ops).
     pub async fn settings_watch(&self) -> Result<kv_watch::Watch, ProjectorError> {
         self.settings_kv
-            .watch_with_history(format!("{}.*", streamgate_bus::kv::token(&self.cfg.name)))
+            .watch_with_history(format!("{}.>", streamgate_bus::kv::token(&self.cfg.name)))
             .await
             .map_err(crate::error::nats("watch settings"))
     }
@@ -182,7 +201,8 @@ impl Channel {
             };
             match next {
                 Some(Ok(entry)) => {
-                    let Some(chat) = kv::chat_of_settings_key(&self.cfg.name, &entry.key) else {
+                    let Some((tenant, chat)) = kv::chat_of_settings_key(&self.cfg.name, &entry.key)
+                    else {
                         continue;
                     };
                     let overrides = match entry.operation {
@@ -195,7 +215,7 @@ impl Channel {
                         overrides,
                         revision: entry.revision,
                     };
-                    match self.apply_settings(&chat, stored).await {
+                    match self.apply_settings(&tenant, &chat, stored).await {
                         Ok(0) => {}
                         Ok(n) => {
                             tracing::info!(chat = %chat, runs = n, "settings changed elsewhere; runs re-rendered")

@@ -30,7 +30,7 @@ mod watch;
 use crate::channel::{Channel, Lookup, RunKey};
 use std::pin::Pin;
 use std::sync::Arc;
-use streamgate_grammar::RunEvent;
+use streamgate_grammar::{ids, RunEvent};
 use streamgate_projection::EventRedactor;
 use streamgate_proto::v1;
 use streamgate_proto::v1::projector_service_server::ProjectorService;
@@ -224,9 +224,24 @@ impl ProjectorService for Projector {
                 }
                 first
             }
-            Some(v1::subscribe_request::Target::SessionKey(s)) => runs
-                .into_iter()
-                .find(|x| x.session_key.as_deref() == Some(s.as_str())),
+            Some(v1::subscribe_request::Target::SessionKey(s)) => {
+                // A session is a tenant's: another tenant's session of the same name is
+                // another chat.
+                let mut matching = runs.into_iter().filter(|x| {
+                    x.session_key.as_deref() == Some(s.as_str())
+                        && (req.tenant.is_empty() || x.tenant == req.tenant)
+                });
+                let first = matching.next();
+                if first
+                    .as_ref()
+                    .is_some_and(|f| matching.any(|x| x.tenant != f.tenant))
+                {
+                    return Err(Status::failed_precondition(format!(
+                        "several tenants have an active run in session `{s}` on this channel: name the tenant"
+                    )));
+                }
+                first
+            }
             None => {
                 return Err(Status::invalid_argument(
                     "run_id or session_key is required",
@@ -326,10 +341,13 @@ impl ProjectorService for Projector {
         if req.chat_id.is_empty() {
             return Err(Status::invalid_argument("chat_id is required"));
         }
+        let tenant = ids::tenant_or_default(&req.tenant);
+        ids::check(ids::IdKind::Tenant, tenant)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (o, reset) = settings::change_of(&req)?;
         let (s, n) = self
             .channel
-            .change_settings(&req.chat_id, o, &reset)
+            .change_settings(tenant, &req.chat_id, o, &reset)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(settings::reply_of(&s, n)))
