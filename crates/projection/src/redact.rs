@@ -28,6 +28,13 @@
 //! `postgres://u:***@h`): the masked text stays readable, masking is idempotent, and a
 //! text that grows only grows its masked form (what [`StreamRedactor`] relies on).
 //! Rules never cross a newline except the PEM rule.
+//!
+//! Rules match twice where it matters: on the text as it is, and on a *view* of it in
+//! which look-alikes read as the ASCII they imitate (Cyrillic `а` in `pаssword`, a
+//! fullwidth `ｓｋ-`), invisible characters are gone (a zero-width space inside a key)
+//! and JSON string escapes are decoded (`\nsk-ant-…` in a tool's argument text,
+//! `{\"db_pass\": …}` nested in a string). What either finds is masked in the text as
+//! it is (see [`View`]).
 
 use regex::{Regex, RegexSet};
 use std::sync::LazyLock;
@@ -39,10 +46,10 @@ pub const MASK: &str = "***";
 /// (case-insensitively, as the end of the key, so `GITHUB_TOKEN`, `db_password` and
 /// `AWS_SECRET_ACCESS_KEY` count; `pass` and `pwd` only as a whole word part, so
 /// `db_pass` counts and `bypass` does not).
-const SECRET_KEY: &str = r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|secret[_-]?key|signing[_-]?key|client[_-]?secret|credentials?|cookie|(?:\b|_)auth|(?:\b|_)pass|(?:\b|_)pwd)";
+const SECRET_KEY: &str = r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|account[_-]?key|private[_-]?key|secret[_-]?key|signing[_-]?key|client[_-]?secret|credentials?|cookie|(?:\b|_)auth|(?:\b|_)pass|(?:\b|_)pwd)";
 
 /// The catalogue: (name, pattern). Every `s…` group of a match is masked.
-pub const RULES: [(&str, &str); 17] = [
+pub const RULES: [(&str, &str); 26] = [
     // -----BEGIN … PRIVATE KEY----- … -----END … PRIVATE KEY----- (or the end of the
     // text: a half key is still a key). The header and footer stay.
     (
@@ -59,15 +66,52 @@ pub const RULES: [(&str, &str); 17] = [
         "bearer",
         r"(?i)\bbearer[ \t]+(?P<s>[A-Za-z0-9._~+/-]{8,}=*)",
     ),
-    // key=value, key: value, "key": "value" (JSON, YAML, env, CLI `--password=`).
+    // key=value, key: value, "key": "value" (JSON, YAML, env, CLI `--password=`); a
+    // JSON value may hold escaped quotes (`"a\"b"`), and JSON nested in a JSON string
+    // quotes with `\"` (`{\"db_pass\": \"x\"}`).
     (
         "secret_key_value",
-        r#"(?i)(?:\b|^)[A-Za-z0-9_.-]*SECRET_KEY["']?[ \t]*(?:=|:)[ \t]*(?:"(?P<s1>[^"\r\n]+)"?|'(?P<s2>[^'\r\n]+)'?|(?P<s3>[^\s"',;&)}\]]+))"#,
+        r#"(?i)(?:\b|^)[A-Za-z0-9_.-]*SECRET_KEY\\?["']?[ \t]*(?:=|:)[ \t]*(?:\\"(?P<s4>(?:[^"\\\r\n]|\\[^"])+)|"(?P<s1>(?:[^"\\\r\n]|\\.|\\\z)+)"?|'(?P<s2>[^'\r\n]+)'?|(?P<s3>[^\s"',;&)}\]\\][^\s"',;&)}\]]*))"#,
     ),
-    // scheme://user:password@host
+    // CLI flags with the value after a space: `--password X`, `--api-key X`, `-token X`.
+    (
+        "secret_flag",
+        r#"(?i)(?:^|\s)--?(?:[A-Za-z0-9]+[_-])*SECRET_KEY[ \t]+["']?(?P<s>[^\s"']+)"#,
+    ),
+    // aws configure set aws_secret_access_key X (and any secret-named setting).
+    (
+        "configure_set",
+        r"(?i)\bconfigure[ \t]+set[ \t]+[A-Za-z0-9_.-]*SECRET_KEY[ \t]+(?P<s>\S+)",
+    ),
+    // docker / podman / helm registry login -p X.
+    (
+        "login_password",
+        r"\blogin\b[^\n|;&]*?[ \t]-p(?:[ \t]+|=)(?P<s>\S+)",
+    ),
+    // redis-cli -a X.
+    (
+        "redis_cli_password",
+        r"\bredis-cli\b[^\n|;&]*?[ \t]-a[ \t]+(?P<s>\S+)",
+    ),
+    // scheme://user:password@host (the password may itself hold `@`: up to the last one
+    // before the path).
     (
         "url_credentials",
-        r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:@/]*:(?P<s>[^\s@/]+)@",
+        r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:@/]*:(?P<s>[^\s/]+)@",
+    ),
+    // Secret query parameters: API keys, signatures (S3, GCS, Azure SAS), OAuth codes.
+    (
+        "url_query_secret",
+        r#"(?i)[?&;](?:key|sig|signature|x-amz-signature|x-amz-security-token|x-goog-signature|code|access_token|refresh_token|id_token|client_secret|apikey|api_key|token|password|pass|secret|auth)=(?P<s>[^&\s#"'<>]+)"#,
+    ),
+    // Slack and Discord webhook URLs: the path is the credential.
+    (
+        "slack_webhook",
+        r"(?i)\bhooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9/_-]+)",
+    ),
+    (
+        "discord_webhook",
+        r"(?i)\bdiscord(?:app)?\.com/api/webhooks/[0-9]+/(?P<s>[A-Za-z0-9_-]+)",
     ),
     // curl -u user:pass, --user user:pass, --user=user:pass
     (
@@ -101,6 +145,9 @@ pub const RULES: [(&str, &str); 17] = [
     ),
     // GitLab personal access tokens.
     ("gitlab_token", r"\bglpat-(?P<s>[A-Za-z0-9_-]{16,})"),
+    // Hugging Face and npm access tokens.
+    ("huggingface_token", r"\bhf_(?P<s>[A-Za-z0-9]{20,})"),
+    ("npm_token", r"\bnpm_(?P<s>[A-Za-z0-9]{20,})"),
     // Google API keys.
     ("google_api_key", r"\bAIza(?P<s>[0-9A-Za-z_-]{35})"),
     // Slack tokens.
@@ -207,29 +254,16 @@ pub fn display_safe(text: &str, max_chars: Option<usize>) -> String {
     }
 }
 
-/// Masks every secret [`RULES`] find in `text` (see the module doc for what is and is
-/// not passed through here).
+/// Masks every secret [`RULES`] find in `text`, or in its [`View`] (see the module
+/// doc for what is and is not passed through here).
 pub fn redact(text: &str) -> String {
-    let cat = &*CATALOGUE;
-    let hits = cat.set.matches(text);
-    if !hits.matched_any() {
-        return text.to_owned();
-    }
-    let mut spans: Vec<(usize, usize)> = Vec::new();
-    for i in hits.iter() {
-        let re = &cat.rules[i];
-        for caps in re.captures_iter(text) {
-            for (g, name) in re.capture_names().enumerate() {
-                if !name.is_some_and(|n| n.starts_with('s')) {
-                    continue;
-                }
-                if let Some(m) = caps.get(g) {
-                    if m.as_str() != MASK {
-                        spans.push((m.start(), m.end()));
-                    }
-                }
-            }
-        }
+    let mut spans = secret_spans(text);
+    if let Some(view) = View::of(text) {
+        spans.extend(
+            secret_spans(&view.text)
+                .into_iter()
+                .map(|(start, end)| view.original(start, end)),
+        );
     }
     if spans.is_empty() {
         return text.to_owned();
@@ -252,6 +286,208 @@ pub fn redact(text: &str) -> String {
     out
 }
 
+/// Byte spans of `text` the rules mask (not yet masked ones).
+fn secret_spans(text: &str) -> Vec<(usize, usize)> {
+    let cat = &*CATALOGUE;
+    let hits = cat.set.matches(text);
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for i in hits.iter() {
+        let re = &cat.rules[i];
+        for caps in re.captures_iter(text) {
+            for (g, name) in re.capture_names().enumerate() {
+                if !name.is_some_and(|n| n.starts_with('s')) {
+                    continue;
+                }
+                if let Some(m) = caps.get(g) {
+                    if m.as_str() != MASK {
+                        spans.push((m.start(), m.end()));
+                    }
+                }
+            }
+        }
+    }
+    spans
+}
+
+/// `text` as a secret scanner should read it: look-alike letters and digits as the ASCII
+/// they imitate, invisible characters (zero-width, bidi controls, soft hyphen) dropped,
+/// JSON string escapes (`\n`, `\"`, `\uXXXX`, …) decoded. Each byte of the view knows
+/// the span of `text` it came from, so a secret found in the view is masked in `text`.
+///
+/// The look-alike table is hand-written on purpose: it maps one character to one ASCII
+/// character (what keeps spans mappable), and covers the Cyrillic, Greek and fullwidth
+/// forms of the letters key names and token prefixes use. UTS #39 skeletons (the
+/// `unicode-security` crate) rewrite ASCII too (`0`→`O`, `rn`→`m`), which would break the
+/// rules' own character classes.
+struct View {
+    text: String,
+    /// For each byte of `text`: the span of the original it stands for.
+    from: Vec<(usize, usize)>,
+}
+
+impl View {
+    /// The view of `text`, or `None` when it would read the same (no backslash, no
+    /// invisible character, no look-alike: the common case costs one scan).
+    fn of(text: &str) -> Option<View> {
+        let differs =
+            |c: char| c == '\\' || (!c.is_ascii() && (is_invisible(c) || look_alike(c).is_some()));
+        if !text.contains(differs) {
+            return None;
+        }
+        let mut view = View {
+            text: String::with_capacity(text.len()),
+            from: Vec::with_capacity(text.len()),
+        };
+        let mut chars = text.char_indices().peekable();
+        while let Some((at, c)) = chars.next() {
+            let end = at + c.len_utf8();
+            if c == '\\' {
+                if let Some((decoded, len)) = json_escape(&text[end..]) {
+                    for _ in 0..len {
+                        chars.next();
+                    }
+                    view.push(decoded, at, end + len);
+                    continue;
+                }
+            }
+            if is_invisible(c) {
+                continue;
+            }
+            view.push(look_alike(c).unwrap_or(c), at, end);
+        }
+        Some(view)
+    }
+
+    fn push(&mut self, c: char, start: usize, end: usize) {
+        self.text.push(c);
+        self.from
+            .extend(std::iter::repeat_n((start, end), c.len_utf8()));
+    }
+
+    /// The span of the original text the view's `start..end` came from.
+    fn original(&self, start: usize, end: usize) -> (usize, usize) {
+        let first = self.from.get(start).map_or(0, |f| f.0);
+        let last = end
+            .checked_sub(1)
+            .and_then(|i| self.from.get(i))
+            .map_or(first, |f| f.1);
+        (first, last.max(first))
+    }
+}
+
+/// The character a JSON escape after a backslash stands for, and how many bytes of
+/// `rest` (the text after the backslash) it takes. ASCII escapes only decode to
+/// themselves or to ASCII; `\uXXXX` decodes any BMP character (surrogates excepted).
+fn json_escape(rest: &str) -> Option<(char, usize)> {
+    let c = match rest.as_bytes().first()? {
+        b'n' => '\n',
+        b't' => '\t',
+        b'r' => '\r',
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'u' => {
+            let hex = rest.get(1..5)?;
+            let code = u32::from_str_radix(hex, 16).ok()?;
+            let c = char::from_u32(code)?;
+            return Some((look_alike(c).unwrap_or(c), 5));
+        }
+        _ => return None,
+    };
+    Some((c, 1))
+}
+
+/// Characters with no glyph that can hide inside a key or a token.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{AD}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
+/// The ASCII character `c` imitates, if it is a look-alike of one.
+fn look_alike(c: char) -> Option<char> {
+    let code = u32::from(c);
+    // Fullwidth ASCII (U+FF01..U+FF5E) is ASCII shifted.
+    if (0xFF01..=0xFF5E).contains(&code) {
+        return char::from_u32(code - 0xFF01 + 0x21);
+    }
+    Some(match c {
+        // Cyrillic
+        'а' => 'a',
+        'в' => 'b',
+        'е' => 'e',
+        'һ' => 'h',
+        'і' => 'i',
+        'ј' => 'j',
+        'к' => 'k',
+        'ӏ' => 'l',
+        'м' => 'm',
+        'о' => 'o',
+        'р' => 'p',
+        'ԛ' => 'q',
+        'ѕ' => 's',
+        'т' => 't',
+        'у' => 'y',
+        'ԝ' => 'w',
+        'х' => 'x',
+        'с' => 'c',
+        'ԁ' => 'd',
+        'А' => 'A',
+        'В' => 'B',
+        'Е' => 'E',
+        'Н' => 'H',
+        'І' => 'I',
+        'Ј' => 'J',
+        'К' => 'K',
+        'М' => 'M',
+        'О' => 'O',
+        'Р' => 'P',
+        'С' => 'C',
+        'Ѕ' => 'S',
+        'Т' => 'T',
+        'Х' => 'X',
+        'У' => 'Y',
+        // Greek
+        'α' => 'a',
+        'ε' => 'e',
+        'ι' => 'i',
+        'κ' => 'k',
+        'ν' => 'v',
+        'ο' => 'o',
+        'ρ' => 'p',
+        'τ' => 't',
+        'υ' => 'u',
+        'χ' => 'x',
+        'Α' => 'A',
+        'Β' => 'B',
+        'Ε' => 'E',
+        'Ζ' => 'Z',
+        'Η' => 'H',
+        'Ι' => 'I',
+        'Κ' => 'K',
+        'Μ' => 'M',
+        'Ν' => 'N',
+        'Ο' => 'O',
+        'Ρ' => 'P',
+        'Τ' => 'T',
+        'Υ' => 'Y',
+        'Χ' => 'X',
+        // Latin
+        'ı' => 'i',
+        'ℓ' => 'l',
+        // Dashes that pass for `-` in a key prefix.
+        '\u{2010}' | '\u{2011}' | '\u{2012}' | '\u{2013}' | '\u{2212}' => '-',
+        _ => return None,
+    })
+}
+
 /// The start of a secret still being streamed, as the last token of a text: a key
 /// prefix whose tail is still too short for its rule, a token after `Bearer`/`-u`, a
 /// URL's `user:pass` before its `@`, a bot token's `id:` (see [`redact_open`]).
@@ -259,7 +495,7 @@ static PARTIAL: LazyLock<Regex> = LazyLock::new(|| {
     // A constant covered by tests: failing to compile is a bug.
     #[allow(clippy::expect_used)]
     Regex::new(&ascii_boundaries(
-        r"(?i)(?:^|\s)(?:\S*(?:sk-|sk_|rk_|whsec_|gh[pousr]_|github_pat_|glpat-|aiza|xox[baprs]|xapp-|akia|asia|eyj)\S*|\S*://[^\s/@]*:[^\s/@]*|[0-9]{5,12}:\S*)\z|\b(?:bearer|-u|--user)[ \t]+\S+\z",
+        r"(?i)(?:^|\s)(?:\S*(?:sk-|sk_|rk_|whsec_|gh[pousr]_|github_pat_|glpat-|hf_|npm_|aiza|xox[baprs]|xapp-|akia|asia|eyj)\S*|[0-9]{5,12}:\S*)\z|\b(?:bearer|-u|--user)[ \t]+\S+\z",
     ))
     .expect("partial-secret rule compiles")
 });
@@ -276,19 +512,38 @@ pub fn redact_open(text: &str) -> String {
     red
 }
 
+/// A URL whose authority (`user:password@host`) is not complete yet: the password may
+/// still grow, `@` included, so the token is held whatever was masked in it so far.
+static PARTIAL_URL: LazyLock<Regex> = LazyLock::new(|| {
+    // A constant covered by tests: failing to compile is a bug.
+    #[allow(clippy::expect_used)]
+    Regex::new(r"://[^\s/@]*:[^\s/]*\z").expect("partial-URL rule compiles")
+});
+
 /// Length in bytes of `text`'s last token when it may be the first part of a secret no
-/// rule recognises yet ([`PARTIAL`]), else 0. A masked token is complete.
+/// rule recognises yet ([`PARTIAL`], also read through its [`View`]), else 0. A masked
+/// token is complete, except a URL still inside its authority ([`PARTIAL_URL`]).
 fn partial_tail(text: &str) -> usize {
     let token_start = text.rfind(char::is_whitespace).map_or(0, |i| {
         i + text[i..].chars().next().map_or(1, char::len_utf8)
     });
     let token = &text[token_start..];
+    if token.is_empty() {
+        return 0;
+    }
+    if PARTIAL_URL.is_match(token) {
+        return token.len();
+    }
     // The last token and the word before it are all the rule looks at.
     let mut from = token_start.saturating_sub(16);
     while !text.is_char_boundary(from) {
         from -= 1;
     }
-    if !token.is_empty() && !token.contains(MASK) && PARTIAL.is_match(&text[from..]) {
+    let tail = &text[from..];
+    let partial = PARTIAL.is_match(tail)
+        || View::of(tail)
+            .is_some_and(|v| PARTIAL.is_match(&v.text) || PARTIAL_URL.is_match(&v.text));
+    if partial && !token.contains(MASK) {
         token.len()
     } else {
         0
@@ -600,6 +855,101 @@ mod tests {
     }
 
     #[test]
+    fn space_separated_flags_and_cli_passwords() {
+        check("app --password hunter2 -v", "app --password *** -v");
+        check(
+            "x --api-key 'k1' --token=t2",
+            "x --api-key '***' --token=***",
+        );
+        check(
+            "aws configure set aws_secret_access_key wJalrXUtnFEMI",
+            "aws configure set aws_secret_access_key ***",
+        );
+        check(
+            "docker login -u bob -p S3cret reg.io",
+            "docker login -u bob -p *** reg.io",
+        );
+        check(
+            "redis-cli -h h -a S3cret ping",
+            "redis-cli -h h -a *** ping",
+        );
+        keep("docker login --password-stdin reg.io");
+        keep("aws configure set region eu-west-1");
+        keep("redis-cli -h h ping");
+        keep("git commit -a -m msg");
+    }
+
+    #[test]
+    fn look_alikes_and_invisible_characters() {
+        // Cyrillic а and о in the key name.
+        check("pаsswоrd=hunter2", "pаsswоrd=***");
+        // A zero-width space inside a provider key, a soft hyphen in a GitHub token.
+        check(
+            "key sk-ant-\u{200b}api03-Zq9Xw7Vk3Lm1Np5Rt end",
+            "key sk-ant-\u{200b}*** end",
+        );
+        check("t ghp\u{ad}_Qw3Er5Ty7Ui9Op1As3Df5Gh", "t ghp\u{ad}_***");
+        // Fullwidth letters.
+        check("ｓｋ-ant-api03-Zq9Xw7Vk3Lm1Np5Rt", "ｓｋ-ant-***");
+        keep("Привет, мир: a greeting");
+    }
+
+    #[test]
+    fn url_parameters_webhooks_and_more_token_forms() {
+        check(
+            "GET https://api.x.io/v1?key=AbC123&q=1",
+            "GET https://api.x.io/v1?key=***&q=1",
+        );
+        check(
+            "https://b.blob.core.windows.net/c?sv=2022&sig=Zx%2Fq9&se=1",
+            "https://b.blob.core.windows.net/c?sv=2022&sig=***&se=1",
+        );
+        check(
+            "s3 ?X-Amz-Credential=AK&X-Amz-Signature=9f8e7d6c",
+            "s3 ?X-Amz-Credential=***&X-Amz-Signature=***",
+        );
+        check("cb?code=4/0AbCdE&state=x", "cb?code=***&state=x");
+        check(
+            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9v+YmFy/==;EndpointSuffix=x",
+            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=***;EndpointSuffix=x",
+        );
+        check("hf_AbCdEfGhIjKlMnOpQrStUvWxYz01", "hf_***");
+        check("npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "npm_***");
+        check(
+            "post to https://hooks.slack.com/services/T0001/B0002/XyZ123abc now",
+            "post to https://hooks.slack.com/services/*** now",
+        );
+        check(
+            "https://discord.com/api/webhooks/123456/AbC-dEf_123",
+            "https://discord.com/api/webhooks/123456/***",
+        );
+        check("postgres://u:p@ss@db:5432/x", "postgres://u:***@db:5432/x");
+        keep("https://example.com/search?q=rust&page=2");
+        keep("hf_hub is a module");
+    }
+
+    #[test]
+    fn json_escapes_and_nested_json() {
+        check(
+            r#"{"password": "ab\"cd", "n": 1}"#,
+            r#"{"password": "***", "n": 1}"#,
+        );
+        check(
+            r#"{"input": "{\"db_pass\": \"hunter2\", \"n\": 1}"}"#,
+            r#"{"input": "{\"db_pass\": \"***\", \"n\": 1}"}"#,
+        );
+        check(
+            r#"{"command": "echo hi\nexport K=sk-ant-api03-Zq9Xw7Vk3Lm1Np5Rt"}"#,
+            r#"{"command": "echo hi\nexport K=sk-ant-***"}"#,
+        );
+        check(
+            r#"{"cmd": "a\tghp_Qw3Er5Ty7Ui9Op1As3Df5Gh\n"}"#,
+            r#"{"cmd": "a\tghp_***\n"}"#,
+        );
+        keep(r#"{"path": "C:\\Users\\me\\notes.txt"}"#);
+    }
+
+    #[test]
     fn jwts() {
         let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
         check(&format!("token {jwt} end"), "token eyJ*** end");
@@ -659,6 +1009,16 @@ mod tests {
             "see https://example.com:8443/"
         );
         assert_eq!(redact_open("Let me check the fil"), "Let me check the fil");
+        // The password of a URL may hold `@`: held until the authority is complete.
+        assert_eq!(redact_open("see postgres://u:p@ss"), "see ");
+        assert_eq!(
+            redact_open("see postgres://u:p@ss@db/x"),
+            "see postgres://u:***@db/x"
+        );
+        // Look-alikes and invisible characters do not hide a prefix.
+        assert_eq!(redact_open("key ѕk-ant-api03-Ab"), "key ");
+        assert_eq!(redact_open("key s\u{200b}k-ant-api03-Ab"), "key ");
+        assert_eq!(redact_open("tok hf_AbCd"), "tok ");
         assert_eq!(redact_open("at 10:30"), "at 10:30");
     }
 

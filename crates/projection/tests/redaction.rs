@@ -11,7 +11,7 @@ use streamgate_projection::redact::StreamRedactor;
 use streamgate_projection::{Op, Settings, Tier};
 
 /// (text containing a secret, the part that must never be shown).
-const SECRETS: [(&str, &str); 10] = [
+const SECRETS: [(&str, &str); 27] = [
     ("sk-ant-api03-Zq9Xw7Vk3Lm1Np5Rt", "Zq9Xw7Vk3Lm1Np5Rt"),
     ("password=Hq7Zt2Wv9x", "Hq7Zt2Wv9x"),
     (
@@ -28,6 +28,39 @@ const SECRETS: [(&str, &str); 10] = [
         "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.Rq2Ws4Ed6Rf8Tg0Yh",
         "Rq2Ws4Ed6Rf8Tg0Yh",
     ),
+    // Issue 17's catalogue: space-separated flags and CLI passwords,
+    ("app --password Hq7Zt2Wv9y -v", "Hq7Zt2Wv9y"),
+    (
+        "aws configure set aws_secret_access_key wJalrXUtnFEMIK7MDENH",
+        "wJalrXUtnFEMIK7MDENH",
+    ),
+    ("docker login -u bob -p Dk4Lp9Qz2Xc reg", "Dk4Lp9Qz2Xc"),
+    ("redis-cli -h h -a Rc5Vb8Nm3Kq ping", "Rc5Vb8Nm3Kq"),
+    // look-alikes (Cyrillic а) and a zero-width space inside a key,
+    ("p\u{430}ssword=Cy7Rl1Lk9Qz", "Cy7Rl1Lk9Qz"),
+    ("sk-ant-\u{200b}api03-Zw8Xq6Vm4Ln2Pj", "Zw8Xq6Vm4Ln2Pj"),
+    // URL parameters, an Azure key, Hugging Face and npm tokens, a Slack webhook,
+    ("https://x.io/v1?key=Ky3Mn7Bv1Cx&q=1", "Ky3Mn7Bv1Cx"),
+    (
+        "https://b.blob.core.windows.net/c?sv=1&sig=Sg5Hj8Kl2Pq",
+        "Sg5Hj8Kl2Pq",
+    ),
+    ("https://s3.x/o?X-Amz-Signature=Am9Zs2Xd4Cf", "Am9Zs2Xd4Cf"),
+    ("https://app.x/cb?code=Oc4Dx7Zr1Wq&state=s", "Oc4Dx7Zr1Wq"),
+    ("AccountName=a;AccountKey=Az8Qw2Er4Ty+/==;", "Az8Qw2Er4Ty"),
+    ("hf_Hf3Gj5Kl7Zx9Cv1Bn3Mq5Wr", "Hf3Gj5Kl7Zx9Cv1Bn3Mq5Wr"),
+    (
+        "npm_Np2Lk4Jh6Gf8Ds0Aq2Ws4Ed6Rf8Tg0Y",
+        "Np2Lk4Jh6Gf8Ds0Aq2Ws4Ed6Rf8Tg0Y",
+    ),
+    (
+        "https://hooks.slack.com/services/T01/B02/Sw7Xc9Vb2Nm",
+        "Sw7Xc9Vb2Nm",
+    ),
+    // a password holding `@` in a URL, a JSON value with escaped quotes, nested JSON,
+    ("postgres://app:P@ssw0rd9Zq@db/x", "P@ssw0rd9Zq"),
+    (r#"{"password": "Es1\"Qt6Wy9Rb"}"#, "Qt6Wy9Rb"),
+    (r#"{"in": "{\"db_pass\": \"Nj5Hb8Gv2\"}"}"#, "Nj5Hb8Gv2"),
 ];
 
 /// Every text a channel gets from `ops`, final answers excluded.
@@ -302,4 +335,68 @@ fn display_safe_events_hide_secrets_and_keep_finals() {
     let mut r = EventRedactor::new();
     assert!(r.apply(&start(1)).is_some());
     assert!(r.apply(&start(1)).is_none());
+}
+
+/// Tool arguments stream as raw JSON text (`{"command": "echo hi\nexport K=…"}`): every
+/// secret of the catalogue inside them, the argument text split at every position across
+/// two `input_delta` chunks, never reaches a display-safe event — escapes (`\n`, `\"`)
+/// and nested JSON included.
+#[test]
+fn secrets_in_streamed_tool_arguments_are_redacted_at_every_split() {
+    use streamgate_projection::EventRedactor;
+    for (secret, hidden) in SECRETS {
+        let args = serde_json::json!({ "command": format!("echo hi\n{secret}\nls") }).to_string();
+        for cut in (1..args.len()).filter(|i| args.is_char_boundary(*i)) {
+            let (a, b) = args.split_at(cut);
+            let events = vec![
+                start(1),
+                common::ev(
+                    2,
+                    "item",
+                    r#"{"phase":"start","id":"t","kind":"tool","name":"bash"}"#,
+                ),
+                common::ev(
+                    3,
+                    "item",
+                    &format!(
+                        r#"{{"phase":"update","id":"t","kind":"tool","input_delta":{}}}"#,
+                        serde_json::to_string(a).unwrap()
+                    ),
+                ),
+                common::ev(
+                    4,
+                    "item",
+                    &format!(
+                        r#"{{"phase":"update","id":"t","kind":"tool","input_delta":{}}}"#,
+                        serde_json::to_string(b).unwrap()
+                    ),
+                ),
+                common::ev(
+                    5,
+                    "item",
+                    &format!(r#"{{"phase":"end","id":"t","kind":"tool","arguments":{args}}}"#),
+                ),
+                end(6, "stop"),
+            ];
+            let mut r = EventRedactor::new();
+            let mut shown = String::new();
+            for e in &events {
+                let Some(safe) = r.apply(e) else { continue };
+                let line = safe.to_json();
+                for w in hidden.as_bytes().windows(5) {
+                    let piece = String::from_utf8_lossy(w);
+                    assert!(!line.contains(&*piece), "{secret} cut {cut}: {line}");
+                }
+                if let streamgate_grammar::EventData::Item(it) = &safe.data {
+                    shown.push_str(it.input_delta.as_deref().unwrap_or(""));
+                }
+            }
+            // Nothing else is lost: the argument text shown is the redaction of the whole.
+            assert_eq!(
+                shown,
+                streamgate_projection::redact::redact(&args),
+                "{secret} cut {cut}"
+            );
+        }
+    }
 }
