@@ -19,7 +19,7 @@ pub fn fit(events: &mut [RunEvent], max_payload: usize) -> usize {
     let limit = max_payload.saturating_sub(HEADROOM).max(HEADROOM);
     let mut cut = 0;
     for ev in events {
-        if ev.event.to_json().len() <= limit {
+        if !longer_than(&ev.event, limit) {
             continue;
         }
         if let Some(fitted) = fitted(&ev.event, limit) {
@@ -34,6 +34,29 @@ pub fn fit(events: &mut [RunEvent], max_payload: usize) -> usize {
         }
     }
     cut
+}
+
+/// Whether `event`'s JSON is longer than `limit` bytes, found without building it (this
+/// runs on every event): the serializer writes into a counter that stops at the limit.
+fn longer_than(event: &Event, limit: usize) -> bool {
+    struct Counter {
+        bytes: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.bytes += buf.len();
+            if self.bytes > self.limit {
+                return Err(std::io::Error::other("over the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter { bytes: 0, limit };
+    serde_json::to_writer(&mut counter, event).is_err()
 }
 
 /// `event` with its longest strings cut until its JSON is at most `limit` bytes.
@@ -107,5 +130,7 @@ mod tests {
         );
         // Small events are left alone.
         assert_eq!(fit(&mut evs, 8 << 20), 0);
+        assert!(!longer_than(&evs[0].event, json.len()));
+        assert!(longer_than(&evs[0].event, json.len() - 1));
     }
 }

@@ -4,10 +4,12 @@
 //! concurrency): no rate override here.
 #![allow(missing_docs)]
 
+mod common;
+
+use common::{now_ms, publish, wait_until, TENANT};
 use futures::future::join_all;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use streamgate_bus::subject::RunAddr;
 use streamgate_grammar::{Envelope, Event, RunEvent};
 use streamgate_projector::{start, ChannelConfig, ChannelSink, Running};
 use streamgate_sinks::fakes::{Behavior, FakeServer};
@@ -17,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
-const TENANT: &str = "acme";
 const SECRET: &str = "whsec-fair";
 
 /// A short run: thinking, a tool, commentary, the final answer, the end.
@@ -33,13 +34,6 @@ fn run_events_json(answer: &str) -> Vec<String> {
         format!(r#"{{"seq":8,"stream":"assistant","data":{{"phase":"final_answer","text":"{answer}","id":"msg_1","status":"completed"}}}}"#),
         r#"{"seq":9,"stream":"lifecycle","data":{"phase":"end","reason":"completed","status":"completed"}}"#.to_owned(),
     ]
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(0))
-        .unwrap_or(0)
 }
 
 fn run(run_id: &str, chat: &str) -> Result<Vec<RunEvent>, Box<dyn std::error::Error>> {
@@ -64,36 +58,12 @@ fn run(run_id: &str, chat: &str) -> Result<Vec<RunEvent>, Box<dyn std::error::Er
     .collect()
 }
 
-async fn publish(js: &async_nats::jetstream::Context, evs: &[RunEvent]) -> R {
-    let Some(first) = evs.first() else {
-        return Ok(());
-    };
-    let addr = RunAddr::new(
-        &first.envelope.tenant,
-        &first.envelope.run_id,
-        streamgate_bus::DEFAULT_PARTITIONS,
-    );
-    streamgate_bus::events::publish_events(js, &addr, evs).await?;
-    Ok(())
-}
-
 /// Every run's events published at once (concurrently, like live turns).
 async fn publish_all(js: &async_nats::jetstream::Context, runs: &[Vec<RunEvent>]) -> R {
     for r in join_all(runs.iter().map(|evs| publish(js, evs))).await {
         r?;
     }
     Ok(())
-}
-
-async fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    f()
 }
 
 /// A webhook channel on the sink's own pacing, retrying fast.
