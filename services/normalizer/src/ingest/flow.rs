@@ -11,20 +11,23 @@
 //! the request; the acks still in flight are awaited before the answer ([`Window::drain`])
 //! so the producer is not told "failed" while chunks of its request are still landing.
 
-use super::{IngestError, PendingPut};
+use super::IngestError;
+use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::StreamExt as _;
 
 /// Chunk publishes one request keeps in flight by default.
 pub const DEFAULT_WINDOW: usize = 8;
 
-/// A bounded window of publishes awaiting their acks, in send order.
-pub struct Window {
-    inflight: FuturesOrdered<PendingPut>,
+/// A bounded window of publishes awaiting their acks, in send order. Each ack resolves
+/// to a `T`: the stream sequence for [`super::PendingPut`], or whatever the transport
+/// answers the producer with (gRPC's per-chunk ack).
+pub struct Window<T = u64> {
+    inflight: FuturesOrdered<BoxFuture<'static, Result<T, IngestError>>>,
     limit: usize,
 }
 
-impl std::fmt::Debug for Window {
+impl<T> std::fmt::Debug for Window<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Window")
             .field("inflight", &self.inflight.len())
@@ -33,9 +36,9 @@ impl std::fmt::Debug for Window {
     }
 }
 
-impl Window {
+impl<T> Window<T> {
     /// A window of at most `limit` (at least 1) publishes in flight.
-    pub fn new(limit: usize) -> Window {
+    pub fn new(limit: usize) -> Window<T> {
         Window {
             inflight: FuturesOrdered::new(),
             limit: limit.max(1),
@@ -59,12 +62,12 @@ impl Window {
 
     /// Adds a sent publish. Check [`Window::is_full`] (or call [`Window::make_room`])
     /// first: the window does not refuse, it only counts.
-    pub fn push(&mut self, put: PendingPut) {
+    pub fn push(&mut self, put: BoxFuture<'static, Result<T, IngestError>>) {
         self.inflight.push_back(put);
     }
 
     /// The oldest publish's ack; `None` when nothing is in flight.
-    pub async fn next_ack(&mut self) -> Option<Result<u64, IngestError>> {
+    pub async fn next_ack(&mut self) -> Option<Result<T, IngestError>> {
         self.inflight.next().await
     }
 
@@ -97,7 +100,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    fn ok_after(ms: u64, seq: u64, done: Arc<AtomicUsize>) -> PendingPut {
+    fn ok_after(ms: u64, seq: u64, done: Arc<AtomicUsize>) -> crate::ingest::PendingPut {
         Box::pin(async move {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             done.fetch_add(1, Ordering::SeqCst);
@@ -139,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_zero_limit_still_lets_one_through() {
-        let mut w = Window::new(0);
+        let mut w: Window = Window::new(0);
         assert!(!w.is_full());
         w.push(Box::pin(async { Ok(1) }));
         assert!(w.is_full());

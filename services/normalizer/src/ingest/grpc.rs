@@ -1,10 +1,13 @@
 //! `streamgate.v1.IngestService`: a producer streams a run's chunks and gets one ack per
 //! chunk once it is durable. Chunks carry their index, so a producer that lost its
 //! connection asks `ResumePoint` and continues; chunks it re-sends are acknowledged as
-//! duplicates and never stored twice.
+//! duplicates and never stored twice. Like HTTP ingest, a stream keeps a window of
+//! publishes in flight ([`Window`]) rather than one chunk per broker round trip.
 
 use super::auth::{grant_of, Grant};
+use super::flow::Window;
 use super::{IngestError, Ingestor, RunSpec};
+use futures::future::BoxFuture;
 use futures::StreamExt;
 use std::pin::Pin;
 use streamgate_bus::raw::CloseKind;
@@ -143,35 +146,8 @@ impl IngestService for IngestServer {
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(
             async move {
-                let mut resume: Option<super::ResumePoint> = None;
-                // Held until the stream ends: the run is claimed for this stream.
-                let mut bound: Option<Bound> = None;
-                while let Some(item) = inbound.next().await {
-                    let chunk = match item {
-                        Ok(c) => c,
-                        Err(s) => {
-                            let s = inbound_status(s);
-                            tracing::debug!(status = %s, "ingest stream failed");
-                            let _ = tx.send(Err(s)).await;
-                            break;
-                        }
-                    };
-                    if bound.is_none() {
-                        let span = tracing::Span::current();
-                        span.record("tenant", chunk.tenant.as_str());
-                        span.record("run", chunk.run_id.as_str());
-                    }
-                    let ack = match bind(&ingestor, &grant, &mut bound, &chunk) {
-                        Ok(()) => handle(&ingestor, &chunk, &mut resume, trace.as_ref())
-                            .await
-                            .map_err(status),
-                        Err(s) => Err(s),
-                    };
-                    let failed = ack.is_err();
-                    if tx.send(ack).await.is_err() || failed {
-                        break;
-                    }
-                }
+                let window = Window::new(ingestor.window());
+                serve_stream(&ingestor, &grant, &mut inbound, window, &tx, trace.as_ref()).await;
             }
             .instrument(span),
         );
@@ -197,12 +173,101 @@ impl IngestService for IngestServer {
     }
 }
 
-async fn handle(
+/// One step of an ingest stream: a chunk arrived, or the oldest publish was acked.
+enum Step {
+    Chunk(Option<Result<IngestChunk, Status>>),
+    Ack(Result<IngestAck, IngestError>),
+}
+
+/// Reads the stream's chunks and publishes each as it arrives, with up to a window of
+/// publishes in flight ([`Window`]): a large run goes out at the broker's pace instead
+/// of one round trip per chunk. Acks go back in chunk order. The first error ends the
+/// stream, after the acks of the chunks before it.
+async fn serve_stream(
+    ingestor: &Ingestor,
+    grant: &Grant,
+    inbound: &mut Streaming<IngestChunk>,
+    mut window: Window<IngestAck>,
+    tx: &tokio::sync::mpsc::Sender<Result<IngestAck, Status>>,
+    trace: Option<&TraceContext>,
+) {
+    let mut resume: Option<super::ResumePoint> = None;
+    // Held until the stream ends: the run is claimed for this stream.
+    let mut bound: Option<Bound> = None;
+    loop {
+        let step = tokio::select! {
+            biased;
+            Some(ack) = window.next_ack(), if !window.is_empty() => Step::Ack(ack),
+            item = inbound.next(), if !window.is_full() => Step::Chunk(item),
+        };
+        let failure = match step {
+            Step::Ack(Ok(ack)) => {
+                if tx.send(Ok(ack)).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Step::Ack(Err(e)) => status(e),
+            Step::Chunk(None) => break,
+            Step::Chunk(Some(Err(s))) => {
+                let s = inbound_status(s);
+                tracing::debug!(status = %s, "ingest stream failed");
+                s
+            }
+            Step::Chunk(Some(Ok(chunk))) => {
+                if bound.is_none() {
+                    let span = tracing::Span::current();
+                    span.record("tenant", chunk.tenant.as_str());
+                    span.record("run", chunk.run_id.as_str());
+                }
+                let sent = match bind(ingestor, grant, &mut bound, &chunk) {
+                    Ok(()) => send(ingestor, &chunk, &mut resume, trace)
+                        .await
+                        .map_err(status),
+                    Err(s) => Err(s),
+                };
+                match sent {
+                    Ok(ack) => {
+                        window.push(ack);
+                        continue;
+                    }
+                    Err(s) => s,
+                }
+            }
+        };
+        // The chunks before the failure are answered first: the producer learns
+        // exactly which ones are durable.
+        if acks_in_flight(&mut window, tx).await {
+            let _ = tx.send(Err(failure)).await;
+        }
+        return;
+    }
+    acks_in_flight(&mut window, tx).await;
+}
+
+/// Sends the acks of the publishes in flight, in order, until the first failure (sent
+/// as the stream's error). False when the stream ended (failed, or the producer left).
+async fn acks_in_flight(
+    window: &mut Window<IngestAck>,
+    tx: &tokio::sync::mpsc::Sender<Result<IngestAck, Status>>,
+) -> bool {
+    while let Some(ack) = window.next_ack().await {
+        let failed = ack.is_err();
+        if tx.send(ack.map_err(status)).await.is_err() || failed {
+            return false;
+        }
+    }
+    true
+}
+
+/// Checks one chunk against where the run stands and publishes it; the returned future
+/// resolves to its ack once the broker stored it (at once for a duplicate).
+async fn send(
     ingestor: &Ingestor,
     chunk: &IngestChunk,
     resume: &mut Option<super::ResumePoint>,
     trace: Option<&TraceContext>,
-) -> Result<IngestAck, IngestError> {
+) -> Result<BoxFuture<'static, Result<IngestAck, IngestError>>, IngestError> {
     let spec = spec_of(chunk);
     Ingestor::check(&spec)?;
     let close = match chunk.close.as_deref() {
@@ -216,7 +281,7 @@ async fn handle(
         }
     };
     // Learn once per stream where the run stands, to answer re-sent chunks as duplicates
-    // and to refuse chunks after a close.
+    // and to refuse chunks after a close; from then on it advances with every chunk sent.
     let point = match resume {
         Some(p) => *p,
         None => {
@@ -225,21 +290,23 @@ async fn handle(
             p
         }
     };
-    if chunk.chunk < point.next_chunk || (point.closed && close.is_some()) {
-        return Ok(IngestAck {
-            chunk: chunk.chunk,
+    let index = chunk.chunk;
+    if index < point.next_chunk || (point.closed && close.is_some()) {
+        let ack = IngestAck {
+            chunk: index,
             stream_seq: 0,
             duplicate: true,
             close: close.is_some(),
-        });
+        };
+        return Ok(Box::pin(async move { Ok(ack) }));
     }
     if point.closed {
         return Err(IngestError::Closed(spec.run_id));
     }
-    if chunk.chunk > point.next_chunk {
+    if index > point.next_chunk {
         return Err(IngestError::Invalid(format!(
             "chunk {} out of order: next expected is {}",
-            chunk.chunk, point.next_chunk
+            index, point.next_chunk
         )));
     }
     let body = if close.is_some() {
@@ -253,24 +320,24 @@ async fn handle(
         offset: Some(point.stored_bytes),
         expect_last_seq: None,
     };
-    let seq = ingestor
-        .send_at(&spec, chunk.chunk, body, close, trace, at)
-        .await?
+    let pending = ingestor
+        .send_at(&spec, index, body, close, trace, at)
         .await?;
     *resume = Some(super::ResumePoint {
-        next_chunk: if close.is_some() {
-            chunk.chunk
-        } else {
-            chunk.chunk + 1
-        },
+        next_chunk: if close.is_some() { index } else { index + 1 },
         closed: close.is_some(),
         stored_bytes: point.stored_bytes + len,
-        last_seq: seq,
+        // Not known before the ack, and not needed: this stream fences nothing.
+        last_seq: point.last_seq,
     });
-    Ok(IngestAck {
-        chunk: chunk.chunk,
-        stream_seq: seq,
-        duplicate: false,
-        close: close.is_some(),
-    })
+    let close = close.is_some();
+    Ok(Box::pin(async move {
+        let seq = pending.await?;
+        Ok(IngestAck {
+            chunk: index,
+            stream_seq: seq,
+            duplicate: false,
+            close,
+        })
+    }))
 }
