@@ -29,6 +29,14 @@ impl Event {
         matches!(&self.data, EventData::Lifecycle(l) if l.is_terminal())
     }
 
+    /// The code of the lifecycle diagnostic this event carries, if any.
+    pub fn diagnostic_code(&self) -> Option<&str> {
+        match &self.data {
+            EventData::Lifecycle(l) => l.diagnostic.as_ref().map(|d| d.code.as_str()),
+            _ => None,
+        }
+    }
+
     /// The event as one line of canonical JSON (the golden shape, no newline).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()

@@ -28,6 +28,7 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_normalizer_bad_raw_total", Kind::Counter, "Raw messages that could not be read (terminated, with a diagnostic)"),
     ("streamgate_connections_evicted_total", Kind::Counter, "Connections closed because every slot was taken and they had sent nothing yet (the longest-silent first)"),
     ("streamgate_normalizer_events_cut_total", Kind::Counter, "Events over the broker's max_payload whose longest texts were cut to fit (SG_RAW keeps the provider's bytes)"),
+    ("streamgate_normalizer_final_answers_cut_total", Kind::Counter, "Final answers over the bytes an open run keeps in memory (8 MiB), sent with their head and a note of the cut (SG_RAW keeps the provider's bytes)"),
     ("streamgate_normalizer_rebuilds_total", Kind::Counter, "Runs rebuilt from SG_RAW (restart, redelivery, partition move)"),
     ("streamgate_normalizer_open_runs", Kind::Gauge, "Runs the normalizer holds open in memory"),
     ("streamgate_normalizer_runs_evicted_total", Kind::Counter, "Open runs evicted from memory under the budget (rebuilt when they go on)"),

@@ -399,6 +399,12 @@ async fn apply_and_publish(
         for group in &mut groups {
             let cut = crate::oversize::fit(group, max_payload);
             metrics::counter!("streamgate_normalizer_events_cut_total").increment(cut as u64);
+            let answers_cut = group
+                .iter()
+                .filter(|e| e.event.diagnostic_code() == Some("final_answer_cut"))
+                .count();
+            metrics::counter!("streamgate_normalizer_final_answers_cut_total")
+                .increment(answers_cut as u64);
         }
         if chunk.chunk == 0 || rebuilt || chunk.close.is_some() {
             let open = !table.is_closed(&key);

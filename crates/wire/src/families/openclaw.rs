@@ -237,7 +237,9 @@ impl OpenClawAdapter {
             (Some(d), _) if !d.is_empty() => d.to_owned(),
             (_, Some(t)) if !t.is_empty() => match self.segments.open_text() {
                 // A growing snapshot: only what it adds.
-                Some(open) if t.starts_with(open) => t[open.len()..].to_owned(),
+                Some(open) if open.extension(t).is_some() => {
+                    open.extension(t).unwrap_or_default().to_owned()
+                }
                 Some(_) => {
                     self.segments.break_text();
                     t.to_owned()

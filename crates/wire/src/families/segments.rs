@@ -3,6 +3,7 @@
 //! anything else; text deltas go out as commentary while the last text segment is kept,
 //! to be re-tagged as the final answer when the turn finishes (spec §3.5).
 
+use super::final_text::FinalText;
 use crate::emitter::Emitter;
 use streamgate_grammar::{
     Assistant, AssistantPhase, SegmentPhase, SegmentStatus, Thinking, ThinkingVariant,
@@ -13,8 +14,8 @@ use streamgate_grammar::{
 pub struct TurnSegments {
     /// The variant of the open thinking segment.
     thinking: Option<ThinkingVariant>,
-    /// The last text segment (the final-answer candidate).
-    text: String,
+    /// The last text segment (the final-answer candidate), bounded.
+    text: FinalText,
     /// A text segment is open: further text extends `text`.
     text_open: bool,
 }
@@ -65,9 +66,10 @@ impl TurnSegments {
     }
 
     /// The open text segment's text so far (`None` when no text segment is open): lets
-    /// snapshot-only wires turn a growing snapshot into deltas.
-    pub fn open_text(&self) -> Option<&str> {
-        self.text_open.then_some(self.text.as_str())
+    /// snapshot-only wires turn a growing snapshot into deltas
+    /// ([`FinalText::extension`]).
+    pub fn open_text(&self) -> Option<&FinalText> {
+        self.text_open.then_some(&self.text)
     }
 
     /// Something other than text happened (a tool call): the next text starts a new
@@ -82,9 +84,10 @@ impl TurnSegments {
         if self.text.is_empty() {
             return;
         }
+        self.text.report_cut(out);
         out.emit(Assistant {
             phase: Some(AssistantPhase::FinalAnswer),
-            text: Some(std::mem::take(&mut self.text)),
+            text: Some(self.text.take()),
             status: Some(SegmentStatus::Completed),
             truncated: truncated.then_some(true),
             ..Assistant::default()

@@ -13,6 +13,7 @@ use super::messages::{
 };
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::final_text::FinalText;
 use crate::families::finality::{stream_closed, Path};
 use crate::framing::Frame;
 use serde::{Deserialize, Serialize};
@@ -111,7 +112,7 @@ pub struct F1eAdapter {
     /// bus re-emission when deltas are present).
     saw_stream: bool,
     /// Snapshot-only runs: trailing text of the snapshots, the fallback final source.
-    snapshot_text: String,
+    snapshot_text: FinalText,
 }
 
 impl Default for F1eAdapter {
@@ -123,7 +124,7 @@ impl Default for F1eAdapter {
             started: false,
             done: false,
             saw_stream: false,
-            snapshot_text: String::new(),
+            snapshot_text: FinalText::default(),
         }
     }
 }
@@ -410,10 +411,12 @@ impl F1eAdapter {
         // Single final source (spec §3.5): `result.result`, else the streamed text.
         let final_text = match result_text.filter(|t| !t.is_empty()) {
             Some(text) => Some((None, text.into_owned())),
-            None if self.saw_stream => self.inner.take_final(),
+            None if self.saw_stream => self.inner.take_final(out),
             None => {
-                let text = std::mem::take(&mut self.snapshot_text);
-                (!text.is_empty()).then_some((None, text))
+                self.snapshot_text.report_cut(out);
+                let empty = self.snapshot_text.is_empty();
+                let text = self.snapshot_text.take();
+                (!empty).then_some((None, text))
             }
         };
         settle(path, final_text, usage, out);

@@ -7,6 +7,7 @@
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::final_text::FinalText;
 use crate::families::finality::{stream_closed, Path};
 use crate::framing::Frame;
 use serde::Deserialize;
@@ -278,9 +279,10 @@ struct PendingTool {
 pub struct MessageMachine {
     opts: MachineOptions,
     blocks: Vec<OpenBlock>,
-    /// Text of the trailing run of text blocks (the final-answer candidate): cleared when
-    /// any other content block opens, since text followed by more blocks is commentary.
-    run_text: String,
+    /// Text of the trailing run of text blocks (the final-answer candidate, bounded):
+    /// cleared when any other content block opens, since text followed by more blocks is
+    /// commentary.
+    run_text: FinalText,
     /// Index of the last text block of the run.
     run_id: Option<u64>,
     /// The last thinking segment that ended before usage gave `thinking_tokens`: it gets
@@ -312,11 +314,14 @@ impl MessageMachine {
         self.usage.as_ref()
     }
 
-    /// The final-answer candidate: the trailing text run and its segment id.
-    pub fn take_final(&mut self) -> Option<(Option<String>, String)> {
-        let text = std::mem::take(&mut self.run_text);
+    /// The final-answer candidate: the trailing text run and its segment id (a cut
+    /// candidate is reported on `out`).
+    pub fn take_final(&mut self, out: &mut Emitter) -> Option<(Option<String>, String)> {
+        self.run_text.report_cut(out);
+        let empty = self.run_text.is_empty();
+        let text = self.run_text.take();
         let id = self.run_id.take().map(|i| i.to_string());
-        (!text.is_empty()).then_some((id, text))
+        (!empty).then_some((id, text))
     }
 
     /// Handles one inner event. `raw` is the event's JSON (for diagnostics).
@@ -847,7 +852,7 @@ impl Adapter for F1Adapter {
                 self.done = true;
                 self.inner.close_all("incomplete", out);
                 let path = dispatch(self.inner.stop_reason());
-                let final_text = self.inner.take_final();
+                let final_text = self.inner.take_final(out);
                 let usage = self.inner.usage().cloned();
                 settle(path, final_text, usage, out);
             }

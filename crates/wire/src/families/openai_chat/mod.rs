@@ -22,6 +22,7 @@
 mod reasoning;
 mod wire;
 
+use super::final_text::FinalText;
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::Path;
@@ -38,10 +39,11 @@ use wire::{Chunk, Content, Delta, Detail, FunctionCall};
 /// Adapter state for one run.
 #[derive(Debug, Default)]
 pub struct F2Adapter {
-    /// All `delta.content` text of the turn (the final answer on Finalize/Truncate).
-    text: String,
-    /// All `delta.refusal` text (the reply when there is no content text).
-    refusal: String,
+    /// All `delta.content` text of the turn (the final answer on Finalize/Truncate),
+    /// bounded.
+    text: FinalText,
+    /// All `delta.refusal` text (the reply when there is no content text), bounded.
+    refusal: FinalText,
     /// Latest usage object, verbatim.
     usage: Option<Json>,
     /// Path chosen by the finish chunk; its lifecycle event waits for the stream's end.
@@ -406,9 +408,10 @@ impl F2Adapter {
         if text.is_empty() {
             return;
         }
+        text.report_cut(out);
         out.emit(Assistant {
             phase: Some(AssistantPhase::FinalAnswer),
-            text: Some(text.clone()),
+            text: Some(text.text()),
             status: Some(SegmentStatus::Completed),
             truncated: truncated.then_some(true),
             ..Assistant::default()

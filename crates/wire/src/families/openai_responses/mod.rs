@@ -20,6 +20,7 @@
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::final_text::FinalText;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::{
     args_json, commentary_delta, final_answer, parse_parts, unsupported, RawItem,
@@ -218,8 +219,8 @@ struct Segment {
     lane: Lane,
     /// Composite id `item_id:index`.
     id: String,
-    /// Accumulated text (answer lanes only: reasoning text is not retained).
-    text: String,
+    /// Accumulated text (answer lanes only: reasoning text is not retained), bounded.
+    text: FinalText,
     /// A delta or snapshot reached the bus.
     emitted: bool,
     /// Thinking `end` marker emitted.
@@ -702,9 +703,8 @@ impl F3Adapter {
             if let Some(body) = part.body().filter(|b| !b.is_empty()) {
                 let si = self.ensure_segment(id, ci as u64, lane);
                 let seg = &mut self.segments[si];
-                if seg.text != body {
-                    seg.text.clear();
-                    seg.text.push_str(body);
+                if !seg.text.matches(body) {
+                    seg.text.set(body);
                 }
             }
         }
@@ -967,7 +967,7 @@ impl F3Adapter {
             index,
             lane,
             id: format!("{item_id}:{index}"),
-            text: String::new(),
+            text: FinalText::default(),
             emitted: false,
             ended: false,
         });
@@ -1033,11 +1033,10 @@ impl F3Adapter {
             out.consumed();
             return;
         };
-        if seg.text != text {
+        if !seg.text.matches(text) {
             // The snapshot is authoritative for the final answer.
             let had = seg.emitted;
-            seg.text.clear();
-            seg.text.push_str(text);
+            seg.text.set(text);
             if had {
                 out.diagnostic("snapshot_mismatch", Some(Json::string(&seg.id)));
                 return;
@@ -1050,7 +1049,7 @@ impl F3Adapter {
             out.emit(Assistant {
                 id: Some(seg.id.clone()),
                 phase: Some(AssistantPhase::Commentary),
-                text: Some(seg.text.clone()),
+                text: Some(seg.text.text()),
                 status: Some(SegmentStatus::Completed),
                 ..Assistant::default()
             });
@@ -1207,7 +1206,8 @@ impl F3Adapter {
             })
             .max_by_key(|s| s.index);
         if let Some(seg) = seg {
-            out.emit(final_answer(&seg.id, &seg.text, truncated));
+            seg.text.report_cut(out);
+            out.emit(final_answer(&seg.id, &seg.text.text(), truncated));
         }
     }
 }
