@@ -64,6 +64,8 @@ enum Command {
     Tail(cli::tail::TailArgs),
     /// Show or change a chat's `/reasoning` and `/verbose` on a running channel.
     Settings(cli::settings::SettingsArgs),
+    /// List a running channel's parked finals (retries ran out), or send them again.
+    Parked(cli::parked::ParkedArgs),
     /// Run the normalizer service (same flags as `streamgate-normalizer`).
     Normalizer(streamgate_normalizer::cli::Args),
     /// Run the archiver service (same flags as `streamgate-archiver`).
@@ -160,6 +162,7 @@ fn main() -> ExitCode {
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),
         Command::Tail(a) => block_on(cli::tail::run(a)),
         Command::Settings(a) => block_on(cli::settings::run(a)),
+        Command::Parked(a) => block_on(cli::parked::run(a)),
         Command::Normalizer(a) => block_on(streamgate_normalizer::cli::run(a)),
         Command::Archiver(a) => block_on(streamgate_archiver::cli::run(a)),
         Command::Projector(a) => block_on(streamgate_projector::cli::run(a)),

@@ -10,6 +10,7 @@ pub mod discover;
 pub mod follow_gateway;
 pub mod ingest;
 pub mod normalize;
+pub mod parked;
 pub mod settings;
 pub mod synth;
 pub mod tail;

@@ -89,6 +89,12 @@ pub struct RunProjection {
     status: StatusBoard,
     /// `delivery: final_only`: the final answer, held back until the terminal event.
     pending_final: Option<Op>,
+    /// Set while [`RunProjection::apply_run_event_batched`] runs: a changed draft is
+    /// marked due instead of rendered.
+    defer_drafts: bool,
+    /// A draft is due (with whether it must go out even if unchanged): rendered by the
+    /// next event applied normally, or by [`RunProjection::flush_draft`].
+    draft_due: Option<bool>,
 }
 
 impl RunProjection {
@@ -127,6 +133,8 @@ impl RunProjection {
             log: Vec::new(),
             status: StatusBoard::default(),
             pending_final: None,
+            defer_drafts: false,
+            draft_due: None,
         }
     }
 
@@ -207,6 +215,36 @@ impl RunProjection {
         self.apply(&ev.event, settings, tier)
     }
 
+    /// [`RunProjection::apply_run_event`] for an event with more of its run right behind
+    /// it (the rest of one bus message): the draft it changes is not rendered now but by
+    /// the next event applied normally, or by [`RunProjection::flush_draft`]. Drafts are
+    /// latest-wins, so this is the coalescing a chat lane does anyway — without
+    /// rendering (and redacting) a draft no chat would ever see. Every other op comes out
+    /// as it would.
+    pub fn apply_run_event_batched(
+        &mut self,
+        ev: &RunEvent,
+        settings: &Settings,
+        tier: Tier,
+    ) -> Vec<Op> {
+        self.defer_drafts = true;
+        let out = self.apply_run_event(ev, settings, tier);
+        self.defer_drafts = false;
+        out
+    }
+
+    /// The draft left due by [`RunProjection::apply_run_event_batched`], rendered now
+    /// (nothing when none is due or the run is over).
+    pub fn flush_draft(&mut self, settings: &Settings, tier: Tier) -> Vec<Op> {
+        let mut out = Vec::new();
+        if let Some(force) = self.draft_due.take() {
+            if !self.done && self.drafts {
+                self.refresh_draft(settings, tier, force, &mut out);
+            }
+        }
+        out
+    }
+
     /// The pure core: one event in, the ops it causes out. Replayed events (seq at or
     /// below [`RunProjection::last_seq`]) and events after the settle yield nothing.
     pub fn apply(&mut self, ev: &Event, settings: &Settings, tier: Tier) -> Vec<Op> {
@@ -250,13 +288,20 @@ impl RunProjection {
                 self.on_final(ev.seq, a, settings, tier, &mut out);
             }
             EventData::Lifecycle(l) if l.is_terminal() => {
+                // The settle supersedes any draft still due.
+                self.draft_due = None;
                 self.on_terminal(ev.seq, l, settings, tier, mode, &mut out);
                 return out;
             }
             _ => {}
         }
         if mode.drafts {
-            self.refresh_draft(settings, tier, force, &mut out);
+            let force = force || self.draft_due.take().unwrap_or(false);
+            if self.defer_drafts {
+                self.draft_due = Some(force);
+            } else {
+                self.refresh_draft(settings, tier, force, &mut out);
+            }
         }
         out
     }

@@ -803,3 +803,71 @@ fn a_tokens_only_update_renders_like_tokens_on_the_end_marker() {
     assert_eq!(st.commentary.len(), 1, "{:?}", st.commentary);
     assert_eq!(st.commentary[0].text, "The answer");
 }
+
+/// Events that arrived together (one bus message): drafts are rendered once, after the
+/// batch, and every other op comes out as it would — the batch ends with the same draft,
+/// final and settle as the events applied one by one.
+#[test]
+fn a_batch_renders_its_draft_once_and_changes_nothing_else() {
+    let mut events = vec![start(1), think_start(2, "raw")];
+    for i in 0..40 {
+        events.push(think_delta(3 + i, "raw", &format!("step {i}. ")));
+    }
+    events.push(think_end(43, "raw", None));
+    events.push(say(44, "c1", "Looking. "));
+    events.push(final_answer(45, "f", "Done.", false));
+    events.push(end(46, "stop"));
+    let s = settings("stream", "full");
+    let env = |e: &Event| RunEvent {
+        envelope: Envelope {
+            tenant: String::new(),
+            session_key: None,
+            run_id: "r1".into(),
+            ts_ms: 0,
+        },
+        event: e.clone(),
+    };
+    let mut q = RunProjection::new("r1");
+    let one_by_one: Vec<Op> = events
+        .iter()
+        .flat_map(|e| q.apply_run_event(&env(e), &s, t1()))
+        .collect();
+    // Batches of 10, the last event of each applied normally, then a flush.
+    let mut p = RunProjection::new("r1");
+    let mut batched = Vec::new();
+    for chunk in events.chunks(10) {
+        for (i, e) in chunk.iter().enumerate() {
+            let ops = if i + 1 < chunk.len() {
+                p.apply_run_event_batched(&env(e), &s, t1())
+            } else {
+                p.apply_run_event(&env(e), &s, t1())
+            };
+            batched.extend(ops);
+        }
+        batched.extend(p.flush_draft(&s, t1()));
+    }
+    assert!(count(&batched, "draft") < count(&one_by_one, "draft") / 4);
+    for name in ["final", "settle", "notice", "typing"] {
+        assert_eq!(count(&batched, name), count(&one_by_one, name), "{name}");
+    }
+    // Every draft that went out is the one the events one by one gave at that seq (the
+    // drafts in between were never rendered; one due at the terminal event is
+    // superseded by the settle, as in a chat lane).
+    for d in batched.iter().filter(|o| o.name() == "draft") {
+        assert!(one_by_one.contains(d), "{d:?}");
+    }
+    let tail = |ops: &[Op]| {
+        ops.iter()
+            .filter(|o| o.name() != "draft")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tail(&batched), tail(&one_by_one));
+    // A due draft never follows the settle.
+    let settle_at = batched.iter().position(|o| o.name() == "settle");
+    let draft_after = batched
+        .iter()
+        .skip(settle_at.unwrap_or(usize::MAX))
+        .any(|o| o.name() == "draft");
+    assert!(!draft_after);
+}

@@ -48,8 +48,8 @@ pub mod text;
 pub mod webhook;
 
 pub use delivery::{
-    BreakerState, Delivery, DeliveryConfig, DeliveryError, MemoryStore, StateKey, StateStore,
-    StoreError,
+    BreakerState, Delivery, DeliveryConfig, DeliveryError, MemoryStore, Parked, StateKey,
+    StateStore, StoreError,
 };
 pub use http::Secret;
 pub use sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};

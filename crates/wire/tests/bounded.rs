@@ -35,7 +35,10 @@ fn a_never_ending_chat_answer_keeps_a_bounded_final_and_says_so() {
     n.feed(format!("data: {finish}\n\ndata: [DONE]\n\n").as_bytes());
     n.close(Close::Normal);
     let tail: Vec<_> = n.drain().collect();
-    assert!(events >= deltas, "every delta went out live: {events} events");
+    assert!(
+        events >= deltas,
+        "every delta went out live: {events} events"
+    );
     assert_eq!(delta_bytes, deltas * word.len(), "no delta was cut");
     let finals: Vec<&str> = tail
         .iter()

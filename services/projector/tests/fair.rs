@@ -332,3 +332,93 @@ async fn shutdown_with_a_final_pending_is_prompt_and_the_final_survives() -> R {
     assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
     Ok(())
 }
+
+/// Issue 17: a final the receiver fails (500) until its retries run out is parked — the
+/// chat's next final is not held up — and listed; once the receiver is back, the
+/// operator's resend (`streamgate parked <channel> --resend`) delivers it exactly once
+/// and its run's marker goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_final_is_listed_and_a_resend_delivers_it_once() -> R {
+    let (nats, js) = setup().await?;
+    let down = Behavior {
+        refuse_status: Some(500),
+        refuse_chats: vec!["chat-stuck".into()],
+        ..Behavior::default()
+    };
+    let fake = FakeServer::webhook(SECRET, down).await?;
+    let shutdown = CancellationToken::new();
+    let mut config = hook_channel(&fake);
+    config.delivery.breaker_cooldown = Duration::from_millis(300);
+    let running = start(nats.client().await, config, None, shutdown.clone()).await?;
+    publish(&js, &run("stuck-1", "chat-stuck")?).await?;
+    assert!(
+        wait_until(Duration::from_secs(30), || !running
+            .channel
+            .parked()
+            .is_empty())
+        .await,
+        "the final was never parked"
+    );
+    let parked = running.channel.parked();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(
+        (
+            parked[0].run.run_id.as_str(),
+            parked[0].chat.chat_id.as_str()
+        ),
+        ("stuck-1", "chat-stuck")
+    );
+    assert!(parked[0].error.contains("500"), "{}", parked[0].error);
+    // The chat goes on: the next run's final (another chat here) arrives promptly.
+    publish(&js, &run("next-1", "chat-ok")?).await?;
+    assert!(
+        wait_until(Duration::from_secs(5), || finals(&fake)
+            .contains_key("next-1"))
+        .await,
+        "a parked final held up the next one"
+    );
+    // The receiver is back; the operator resends.
+    fake.recover();
+    assert_eq!(running.channel.resend_parked().await?, 1);
+    assert!(
+        wait_until(Duration::from_secs(10), || finals(&fake)
+            .contains_key("stuck-1"))
+        .await,
+        "the resend did not deliver the parked final"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || running
+            .channel
+            .parked()
+            .is_empty())
+        .await,
+        "still listed as parked after its delivery"
+    );
+    let kv = js
+        .get_key_value(streamgate_projector::kv::DELIVERY_BUCKET)
+        .await?;
+    let marker_gone = || async {
+        streamgate_projector::kv::list_active(&kv, "hook")
+            .await
+            .map(|m| m.iter().all(|m| m.run_id != "stuck-1"))
+            .unwrap_or(false)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !marker_gone().await {
+        assert!(Instant::now() < deadline, "the parked run's marker stayed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        finals(&fake).get("stuck-1"),
+        Some(&1),
+        "delivered exactly once"
+    );
+    assert_eq!(
+        running.channel.resend_parked().await?,
+        0,
+        "nothing left to resend"
+    );
+    stop(running, &shutdown).await?;
+    Ok(())
+}

@@ -27,6 +27,10 @@
 //! from the next seq without gaps, and anything at or below `last_seq` would be ignored
 //! by the projection anyway — no duplicate, no gap. A run that ended while disconnected
 //! gets no progress replay (spec §7.3); tail says so.
+//!
+//! Every few seconds it also asks for the channel's parked finals (a chat API that failed
+//! a final until its retries ran out) and prints each once, with the command that sends
+//! it again.
 
 mod markdown;
 mod screen;
@@ -155,6 +159,8 @@ struct Runs {
     view: View,
     open: HashMap<RunKey, RunProjection>,
     screen: Screen,
+    /// Parked finals already reported (tenant, run, chat).
+    parked: HashSet<(String, String, String)>,
 }
 
 impl Runs {
@@ -278,6 +284,40 @@ impl Runs {
         }
     }
 
+    /// Reports finals the channel parked since the last look (their retries ran out: the
+    /// chat went on without them), and parked ones that have been delivered since.
+    fn parked_now(&mut self, finals: Vec<v1::ParkedFinal>) {
+        let now: HashSet<(String, String, String)> = finals
+            .iter()
+            .map(|f| (f.tenant.clone(), f.run_id.clone(), f.chat_id.clone()))
+            .collect();
+        for f in finals {
+            let key = (f.tenant.clone(), f.run_id.clone(), f.chat_id.clone());
+            if self.parked.contains(&key) {
+                continue;
+            }
+            let style = self.screen.style;
+            let line = format!(
+                "{} {}",
+                style.cyan(&f.run_id),
+                style.red(&format!(
+                    "⚠ final parked in chat {} after its retries ({}); `streamgate parked <channel> --resend` sends it again",
+                    f.chat_id, f.error
+                ))
+            );
+            self.screen.lasting(&line);
+            self.parked.insert(key);
+        }
+        let delivered: Vec<_> = self.parked.difference(&now).cloned().collect();
+        for key in delivered {
+            self.parked.remove(&key);
+            self.say(&format!(
+                "run {}: its parked final is no longer parked",
+                key.1
+            ));
+        }
+    }
+
     /// After a reconnect: runs followed before that are no longer active ended while
     /// this terminal was away (no progress replay, spec §7.3).
     fn forget_ended(&mut self, active: &HashSet<RunKey>) {
@@ -339,6 +379,9 @@ async fn active_among(
     }
 }
 
+/// How often tail asks the channel for parked finals.
+const PARKED_CHECK: Duration = Duration::from_secs(5);
+
 /// Renders one `Watch` stream into `runs`.
 async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationToken) -> Ended {
     if !runs.open.is_empty() {
@@ -372,9 +415,17 @@ async fn watch_once(client: &mut Client, runs: &mut Runs, stop: &CancellationTok
         Ok(s) => s.into_inner(),
         Err(_) => return Ended::Broken,
     };
+    let mut parked_check = tokio::time::interval(PARKED_CHECK);
     loop {
         let msg = tokio::select! {
             () = stop.cancelled() => return Ended::Done,
+            _ = parked_check.tick(), if !runs.view.json => {
+                // A channel without the call (older) simply has nothing to report.
+                if let Ok(r) = client.list_parked(v1::ListParkedRequest {}).await {
+                    runs.parked_now(r.into_inner().finals);
+                }
+                continue;
+            }
             m = stream.message() => m,
         };
         let ev = match msg {
@@ -480,6 +531,7 @@ pub async fn run(args: TailArgs) -> Result<()> {
         },
         open: HashMap::new(),
         screen: Screen::new(tty, tty && std::env::var_os("NO_COLOR").is_none()),
+        parked: HashSet::new(),
     };
     let mut backoff = Backoff::new();
     let mut first = true;

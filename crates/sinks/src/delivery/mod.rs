@@ -123,6 +123,19 @@ impl Default for DeliveryConfig {
     }
 }
 
+/// A final whose retries ran out: the chat went on without it ([`Delivery::parked`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parked {
+    /// Where it was going.
+    pub chat: ChatTarget,
+    /// Its run.
+    pub run: DraftKey,
+    /// The last failure.
+    pub error: String,
+    /// When it was parked.
+    pub at: std::time::SystemTime,
+}
+
 /// A submission the engine cannot take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeliveryError {
@@ -240,7 +253,7 @@ struct Inner {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     flow: watch::Sender<Flow>,
     /// Finals whose retries ran out ([`Delivery::is_parked`]).
-    parked: Mutex<std::collections::HashSet<(ChatTarget, DraftKey)>>,
+    parked: Mutex<HashMap<(ChatTarget, DraftKey), Parked>>,
 }
 
 impl Drop for Inner {
@@ -457,6 +470,20 @@ impl Delivery {
         done
     }
 
+    /// The finals parked now, oldest first.
+    pub fn parked(&self) -> Vec<Parked> {
+        let mut all: Vec<Parked> = self
+            .inner
+            .parked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by_key(|p| p.at);
+        all
+    }
+
     /// True when the final of `run` for `chat` was parked (its retries ran out): the
     /// caller keeps whatever lets it send the final again on the next start.
     pub fn is_parked(&self, chat: &ChatTarget, run: &DraftKey) -> bool {
@@ -464,7 +491,7 @@ impl Delivery {
             .parked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&(chat.clone(), run.clone()))
+            .contains_key(&(chat.clone(), run.clone()))
     }
 
     /// Let queued ops drain for up to `config.shutdown_grace`, then [`Delivery::close`].
@@ -705,14 +732,22 @@ impl Inner {
         metrics::counter!("streamgate_delivery_parked_total", "channel" => chat.channel.clone())
             .increment(1);
         let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
-        parked.insert((chat.clone(), run.clone()));
+        parked.insert(
+            (chat.clone(), run.clone()),
+            Parked {
+                chat: chat.clone(),
+                run: run.clone(),
+                error: error.to_string(),
+                at: std::time::SystemTime::now(),
+            },
+        );
         metrics::gauge!("streamgate_delivery_parked").set(parked.len() as f64);
     }
 
     fn unpark(&self, chat: &ChatTarget, run: Option<&DraftKey>) {
         let Some(run) = run else { return };
         let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
-        if parked.remove(&(chat.clone(), run.clone())) {
+        if parked.remove(&(chat.clone(), run.clone())).is_some() {
             metrics::gauge!("streamgate_delivery_parked").set(parked.len() as f64);
         }
     }

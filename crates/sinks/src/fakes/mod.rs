@@ -80,6 +80,8 @@ pub(crate) struct Recorder {
     early_calls: u32,
     delayed: usize,
     next_id: u64,
+    /// [`FakeServer::recover`] was called: `refuse_status` no longer applies.
+    recovered: bool,
 }
 
 /// Shared state of one fake server.
@@ -236,6 +238,11 @@ impl FakeServer {
         let shared = Shared::new(behavior);
         let router = webhook::router(shared.clone(), secret.to_owned());
         FakeServer::start(router, shared, "/hook").await
+    }
+
+    /// The receiver is back: `refuse_status` no longer applies (a 5xx outage ends).
+    pub fn recover(&self) {
+        self.shared.lock().recovered = true;
     }
 
     /// Every call so far, in arrival order.

@@ -54,7 +54,12 @@ async fn handle(State(ctx): State<Ctx>, headers: HeaderMap, raw: Bytes) -> Respo
         )
             .into_response();
     };
-    if let Some(status) = ctx.shared.behavior.refuse_status {
+    let refusing = ctx
+        .shared
+        .behavior
+        .refuse_status
+        .filter(|_| !ctx.shared.lock().recovered);
+    if let Some(status) = refusing {
         let chat = body.get("chat").and_then(Value::as_str).unwrap_or("");
         let refused = &ctx.shared.behavior.refuse_chats;
         if refused.is_empty() || refused.iter().any(|c| c == chat) {

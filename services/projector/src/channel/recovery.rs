@@ -45,6 +45,46 @@ impl Channel {
         Ok(markers)
     }
 
+    /// Sends this channel's parked finals again (an operator's `ResendParked`): each run
+    /// is rebuilt from `SG_EVENTS` and its durable ops are handed to the engine once more
+    /// (the KV delivery state skips what the chat already has). Its marker goes once the
+    /// final is delivered, and stays if it parks again. Returns how many runs were resent.
+    pub async fn resend_parked(&self) -> Result<usize, ProjectorError> {
+        let parked: Vec<_> = self
+            .delivery
+            .parked()
+            .into_iter()
+            .filter(|p| p.chat.channel == self.cfg.name)
+            .collect();
+        if parked.is_empty() {
+            return Ok(0);
+        }
+        let markers = kv::list_active(&self.state_kv, &self.cfg.name).await?;
+        let mut resent = 0;
+        for p in parked {
+            let Some(m) = markers.iter().find(|m| {
+                m.run_id == p.run.run_id && m.tenant == p.run.tenant && m.chat_id == p.chat.chat_id
+            }) else {
+                continue;
+            };
+            let events = self.read_run(&m.subject).await?;
+            let settings = self.settings_for(&m.tenant, &m.chat_id).await?;
+            let rebuilt = rebuild(&m.tenant, &m.run_id, &events, &settings, self.tier);
+            for op in rebuilt.resubmit {
+                self.delivery.submit(p.chat.clone(), op).await?;
+            }
+            tracing::info!(run = %m.run_id.escape_debug(), chat = %p.chat, "parked final sent again");
+            forget_when_delivered(
+                self.delivery.clone(),
+                self.state_kv.clone(),
+                p.chat.clone(),
+                m.clone(),
+            );
+            resent += 1;
+        }
+        Ok(resent)
+    }
+
     /// The run's events currently in `SG_EVENTS` (ordered read of its subject).
     pub async fn read_run(&self, subject: &str) -> Result<Vec<RunEvent>, ProjectorError> {
         let msgs = consume::read_subject(&self.js, EVENTS_STREAM, subject).await?;

@@ -71,6 +71,14 @@ pub(super) fn track_draft(draft: &mut String, final_text: &mut Option<String>, o
 }
 
 impl Channel {
+    /// This channel's finals parked on this replica (their retries ran out), oldest
+    /// first.
+    pub fn parked(&self) -> Vec<streamgate_sinks::Parked> {
+        let mut all = self.delivery.parked();
+        all.retain(|p| p.chat.channel == self.cfg.name);
+        all
+    }
+
     /// Runs in flight on this channel's partitions held by this replica.
     pub fn active_runs(&self) -> Vec<ActiveRunInfo> {
         let mut v: Vec<_> = lock(&self.runs)
@@ -113,6 +121,17 @@ impl Channel {
     /// and return: the event may then be acked (the active-run marker written before
     /// the first op makes anything queued but unexecuted recoverable).
     pub async fn process(&self, ev: RunEvent, subject: &str) -> Result<(), ProjectorError> {
+        self.process_event(ev, subject, false).await
+    }
+
+    /// [`Channel::process`]; `batched`: more events of the run follow in the same
+    /// message, so a changed draft is left due ([`RunProjection::apply_run_event_batched`]).
+    async fn process_event(
+        &self,
+        ev: RunEvent,
+        subject: &str,
+        batched: bool,
+    ) -> Result<(), ProjectorError> {
         let env = &ev.envelope;
         if !self.cfg.accepts(&env.tenant, env.session_key.as_deref()) {
             return Ok(());
@@ -171,7 +190,11 @@ impl Channel {
             let settings = lock(&self.chat_settings)
                 .get(&super::settings::chat_key(&env.tenant, &chat))
                 .map_or(settings, |c| c.settings.clone());
-            let ops = e.proj.apply_run_event(&ev, &settings, self.tier);
+            let ops = if batched {
+                e.proj.apply_run_event_batched(&ev, &settings, self.tier)
+            } else {
+                e.proj.apply_run_event(&ev, &settings, self.tier)
+            };
             track_draft(&mut e.draft, &mut e.final_text, &ops);
             let done = e.proj.is_settled() || ev.event.is_terminal();
             if done {
@@ -211,13 +234,42 @@ impl Channel {
     }
 
     /// [`Channel::process`] for each event of one message, stopping at the first error.
+    /// The events of one message arrived together: a draft is rendered once for them,
+    /// after the last (drafts are latest-wins; nothing waits for a later message).
     pub(super) async fn process_all(
         &self,
         evs: Vec<RunEvent>,
         subject: &str,
     ) -> Result<(), ProjectorError> {
-        for ev in evs {
-            self.process(ev, subject).await?;
+        let last = evs.len().saturating_sub(1);
+        let run = evs.last().map(|e| (e.envelope.clone(), e.event.seq));
+        for (i, ev) in evs.into_iter().enumerate() {
+            self.process_event(ev, subject, i < last).await?;
+        }
+        if let Some((env, _)) = run {
+            self.flush_draft(&env).await?;
+        }
+        Ok(())
+    }
+
+    /// Renders and submits the draft a batch left due for the run of `env` (nothing when
+    /// the last event rendered it, or the run is gone).
+    async fn flush_draft(&self, env: &streamgate_grammar::Envelope) -> Result<(), ProjectorError> {
+        let key = run_key(&env.tenant, &env.run_id);
+        let chat = self.cfg.chat_for(env.session_key.as_deref());
+        let settings = self.settings_for(&env.tenant, &chat).await?;
+        let ops = {
+            let mut runs = lock(&self.runs);
+            let Some(e) = runs.get_mut(&key) else {
+                return Ok(());
+            };
+            let ops = e.proj.flush_draft(&settings, self.tier);
+            track_draft(&mut e.draft, &mut e.final_text, &ops);
+            ops
+        };
+        let target = ChatTarget::new(tenant_or_default(&env.tenant), &self.cfg.name, &chat);
+        for op in ops {
+            self.delivery.submit(target.clone(), op).await?;
         }
         Ok(())
     }

@@ -333,6 +333,42 @@ impl ProjectorService for Projector {
         Ok(Response::new(v1::ListActiveRunsReply { runs }))
     }
 
+    async fn list_parked(
+        &self,
+        _req: Request<v1::ListParkedRequest>,
+    ) -> Result<Response<v1::ListParkedReply>, Status> {
+        let finals = self
+            .channel
+            .parked()
+            .into_iter()
+            .map(|p| v1::ParkedFinal {
+                tenant: p.run.tenant,
+                run_id: p.run.run_id,
+                chat_id: p.chat.chat_id,
+                error: p.error,
+                parked_at_ms: p
+                    .at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            })
+            .collect();
+        Ok(Response::new(v1::ListParkedReply { finals }))
+    }
+
+    async fn resend_parked(
+        &self,
+        _req: Request<v1::ResendParkedRequest>,
+    ) -> Result<Response<v1::ResendParkedReply>, Status> {
+        let n = self
+            .channel
+            .resend_parked()
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(v1::ResendParkedReply {
+            resent: u32::try_from(n).unwrap_or(u32::MAX),
+        }))
+    }
+
     async fn set_settings(
         &self,
         req: Request<v1::SetSettingsRequest>,
