@@ -246,6 +246,7 @@ async fn slow_headers_and_idle_connections_are_closed() {
             max_connections: 16,
             header_read_timeout: Duration::from_millis(500),
             idle_timeout: Duration::from_millis(1500),
+            ..Limits::default()
         }),
         &stop,
     )
@@ -316,6 +317,66 @@ async fn silent_connections_make_room_for_a_peer_that_speaks() {
     eprintln!(
         "served after {:?} behind 12 silent connections",
         t.elapsed()
+    );
+    stop.cancel();
+}
+
+/// Issue #17: one peer address holds at most its share of the slots. At the share its
+/// own silent connection makes room; when all of its connections spoke, its new one is
+/// refused at once — while another address is still served.
+#[tokio::test]
+async fn one_address_holds_at_most_its_share_of_the_slots() {
+    let stop = CancellationToken::new();
+    let addr = http(
+        &limited(Limits {
+            max_connections: 8,
+            max_connections_per_ip: 2,
+            header_read_timeout: Duration::from_secs(30),
+            ..Limits::default()
+        }),
+        &stop,
+    )
+    .await;
+    let from = |ip: [u8; 4]| async move {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind((ip, 0).into()).unwrap();
+        sock.connect(addr).await.unwrap()
+    };
+    let served = |mut s: tokio::net::TcpStream| async move {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await;
+        out.contains("hello")
+    };
+    // Two silent connections from .1: a third from .1 closes the older one and is served.
+    let _quiet = [from([127, 0, 0, 1]).await, from([127, 0, 0, 1]).await];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        served(from([127, 0, 0, 1]).await).await,
+        "a silent one made room"
+    );
+    // Two keep-alive connections of .1 that spoke: a third from .1 is refused at once.
+    let spoke = |ip| async move {
+        let mut s = from(ip).await;
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let _ = s.read(&mut buf).await.unwrap();
+        s
+    };
+    let _a = spoke([127, 0, 0, 1]).await;
+    let _b = spoke([127, 0, 0, 1]).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut refused = from([127, 0, 0, 1]).await;
+    let took = until_closed(&mut refused).await;
+    assert!(took < Duration::from_secs(2), "refused after {took:?}");
+    // Another address still has room.
+    assert!(
+        served(from([127, 0, 0, 2]).await).await,
+        "another address was held up"
     );
     stop.cancel();
 }

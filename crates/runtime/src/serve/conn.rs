@@ -10,12 +10,17 @@
 //! ([`Slots`]). A flood of idle connections (no token needed to open one) then costs the
 //! flood its own slots, not the service's; a peer that speaks at once is never the one
 //! evicted while older silent ones exist.
+//!
+//! One peer address holds at most `max_connections_per_ip` of the slots: at its share,
+//! its own longest-silent connection makes room, else its new connection is closed at
+//! once — one host cannot take every slot with connections that trickle bytes.
 
 use futures::task::AtomicWaker;
 use futures::Stream;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future as _;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,22 +36,45 @@ use tokio::time::{Instant, Sleep};
 pub(crate) struct Slots {
     permits: Arc<Semaphore>,
     silent: Mutex<VecDeque<Arc<Silence>>>,
+    /// Open connections per peer address.
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    max_per_ip: usize,
 }
 
 /// One connection's silence: whether it spoke (or is gone: nothing to evict), whether the
 /// server closed it for a slot.
-#[derive(Default)]
 struct Silence {
+    ip: IpAddr,
     spoke: AtomicBool,
     evicted: AtomicBool,
     waker: AtomicWaker,
 }
 
+/// A connection's place in its peer address's share; given back on drop.
+pub(crate) struct IpShare {
+    slots: Arc<Slots>,
+    ip: IpAddr,
+}
+
+impl Drop for IpShare {
+    fn drop(&mut self) {
+        let mut per_ip = self.slots.per_ip();
+        if let Some(n) = per_ip.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
 impl Slots {
-    pub(crate) fn new(max_connections: usize) -> Arc<Slots> {
+    pub(crate) fn new(limits: super::Limits) -> Arc<Slots> {
         Arc::new(Slots {
-            permits: Arc::new(Semaphore::new(max_connections.max(1))),
+            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
             silent: Mutex::new(VecDeque::new()),
+            per_ip: Mutex::new(HashMap::new()),
+            max_per_ip: limits.max_connections_per_ip.max(1),
         })
     }
 
@@ -54,17 +82,45 @@ impl Slots {
         self.silent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Closes the connection silent the longest; false when every connection spoke.
-    fn evict_oldest_silent(&self) -> bool {
+    fn per_ip(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.per_ip.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes the connection silent the longest (of peer `ip` only, when given); false
+    /// when every such connection spoke.
+    fn evict_oldest_silent(&self, ip: Option<IpAddr>) -> bool {
         let mut queue = self.silent();
-        while let Some(s) = queue.pop_front() {
-            if !s.spoke.load(Ordering::Acquire) {
-                s.evicted.store(true, Ordering::Release);
-                s.waker.wake();
-                return true;
+        queue.retain(|s| !s.spoke.load(Ordering::Acquire));
+        let Some(at) = queue.iter().position(|s| ip.is_none_or(|ip| s.ip == ip)) else {
+            return false;
+        };
+        let Some(s) = queue.remove(at) else {
+            return false;
+        };
+        s.evicted.store(true, Ordering::Release);
+        s.waker.wake();
+        true
+    }
+
+    /// A place in `ip`'s share of the slots: at once below the share, else after
+    /// closing that peer's longest-silent connection; `None` when every connection of
+    /// the peer spoke (the new one is refused).
+    fn share(self: &Arc<Self>, ip: IpAddr) -> Option<IpShare> {
+        let over = self.per_ip().get(&ip).copied().unwrap_or(0) >= self.max_per_ip;
+        if over {
+            if !self.evict_oldest_silent(Some(ip)) {
+                metrics::counter!("streamgate_connections_refused_total", "reason" => "per_ip")
+                    .increment(1);
+                tracing::debug!(%ip, "a peer address is at its share of the connections: refused");
+                return None;
             }
+            metrics::counter!("streamgate_connections_evicted_total").increment(1);
         }
-        false
+        *self.per_ip().entry(ip).or_insert(0) += 1;
+        Some(IpShare {
+            slots: self.clone(),
+            ip,
+        })
     }
 
     /// A slot: at once when one is free, else after closing the longest-silent
@@ -73,7 +129,7 @@ impl Slots {
         if let Ok(p) = self.permits.clone().try_acquire_owned() {
             return p;
         }
-        if self.evict_oldest_silent() {
+        if self.evict_oldest_silent(None) {
             metrics::counter!("streamgate_connections_evicted_total").increment(1);
             tracing::debug!("connection limit reached: closed the longest-silent connection");
         } else {
@@ -86,8 +142,13 @@ impl Slots {
         }
     }
 
-    fn watch(&self) -> Arc<Silence> {
-        let s = Arc::new(Silence::default());
+    fn watch(&self, ip: IpAddr) -> Arc<Silence> {
+        let s = Arc::new(Silence {
+            ip,
+            spoke: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+        });
         let mut queue = self.silent();
         // Forget the ones that spoke since (bounded by the open connections).
         queue.retain(|s| !s.spoke.load(Ordering::Acquire));
@@ -104,6 +165,7 @@ pub struct Conn<T> {
     /// Until its first byte: how the server may close it for a slot.
     silence: Option<Arc<Silence>>,
     _permit: OwnedSemaphorePermit,
+    _share: IpShare,
 }
 
 impl<T> Conn<T> {
@@ -113,6 +175,7 @@ impl<T> Conn<T> {
         idle: Duration,
         first_byte: Duration,
         permit: OwnedSemaphorePermit,
+        share: IpShare,
         silence: Arc<Silence>,
     ) -> Conn<T> {
         Conn {
@@ -121,6 +184,7 @@ impl<T> Conn<T> {
             deadline: Box::pin(tokio::time::sleep(first_byte.min(idle))),
             silence: Some(silence),
             _permit: permit,
+            _share: share,
         }
     }
 
@@ -254,7 +318,12 @@ pub(crate) async fn accept(
 ) -> Conn<TcpStream> {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
+                let ip = peer.ip().to_canonical();
+                let Some(share) = slots.share(ip) else {
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let permit = slots.take().await;
                 return Conn::new(
@@ -262,7 +331,8 @@ pub(crate) async fn accept(
                     limits.idle_timeout,
                     limits.header_read_timeout,
                     permit,
-                    slots.watch(),
+                    share,
+                    slots.watch(ip),
                 );
             }
             Err(e) => {
@@ -278,7 +348,7 @@ pub(crate) fn incoming(
     listener: TcpListener,
     limits: super::Limits,
 ) -> impl Stream<Item = io::Result<Conn<TcpStream>>> + Send + 'static {
-    let slots = Slots::new(limits.max_connections);
+    let slots = Slots::new(limits);
     futures::stream::unfold((listener, slots), move |(l, s)| async move {
         let c = accept(&l, &s, limits).await;
         Some((Ok(c), (l, s)))

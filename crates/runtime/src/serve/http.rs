@@ -50,7 +50,7 @@ pub fn start_on(
         .timer(TokioTimer::new())
         .keep_alive_interval(limits.idle_timeout / 3);
     let task = async move {
-        let slots = Slots::new(limits.max_connections);
+        let slots = Slots::new(limits);
         let mut conns = JoinSet::new();
         loop {
             let conn = tokio::select! {

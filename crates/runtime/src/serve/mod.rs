@@ -8,6 +8,8 @@
 //!   closes the one that has been silent longest (connected, no byte sent), else waits
 //!   for one to close (the kernel's backlog holds the rest) — a flood of idle
 //!   connections cannot keep a peer that speaks out;
+//! - at most `max_connections_per_ip` of them from one peer address: at its share, the
+//!   peer's own longest-silent connection makes room, else its new one is refused;
 //! - `header_read_timeout`: a connection's first byte (counted from accept), a TLS
 //!   handshake and (HTTP/1) a request's headers must arrive within it, else the
 //!   connection is closed;
@@ -40,6 +42,9 @@ pub use tls::{ClientTlsArgs, TlsError, TlsFiles};
 pub struct Limits {
     /// Open connections at most.
     pub max_connections: usize,
+    /// Open connections of one peer address at most (at it, the peer's longest-silent
+    /// connection makes room, else the new one is refused).
+    pub max_connections_per_ip: usize,
     /// Time for the TLS handshake and an HTTP/1 request's headers.
     pub header_read_timeout: Duration,
     /// A connection with no traffic for this long is closed.
@@ -50,6 +55,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 1024,
+            max_connections_per_ip: 512,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
         }
@@ -81,6 +87,11 @@ pub struct ServeArgs {
     /// Open connections per server at most (more wait in the kernel's backlog).
     #[arg(long, env = "STREAMGATE_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Open connections of one peer address per server at most (default: half of
+    /// --max-connections). Behind a proxy every client has the proxy's address: raise it
+    /// to --max-connections there.
+    #[arg(long, env = "STREAMGATE_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<usize>,
     /// Seconds for a TLS handshake and an HTTP request's headers.
     #[arg(
         long,
@@ -107,6 +118,10 @@ impl ServeArgs {
             },
             limits: Limits {
                 max_connections: self.max_connections.max(1),
+                max_connections_per_ip: self
+                    .max_connections_per_ip
+                    .unwrap_or(self.max_connections / 2)
+                    .clamp(1, self.max_connections.max(1)),
                 header_read_timeout: Duration::from_secs(self.header_read_timeout_secs.max(1)),
                 idle_timeout: Duration::from_secs(self.conn_idle_timeout_secs.max(1)),
             },
