@@ -29,6 +29,7 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_connections_evicted_total", Kind::Counter, "Connections closed because every slot (or their peer address's share) was taken and they had sent nothing yet (the longest-silent first)"),
     ("streamgate_connections_refused_total", Kind::Counter, "New connections closed at once because their peer address held its share of the slots with connections that all spoke"),
     ("streamgate_normalizer_events_cut_total", Kind::Counter, "Events over the broker's max_payload whose longest texts were cut to fit (SG_RAW keeps the provider's bytes)"),
+    ("streamgate_normalizer_final_text_bytes", Kind::Gauge, "Bytes of open runs' final-answer candidates held in memory (bounded by STREAMGATE_FINAL_BYTES_BUDGET)"),
     ("streamgate_normalizer_final_answers_cut_total", Kind::Counter, "Final answers over the bytes an open run keeps in memory (8 MiB), sent with their head and a note of the cut (SG_RAW keeps the provider's bytes)"),
     ("streamgate_normalizer_rebuilds_total", Kind::Counter, "Runs rebuilt from SG_RAW (restart, redelivery, partition move)"),
     ("streamgate_normalizer_open_runs", Kind::Gauge, "Runs the normalizer holds open in memory"),

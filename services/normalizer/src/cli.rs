@@ -44,6 +44,13 @@ pub struct Args {
     /// Runs whose adapter state stays in memory.
     #[arg(long, env = "STREAMGATE_MAX_OPEN_RUNS", default_value_t = 10_000)]
     pub max_open_runs: usize,
+    /// Bytes of one open run's final-answer candidate kept in memory: an answer that
+    /// grows past it keeps its head and says it was cut (SG_RAW keeps every byte).
+    #[arg(long, env = "STREAMGATE_MAX_FINAL_BYTES", default_value_t = streamgate_wire::families::final_text::FINAL_TEXT_CAP)]
+    pub max_final_bytes: usize,
+    /// Bytes of every open run's final-answer candidate together in this process.
+    #[arg(long, env = "STREAMGATE_FINAL_BYTES_BUDGET", default_value_t = streamgate_wire::families::final_text::FINAL_TEXT_BUDGET)]
+    pub final_bytes_budget: usize,
     /// Seconds the broker waits for an ack before redelivering a raw chunk: how long
     /// chunks held by a crashed replica wait before the partition's next owner gets them.
     #[arg(long, env = "STREAMGATE_ACK_WAIT_SECS", default_value_t = 10)]
@@ -99,6 +106,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         // renewal.
         lease_nats: Some(args.nats.connect().await?),
         ingest_window: args.ingest_window.max(1),
+        max_final_bytes: args.max_final_bytes,
+        final_bytes_budget: args.final_bytes_budget,
         ..NormalizerConfig::default()
     };
     cfg.streams.replicas = args.replicas;

@@ -38,6 +38,11 @@ pub struct NormalizerConfig {
     /// Chunk publishes one ingest request keeps in flight (`ingest::flow`): more lets
     /// one large body go faster, fewer shares the connection more finely.
     pub ingest_window: usize,
+    /// Bytes of one open run's final-answer candidate kept in memory (the head; the
+    /// rest is counted and the final says it was cut).
+    pub max_final_bytes: usize,
+    /// Bytes of every open run's final-answer candidate together, per process.
+    pub final_bytes_budget: usize,
 }
 
 impl Default for NormalizerConfig {
@@ -54,6 +59,8 @@ impl Default for NormalizerConfig {
             lease_ttl: streamgate_bus::lease::DEFAULT_LEASE_TTL,
             lease_nats: None,
             ingest_window: crate::ingest::flow::DEFAULT_WINDOW,
+            max_final_bytes: streamgate_wire::families::final_text::FINAL_TEXT_CAP,
+            final_bytes_budget: streamgate_wire::families::final_text::FINAL_TEXT_BUDGET,
         }
     }
 }

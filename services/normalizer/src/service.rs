@@ -57,6 +57,7 @@ pub async fn start(
     listen: Listeners,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
+    streamgate_wire::families::final_text::configure(cfg.max_final_bytes, cfg.final_bytes_budget);
     let auth = IngestAuth::load(
         listen.ingest_token.as_deref(),
         listen.ingest_tokens.as_deref(),

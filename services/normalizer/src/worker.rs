@@ -405,6 +405,8 @@ async fn apply_and_publish(
                 .count();
             metrics::counter!("streamgate_normalizer_final_answers_cut_total")
                 .increment(answers_cut as u64);
+            metrics::gauge!("streamgate_normalizer_final_text_bytes")
+                .set(streamgate_wire::families::final_text::held_bytes() as f64);
         }
         if chunk.chunk == 0 || rebuilt || chunk.close.is_some() {
             let open = !table.is_closed(&key);

@@ -8,21 +8,51 @@
 //! at most [`FINAL_TEXT_CAP`] bytes of the candidate's head and counts the rest; a cut
 //! final says so in its text and in a `final_answer_cut` diagnostic. The provider's bytes
 //! stay whole in `SG_RAW`, and every delta still goes out as commentary.
+//!
+//! Two bounds, set once by the service ([`configure`]): each candidate keeps at most
+//! the per-run cap, and all candidates of the process together at most the process
+//! budget ([`held_bytes`] is the gauge); past either, a candidate stops growing — the
+//! run is degraded visibly, never the instance.
 
 use crate::emitter::Emitter;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use streamgate_grammar::Json;
 
-/// Bytes of a final-answer candidate kept in memory: the largest broker message the
-/// project's own nats-server configuration accepts (8 MiB); an event over a smaller
-/// `max_payload` is cut further by the normalizer.
+/// Default bytes of one final-answer candidate kept in memory: the largest broker
+/// message the project's own nats-server configuration accepts (8 MiB); an event over a
+/// smaller `max_payload` is cut further by the normalizer.
 pub const FINAL_TEXT_CAP: usize = 8 << 20;
 
-/// A final-answer candidate: its head up to [`FINAL_TEXT_CAP`] bytes, and how many bytes
-/// arrived after it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Default bytes of every candidate of the process together.
+pub const FINAL_TEXT_BUDGET: usize = 128 << 20;
+
+static RUN_CAP: AtomicUsize = AtomicUsize::new(FINAL_TEXT_CAP);
+static PROCESS_BUDGET: AtomicUsize = AtomicUsize::new(FINAL_TEXT_BUDGET);
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the per-run cap and the process budget (at startup, before any run).
+pub fn configure(run_cap: usize, process_budget: usize) {
+    RUN_CAP.store(run_cap.max(1), Ordering::Relaxed);
+    PROCESS_BUDGET.store(process_budget.max(1), Ordering::Relaxed);
+}
+
+/// Bytes the candidates of every open run of this process hold now.
+pub fn held_bytes() -> usize {
+    HELD.load(Ordering::Relaxed)
+}
+
+/// A final-answer candidate: its head up to the per-run cap (and the process budget),
+/// and how many bytes arrived after it.
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct FinalText {
     head: String,
     elided: usize,
+}
+
+impl Drop for FinalText {
+    fn drop(&mut self) {
+        HELD.fetch_sub(self.head.len(), Ordering::Relaxed);
+    }
 }
 
 impl FinalText {
@@ -32,21 +62,25 @@ impl FinalText {
             self.elided += s.len();
             return;
         }
-        let room = FINAL_TEXT_CAP.saturating_sub(self.head.len());
-        if s.len() <= room {
-            self.head.push_str(s);
-            return;
-        }
-        let mut keep = room;
+        let budget_room = PROCESS_BUDGET
+            .load(Ordering::Relaxed)
+            .saturating_sub(HELD.load(Ordering::Relaxed));
+        let room = RUN_CAP
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.head.len())
+            .min(budget_room);
+        let mut keep = room.min(s.len());
         while !s.is_char_boundary(keep) {
             keep -= 1;
         }
         self.head.push_str(&s[..keep]);
+        HELD.fetch_add(keep, Ordering::Relaxed);
         self.elided = s.len() - keep;
     }
 
     /// Empties it (the next text starts a new candidate).
     pub fn clear(&mut self) {
+        HELD.fetch_sub(self.head.len(), Ordering::Relaxed);
         self.head.clear();
         self.elided = 0;
     }
@@ -91,14 +125,15 @@ impl FinalText {
             return self.head.clone();
         }
         format!(
-            "{}… [streamgate: {} bytes cut: the answer was over the {} bytes a run keeps in memory; SG_RAW keeps the provider's bytes]",
-            self.head, self.elided, FINAL_TEXT_CAP
+            "{}… [streamgate: {} bytes cut: the answer was over what a run may keep in memory; SG_RAW keeps the provider's bytes]",
+            self.head, self.elided
         )
     }
 
     /// [`FinalText::text`], leaving it empty.
     pub fn take(&mut self) -> String {
         let text = self.text();
+        HELD.fetch_sub(self.head.len(), Ordering::Relaxed);
         self.head = String::new();
         self.elided = 0;
         text
