@@ -15,6 +15,37 @@ use tonic::transport::Channel;
 /// A channel's ProjectorService client with its bearer token.
 pub type Client = ProjectorServiceClient<InterceptedService<Channel, SendBearer>>;
 
+/// The flags every command that talks to a running channel shares (`tail`,
+/// `settings`, `parked`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChannelFlags {
+    /// ProjectorService address of the channel (default: the local `streamgate up`'s).
+    #[arg(long, env = "STREAMGATE_PROJECTOR_ADDR")]
+    pub addr: Option<String>,
+    /// The channel's bearer token (default: the local instance's token file).
+    #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// TLS to the channel.
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
+    /// Data dir of the local instance.
+    #[arg(long, default_value = super::discover::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+}
+
+impl ChannelFlags {
+    /// How to reach `channel` (`None`: the local instance's web channel, else its first).
+    pub fn target(&self, channel: Option<String>) -> Target {
+        Target {
+            addr: self.addr.clone(),
+            token: self.token.clone(),
+            channel,
+            data_dir: self.data_dir.clone(),
+            tls: self.tls.clone(),
+        }
+    }
+}
+
 /// How to reach the channel, looked up again on every (re)connect.
 #[derive(Debug, Clone)]
 pub struct Target {

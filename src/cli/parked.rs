@@ -3,10 +3,8 @@
 //! `--resend` to send them again now instead of at the channel's next start
 //! (`ProjectorService.ListParked` / `ResendParked`).
 
-use super::channel_client::Target;
-use super::discover::DEFAULT_DATA_DIR;
+use super::channel_client::ChannelFlags;
 use anyhow::{Context, Result};
-use std::path::PathBuf;
 use streamgate_proto::v1;
 
 /// Flags of `streamgate parked`.
@@ -17,29 +15,14 @@ pub struct ParkedArgs {
     /// Send the parked finals again now.
     #[arg(long)]
     pub resend: bool,
-    /// ProjectorService address (default: the local `streamgate up`'s channel).
-    #[arg(long, env = "STREAMGATE_PROJECTOR_ADDR")]
-    pub addr: Option<String>,
-    /// The channel's bearer token (default: the local instance's token file).
-    #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// TLS to the channel.
+    /// Where the channel is.
     #[command(flatten)]
-    pub tls: streamgate_runtime::serve::ClientTlsArgs,
-    /// Data dir of the local instance.
-    #[arg(long, default_value = DEFAULT_DATA_DIR)]
-    pub data_dir: PathBuf,
+    pub at: ChannelFlags,
 }
 
 /// Lists (and with `--resend`, sends again) the channel's parked finals.
 pub async fn run(args: ParkedArgs) -> Result<()> {
-    let target = Target {
-        addr: args.addr.clone(),
-        token: args.token.clone(),
-        channel: Some(args.channel.clone()),
-        data_dir: args.data_dir.clone(),
-        tls: args.tls.clone(),
-    };
+    let target = args.at.target(Some(args.channel.clone()));
     let mut client = target.connect().await?;
     let finals = client
         .list_parked(v1::ListParkedRequest {})

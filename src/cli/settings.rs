@@ -3,11 +3,9 @@
 //! channel (its `ProjectorService.SetSettings`; every replica re-renders the chat's runs
 //! in flight). Without flags it shows the chat's current settings.
 
-use super::channel_client::Target;
-use super::discover::DEFAULT_DATA_DIR;
+use super::channel_client::ChannelFlags;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use streamgate_projection::{Delivery, Reasoning, Verbose};
 use streamgate_proto::v1;
 
@@ -52,18 +50,9 @@ pub struct SettingsArgs {
     /// One status line's budget.
     #[arg(long)]
     pub max_status_chars: Option<u32>,
-    /// ProjectorService address (default: the local `streamgate up`'s channel).
-    #[arg(long, env = "STREAMGATE_PROJECTOR_ADDR")]
-    pub addr: Option<String>,
-    /// The channel's bearer token (default: the local instance's token file).
-    #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// TLS to the channel.
+    /// Where the channel is.
     #[command(flatten)]
-    pub tls: streamgate_runtime::serve::ClientTlsArgs,
-    /// Data dir of the local instance.
-    #[arg(long, default_value = DEFAULT_DATA_DIR)]
-    pub data_dir: PathBuf,
+    pub at: ChannelFlags,
 }
 
 impl SettingsArgs {
@@ -96,13 +85,7 @@ impl SettingsArgs {
 
 /// Sets (or, without flags, shows) the chat's settings and prints the result.
 pub async fn run(args: SettingsArgs) -> Result<()> {
-    let target = Target {
-        addr: args.addr.clone(),
-        token: args.token.clone(),
-        channel: Some(args.channel.clone()),
-        data_dir: args.data_dir.clone(),
-        tls: args.tls.clone(),
-    };
+    let target = args.at.target(Some(args.channel.clone()));
     let request = args.request()?;
     let changed = request
         != v1::SetSettingsRequest {

@@ -35,14 +35,13 @@
 mod markdown;
 mod screen;
 
-use super::channel_client::{Client, Target};
-use super::discover::{Instance, DEFAULT_DATA_DIR};
+use super::channel_client::{ChannelFlags, Client, Target};
+use super::discover::Instance;
 use crate::terminal::{print_event, print_ops, STATUS_TIER};
 use anyhow::Result;
 use screen::Screen;
 use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
 use std::time::Duration;
 use streamgate_grammar::RunEvent;
 use streamgate_projection::{DraftKey, Op, Reasoning, RunProjection, Settings, Verbose};
@@ -52,12 +51,6 @@ use tokio_util::sync::CancellationToken;
 /// Flags of `streamgate tail`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TailArgs {
-    /// ProjectorService address of the channel (default: the local `streamgate up`'s).
-    #[arg(long, env = "STREAMGATE_PROJECTOR_ADDR")]
-    pub addr: Option<String>,
-    /// The channel's bearer token (default: the local instance's token file).
-    #[arg(long, env = "STREAMGATE_CHANNEL_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
     /// Channel of the local instance (default: its web channel, else its first).
     #[arg(long)]
     pub channel: Option<String>,
@@ -80,12 +73,9 @@ pub struct TailArgs {
     /// Print every (display-safe) event as one JSON line, as `replay --json` does.
     #[arg(long)]
     pub json: bool,
-    /// TLS to the channel.
+    /// Where the channel is.
     #[command(flatten)]
-    pub tls: streamgate_runtime::serve::ClientTlsArgs,
-    /// Data dir of the local instance to find.
-    #[arg(long, default_value = DEFAULT_DATA_DIR)]
-    pub data_dir: PathBuf,
+    pub at: ChannelFlags,
 }
 
 /// Output mode shared by every run's follower.
@@ -503,16 +493,10 @@ async fn ended_already(client: &mut Client, run: &str, tenant: Option<&str>, tty
 /// Runs `streamgate tail` until Ctrl-C (or, with `--run`, until that run ends).
 pub async fn run(args: TailArgs) -> Result<()> {
     let stop = streamgate_runtime::shutdown::on_signal();
-    let target = Target {
-        addr: args.addr.clone(),
-        token: args.token.clone(),
-        channel: args.channel.clone(),
-        data_dir: args.data_dir.clone(),
-        tls: args.tls.clone(),
-    };
+    let target = args.at.target(args.channel.clone());
     // Fail fast on what retrying cannot fix (no such channel, no token file) only when
     // an instance is there to ask; a missing one may still be starting.
-    if args.addr.is_none() && Instance::read(&args.data_dir).is_ok() {
+    if args.at.addr.is_none() && Instance::read(&args.at.data_dir).is_ok() {
         target.resolve()?;
     }
     let tty = std::io::stdout().is_terminal();
