@@ -36,6 +36,8 @@ pub struct Normalizer {
     stage: Stage,
     out: Emitter,
     family: Option<Family>,
+    /// A declared family not yet checked against the first frame ([`declared_mismatch`]).
+    unchecked: Option<Family>,
     closed: bool,
 }
 
@@ -61,6 +63,7 @@ impl Normalizer {
             decoder: FrameDecoder::new(None, max_frame),
             stage,
             out: Emitter::new(),
+            unchecked: family,
             family,
             closed: false,
         }
@@ -81,9 +84,13 @@ impl Normalizer {
             stage,
             out,
             family,
+            unchecked,
             ..
         } = self;
-        decoder.feed(chunk, &mut |d| on_decoded(d, stage, out, family));
+        decoder.feed(chunk, &mut |d| {
+            declared_mismatch(&d, unchecked, out);
+            on_decoded(d, stage, out, family)
+        });
     }
 
     /// The stream ended; flushes everything and lets the adapter resolve finality (or
@@ -97,9 +104,13 @@ impl Normalizer {
             stage,
             out,
             family,
+            unchecked,
             ..
         } = self;
-        decoder.finish(&mut |d| on_decoded(d, stage, out, family));
+        decoder.finish(&mut |d| {
+            declared_mismatch(&d, unchecked, out);
+            on_decoded(d, stage, out, family)
+        });
         if let Stage::Detecting(_) = stage {
             give_up_detection(stage, out);
         }
@@ -136,6 +147,21 @@ impl Normalizer {
     /// Bytes buffered waiting for a line end.
     pub fn buffered(&self) -> usize {
         self.decoder.buffered()
+    }
+}
+
+/// A declared family (`--family f2`) is the operator's choice and stays in use; but when
+/// the first frame plainly belongs to another family (detection recognises it), a
+/// `family_mismatch` diagnostic says so before anything else — a capture ingested with
+/// the wrong family otherwise ends as "stream closed" with no hint why (docs/families.md).
+fn declared_mismatch(d: &Decoded<'_>, unchecked: &mut Option<Family>, out: &mut Emitter) {
+    let (Some(declared), Decoded::Frame(frame)) = (*unchecked, d) else {
+        return;
+    };
+    *unchecked = None;
+    if let Some(detected) = sniff(frame).filter(|f| *f != declared) {
+        let detail = json!({ "declared": declared.as_str(), "detected": detected.as_str() });
+        out.diagnostic("family_mismatch", Some(Json::from_value(&detail)));
     }
 }
 

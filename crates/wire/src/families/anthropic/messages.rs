@@ -816,6 +816,18 @@ pub struct F1Adapter {
     inner: MessageMachine,
     started: bool,
     done: bool,
+    /// The id of the run's `message_start` (a gateway repeating it is recognised).
+    start_id: Option<String>,
+}
+
+impl F1Adapter {
+    /// A `message_start` repeating the run's first one (same message id).
+    fn repeated_start(&self, ev: &WireEvent<'_>) -> bool {
+        self.started
+            && ev.ty == "message_start"
+            && self.start_id.is_some()
+            && ev.message.as_ref().and_then(|m| m.id.as_deref()) == self.start_id.as_deref()
+    }
 }
 
 impl Adapter for F1Adapter {
@@ -832,6 +844,12 @@ impl Adapter for F1Adapter {
                 return;
             }
         };
+        if self.repeated_start(&ev) {
+            // Gateways (LiteLLM, bifrost) send the same `message_start` twice: a
+            // documented drop, and the message's state stays as it is.
+            out.consumed();
+            return;
+        }
         match self.inner.handle(&ev, frame.data, out) {
             Step::Done => {}
             Step::Start(head) => {
@@ -840,6 +858,7 @@ impl Adapter for F1Adapter {
                     return;
                 }
                 self.started = true;
+                self.start_id = head.id.as_deref().map(str::to_owned);
                 out.emit(Lifecycle {
                     provider: Some("anthropic".to_owned()),
                     model: head.model.as_deref().map(str::to_owned),

@@ -209,13 +209,25 @@ impl F2Adapter {
             Content::Parts(parts) => {
                 for part in parts {
                     let kind = part.kind.0.clone();
-                    let Some(text) = part.into_text().filter(|t| !t.is_empty()) else {
-                        continue;
-                    };
                     match kind.as_deref() {
-                        Some("text" | "output_text") => self.content(text, out),
-                        Some("thinking" | "reasoning") => self.flat_thinking(text, out),
-                        _ => {}
+                        Some("text" | "output_text") => {
+                            if let Some(text) = part.into_text().filter(|t| !t.is_empty()) {
+                                self.content(text, out);
+                            }
+                        }
+                        // Mistral's reasoning models: `{"type":"thinking","thinking":[…]}`.
+                        Some("thinking" | "reasoning") => {
+                            let text = part.into_thinking_text().filter(|t| !t.is_empty());
+                            if let Some(text) = text {
+                                self.flat_thinking(text, out);
+                            }
+                        }
+                        // A part this adapter does not map is reported, never dropped
+                        // silently.
+                        other => {
+                            let kind = other.unwrap_or("(none)");
+                            out.diagnostic("unknown_content_part", Some(Json::string(kind)));
+                        }
                     }
                 }
             }

@@ -133,12 +133,41 @@ pub(super) struct Part<'a> {
     pub output_text: Text<'a>,
     #[serde(borrow, default)]
     pub content: Text<'a>,
+    /// A `thinking` part's body (Mistral's reasoning models): a string, or typed parts
+    /// of its own (`[{"type":"text","text":"…"}]`).
+    #[serde(borrow, default)]
+    pub thinking: Content<'a>,
 }
 
 impl<'a> Part<'a> {
     /// The part's text, whichever field carries it.
     pub fn into_text(self) -> Option<Cow<'a, str>> {
         self.text.0.or(self.output_text.0).or(self.content.0)
+    }
+
+    /// A thinking part's text: its `thinking` body (a string, or its parts' texts in
+    /// order), else its text field.
+    pub fn into_thinking_text(self) -> Option<Cow<'a, str>> {
+        let Part {
+            thinking,
+            text,
+            output_text,
+            content,
+            ..
+        } = self;
+        match thinking {
+            Content::Text(t) => Some(t),
+            Content::Parts(parts) => {
+                let texts: Vec<Cow<'a, str>> =
+                    parts.into_iter().filter_map(Part::into_text).collect();
+                match texts.len() {
+                    0 => None,
+                    1 => texts.into_iter().next(),
+                    _ => Some(Cow::Owned(texts.concat())),
+                }
+            }
+            Content::Absent | Content::Other(_) => text.0.or(output_text.0).or(content.0),
+        }
     }
 }
 
