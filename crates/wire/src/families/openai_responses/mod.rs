@@ -250,6 +250,21 @@ pub struct F3Adapter {
     /// Thinking segments (variant, id) whose `end` marker went out before usage: each gets
     /// a tokens-only update once `reasoning_tokens` arrives.
     waiting_tokens: Vec<(ThinkingVariant, String)>,
+    /// The first item id seen at each `output_index` ([`F3Adapter::canonical_id`]).
+    ids_by_output: std::collections::HashMap<u64, String>,
+}
+
+impl F3Adapter {
+    /// The id an item goes by: the first id seen at its `output_index`. An item keeps its
+    /// output index for the whole response, but some gateways (GitHub Copilot's) send a
+    /// new `item_id` on every event; without this every delta became a segment of its
+    /// own and the final answer matched none of them (docs/families.md).
+    fn canonical_id(&mut self, output_index: u64, id: &str) -> String {
+        self.ids_by_output
+            .entry(output_index)
+            .or_insert_with(|| id.to_owned())
+            .clone()
+    }
 }
 
 impl Adapter for F3Adapter {
@@ -280,6 +295,12 @@ impl Adapter for F3Adapter {
                 return;
             }
         };
+        if let (Some(oi), Some(id)) = (ev.output_index, ev.item_id.as_deref()) {
+            let canonical = self.canonical_id(oi, id);
+            if canonical != id {
+                ev.item_id = Some(Cow::Owned(canonical));
+            }
+        }
         // Taken out of the event so it can be matched on while the event is handed on.
         let ty = match ev.ty.take() {
             Some(t) => t,
@@ -609,7 +630,7 @@ impl F3Adapter {
         };
         let output_index = ev.output_index.unwrap_or(self.items.len() as u64);
         let fallback = output_index.to_string();
-        let id = item.id.as_deref().unwrap_or(&fallback).to_owned();
+        let id = self.canonical_id(output_index, item.id.as_deref().unwrap_or(&fallback));
         let kind = match classify(&item) {
             Some(k) => k,
             None => {
@@ -677,7 +698,7 @@ impl F3Adapter {
             return;
         };
         let fallback = output_index.to_string();
-        let id = item.id.as_deref().unwrap_or(&fallback).to_owned();
+        let id = self.canonical_id(output_index, item.id.as_deref().unwrap_or(&fallback));
         let ii = self.ensure_item(&id, output_index, kind);
         if self.items[ii].done {
             return;
