@@ -182,7 +182,11 @@ async fn send(addr: &str, token: Option<&str>, args: &IngestArgs, chunks: &[&[u8
         .await?
         .into_inner();
     if point.closed {
-        bail!("run {} was already ingested and closed", args.run);
+        return Err(retry::Permanent(format!(
+            "run {} was already ingested and closed (a run is ingested once; use a new run id)",
+            args.run
+        ))
+        .into());
     }
     let start = point.next_chunk as usize;
     let total = chunks.len() as u64;

@@ -15,6 +15,19 @@ const MAX_DELAY: Duration = Duration::from_secs(10);
 /// The first backoff delay; it doubles per attempt.
 const BASE_DELAY: Duration = Duration::from_millis(200);
 
+/// A failure the client found itself that repeating cannot change (the run was already
+/// ingested and closed): never retried.
+#[derive(Debug)]
+pub struct Permanent(pub String);
+
+impl std::fmt::Display for Permanent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Permanent {}
+
 /// What to do about a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -27,6 +40,9 @@ pub enum Verdict {
 /// Classifies a failed attempt. gRPC statuses decide by code; anything without a status
 /// (the connection failed, the ack stream ended early) is worth another attempt.
 pub fn classify(e: &anyhow::Error) -> Verdict {
+    if e.chain().any(|c| c.is::<Permanent>()) {
+        return Verdict::Permanent;
+    }
     // A TLS handshake that failed over a certificate (no client certificate for an mTLS
     // service, a server certificate the CA does not vouch for) fails the same way every
     // time, whatever status or transport error carries it.
@@ -108,6 +124,13 @@ mod tests {
             s.metadata_mut().insert(RETRY_AFTER_KEY, a.parse().unwrap());
         }
         anyhow::Error::new(s).context("ingest")
+    }
+
+    #[test]
+    fn a_closed_run_is_never_retried() {
+        let e = anyhow::Error::new(Permanent("run r1 was already ingested and closed".into()))
+            .context("ingest");
+        assert_eq!(classify(&e), Verdict::Permanent);
     }
 
     #[test]

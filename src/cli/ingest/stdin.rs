@@ -146,7 +146,11 @@ async fn stream(
         if unacked.ended && unacked.chunks.is_empty() {
             return Ok(());
         }
-        bail!("run {} was already ingested and closed", args.run);
+        return Err(retry::Permanent(format!(
+            "run {} was already ingested and closed (a run is ingested once; use a new run id)",
+            args.run
+        ))
+        .into());
     }
     let (tx, rx) = mpsc::channel(READ_AHEAD);
     for c in &unacked.chunks {
