@@ -182,11 +182,7 @@ async fn send(addr: &str, token: Option<&str>, args: &IngestArgs, chunks: &[&[u8
         .await?
         .into_inner();
     if point.closed {
-        return Err(retry::Permanent(format!(
-            "run {} was already ingested and closed (a run is ingested once; use a new run id)",
-            args.run
-        ))
-        .into());
+        return Err(retry::Permanent::closed(&args.run).into());
     }
     let start = point.next_chunk as usize;
     let total = chunks.len() as u64;

@@ -89,9 +89,6 @@ pub struct RunProjection {
     status: StatusBoard,
     /// `delivery: final_only`: the final answer, held back until the terminal event.
     pending_final: Option<Op>,
-    /// Set while [`RunProjection::apply_run_event_batched`] runs: a changed draft is
-    /// marked due instead of rendered.
-    defer_drafts: bool,
     /// A draft is due (with whether it must go out even if unchanged): rendered by the
     /// next event applied normally, or by [`RunProjection::flush_draft`].
     draft_due: Option<bool>,
@@ -133,7 +130,6 @@ impl RunProjection {
             log: Vec::new(),
             status: StatusBoard::default(),
             pending_final: None,
-            defer_drafts: false,
             draft_due: None,
         }
     }
@@ -202,6 +198,16 @@ impl RunProjection {
     /// its elapsed seconds (`Event` carries no time). Events of another run yield nothing:
     /// another run id, or (when the projection names its tenant) another tenant.
     pub fn apply_run_event(&mut self, ev: &RunEvent, settings: &Settings, tier: Tier) -> Vec<Op> {
+        self.apply_run_event_with(ev, settings, tier, false)
+    }
+
+    fn apply_run_event_with(
+        &mut self,
+        ev: &RunEvent,
+        settings: &Settings,
+        tier: Tier,
+        defer_draft: bool,
+    ) -> Vec<Op> {
         if ev.envelope.run_id != self.key.run_id
             || (!self.key.tenant.is_empty() && ev.envelope.tenant != self.key.tenant)
         {
@@ -212,7 +218,7 @@ impl RunProjection {
             self.first_ts_ms = Some(self.first_ts_ms.map_or(ts, |f| f.min(ts)));
             self.last_ts_ms = Some(self.last_ts_ms.map_or(ts, |l| l.max(ts)));
         }
-        self.apply(&ev.event, settings, tier)
+        self.apply_with(&ev.event, settings, tier, defer_draft)
     }
 
     /// [`RunProjection::apply_run_event`] for an event with more of its run right behind
@@ -227,10 +233,7 @@ impl RunProjection {
         settings: &Settings,
         tier: Tier,
     ) -> Vec<Op> {
-        self.defer_drafts = true;
-        let out = self.apply_run_event(ev, settings, tier);
-        self.defer_drafts = false;
-        out
+        self.apply_run_event_with(ev, settings, tier, true)
     }
 
     /// The draft left due by [`RunProjection::apply_run_event_batched`], rendered now
@@ -248,6 +251,18 @@ impl RunProjection {
     /// The pure core: one event in, the ops it causes out. Replayed events (seq at or
     /// below [`RunProjection::last_seq`]) and events after the settle yield nothing.
     pub fn apply(&mut self, ev: &Event, settings: &Settings, tier: Tier) -> Vec<Op> {
+        self.apply_with(ev, settings, tier, false)
+    }
+
+    /// [`RunProjection::apply`]; `defer_draft`: a changed draft is left due instead of
+    /// rendered ([`RunProjection::apply_run_event_batched`]).
+    fn apply_with(
+        &mut self,
+        ev: &Event,
+        settings: &Settings,
+        tier: Tier,
+        defer_draft: bool,
+    ) -> Vec<Op> {
         if self.done || ev.seq <= self.last_seq {
             return Vec::new();
         }
@@ -297,7 +312,7 @@ impl RunProjection {
         }
         if mode.drafts {
             let force = force || self.draft_due.take().unwrap_or(false);
-            if self.defer_drafts {
+            if defer_draft {
                 self.draft_due = Some(force);
             } else {
                 self.refresh_draft(settings, tier, force, &mut out);

@@ -344,7 +344,7 @@ impl View {
             text: String::with_capacity(text.len()),
             from: Vec::with_capacity(text.len()),
         };
-        let mut chars = text.char_indices().peekable();
+        let mut chars = text.char_indices();
         while let Some((at, c)) = chars.next() {
             let end = at + c.len_utf8();
             if c == '\\' {

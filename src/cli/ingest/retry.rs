@@ -28,6 +28,15 @@ impl std::fmt::Display for Permanent {
 
 impl std::error::Error for Permanent {}
 
+impl Permanent {
+    /// The run was ingested and closed already: a run is ingested once.
+    pub fn closed(run: &str) -> Permanent {
+        Permanent(format!(
+            "run {run} was already ingested and closed (a run is ingested once; use a new run id)"
+        ))
+    }
+}
+
 /// What to do about a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {

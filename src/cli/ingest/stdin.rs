@@ -146,11 +146,7 @@ async fn stream(
         if unacked.ended && unacked.chunks.is_empty() {
             return Ok(());
         }
-        return Err(retry::Permanent(format!(
-            "run {} was already ingested and closed (a run is ingested once; use a new run id)",
-            args.run
-        ))
-        .into());
+        return Err(retry::Permanent::closed(&args.run).into());
     }
     let (tx, rx) = mpsc::channel(READ_AHEAD);
     for c in &unacked.chunks {

@@ -121,22 +121,14 @@ impl FinalText {
 
     /// The text for the final answer: the head, and a note of the cut when there was one.
     pub fn text(&self) -> String {
-        if self.elided == 0 {
-            return self.head.clone();
-        }
-        format!(
-            "{}… [streamgate: {} bytes cut: the answer was over what a run may keep in memory; SG_RAW keeps the provider's bytes]",
-            self.head, self.elided
-        )
+        with_cut_note(self.head.clone(), self.elided)
     }
 
-    /// [`FinalText::text`], leaving it empty.
+    /// [`FinalText::text`], leaving it empty (the head is handed over, not copied).
     pub fn take(&mut self) -> String {
-        let text = self.text();
-        HELD.fetch_sub(self.head.len(), Ordering::Relaxed);
-        self.head = String::new();
-        self.elided = 0;
-        text
+        let head = std::mem::take(&mut self.head);
+        HELD.fetch_sub(head.len(), Ordering::Relaxed);
+        with_cut_note(head, std::mem::take(&mut self.elided))
     }
 
     /// Reports a cut candidate (a `final_answer_cut` diagnostic) before it goes out as the
@@ -152,6 +144,16 @@ impl FinalText {
             );
         }
     }
+}
+
+/// `head`, followed by a note of the `elided` bytes when there were any.
+fn with_cut_note(mut head: String, elided: usize) -> String {
+    if elided > 0 {
+        head.push_str(&format!(
+            "… [streamgate: {elided} bytes cut: the answer was over what a run may keep in memory; SG_RAW keeps the provider's bytes]"
+        ));
+    }
+    head
 }
 
 #[cfg(test)]

@@ -235,17 +235,17 @@ impl OpenClawAdapter {
     fn on_assistant(&mut self, data: &Data<'_>, out: &mut Emitter) {
         let delta = match (data.delta.as_deref(), data.text.as_deref()) {
             (Some(d), _) if !d.is_empty() => d.to_owned(),
-            (_, Some(t)) if !t.is_empty() => match self.segments.open_text() {
-                // A growing snapshot: only what it adds.
-                Some(open) if open.extension(t).is_some() => {
-                    open.extension(t).unwrap_or_default().to_owned()
+            (_, Some(t)) if !t.is_empty() => {
+                match self.segments.open_text().map(|o| o.extension(t)) {
+                    // A growing snapshot: only what it adds.
+                    Some(Some(added)) => added.to_owned(),
+                    Some(None) => {
+                        self.segments.break_text();
+                        t.to_owned()
+                    }
+                    None => t.to_owned(),
                 }
-                Some(_) => {
-                    self.segments.break_text();
-                    t.to_owned()
-                }
-                None => t.to_owned(),
-            },
+            }
             _ => String::new(),
         };
         if delta.is_empty() {

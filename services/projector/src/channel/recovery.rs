@@ -10,8 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use streamgate_bus::{consume, events, EVENTS_STREAM};
-use streamgate_grammar::{ids::tenant_or_default, RunEvent};
-use streamgate_sinks::ChatTarget;
+use streamgate_grammar::RunEvent;
 
 /// Which runs a recovery pass ([`Channel::recover`]) looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +49,7 @@ impl Channel {
     /// (the KV delivery state skips what the chat already has). Its marker goes once the
     /// final is delivered, and stays if it parks again. Returns how many runs were resent.
     pub async fn resend_parked(&self) -> Result<usize, ProjectorError> {
-        let parked: Vec<_> = self
-            .delivery
-            .parked()
-            .into_iter()
-            .filter(|p| p.chat.channel == self.cfg.name)
-            .collect();
+        let parked = self.parked();
         if parked.is_empty() {
             return Ok(0);
         }
@@ -149,7 +143,7 @@ impl Channel {
             let stale = events
                 .last()
                 .is_none_or(|l| now_ms.saturating_sub(l.envelope.ts_ms) >= orphan_ms);
-            let target = ChatTarget::new(tenant_or_default(&m.tenant), &self.cfg.name, &m.chat_id);
+            let target = self.target(&m.tenant, &m.chat_id);
             if !ended && stale {
                 let state =
                     self.store

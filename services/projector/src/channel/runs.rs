@@ -71,6 +71,12 @@ pub(super) fn track_draft(draft: &mut String, final_text: &mut Option<String>, o
 }
 
 impl Channel {
+    /// Where `tenant`'s chat `chat` of this channel is delivered (no tenant: the default
+    /// one, as everywhere).
+    pub(super) fn target(&self, tenant: &str, chat: &str) -> ChatTarget {
+        ChatTarget::new(tenant_or_default(tenant), &self.cfg.name, chat)
+    }
+
     /// This channel's finals parked on this replica (their retries ran out), oldest
     /// first.
     pub fn parked(&self) -> Vec<streamgate_sinks::Parked> {
@@ -165,7 +171,7 @@ impl Channel {
             };
             // The marker goes first: from here on a crash leaves a trace recovery finds.
             kv::put_active(&self.state_kv, &marker).await?;
-            let target = ChatTarget::new(tenant_or_default(&env.tenant), &self.cfg.name, &chat);
+            let target = self.target(&env.tenant, &chat);
             for op in rebuilt.resubmit {
                 self.delivery.submit(target.clone(), op).await?;
             }
@@ -209,7 +215,7 @@ impl Channel {
             }
             (ops, done, e.marker.clone())
         };
-        let target = ChatTarget::new(tenant_or_default(&env.tenant), &self.cfg.name, &chat);
+        let target = self.target(&env.tenant, &chat);
         if !ops.is_empty() {
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -242,11 +248,12 @@ impl Channel {
         subject: &str,
     ) -> Result<(), ProjectorError> {
         let last = evs.len().saturating_sub(1);
-        let run = evs.last().map(|e| (e.envelope.clone(), e.event.seq));
+        // Only a batch can leave a draft due: a single event renders its own.
+        let batch = evs.last().filter(|_| last > 0).map(|e| e.envelope.clone());
         for (i, ev) in evs.into_iter().enumerate() {
             self.process_event(ev, subject, i < last).await?;
         }
-        if let Some((env, _)) = run {
+        if let Some(env) = batch {
             self.flush_draft(&env).await?;
         }
         Ok(())
@@ -267,7 +274,7 @@ impl Channel {
             track_draft(&mut e.draft, &mut e.final_text, &ops);
             ops
         };
-        let target = ChatTarget::new(tenant_or_default(&env.tenant), &self.cfg.name, &chat);
+        let target = self.target(&env.tenant, &chat);
         for op in ops {
             self.delivery.submit(target.clone(), op).await?;
         }

@@ -10,7 +10,6 @@ use futures::StreamExt as _;
 use std::sync::Arc;
 use streamgate_grammar::ids::tenant_or_default;
 use streamgate_projection::Settings;
-use streamgate_sinks::ChatTarget;
 use tokio_util::sync::CancellationToken;
 
 /// A chat's identity in the settings cache: (tenant, chat). Two tenants' chats of the
@@ -167,7 +166,7 @@ impl Channel {
             }
         }
         let n = batches.len();
-        let target = ChatTarget::new(tenant, &self.cfg.name, chat);
+        let target = self.target(tenant, chat);
         for op in batches.into_iter().flatten() {
             self.delivery.submit(target.clone(), op).await?;
         }
