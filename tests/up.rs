@@ -649,12 +649,7 @@ fn secrets_reach_no_channel_surface() {
             "hook-secret",
         ],
     );
-    let err = up_err(dir.path());
-    let url = err
-        .split_whitespace()
-        .find(|w| w.starts_with("http://") && w.contains("?token="))
-        .unwrap_or_else(|| panic!("up printed no page address:\n{err}"))
-        .to_owned();
+    let url = page_url(dir.path());
     let (base, token) = url.split_once("/?token=").unwrap();
 
     let text: String = SECRET_SHAPES
