@@ -6,20 +6,24 @@
 //! once, so the result is still one well-formed run of the same family.
 
 /// Substrings that mark a record as an incremental-text delta, across families.
-const DELTA_MARKERS: [&str; 9] = [
+/// Tool-argument deltas are left out: repeated, they would make the arguments invalid JSON.
+const DELTA_MARKERS: [&str; 10] = [
     "\"text_delta\"",
     "\"thinking_delta\"",
-    "\"input_json_delta\"",
     "\"reasoning_content\":\"",
     "\"content\":\"",
     "\"reasoning\":\"",
     ".delta\"",
     "\"thinking\":\"",
     "\"text\":\"",
+    // codex app-server notifications: `item/agentMessage/delta`, `…/textDelta`, ….
+    "/delta\"",
+    "Delta\"",
 ];
 
-/// Records that look like deltas but end or summarize a segment, and must stay once.
-const NOT_DELTA_MARKERS: [&str; 8] = [
+/// Records that look like deltas but end or summarize a segment, or carry a tool call's
+/// arguments, and must stay once.
+const NOT_DELTA_MARKERS: [&str; 13] = [
     "finish_reason\":\"",
     "\"done\":true",
     "finishReason",
@@ -28,6 +32,12 @@ const NOT_DELTA_MARKERS: [&str; 8] = [
     "response.completed",
     ".done\"",
     "\"completed\"",
+    // codex app-server item boundaries (`item/started`, `item/completed`, …).
+    "/started\"",
+    "/completed\"",
+    "\"input_json_delta\"",
+    "\"arguments\":\"",
+    "function_call_arguments",
 ];
 
 fn records(capture: &[u8]) -> Vec<&[u8]> {
@@ -74,8 +84,9 @@ fn records(capture: &[u8]) -> Vec<&[u8]> {
 
 fn is_delta(record: &[u8]) -> bool {
     let text = String::from_utf8_lossy(record);
-    DELTA_MARKERS.iter().any(|m| text.contains(m))
-        && !NOT_DELTA_MARKERS.iter().any(|m| text.contains(m))
+    // Captures written by a pretty JSON encoder put a space after the colon.
+    let has = |m: &&str| text.contains(*m) || text.contains(&m.replace("\":", "\": "));
+    DELTA_MARKERS.iter().any(has) && !NOT_DELTA_MARKERS.iter().any(has)
 }
 
 /// Grows `capture` to about `target_bytes` by repeating its delta records in place.

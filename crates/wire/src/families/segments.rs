@@ -38,6 +38,11 @@ impl TurnSegments {
         self.thinking.is_some()
     }
 
+    /// The open thinking segment's variant.
+    pub fn thinking_variant(&self) -> Option<ThinkingVariant> {
+        self.thinking
+    }
+
     /// Closes the open thinking segment (if any) with its token count.
     pub fn end_thinking(&mut self, out: &mut Emitter, tokens: Option<u64>) {
         let Some(variant) = self.thinking.take() else {

@@ -1,6 +1,7 @@
 //! Tool calls that arrive whole (id, name and arguments in one frame), as in Gemini
 //! `functionCall` parts and ollama-native `tool_calls`: `item/start` carries the input at
-//! once; `item/end` repeats it as `arguments` when the turn settles.
+//! once; `item/end` repeats it as `arguments` when the turn settles. A call whose
+//! arguments stream in parts (Vertex) starts without input and gets it by `item/update`.
 
 use crate::emitter::Emitter;
 use crate::families::finality::Path;
@@ -61,6 +62,36 @@ impl WholeCalls {
             index,
             name,
             args,
+        });
+    }
+
+    /// The name of the call started last.
+    pub fn last_name(&self) -> Option<&str> {
+        self.open.last().and_then(|c| c.name.as_deref())
+    }
+
+    /// More of the last call arrived (its arguments streamed in parts): emits
+    /// `item/update` with what is new — a late name, the arguments so far — and keeps it
+    /// for `item/end`.
+    pub fn update_last(&mut self, out: &mut Emitter, name: Option<String>, input: Option<Json>) {
+        let Some(call) = self.open.last_mut() else {
+            return;
+        };
+        if name.is_some() {
+            call.name.clone_from(&name);
+        }
+        if input.is_some() {
+            call.args.clone_from(&input);
+        }
+        out.emit(Item {
+            phase: ItemPhase::Update,
+            id: call.id.clone(),
+            index: Some(call.index),
+            kind: "tool".to_owned(),
+            name: call.name.clone(),
+            status: Some("in_progress".to_owned()),
+            input,
+            ..Item::default()
         });
     }
 

@@ -5,7 +5,10 @@
 //! - [`rpc`]: the JSON-RPC envelope, request/response matching helpers, and why the
 //!   serde shapes are hand-written.
 //! - [`update`]: `session/update` kinds and what each becomes.
-//! - [`tool_calls`]: merging `tool_call` / `tool_call_update` into one item per id.
+//! - [`tool_calls`]: merging `tool_call` / `tool_call_update` into one item per id,
+//!   and v2's `tool_call_content_chunk` appended to it.
+//! - [`whole_messages`]: v2's whole-message upserts (`agent_message`, `agent_thought`)
+//!   turned into deltas.
 //!
 //! # Both directions
 //! A capture may interleave the client's side (`initialize`, `session/new`,
@@ -59,12 +62,16 @@
 //! paths, `failed` on error paths, `cancelled` on cancel). Frames after the terminal
 //! event are documented drops.
 //!
-//! Not handled yet: v2's whole-message upserts (`agent_message`, `agent_thought`,
-//! `user_message`) and `tool_call_content_chunk` are `unknown_session_update`.
+//! Protocol v2 (unstable, already emitted by agents) is read beside v1: whole-message
+//! upserts, tool content chunks, `state_update`, and the status kinds listed in
+//! [`update`]. An update kind neither version documents is an `unknown_session_update`
+//! diagnostic naming the kind; the update itself is kept whole in `SG_RAW` and the
+//! archive's raw chunks, as the schema asks receivers to preserve what they do not know.
 
 mod rpc;
 mod tool_calls;
 mod update;
+mod whole_messages;
 
 use super::error_objects::error_message;
 use crate::adapter::{Adapter, Close};
@@ -98,6 +105,9 @@ pub struct AcpAdapter {
     segments: TurnSegments,
     /// The `messageId` of the last message or thought chunk (v2, newer v1).
     message_id: Option<String>,
+    /// v2 whole-message upserts: what was shown of the agent's message and thought.
+    message_lane: whole_messages::Lane,
+    thought_lane: whole_messages::Lane,
     tools: ToolCalls,
     /// The latest usage seen.
     usage: Option<Json>,
@@ -293,7 +303,16 @@ impl AcpAdapter {
         match kind {
             "agent_message_chunk" => self.on_chunk(kind, &u, false, out),
             "agent_thought_chunk" => self.on_chunk(kind, &u, true, out),
+            "agent_message" => self.on_whole_message(kind, &u, false, data, out),
+            "agent_thought" => self.on_whole_message(kind, &u, true, data, out),
             "tool_call" | "tool_call_update" => self.on_tool(&u, data, out),
+            "tool_call_content_chunk" => {
+                self.segments.end_thinking(out, None);
+                self.segments.break_text();
+                if !self.tools.append_content(&u, out) {
+                    out.malformed_frame(data);
+                }
+            }
             "usage_update" => self.on_usage(&u, raw, out),
             "state_update" if u.state.as_deref() == Some("idle") && u.stop_reason.is_some() => {
                 let stop = u.stop_reason.as_deref().unwrap_or_default();
@@ -308,17 +327,22 @@ impl AcpAdapter {
         }
     }
 
-    /// A message (`thought == false`) or thought chunk.
-    fn on_chunk(&mut self, kind: &str, u: &Update<'_>, thought: bool, out: &mut Emitter) {
-        let block: Block<'_> = fields(u.content);
-        if let Some(id) = u.message_id.as_deref() {
+    /// Tracks the `messageId` of message and thought content: a new message's text is a
+    /// new segment.
+    fn note_message(&mut self, id: Option<&str>, out: &mut Emitter) {
+        if let Some(id) = id {
             if self.message_id.as_deref().is_some_and(|m| m != id) {
-                // A new message: its text is a new segment.
                 self.segments.break_text();
                 self.segments.end_thinking(out, None);
             }
             self.message_id = Some(id.to_owned());
         }
+    }
+
+    /// A message (`thought == false`) or thought chunk.
+    fn on_chunk(&mut self, kind: &str, u: &Update<'_>, thought: bool, out: &mut Emitter) {
+        let block: Block<'_> = fields(u.content);
+        self.note_message(u.message_id.as_deref(), out);
         match (block.ty.as_deref(), block.text) {
             (Some("text") | None, Some(text)) if !text.is_empty() => {
                 if thought {
@@ -334,6 +358,76 @@ impl AcpAdapter {
                 let detail = serde_json::json!({ "sessionUpdate": kind, "type": ty });
                 out.diagnostic("non_text_content", Some(Json::from_value(&detail)));
             }
+        }
+    }
+
+    /// A v2 whole-message upsert of the agent's message (`thought == false`) or thought:
+    /// its text blocks joined, turned into what is new ([`whole_messages`]).
+    fn on_whole_message(
+        &mut self,
+        kind: &str,
+        u: &Update<'_>,
+        thought: bool,
+        data: &str,
+        out: &mut Emitter,
+    ) {
+        let Some(id) = u.message_id.as_deref() else {
+            out.malformed_frame(data);
+            return;
+        };
+        self.note_message(Some(id), out);
+        let Some(content) = u.content else {
+            out.consumed(); // content absent: the message is unchanged
+            return;
+        };
+        // `null` clears the message, as `[]` does.
+        let blocks: Vec<Block<'_>> = serde_json::from_str(content.get()).unwrap_or_default();
+        let lane = if thought {
+            &mut self.thought_lane
+        } else {
+            &mut self.message_lane
+        };
+        let seen = lane.blocks_seen(id);
+        let mut text = String::new();
+        for (at, block) in blocks.iter().enumerate() {
+            match (block.ty.as_deref(), &block.text) {
+                (Some("text") | None, Some(t)) => text.push_str(t),
+                (Some("text") | None, None) => {}
+                (Some(ty), _) if at >= seen => {
+                    let detail = serde_json::json!({ "sessionUpdate": kind, "type": ty });
+                    out.diagnostic("non_text_content", Some(Json::from_value(&detail)));
+                }
+                _ => {}
+            }
+        }
+        let before = out.next_seq();
+        match lane.upsert(id, &text, blocks.len()) {
+            whole_messages::Change::Unchanged => {}
+            whole_messages::Change::Extend(delta) => self.show(thought, delta, out),
+            whole_messages::Change::Rewrite(whole) => {
+                let detail = serde_json::json!({ "sessionUpdate": kind, "messageId": id });
+                out.diagnostic("message_rewritten", Some(Json::from_value(&detail)));
+                self.segments.break_text();
+                self.segments.end_thinking(out, None);
+                self.show(thought, whole, out);
+            }
+        }
+        if out.next_seq() == before {
+            out.consumed();
+        }
+    }
+
+    /// Shows new message or thought text.
+    fn show(&mut self, thought: bool, text: &str, out: &mut Emitter) {
+        if text.is_empty() {
+            return;
+        }
+        if thought {
+            self.segments
+                .think(out, ThinkingVariant::Raw, text.to_owned());
+        } else {
+            self.segments.end_thinking(out, None);
+            self.segments.say(out, text.to_owned());
         }
     }
 

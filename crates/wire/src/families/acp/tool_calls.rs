@@ -9,6 +9,11 @@
 //! - `input` ← `rawInput`, `output` ← `content` (content blocks, diffs, terminals),
 //!   `result` ← `rawOutput`, `meta` ← `{"locations": …}`.
 //!
+//! A v2 `tool_call_content_chunk` appends one content entry to the call's `content`:
+//! a text block goes out as `output_delta` (a tool row shows output as it streams), any
+//! other entry (a diff, a terminal, an image) as the call's whole `output` so far; the
+//! call's `item/end` carries every entry, the replaced `content` first.
+//!
 //! The first sighting of an id is `item/start` (a `tool_call_update` for an unknown id
 //! starts the item too, as ACP v2 only has upserts); later sightings are `item/update`
 //! with the item's identity and the fields that changed; `completed`/`failed` is
@@ -31,6 +36,8 @@ pub(super) struct ToolCall {
     status: String,
     input: Option<Json>,
     output: Option<Json>,
+    /// Content entries appended by `tool_call_content_chunk` after `output` was set.
+    appended: Vec<Json>,
     result: Option<Json>,
     meta: Option<Json>,
     ended: bool,
@@ -75,6 +82,7 @@ impl ToolCall {
             status: "pending".to_owned(),
             input: None,
             output: None,
+            appended: Vec::new(),
             result: None,
             meta: None,
             ended: false,
@@ -98,6 +106,10 @@ impl ToolCall {
             result: present(u.raw_output),
             meta: locations_meta(u.locations),
         };
+        if changes.output.is_some() {
+            // A replaced `content` drops what chunks appended before it.
+            self.appended.clear();
+        }
         for (mine, new) in [
             (&mut self.input, &changes.input),
             (&mut self.output, &changes.output),
@@ -124,11 +136,25 @@ impl ToolCall {
         }
     }
 
+    /// `content` with the appended chunks after it.
+    fn merged_output(&self) -> Option<Json> {
+        if self.appended.is_empty() {
+            return self.output.clone();
+        }
+        let mut entries = match self.output.as_ref().map(Json::to_value) {
+            Some(serde_json::Value::Array(items)) => items,
+            Some(other) => vec![other],
+            None => Vec::new(),
+        };
+        entries.extend(self.appended.iter().map(Json::to_value));
+        Some(Json::from_value(&entries))
+    }
+
     /// The whole merged item in `phase`.
     fn whole(&self, phase: ItemPhase) -> Item {
         Item {
             input: self.input.clone(),
-            output: self.output.clone(),
+            output: self.merged_output(),
             result: self.result.clone(),
             meta: self.meta.clone(),
             ..self.identity(phase)
@@ -173,6 +199,50 @@ impl ToolCalls {
             meta: changes.meta,
             ..call.identity(ItemPhase::Update)
         });
+        true
+    }
+
+    /// A v2 `tool_call_content_chunk`: appends its entry to the call (starting the call
+    /// when the id is new). `false` when it names no `toolCallId` or carries no content.
+    pub(super) fn append_content(&mut self, u: &Update<'_>, out: &mut Emitter) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Entry<'a> {
+            #[serde(rename = "type", borrow)]
+            ty: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow)]
+            content: Option<super::update::Block<'a>>,
+        }
+        let (Some(id), Some(content)) = (u.tool_call_id.as_deref(), present(u.content)) else {
+            return false;
+        };
+        let at = match self.calls.iter().position(|c| c.id == id) {
+            Some(at) => at,
+            None => {
+                let call = ToolCall::new(id.to_owned());
+                out.emit(call.whole(ItemPhase::Start));
+                self.calls.push(call);
+                self.calls.len() - 1
+            }
+        };
+        let call = &mut self.calls[at];
+        let text = serde_json::from_str::<Entry<'_>>(content.get())
+            .ok()
+            .filter(|e| e.ty.as_deref() == Some("content"))
+            .and_then(|e| e.content)
+            .filter(|b| matches!(b.ty.as_deref(), Some("text") | None))
+            .and_then(|b| b.text.map(std::borrow::Cow::into_owned));
+        call.appended.push(content);
+        let update = match text {
+            Some(text) => Item {
+                output_delta: Some(text),
+                ..call.identity(ItemPhase::Update)
+            },
+            None => Item {
+                output: call.merged_output(),
+                ..call.identity(ItemPhase::Update)
+            },
+        };
+        out.emit(update);
         true
     }
 

@@ -4,8 +4,10 @@
 //! |---|---|
 //! | `agent_message_chunk` (text block) | `assistant` commentary delta |
 //! | `agent_thought_chunk` (text block) | `thinking` delta, variant `raw` |
+//! | v2 `agent_message`, `agent_thought` (whole message by `messageId`) | the same, as deltas of what is new ([`super::whole_messages`]) |
 //! | `tool_call`, `tool_call_update` | `item` ([`super::tool_calls`]) |
-//! | `plan`, `available_commands_update`, `current_mode_update`, `config_option_update`, `session_info_update`, `user_message_chunk`, non-terminal `state_update` | `lifecycle/update`, `diagnostic.code` = the kind |
+//! | v2 `tool_call_content_chunk` | `item/update` of its tool: text as `output_delta`, other content appended to `output` |
+//! | `plan`, `available_commands_update`, `current_mode_update`, `config_option_update`, `session_info_update`, `user_message_chunk`, non-terminal `state_update`; v2 `user_message`, `plan_update`, `plan_removed`, `notice`, `compaction_update`, `compaction_summary_chunk`, `terminal_update`, `terminal_output_chunk`, `prompt_suggestions_update`, `cursor_update`, `subagent_update`, `session_message`, `session_message_chunk`, `replay_complete` | `lifecycle/update`, `diagnostic.code` = the kind |
 //! | `usage_update` | the same, plus `lifecycle.usage` = `{used, size, cost}` |
 //! | `state_update` `idle` with a `stopReason` (protocol v2) | the turn's end |
 //! | anything else | `unknown_session_update` diagnostic (the kind only) |
@@ -22,7 +24,7 @@ use std::borrow::Cow;
 use streamgate_grammar::Json;
 
 /// Session-update kinds that become a kind-coded `lifecycle/update` diagnostic.
-pub(super) const STATUS_KINDS: [&str; 7] = [
+pub(super) const STATUS_KINDS: [&str; 21] = [
     "plan",
     "available_commands_update",
     "current_mode_update",
@@ -30,6 +32,25 @@ pub(super) const STATUS_KINDS: [&str; 7] = [
     "session_info_update",
     "user_message_chunk",
     "state_update",
+    // Protocol v2: the user's whole message, plans by id, notices, context compaction,
+    // and agent-owned terminals (display-only: the tool rows show the activity).
+    "user_message",
+    "plan_update",
+    "notice",
+    "compaction_update",
+    "terminal_update",
+    "terminal_output_chunk",
+    // Protocol v2 session state that is not the agent's reply: plan removal, the
+    // compaction summary, prompt suggestions, the history cursor and replay, sub-agent
+    // progress, session-level messages.
+    "plan_removed",
+    "compaction_summary_chunk",
+    "prompt_suggestions_update",
+    "cursor_update",
+    "subagent_update",
+    "session_message",
+    "session_message_chunk",
+    "replay_complete",
 ];
 
 /// The union of the `update` fields the adapter reads.

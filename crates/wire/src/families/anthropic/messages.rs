@@ -854,7 +854,17 @@ impl Adapter for F1Adapter {
             Step::Done => {}
             Step::Start(head) => {
                 if self.started {
-                    out.unknown_frame("message_start", frame.data);
+                    // Another message while the run's message is open (seen behind
+                    // Vertex): the gateway spliced a restart in. The open message is
+                    // abandoned — its open blocks close, its tools fail — and the turn
+                    // goes on with the new one (docs/families.md).
+                    self.inner.close_all("failed", out);
+                    let detail = serde_json::json!({
+                        "previous": self.start_id,
+                        "id": head.id.as_deref(),
+                    });
+                    out.diagnostic("message_restarted", Some(Json::from_value(&detail)));
+                    self.start_id = head.id.as_deref().map(str::to_owned);
                     return;
                 }
                 self.started = true;

@@ -3,9 +3,12 @@
 //!
 //! Every SSE frame is one whole `GenerateContentResponse`: `candidates[].content.parts[]`
 //! carry text deltas (`thought:true` marks thought *summaries*), `functionCall` parts carry
-//! complete calls (with the opaque `thoughtSignature` beside them), `finishReason` on the
-//! candidate ends the turn, and `usageMetadata` is a cumulative snapshot on every chunk.
+//! complete calls (with the opaque `thoughtSignature` beside them) — or, on Vertex with
+//! streamed arguments, one call over several parts ([`streamed_args`]) — `finishReason` on
+//! the candidate ends the turn, and `usageMetadata` is a cumulative snapshot on every chunk.
 //! There is no `[DONE]`: the terminal frame is the one with a `finishReason`.
+//!
+//! Layout: this file holds the adapter; `streamed_args.rs` assembles streamed arguments.
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
@@ -15,9 +18,16 @@ use crate::framing::Frame;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
+use streamed_args::{PartialArg, StreamedArgs};
 use streamgate_grammar::{
-    Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, ThinkingVariant,
+    Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, Thinking, ThinkingVariant,
 };
+
+mod streamed_args;
+
+/// A streamed call's arguments go out as a snapshot on every part while they are at most
+/// this big; beyond it only the finished arguments do (each snapshot repeats the whole).
+const SNAPSHOT_LIMIT: usize = 16 * 1024;
 
 /// Transcript kind for `thoughtSignature` (opaque continuation state, spec §2).
 const SIGNATURE_KIND: &str = "gemini_thought_signature";
@@ -109,6 +119,7 @@ impl Part<'_> {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct FunctionCall<'a> {
     /// Newer API versions may carry a provider call id; used when present.
     #[serde(borrow)]
@@ -117,6 +128,11 @@ struct FunctionCall<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     args: Option<&'a RawValue>,
+    /// Streamed arguments (Vertex `streamFunctionCallArguments`).
+    #[serde(borrow)]
+    partial_args: Option<Vec<PartialArg<'a>>>,
+    /// More parts of this call follow.
+    will_continue: Option<bool>,
 }
 
 /// The one usage field the adapter reads (for the thinking `tokens` rule, spec §3.2).
@@ -138,6 +154,12 @@ pub struct F5Adapter {
     has_usage: bool,
     /// Thought tokens already reported on earlier thinking segments' end markers.
     thought_tokens_reported: u64,
+    /// The last thinking segment, when it closed before usage gave a thought count: its
+    /// variant and the tokens reported before it. The count is back-filled onto it when
+    /// it arrives (spec §3.2).
+    unreported_thinking: Option<(ThinkingVariant, u64)>,
+    /// The call whose arguments are still streaming (its `item/start` went out).
+    streaming: Option<StreamedArgs>,
     segments: TurnSegments,
     calls: crate::families::whole_calls::WholeCalls,
     /// Function calls announced this turn (the `index` of the next one).
@@ -176,6 +198,7 @@ impl Adapter for F5Adapter {
         // No finishReason ever arrived: stream death (spec §3.4). Close what is open, and
         // never re-tag text as final.
         self.close_thinking(out);
+        self.finish_streamed_call(out);
         self.end_calls(out, "failed");
         stream_closed(out);
         self.ended = true;
@@ -222,6 +245,8 @@ impl F5Adapter {
         if self.ended {
             return;
         }
+        // After the parts: a count that grew while thinking was open is that segment's.
+        self.backfill_thought_tokens(out);
         if let Some(feedback) = chunk.prompt_feedback {
             let blocked = serde_json::from_str::<PromptFeedback<'_>>(feedback.get())
                 .is_ok_and(|f| f.block_reason.is_some());
@@ -277,27 +302,11 @@ impl F5Adapter {
 
     fn part(&mut self, part: Part<'_>, cand_index: u64, out: &mut Emitter) {
         if let Some(call) = part.function_call {
-            self.close_thinking(out);
-            self.segments.break_text();
-            let index = self.call_count;
-            self.call_count += 1;
-            // Gemini gives no call id: `responseId:candidate:call-ordinal` (the golden's
-            // shape), unless the provider supplies one.
-            let id = match call.id {
-                Some(id) => Some(id.into_owned()),
-                None => self
-                    .response_id
-                    .as_ref()
-                    .map(|r| format!("{r}:{cand_index}:{index}")),
-            };
-            if let Some(sig) = part.thought_signature.as_deref() {
-                out.transcript(SIGNATURE_KIND, id.as_deref(), sig);
-            }
-            let args = call.args.map(Json::from_raw);
-            let name = call.name.map(Cow::into_owned);
-            self.calls.start(out, id, index, name, args);
+            self.function_call(call, part.thought_signature.as_deref(), cand_index, out);
             return;
         }
+        // Anything else ends a call whose arguments were still streaming.
+        self.finish_streamed_call(out);
         if let Some(sig) = part.thought_signature.as_deref() {
             // Signatures may also ride on text parts (newer models): opaque either way.
             out.transcript(SIGNATURE_KIND, None, sig);
@@ -327,18 +336,149 @@ impl F5Adapter {
         self.segments.say(out, text.into_owned());
     }
 
+    /// A `functionCall` part: a whole call, the first part of a streamed one, or the next
+    /// part of the call whose arguments are streaming.
+    fn function_call(
+        &mut self,
+        call: FunctionCall<'_>,
+        signature: Option<&str>,
+        cand_index: u64,
+        out: &mut Emitter,
+    ) {
+        let more = call.will_continue == Some(true);
+        if self.streaming.is_some() {
+            let other = call
+                .name
+                .as_deref()
+                .is_some_and(|n| self.calls.last_name().is_some_and(|last| last != n));
+            if !other {
+                self.continue_call(call, more, out);
+                return;
+            }
+            // A call under another name: the streamed one lost its last part.
+            self.finish_streamed_call(out);
+        }
+        self.close_thinking(out);
+        self.segments.break_text();
+        let index = self.call_count;
+        self.call_count += 1;
+        // Gemini gives no call id: `responseId:candidate:call-ordinal` (the golden's
+        // shape), unless the provider supplies one.
+        let id = match call.id {
+            Some(ref id) => Some(id.clone().into_owned()),
+            None => self
+                .response_id
+                .as_ref()
+                .map(|r| format!("{r}:{cand_index}:{index}")),
+        };
+        if let Some(sig) = signature {
+            out.transcript(SIGNATURE_KIND, id.as_deref(), sig);
+        }
+        let name = call.name.clone().map(Cow::into_owned);
+        if !more && call.partial_args.is_none() {
+            let args = call.args.map(Json::from_raw);
+            self.calls.start(out, id, index, name, args);
+            return;
+        }
+        // A streamed call: its row opens now, with the name; the arguments follow.
+        self.calls.start(out, id, index, name, None);
+        self.streaming = Some(StreamedArgs::default());
+        self.continue_call(call, more, out);
+    }
+
+    /// Adds a streamed call's part: its partial arguments (or whole `args`), a late name;
+    /// the part without `willContinue` finishes the call.
+    fn continue_call(&mut self, call: FunctionCall<'_>, more: bool, out: &mut Emitter) {
+        let Some(args) = self.streaming.as_mut() else {
+            return;
+        };
+        if let Some(whole) = call.args {
+            if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(whole.get()) {
+                args.replace(map);
+            }
+        }
+        let mut bad = Vec::new();
+        for piece in call.partial_args.iter().flatten() {
+            if let Err(path) = args.apply(piece) {
+                bad.push(path);
+            }
+        }
+        if !bad.is_empty() {
+            let detail = serde_json::json!({ "json_paths": bad });
+            out.diagnostic("malformed_partial_arg", Some(Json::from_value(&detail)));
+        }
+        // A name on a later part is news only when the first part had none.
+        let name = call
+            .name
+            .map(Cow::into_owned)
+            .filter(|n| self.calls.last_name() != Some(n.as_str()));
+        if !more {
+            self.finish_streamed_call_named(name, out);
+            return;
+        }
+        let input = args.snapshot(SNAPSHOT_LIMIT);
+        // (A part that changes nothing is accounted by its chunk.)
+        if name.is_some() || input.is_some() {
+            let input = input.map(|v| Json::from_value(&v));
+            self.calls.update_last(out, name, input);
+        }
+    }
+
+    /// Ends the streaming of the open call's arguments (if any): its finished arguments
+    /// go out on an `item/update`; the item ends when the turn settles, as whole calls do.
+    fn finish_streamed_call(&mut self, out: &mut Emitter) {
+        self.finish_streamed_call_named(None, out);
+    }
+
+    /// [`Self::finish_streamed_call`] with the name the last part brought, if any.
+    fn finish_streamed_call_named(&mut self, name: Option<String>, out: &mut Emitter) {
+        let Some(args) = self.streaming.take() else {
+            return;
+        };
+        let input = args.finished().map(|v| Json::from_value(&v));
+        if name.is_some() || input.is_some() {
+            self.calls.update_last(out, name, input);
+        }
+    }
+
+    /// Gives the last thinking segment, closed before usage had a thought count, its
+    /// count once one arrives: a tokens-only update (spec §3.2 back-fill).
+    fn backfill_thought_tokens(&mut self, out: &mut Emitter) {
+        if self.segments.thinking_open() {
+            return;
+        }
+        let Some((variant, before)) = self.unreported_thinking else {
+            return;
+        };
+        let Some(total) = self.thought_total() else {
+            return;
+        };
+        self.unreported_thinking = None;
+        self.thought_tokens_reported = total.max(before);
+        out.emit(Thinking::tokens_update(
+            variant,
+            None,
+            total.saturating_sub(before),
+        ));
+    }
+
     /// Closes the open thinking segment; its `tokens` come from the cumulative
     /// `thoughtsTokenCount`, already current because usage rides on the same chunk.
     fn close_thinking(&mut self, out: &mut Emitter) {
         if !self.segments.thinking_open() {
             return;
         }
+        let before = self.thought_tokens_reported;
         let tokens = self.thought_total().map(|total| {
             // Cumulative count: a later segment reports only what it added.
-            let added = total.saturating_sub(self.thought_tokens_reported);
-            self.thought_tokens_reported = total;
+            let added = total.saturating_sub(before);
+            self.thought_tokens_reported = total.max(before);
             added
         });
+        self.unreported_thinking = match tokens {
+            None => self.segments.thinking_variant().map(|v| (v, before)),
+            Some(_) => None,
+        };
         self.segments.end_thinking(out, tokens);
     }
 
@@ -395,7 +535,9 @@ impl F5Adapter {
         extra: Option<Diagnostic>,
         diag: Option<Diagnostic>,
     ) {
+        self.backfill_thought_tokens(out);
         self.close_thinking(out);
+        self.finish_streamed_call(out);
         self.calls.settle(&mut self.segments, &path, out);
         if let Some(extra) = extra {
             out.emit(Lifecycle {
@@ -417,131 +559,4 @@ impl F5Adapter {
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::adapter::Family;
-    use crate::normalizer::{normalize_bytes, Normalized};
-    use proptest::prelude::*;
-    use streamgate_grammar::{check, EventData, SegmentPhase};
-
-    fn run(frames: &[&str]) -> Normalized {
-        let mut bytes = String::new();
-        for f in frames {
-            bytes.push_str("data: ");
-            bytes.push_str(f);
-            bytes.push_str("\r\n\r\n");
-        }
-        normalize_bytes(Family::F5.into(), bytes.as_bytes(), 0)
-    }
-
-    fn lines(n: &Normalized) -> Vec<String> {
-        n.events.iter().map(|e| e.to_json()).collect()
-    }
-
-    #[test]
-    fn later_thinking_segments_report_only_their_own_tokens() {
-        let n = run(&[
-            r#"{"candidates":[{"content":{"parts":[{"text":"a","thought":true}]}}],"usageMetadata":{"thoughtsTokenCount":10}}"#,
-            r#"{"candidates":[{"content":{"parts":[{"text":"x"}]}}],"usageMetadata":{"thoughtsTokenCount":10}}"#,
-            r#"{"candidates":[{"content":{"parts":[{"text":"b","thought":true}]}}],"usageMetadata":{"thoughtsTokenCount":14}}"#,
-            r#"{"candidates":[{"content":{"parts":[{"text":"y"}]},"finishReason":"STOP"}],"usageMetadata":{"thoughtsTokenCount":14}}"#,
-        ]);
-        let tokens: Vec<Option<u64>> = n
-            .events
-            .iter()
-            .filter_map(|e| match &e.data {
-                EventData::Thinking(t) if t.phase == Some(SegmentPhase::End) => Some(t.tokens),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(tokens, vec![Some(10), Some(4)]);
-        // The final answer is the last text segment only (spec §3.5 re-tag).
-        let all = lines(&n).join("\n");
-        assert!(
-            all.contains(r#""phase":"final_answer","text":"y""#),
-            "{all}"
-        );
-        assert!(check(&n.events, &[], Some(n.account)).is_empty());
-    }
-
-    #[test]
-    fn calls_in_separate_chunks_get_distinct_ids_and_signatures_stay_off_the_bus() {
-        let n = run(&[
-            r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"a","args":{}},"thoughtSignature":"U0lHTkFUVVJFLUFBQUFBQUFB"}]}}],"responseId":"R"}"#,
-            r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"b","args":{"k":1}}}]},"finishReason":"STOP"}],"responseId":"R"}"#,
-        ]);
-        let all = lines(&n).join("\n");
-        assert!(all.contains(r#""id":"R:0:0","index":0"#), "{all}");
-        assert!(all.contains(r#""id":"R:0:1","index":1"#), "{all}");
-        assert!(!all.contains("U0lHTkFUVVJF"));
-        assert_eq!(n.transcript.len(), 1);
-        assert_eq!(n.transcript[0].segment.as_deref(), Some("R:0:0"));
-        assert!(all.contains(r#""reason":"tool_use""#));
-        assert!(!all.contains("final_answer"));
-    }
-
-    #[test]
-    fn frames_after_the_terminal_one_are_dropped_but_accounted() {
-        let n = run(&[
-            r#"{"candidates":[{"content":{"parts":[{"text":"hi"}]},"finishReason":"STOP"}]}"#,
-            r#"{"candidates":[{"content":{"parts":[{"text":"late"}]}}]}"#,
-            "not json",
-        ]);
-        assert!(!lines(&n).join("\n").contains("late"));
-        assert!(check(&n.events, &[], Some(n.account)).is_empty());
-    }
-
-    #[test]
-    fn chunking_does_not_change_the_events() {
-        let capture = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"t\\u00e9\",\"thought\": true}]}}],\"usageMetadata\": {\"thoughtsTokenCount\": 3},\"responseId\": \"r\"}\r\n\r\ndata: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\u{1F600} ok\"}]},\"finishReason\": \"STOP\"}]}\r\n\r\n";
-        let whole = normalize_bytes(Family::F5.into(), capture.as_bytes(), 0);
-        for step in [1, 2, 3, 7] {
-            let parts = normalize_bytes(Family::F5.into(), capture.as_bytes(), step);
-            assert_eq!(lines(&parts), lines(&whole), "chunk size {step}");
-        }
-    }
-
-    #[test]
-    fn unknown_shapes_are_diagnosed_not_dropped() {
-        let n = run(&[
-            r#"{"hello":1}"#,
-            r#"[1,2]"#,
-            r#"{"candidates":[{"content":{"parts":[{}]}}]}"#,
-        ]);
-        let all = lines(&n).join("\n");
-        assert!(all.contains("unknown_frame"));
-        assert!(all.contains("malformed_frame"));
-        assert!(all.contains("unknown_part"));
-        assert!(all.contains("stream_closed"));
-        assert!(check(&n.events, &[], Some(n.account)).is_empty());
-    }
-
-    proptest! {
-        #[test]
-        fn arbitrary_bytes_never_break_the_invariants(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let n = normalize_bytes(Family::F5.into(), &bytes, 0);
-            prop_assert!(check(&n.events, &[], Some(n.account)).is_empty());
-        }
-
-        #[test]
-        fn arbitrary_gemini_like_frames_keep_the_invariants(
-            frames in proptest::collection::vec(
-                prop_oneof![
-                    Just(r#"{"candidates":[{"content":{"parts":[{"text":"a","thought":true}]}}],"usageMetadata":{"thoughtsTokenCount":2}}"#),
-                    Just(r#"{"candidates":[{"content":{"parts":[{"text":"b"}]}}]}"#),
-                    Just(r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{}}}]}}],"responseId":"r"}"#),
-                    Just(r#"{"candidates":[{"finishReason":"STOP"}]}"#),
-                    Just(r#"{"candidates":[{"finishReason":"MAX_TOKENS"}]}"#),
-                    Just(r#"{"candidates":[{"finishReason":"SAFETY","safetyRatings":[]}]}"#),
-                    Just(r#"{"candidates":[{"finishReason":"MALFORMED_FUNCTION_CALL"}]}"#),
-                    Just(r#"{"candidates":[{"finishReason":"OTHER","finishMessage":"m"}]}"#),
-                    Just(r#"{"error":{"code":500}}"#),
-                    Just(r#"{"candidates":[{"content":{"parts":[{"te"#),
-                ],
-                0..8,
-            )
-        ) {
-            let n = run(&frames);
-            prop_assert!(check(&n.events, &[], Some(n.account)).is_empty(), "{:?}", lines(&n));
-        }
-    }
-}
+mod tests;

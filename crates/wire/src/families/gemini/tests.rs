@@ -1,0 +1,126 @@
+use crate::adapter::Family;
+use crate::normalizer::{normalize_bytes, Normalized};
+use proptest::prelude::*;
+use streamgate_grammar::{check, EventData, SegmentPhase};
+
+fn run(frames: &[&str]) -> Normalized {
+    let mut bytes = String::new();
+    for f in frames {
+        bytes.push_str("data: ");
+        bytes.push_str(f);
+        bytes.push_str("\r\n\r\n");
+    }
+    normalize_bytes(Family::F5.into(), bytes.as_bytes(), 0)
+}
+
+fn lines(n: &Normalized) -> Vec<String> {
+    n.events.iter().map(|e| e.to_json()).collect()
+}
+
+#[test]
+fn later_thinking_segments_report_only_their_own_tokens() {
+    let n = run(&[
+        r#"{"candidates":[{"content":{"parts":[{"text":"a","thought":true}]}}],"usageMetadata":{"thoughtsTokenCount":10}}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"x"}]}}],"usageMetadata":{"thoughtsTokenCount":10}}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"b","thought":true}]}}],"usageMetadata":{"thoughtsTokenCount":14}}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"y"}]},"finishReason":"STOP"}],"usageMetadata":{"thoughtsTokenCount":14}}"#,
+    ]);
+    let tokens: Vec<Option<u64>> = n
+        .events
+        .iter()
+        .filter_map(|e| match &e.data {
+            EventData::Thinking(t) if t.phase == Some(SegmentPhase::End) => Some(t.tokens),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tokens, vec![Some(10), Some(4)]);
+    // The final answer is the last text segment only (spec §3.5 re-tag).
+    let all = lines(&n).join("\n");
+    assert!(
+        all.contains(r#""phase":"final_answer","text":"y""#),
+        "{all}"
+    );
+    assert!(check(&n.events, &[], Some(n.account)).is_empty());
+}
+
+#[test]
+fn calls_in_separate_chunks_get_distinct_ids_and_signatures_stay_off_the_bus() {
+    let n = run(&[
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"a","args":{}},"thoughtSignature":"U0lHTkFUVVJFLUFBQUFBQUFB"}]}}],"responseId":"R"}"#,
+        r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"b","args":{"k":1}}}]},"finishReason":"STOP"}],"responseId":"R"}"#,
+    ]);
+    let all = lines(&n).join("\n");
+    assert!(all.contains(r#""id":"R:0:0","index":0"#), "{all}");
+    assert!(all.contains(r#""id":"R:0:1","index":1"#), "{all}");
+    assert!(!all.contains("U0lHTkFUVVJF"));
+    assert_eq!(n.transcript.len(), 1);
+    assert_eq!(n.transcript[0].segment.as_deref(), Some("R:0:0"));
+    assert!(all.contains(r#""reason":"tool_use""#));
+    assert!(!all.contains("final_answer"));
+}
+
+#[test]
+fn frames_after_the_terminal_one_are_dropped_but_accounted() {
+    let n = run(&[
+        r#"{"candidates":[{"content":{"parts":[{"text":"hi"}]},"finishReason":"STOP"}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"late"}]}}]}"#,
+        "not json",
+    ]);
+    assert!(!lines(&n).join("\n").contains("late"));
+    assert!(check(&n.events, &[], Some(n.account)).is_empty());
+}
+
+#[test]
+fn chunking_does_not_change_the_events() {
+    let capture = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"t\\u00e9\",\"thought\": true}]}}],\"usageMetadata\": {\"thoughtsTokenCount\": 3},\"responseId\": \"r\"}\r\n\r\ndata: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\u{1F600} ok\"}]},\"finishReason\": \"STOP\"}]}\r\n\r\n";
+    let whole = normalize_bytes(Family::F5.into(), capture.as_bytes(), 0);
+    for step in [1, 2, 3, 7] {
+        let parts = normalize_bytes(Family::F5.into(), capture.as_bytes(), step);
+        assert_eq!(lines(&parts), lines(&whole), "chunk size {step}");
+    }
+}
+
+#[test]
+fn unknown_shapes_are_diagnosed_not_dropped() {
+    let n = run(&[
+        r#"{"hello":1}"#,
+        r#"[1,2]"#,
+        r#"{"candidates":[{"content":{"parts":[{}]}}]}"#,
+    ]);
+    let all = lines(&n).join("\n");
+    assert!(all.contains("unknown_frame"));
+    assert!(all.contains("malformed_frame"));
+    assert!(all.contains("unknown_part"));
+    assert!(all.contains("stream_closed"));
+    assert!(check(&n.events, &[], Some(n.account)).is_empty());
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_break_the_invariants(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let n = normalize_bytes(Family::F5.into(), &bytes, 0);
+        prop_assert!(check(&n.events, &[], Some(n.account)).is_empty());
+    }
+
+    #[test]
+    fn arbitrary_gemini_like_frames_keep_the_invariants(
+        frames in proptest::collection::vec(
+            prop_oneof![
+                Just(r#"{"candidates":[{"content":{"parts":[{"text":"a","thought":true}]}}],"usageMetadata":{"thoughtsTokenCount":2}}"#),
+                Just(r#"{"candidates":[{"content":{"parts":[{"text":"b"}]}}]}"#),
+                Just(r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{}}}]}}],"responseId":"r"}"#),
+                Just(r#"{"candidates":[{"finishReason":"STOP"}]}"#),
+                Just(r#"{"candidates":[{"finishReason":"MAX_TOKENS"}]}"#),
+                Just(r#"{"candidates":[{"finishReason":"SAFETY","safetyRatings":[]}]}"#),
+                Just(r#"{"candidates":[{"finishReason":"MALFORMED_FUNCTION_CALL"}]}"#),
+                Just(r#"{"candidates":[{"finishReason":"OTHER","finishMessage":"m"}]}"#),
+                Just(r#"{"error":{"code":500}}"#),
+                Just(r#"{"candidates":[{"content":{"parts":[{"te"#),
+            ],
+            0..8,
+        )
+    ) {
+        let n = run(&frames);
+        prop_assert!(check(&n.events, &[], Some(n.account)).is_empty(), "{:?}", lines(&n));
+    }
+}
