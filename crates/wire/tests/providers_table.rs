@@ -137,6 +137,9 @@ fn openai_chat(chunk: &Value, keys: &mut BTreeSet<String>) {
     if chunk.get("error").is_some() {
         keys.insert("chunk:error".into());
     }
+    if chunk.get("moderation").is_some_and(|m| !m.is_null()) {
+        keys.insert("chunk:moderation".into());
+    }
     let choices = items(chunk.get("choices"));
     if choices.is_empty() && chunk.get("usage").is_some_and(|u| !u.is_null()) {
         keys.insert("chunk:usage".into());
@@ -157,10 +160,14 @@ fn openai_chat(chunk: &Value, keys: &mut BTreeSet<String>) {
             }
             keys.insert(format!("field:{field}"));
             for part in items(Some(value)) {
-                if let Some(t) = s(part, "type") {
-                    if field == "content" {
+                match (field.as_str(), s(part, "type")) {
+                    ("content", Some(t)) => {
                         keys.insert(format!("part:{t}"));
                     }
+                    ("tool_calls", Some(t)) if t == "custom" => {
+                        keys.insert("field:tool_calls.custom".into());
+                    }
+                    _ => {}
                 }
             }
         }
@@ -242,6 +249,9 @@ fn gemini_part(part: &Value, keys: &mut BTreeSet<String>) {
 fn ollama(line: &Value, keys: &mut BTreeSet<String>) {
     if line.get("error").is_some() {
         keys.insert("line:error".into());
+    }
+    if line.get("logprobs").is_some_and(|l| !l.is_null()) {
+        keys.insert("field:logprobs".into());
     }
     if let Some(r) = s(line, "done_reason") {
         keys.insert(format!("done:{r}"));

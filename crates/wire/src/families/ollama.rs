@@ -5,13 +5,15 @@
 //! tool_calls?}, done}`; the last one has `done:true`, `done_reason` and the perf/usage
 //! counters. Tool-call `arguments` arrive as a parsed JSON **object** (not a string like
 //! Chat Completions) and are passed through verbatim. A failing request streams
-//! `{"error":"…"}`.
+//! `{"error":"…"}`. Reply `images` and top-level `logprobs` have no grammar home: they are
+//! named in `unsupported_frame` diagnostics (never their bytes or values).
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::segments::TurnSegments;
 use crate::framing::Frame;
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -43,6 +45,9 @@ struct Chunk<'a> {
     eval_count: Option<&'a RawValue>,
     #[serde(borrow)]
     eval_duration: Option<&'a RawValue>,
+    /// Per-token log probabilities (request `logprobs`); only their presence is read.
+    #[serde(borrow)]
+    logprobs: Option<&'a RawValue>,
 }
 
 impl<'a> Chunk<'a> {
@@ -86,6 +91,9 @@ struct Message<'a> {
     thinking: Option<Cow<'a, str>>,
     #[serde(borrow)]
     tool_calls: Option<Vec<ToolCall<'a>>>,
+    /// Base64 images (image-generating models); only counted, the bytes are never read.
+    #[serde(borrow)]
+    images: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -113,6 +121,8 @@ pub struct OllamaNativeAdapter {
     ended: bool,
     segments: TurnSegments,
     calls: crate::families::whole_calls::WholeCalls,
+    /// `logprobs` was reported (they ride on every line; once a run says enough).
+    logprobs_reported: bool,
 }
 
 impl Adapter for OllamaNativeAdapter {
@@ -148,6 +158,7 @@ impl Adapter for OllamaNativeAdapter {
         if let Some(message) = chunk.message.as_ref() {
             self.message(message, out);
         }
+        self.logprobs(&chunk, out);
         if chunk.done == Some(true) {
             self.finish(&chunk, out);
         }
@@ -188,6 +199,11 @@ impl OllamaNativeAdapter {
             self.close_thinking(out);
             self.segments.say(out, content.to_owned());
         }
+        if let Some(count) = message.images.map(entries).filter(|&n| n > 0) {
+            // No grammar home for media (spec §6 Phase-1 scope): say how many arrived.
+            let detail = serde_json::json!({ "field": "images", "count": count });
+            out.diagnostic("unsupported_frame", Some(Json::from_value(&detail)));
+        }
         for call in message.tool_calls.iter().flatten() {
             self.close_thinking(out);
             self.segments.break_text();
@@ -201,6 +217,18 @@ impl OllamaNativeAdapter {
             let name = function.and_then(|f| f.name.as_deref()).map(str::to_owned);
             self.calls.start(out, id, index, name, args);
         }
+    }
+
+    /// Log probabilities are debug metadata with no event (spec §6): the first line that
+    /// carries them is reported as `unsupported_frame` naming the field, once a run.
+    fn logprobs(&mut self, chunk: &Chunk<'_>, out: &mut Emitter) {
+        let present = chunk.logprobs.map(entries).is_some_and(|n| n > 0);
+        if !present || self.logprobs_reported {
+            return;
+        }
+        self.logprobs_reported = true;
+        let detail = serde_json::json!({ "field": "logprobs" });
+        out.diagnostic("unsupported_frame", Some(Json::from_value(&detail)));
     }
 
     fn close_thinking(&mut self, out: &mut Emitter) {
@@ -239,6 +267,13 @@ impl OllamaNativeAdapter {
         path.emit(usage, diagnostic, out);
         self.ended = true;
     }
+}
+
+/// How many entries a documented array field holds, without reading them (an image's
+/// bytes are never decoded). Another shape is still one thing that arrived: a server
+/// that drifts from the array form must not turn a good line into a malformed one.
+fn entries(raw: &RawValue) -> usize {
+    serde_json::from_str::<Vec<IgnoredAny>>(raw.get()).map_or(1, |items| items.len())
 }
 
 #[cfg(test)]
@@ -319,6 +354,24 @@ mod tests {
         assert!(check(&n.events, &[], Some(n.account)).is_empty());
     }
 
+    #[test]
+    fn images_are_counted_and_logprobs_named_once_never_carried() {
+        let n = run(&[
+            r#"{"message":{"content":"a"},"logprobs":[{"token":"a","logprob":-0.1}],"done":false}"#,
+            r#"{"message":{"content":"","images":["QUJD","REVG"]},"logprobs":[{"token":"b","logprob":-0.2}],"done":false}"#,
+            r#"{"message":{"content":"","images":[]},"done":true,"done_reason":"stop"}"#,
+        ]);
+        let all = text(&n);
+        assert!(
+            all.contains(r#""detail":{"field":"images","count":2}"#),
+            "{all}"
+        );
+        assert_eq!(all.matches(r#""field":"images""#).count(), 1, "{all}");
+        assert_eq!(all.matches(r#""field":"logprobs""#).count(), 1, "{all}");
+        assert!(!all.contains("QUJD") && !all.contains("-0.1"), "{all}");
+        assert!(check(&n.events, &[], Some(n.account)).is_empty());
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_break_the_invariants(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
@@ -337,6 +390,7 @@ mod tests {
                     Just(r#"{"message":{"content":""},"done":true,"done_reason":"length"}"#),
                     Just(r#"{"message":{"content":""},"done":true,"done_reason":"weird"}"#),
                     Just(r#"{"error":"boom"}"#),
+                    Just(r#"{"message":{"content":"","images":["QUJD"]},"logprobs":[{"token":"x","logprob":-1}],"done":false}"#),
                     Just(r#"{"mess"#),
                 ],
                 0..8,

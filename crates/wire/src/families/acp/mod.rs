@@ -17,9 +17,10 @@
 //! their responses and the client's replies are documented drops; the prompt becomes a
 //! `prompt` `lifecycle/update` diagnostic (detail = its content blocks, non-text blocks
 //! reduced to their `type`).
-//! The agent's `session/request_permission` is a `request_permission` diagnostic
-//! (detail = its params); its `fs/*` and `terminal/*` requests are dropped (the tool
-//! call rows already show the activity). Other methods are `unsupported_frame`.
+//! The agent's `session/request_permission` is a `request_permission` diagnostic and its
+//! `elicitation/create` (a question to the user) an `elicitation` diagnostic (detail =
+//! the params); its `fs/*` and `terminal/*` requests are dropped (the tool call rows
+//! already show the activity). Other methods are `unsupported_frame`.
 //!
 //! `lifecycle/start` (provider `acp`, id = the session id) goes out at the first frame
 //! of the turn (the prompt, an update, an agent request, the turn's end), not during
@@ -38,7 +39,8 @@
 //! | `max_turn_requests` | `end`, reason `max_turn_requests`, `incomplete`, no final answer |
 //! | `refusal` | Reject: `error`/`refusal`, no final answer |
 //! | `cancelled` | Dead: `error`/`error`, diagnostic `cancelled`, open tools `cancelled` |
-//! | v2 `error` | Dead, diagnostic `stop_reason_error` |
+//! | v2 `error` | Dead, diagnostic `stop_reason_error` (the `error` object beside it) |
+//! | v2 an object in its place | Dead, diagnostic `stop_reason_error` carrying the object |
 //! | anything else | `end` `incomplete`, reason `unknown`, diagnostic `stop_reason` |
 //!
 //! - `max_turn_requests` is a turn-budget stop, not a token cut: the last text is what
@@ -51,6 +53,11 @@
 //!   from a failure by its diagnostic code, as codex's `turn_interrupted` and
 //!   OpenClaw's `aborted` are. Suspend (`paused`) would promise a resumable draft ACP
 //!   does not have: the next prompt is a new turn.
+//! - v2 reports a failure on the idle update: `stopReason: "error"` with the JSON-RPC
+//!   error object in `error`, or (drafts) an object in `stopReason`'s place. Either is
+//!   the Dead path, the failure carried by the `stop_reason_error` diagnostic: an object
+//!   where a name was expected is still the turn's end, not a malformed frame that would
+//!   leave the turn to die as `stream_closed`.
 //! - A JSON-RPC `error` response to the prompt is Dead with a `jsonrpc_error`
 //!   diagnostic (message and error object). A stream that ends before any of these is
 //!   stream death (`stream_closed`).
@@ -87,7 +94,7 @@ use streamgate_grammar::{
     Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, ThinkingVariant,
 };
 use tool_calls::ToolCalls;
-use update::{Block, Update, STATUS_KINDS};
+use update::{Block, Stop, Update, STATUS_KINDS};
 
 /// Adapter state for one run (one prompt turn).
 #[derive(Debug, Default)]
@@ -183,10 +190,15 @@ impl AcpAdapter {
         if agent_method(method) {
             self.agent_pending.push(id_key(id));
             self.start(out);
-            if method == "session/request_permission" {
-                out.diagnostic("request_permission", present(params));
-            } else {
-                out.consumed();
+            match method {
+                "session/request_permission" => {
+                    out.diagnostic("request_permission", present(params));
+                }
+                // The agent asks the user a question: as visible as a permission request.
+                "elicitation/create" => {
+                    out.diagnostic("elicitation", present(params));
+                }
+                _ => out.consumed(),
             }
             return;
         }
@@ -228,8 +240,8 @@ impl AcpAdapter {
         let key = id_key(id);
         let r: ResultFields<'_> = fields(result);
         let is_prompt = self.prompt_id.as_deref().is_none_or(|p| p == key);
-        if let (Some(stop), true) = (r.stop_reason.as_deref(), is_prompt) {
-            self.finish(stop, present(r.usage), out);
+        if let (Some(stop), true) = (r.stop_reason, is_prompt) {
+            self.finish(Stop::Named(stop), None, present(r.usage), out);
             return;
         }
         if take(&mut self.agent_pending, &key) {
@@ -314,9 +326,14 @@ impl AcpAdapter {
                 }
             }
             "usage_update" => self.on_usage(&u, raw, out),
-            "state_update" if u.state.as_deref() == Some("idle") && u.stop_reason.is_some() => {
-                let stop = u.stop_reason.as_deref().unwrap_or_default();
-                self.finish(stop, present(u.usage), out);
+            "state_update" if u.state.as_deref() == Some("idle") => {
+                match Stop::of(u.stop_reason) {
+                    Some(stop) => self.finish(stop, u.error, present(u.usage), out),
+                    // Idle without a stop reason does not end foreground work.
+                    None => {
+                        out.diagnostic(kind, Some(Json::from_raw(raw)));
+                    }
+                }
             }
             k if STATUS_KINDS.contains(&k) => {
                 out.diagnostic(k, Some(Json::from_raw(raw)));
@@ -452,13 +469,27 @@ impl AcpAdapter {
         });
     }
 
-    /// The turn's end: the §3.5 dispatch on ACP's `stopReason`.
-    fn finish(&mut self, stop: &str, usage: Option<Json>, out: &mut Emitter) {
+    /// The turn's end: the §3.5 dispatch on ACP's `stopReason` (`error`: the v2 failure
+    /// object beside it).
+    fn finish(
+        &mut self,
+        stop: Stop<'_>,
+        error: Option<&RawValue>,
+        usage: Option<Json>,
+        out: &mut Emitter,
+    ) {
         if usage.is_some() {
             out.saw_usage();
             self.usage = usage;
         }
-        let (path, diagnostic, tool_status) = dispatch(stop);
+        let (path, diagnostic, tool_status) = match stop {
+            Stop::Named(name) => dispatch(&name, error),
+            Stop::Failure(failure) => (
+                Path::Dead(StopReason::Error),
+                Some(failure_diagnostic(failure)),
+                "failed",
+            ),
+        };
         if let Path::Dead(_) = path {
             let diagnostic = diagnostic.unwrap_or_else(|| Diagnostic::new("error", None));
             self.die(diagnostic, tool_status, out);
@@ -484,8 +515,9 @@ impl AcpAdapter {
     }
 }
 
-/// ACP `stopReason` → (§3.5 path, diagnostic, status for still-open tool calls).
-fn dispatch(stop: &str) -> (Path, Option<Diagnostic>, &'static str) {
+/// ACP `stopReason` → (§3.5 path, diagnostic, status for still-open tool calls);
+/// `error` is the failure object beside a v2 `error` reason.
+fn dispatch(stop: &str, error: Option<&RawValue>) -> (Path, Option<Diagnostic>, &'static str) {
     match stop {
         "end_turn" => (Path::Finalize(StopReason::Completed), None, "completed"),
         "max_tokens" => (Path::Truncate, None, "completed"),
@@ -506,7 +538,11 @@ fn dispatch(stop: &str) -> (Path, Option<Diagnostic>, &'static str) {
         ),
         "error" => (
             Path::Dead(StopReason::Error),
-            Some(Diagnostic::new("stop_reason_error", None)),
+            Some(Diagnostic {
+                code: "stop_reason_error".into(),
+                message: error.and_then(error_message),
+                detail: present(error),
+            }),
             "failed",
         ),
         other => (
@@ -514,6 +550,27 @@ fn dispatch(stop: &str) -> (Path, Option<Diagnostic>, &'static str) {
             Some(Diagnostic::new("stop_reason", Some(Json::string(other)))),
             "completed",
         ),
+    }
+}
+
+/// The `stop_reason_error` diagnostic of an object in `stopReason`'s place: the object
+/// whole, and the failure's message (its own `message`, or that of an `error` in it).
+fn failure_diagnostic(failure: &RawValue) -> Diagnostic {
+    #[derive(serde::Deserialize)]
+    struct Nested<'a> {
+        #[serde(borrow, default)]
+        error: Option<&'a RawValue>,
+    }
+    let message = error_message(failure).or_else(|| {
+        serde_json::from_str::<Nested<'_>>(failure.get())
+            .ok()
+            .and_then(|n| n.error)
+            .and_then(error_message)
+    });
+    Diagnostic {
+        code: "stop_reason_error".into(),
+        message,
+        detail: Some(Json::from_raw(failure)),
     }
 }
 

@@ -133,3 +133,35 @@ fn the_prompt_response_usage_is_the_latest() {
     assert_eq!(end["usage"]["totalTokens"], 10);
     assert_eq!(ev[1]["data"]["usage"]["used"], 10);
 }
+
+#[test]
+fn an_elicitation_is_a_diagnostic_with_its_params() {
+    let ev = run(&[
+        UPDATE_TEXT,
+        r#"{"jsonrpc":"2.0","id":9,"method":"elicitation/create","params":{"sessionId":"s","mode":"form","message":"Which?","requestedSchema":{"type":"object"}}}"#,
+        r#"{"jsonrpc":"2.0","id":9,"result":{"action":"decline"}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#,
+    ]);
+    assert_eq!(ev[2]["data"]["diagnostic"]["code"], "elicitation");
+    assert_eq!(ev[2]["data"]["diagnostic"]["detail"]["message"], "Which?");
+    assert_eq!(ev.last().unwrap()["data"]["phase"], "end");
+}
+
+fn idle(stop: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{{"sessionUpdate":"state_update","state":"idle","stopReason":{stop}}}}}}}"#
+    )
+}
+
+#[test]
+fn an_object_stop_reason_is_a_failure_not_a_malformed_frame() {
+    let end = end_of(&idle(r#"{"code":-32000,"message":"quota"}"#));
+    assert_eq!(end["phase"], "error");
+    assert_eq!(end["diagnostic"]["code"], "stop_reason_error");
+    assert_eq!(end["diagnostic"]["message"], "quota");
+    assert_eq!(end["diagnostic"]["detail"]["code"], -32000);
+    // `null` is no stop reason: a status update, the turn goes on.
+    let ev = run(&[UPDATE_TEXT, &idle("null")]);
+    assert_eq!(ev[2]["data"]["diagnostic"]["code"], "state_update");
+    assert_eq!(ev.last().unwrap()["data"]["reason"], "stream_closed");
+}

@@ -86,10 +86,36 @@ pub(super) struct Update<'a> {
     pub cost: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub state: Option<Cow<'a, str>>,
+    /// Read raw: a v2 `stopReason` may be an object describing a failure ([`Stop`]).
     #[serde(borrow, default)]
-    pub stop_reason: Option<Cow<'a, str>>,
+    pub stop_reason: Option<&'a RawValue>,
+    /// The failure beside a v2 `stopReason: "error"` (a JSON-RPC error object).
+    #[serde(borrow, default)]
+    pub error: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub usage: Option<&'a RawValue>,
+}
+
+/// A `stopReason` as the agent sent it.
+pub(super) enum Stop<'a> {
+    /// A named reason (`end_turn`, `cancelled`, v2 `error`, …); a value that is neither a
+    /// string nor an object is named by its JSON text, and dispatched as unknown.
+    Named(Cow<'a, str>),
+    /// An object in the reason's place: a failure described by its fields.
+    Failure(&'a RawValue),
+}
+
+impl<'a> Stop<'a> {
+    /// The stop reason of `raw`; `None` when absent or `null` (not reported).
+    pub(super) fn of(raw: Option<&'a RawValue>) -> Option<Stop<'a>> {
+        let raw = raw.filter(|r| r.get() != "null")?;
+        if raw.get().starts_with('{') {
+            return Some(Stop::Failure(raw));
+        }
+        let name =
+            serde_json::from_str::<Cow<'a, str>>(raw.get()).unwrap_or(Cow::Borrowed(raw.get()));
+        Some(Stop::Named(name))
+    }
 }
 
 impl Update<'_> {

@@ -259,17 +259,30 @@ impl F1eAdapter {
     }
 
     fn snapshot_blocks<'a>(line: &Line<'a>) -> Option<Vec<Block<'a>>> {
+        Some(
+            Self::snapshot_raw_blocks(line)?
+                .into_iter()
+                .map(|(block, _)| block)
+                .collect(),
+        )
+    }
+
+    /// The snapshot's blocks, each with its JSON (for the transcript).
+    fn snapshot_raw_blocks<'a>(line: &Line<'a>) -> Option<Vec<(Block<'a>, &'a RawValue)>> {
         let message: Snapshot<'a> = serde_json::from_str(line.message?.get()).ok()?;
-        serde_json::from_str(message.content?.get()).ok()
+        let raw: Vec<&'a RawValue> = serde_json::from_str(message.content?.get()).ok()?;
+        raw.into_iter()
+            .map(|r| serde_json::from_str(r.get()).ok().map(|b| (b, r)))
+            .collect()
     }
 
     fn assistant(&mut self, line: &Line<'_>, out: &mut Emitter) {
-        let Some(blocks) = Self::snapshot_blocks(line) else {
+        let Some(blocks) = Self::snapshot_raw_blocks(line) else {
             out.consumed();
             return;
         };
         let mut traced = false;
-        for (pos, block) in blocks.iter().enumerate() {
+        for (pos, (block, raw)) in blocks.iter().enumerate() {
             if let Some(sig) = block.signature.as_deref().filter(|s| !s.is_empty()) {
                 out.transcript(SNAPSHOT_SIGNATURE_KIND, None, sig);
                 traced = true;
@@ -280,14 +293,14 @@ impl F1eAdapter {
             // Snapshot-only run (no `--include-partial-messages`): the snapshot is the
             // only source, so reconstruct its blocks as events.
             traced = true;
-            self.snapshot_block(block, pos, out);
+            self.snapshot_block(block, raw, pos, out);
         }
         if !traced {
             out.consumed();
         }
     }
 
-    fn snapshot_block(&mut self, block: &Block<'_>, pos: usize, out: &mut Emitter) {
+    fn snapshot_block(&mut self, block: &Block<'_>, raw: &RawValue, pos: usize, out: &mut Emitter) {
         match block.ty.as_ref() {
             "text" => {
                 let Some(text) = block.text.as_deref().filter(|t| !t.is_empty()) else {
@@ -337,6 +350,11 @@ impl F1eAdapter {
                     ..Item::default()
                 });
                 self.inner.defer_tool(id, name, index);
+            }
+            t if t.ends_with("_tool_result") => {
+                // A server tool's result (web search, web fetch, code execution, MCP):
+                // ends its call as in a stream.
+                self.inner.server_tool_result(None, block, raw, out);
             }
             other => {
                 out.diagnostic("unsupported_frame", Some(Json::string(other)));

@@ -27,6 +27,8 @@ pub const CITATION_KIND: &str = "anthropic_citations_delta";
 /// Transcript kind for server-tool result blocks: they carry `encrypted_content` needed
 /// for replay, so only a display-safe summary goes on the bus.
 pub const TOOL_RESULT_KIND: &str = "anthropic_server_tool_result";
+/// Transcript kind for a compaction block's `encrypted_content` (opaque replay state).
+pub const COMPACTION_KIND: &str = "anthropic_compaction";
 
 /// Open content blocks kept at once; the wire sends one at a time, so more than this is
 /// hostile input and extra blocks are ignored (memory stays bounded).
@@ -100,6 +102,12 @@ pub struct Delta<'a> {
     /// `citations_delta`.
     #[serde(default, borrow)]
     pub citation: Option<&'a RawValue>,
+    /// `compaction_delta`: a piece of the compaction summary.
+    #[serde(default, borrow)]
+    pub content: Option<Cow<'a, str>>,
+    /// `compaction_delta`: opaque state to send back with the summary (replay).
+    #[serde(default, borrow)]
+    pub encrypted_content: Option<Cow<'a, str>>,
     /// `message_delta` stop reason.
     #[serde(default, borrow)]
     pub stop_reason: Option<Cow<'a, str>>,
@@ -256,8 +264,33 @@ enum BlockKind {
         args: String,
         deferred: bool,
     },
+    /// A `compaction` block (context management): its summary, bounded, is reported
+    /// when the block closes ([`COMPACTION_SUMMARY_MAX`]).
+    Compaction {
+        summary: String,
+        cut: bool,
+    },
     /// Structural or already-reported blocks: their deltas and stop are consumed.
     Quiet,
+}
+
+/// A compaction summary is session state, not the reply: reported as a diagnostic whose
+/// text is cut here (the raw stream keeps it whole).
+const COMPACTION_SUMMARY_MAX: usize = 64 * 1024;
+
+/// Appends `piece` to a compaction summary within [`COMPACTION_SUMMARY_MAX`].
+fn push_summary(summary: &mut String, cut: &mut bool, piece: &str) {
+    let room = COMPACTION_SUMMARY_MAX.saturating_sub(summary.len());
+    if piece.len() <= room {
+        summary.push_str(piece);
+        return;
+    }
+    let mut end = room;
+    while !piece.is_char_boundary(end) {
+        end -= 1;
+    }
+    summary.push_str(&piece[..end]);
+    *cut = true;
 }
 
 #[derive(Debug)]
@@ -430,6 +463,15 @@ impl MessageMachine {
                 out.diagnostic("model_fallback", Some(Json::from_raw(stub)));
                 BlockKind::Quiet
             }
+            "compaction" => {
+                let (mut summary, mut cut) = (String::new(), false);
+                let start = block
+                    .content
+                    .and_then(|c| serde_json::from_str::<String>(c.get()).ok());
+                push_summary(&mut summary, &mut cut, start.as_deref().unwrap_or_default());
+                out.consumed();
+                BlockKind::Compaction { summary, cut }
+            }
             t if t.ends_with("_tool_result") => {
                 self.tool_result_start(index, &block, stub, out);
                 BlockKind::Quiet
@@ -488,8 +530,21 @@ impl MessageMachine {
         stub: &RawValue,
         out: &mut Emitter,
     ) {
-        out.transcript(TOOL_RESULT_KIND, Some(&index.to_string()), stub.get());
-        let failed = is_error_content(block.content);
+        self.server_tool_result(Some(&index.to_string()), block, stub, out);
+    }
+
+    /// A server tool's `*_tool_result` block (streamed, or whole in a claude-cli
+    /// snapshot): the block to the transcript (it carries replay state), its owning call
+    /// ended with a display-safe summary, `failed` on an error result.
+    pub fn server_tool_result(
+        &mut self,
+        segment: Option<&str>,
+        block: &Block<'_>,
+        raw: &RawValue,
+        out: &mut Emitter,
+    ) {
+        out.transcript(TOOL_RESULT_KIND, segment, raw.get());
+        let failed = block.is_error == Some(true) || is_error_content(block.content);
         let summary = block.content.map(result_summary);
         self.resolve_tool(
             block.tool_use_id.as_deref().unwrap_or_default(),
@@ -560,6 +615,13 @@ impl MessageMachine {
                     _ => out.consumed(),
                 }
             }
+            (BlockKind::Compaction { summary, cut }, "compaction_delta") => {
+                push_summary(summary, cut, delta.content.as_deref().unwrap_or_default());
+                match &delta.encrypted_content {
+                    Some(state) => out.transcript(COMPACTION_KIND, Some(&index.to_string()), state),
+                    None => out.consumed(),
+                }
+            }
             (BlockKind::Quiet, _) => out.consumed(),
             _ => {
                 out.unknown_frame("content_block_delta", raw);
@@ -618,6 +680,11 @@ impl MessageMachine {
         let id = block.index.to_string();
         match block.kind {
             BlockKind::Text | BlockKind::Quiet => false,
+            BlockKind::Compaction { summary, cut } => {
+                let detail = serde_json::json!({ "summary": summary, "cut": cut });
+                out.diagnostic("compaction", Some(Json::from_value(&detail)));
+                true
+            }
             BlockKind::Thinking { started: false } if cut => false,
             BlockKind::Thinking { started } => {
                 let variant = if started {

@@ -9,6 +9,14 @@
 //! Usage is the last `thread/tokenUsage/updated` (turn/completed carries none).
 //! `rawResponseItem/completed` mirrors the F3 items: reasoning items (encrypted replay
 //! state) go to the transcript as `codex_raw_reasoning`, the rest is a consumed mirror.
+//!
+//! Items that are not agent activity are not tool rows: `userMessage` and `hookPrompt`
+//! (input a hook injected) are consumed; a `plan` (plan mode's `<proposed_plan>` block,
+//! split out of the agent's message) is a kind-coded `plan` diagnostic at completion, and
+//! the final answer of a completed turn that has no answer-labelled (or unlabelled) agent
+//! message: codex exec's own last-message rule falls back to the plan the same way.
+//! Documented notifications the adapter does not map are `unsupported_frame` naming the
+//! method; `model/rerouted` is a `model_fallback` diagnostic (detail = its params).
 
 use super::{commentary_snapshot, error_message, parse_item};
 use crate::adapter::{Adapter, Close};
@@ -17,7 +25,7 @@ use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::{commentary_delta, final_answer, unsupported, RawItem};
 use crate::families::tools::{end_open_tools, present};
 use crate::framing::Frame;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::{
@@ -27,6 +35,50 @@ use streamgate_grammar::{
 
 /// Transcript kind for the raw F3 reasoning item mirrored by `rawResponseItem/completed`.
 pub const RAW_REASONING_KIND: &str = "codex_raw_reasoning";
+
+/// Notifications the public schema documents that carry no turn content this adapter
+/// maps (thread and account metadata, realtime voice, approval reviews, hooks, progress
+/// the item rows already show): `unsupported_frame` naming the method, params in SG_RAW.
+/// `turn/plan/updated` is not listed yet: the `codex-appserver/misc` fixture pins it as
+/// `unknown_frame`.
+const UNMAPPED_NOTIFICATIONS: [&str; 36] = [
+    "turn/diff/updated",
+    "item/plan/delta",
+    "item/mcpToolCall/progress",
+    "item/commandExecution/terminalInteraction",
+    "item/fileChange/patchUpdated",
+    "item/autoApprovalReview/started",
+    "item/autoApprovalReview/completed",
+    "hook/started",
+    "hook/completed",
+    "thread/compacted",
+    "serverRequest/resolved",
+    "thread/name/updated",
+    "thread/archived",
+    "thread/unarchived",
+    "thread/closed",
+    "skills/changed",
+    "account/updated",
+    "account/login/completed",
+    "app/list/updated",
+    "mcpServer/oauthLogin/completed",
+    "fs/changed",
+    "configWarning",
+    "deprecationNotice",
+    "fuzzyFileSearch/sessionUpdated",
+    "fuzzyFileSearch/sessionCompleted",
+    "command/exec/outputDelta",
+    "windows/worldWritableWarning",
+    "windowsSandbox/setupCompleted",
+    "thread/realtime/started",
+    "thread/realtime/itemAdded",
+    "thread/realtime/transcript/delta",
+    "thread/realtime/transcript/done",
+    "thread/realtime/outputAudio/delta",
+    "thread/realtime/sdp",
+    "thread/realtime/error",
+    "thread/realtime/closed",
+];
 
 /// One JSON-RPC message: a notification, a response, or a server→client request.
 #[derive(Deserialize)]
@@ -101,6 +153,23 @@ struct ThreadItem<'a> {
     /// Raw reasoning parts (strings in the v2 protocol).
     #[serde(borrow, default)]
     content: Option<&'a RawValue>,
+    /// MCP server of an `mcpToolCall`.
+    #[serde(borrow, default)]
+    server: Option<Cow<'a, str>>,
+    /// Tool name (`mcpToolCall`, `dynamicToolCall`, `collabAgentToolCall`).
+    #[serde(borrow, default)]
+    tool: Option<Cow<'a, str>>,
+    /// A failed `mcpToolCall`'s `{message}`.
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+    /// A `fileChange`'s `{path, kind, diff}` list.
+    #[serde(borrow, default)]
+    changes: Option<&'a RawValue>,
+    /// An `imageGeneration`'s rewritten prompt and where the image was saved.
+    #[serde(borrow, default)]
+    revised_prompt: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    saved_path: Option<Cow<'a, str>>,
 }
 
 impl ThreadItem<'_> {
@@ -108,21 +177,128 @@ impl ThreadItem<'_> {
         self.ty.as_deref().unwrap_or("")
     }
 
-    /// What the item was asked to do, for tool rows.
+    /// What the item was asked to do, for tool rows (a file change: what it touches).
     fn input(&self) -> Option<Json> {
         if let Some(c) = self.command.as_deref() {
             return Some(Json::string(c));
+        }
+        if self.kind() == "fileChange" {
+            return change_outline(self.changes);
         }
         [self.invocation, self.arguments, self.query]
             .into_iter()
             .find_map(present)
     }
 
+    /// What the item produced (a generated image: its size, never its bytes).
     fn output(&self) -> Option<Json> {
+        if self.kind() == "imageGeneration" {
+            return self.image_outline();
+        }
         [self.aggregated_output, self.output, self.result]
             .into_iter()
             .find_map(present)
     }
+
+    /// `server/tool` for MCP calls, the tool name for other named calls.
+    fn title(&self) -> Option<String> {
+        match (self.server.as_deref(), self.tool.as_deref()) {
+            (Some(s), Some(t)) => Some(format!("{s}/{t}")),
+            (None, Some(t)) => Some(t.to_owned()),
+            _ => None,
+        }
+    }
+
+    fn failed(&self) -> bool {
+        matches!(
+            self.status.as_deref(),
+            Some("failed" | "declined" | "error")
+        ) || self.exit_code.is_some_and(|c| c != 0)
+            || present(self.error).is_some()
+    }
+
+    /// An `imageGeneration`'s output: the size of its base64 `result` (the image stays in
+    /// SG_RAW: an image is not text a channel shows, and it would swell every consumer),
+    /// the revised prompt and the saved path when given.
+    fn image_outline(&self) -> Option<Json> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct ImageOutline<'b> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            result_bytes: Option<usize>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            revised_prompt: Option<&'b str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            saved_path: Option<&'b str>,
+        }
+        let result_bytes = self
+            .result
+            .and_then(|r| serde_json::from_str::<Cow<'_, str>>(r.get()).ok())
+            .map(|r| r.len());
+        let outline = ImageOutline {
+            result_bytes,
+            revised_prompt: self.revised_prompt.as_deref(),
+            saved_path: self.saved_path.as_deref(),
+        };
+        if outline.result_bytes.is_none()
+            && outline.revised_prompt.is_none()
+            && outline.saved_path.is_none()
+        {
+            return None;
+        }
+        Some(Json::from_value(&outline))
+    }
+}
+
+/// A `fileChange`'s `changes` as `{path, kind}` per file (`move_path` when the update
+/// moves the file): what the change touches, without the diffs, which can be large and
+/// are kept in SG_RAW. `None` when `changes` is not such a list.
+fn change_outline(raw: Option<&RawValue>) -> Option<Json> {
+    /// `kind` is `{type, move_path}` in the v2 schema, a bare string in older ones.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Kind<'a> {
+        Name(#[serde(borrow)] Cow<'a, str>),
+        Tagged {
+            #[serde(borrow, rename = "type", default)]
+            ty: Option<Cow<'a, str>>,
+            #[serde(borrow, default, alias = "movePath")]
+            move_path: Option<Cow<'a, str>>,
+        },
+    }
+    #[derive(Deserialize)]
+    struct Change<'a> {
+        #[serde(borrow, default)]
+        path: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        kind: Option<Kind<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Touched<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        path: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kind: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        move_path: Option<Cow<'a, str>>,
+    }
+    let changes: Vec<Change<'_>> = serde_json::from_str(raw?.get()).ok()?;
+    let touched: Vec<Touched<'_>> = changes
+        .into_iter()
+        .map(|c| {
+            let (kind, move_path) = match c.kind {
+                Some(Kind::Name(n)) => (Some(n), None),
+                Some(Kind::Tagged { ty, move_path }) => (ty, move_path),
+                None => (None, None),
+            };
+            Touched {
+                path: c.path,
+                kind,
+                move_path,
+            }
+        })
+        .collect();
+    Some(Json::from_value(&touched))
 }
 
 /// Joins reasoning parts: plain strings (v2) or `{text}` objects.
@@ -209,6 +385,9 @@ pub struct CodexAppServerAdapter {
     final_msg: Option<(String, String)>,
     /// An unlabelled message waiting to learn whether it is the last one.
     pending: Option<(String, String)>,
+    /// The turn's latest plan (id, text): the answer of a turn whose agent messages
+    /// (if any) are all commentary.
+    plan: Option<(String, String)>,
     /// Open tool-like items: id and type name.
     tools: Vec<(String, String)>,
     /// The reasoning item the next raw mirror belongs to.
@@ -320,9 +499,7 @@ impl CodexAppServerAdapter {
                 | "mcpServer/startupStatus/updated"
                 | "remoteControl/status/changed"
                 | "account/rateLimits/updated" => out.consumed(),
-                _ => {
-                    out.unknown_frame(method, data);
-                }
+                _ => unmapped(method, data, out),
             }
             return;
         };
@@ -365,9 +542,7 @@ impl CodexAppServerAdapter {
             "rawResponseItem/completed" => self.on_raw_item(&p, out),
             "turn/completed" => self.on_turn_completed(p.turn, out),
             "error" => self.on_error(&p, out),
-            _ => {
-                out.unknown_frame(method, data);
-            }
+            _ => unmapped(method, data, out),
         }
     }
 
@@ -463,8 +638,10 @@ impl CodexAppServerAdapter {
                 self.last_reasoning = Some(id);
                 out.consumed();
             }
-            // Input echo: not channel content.
-            "userMessage" => out.consumed(),
+            // Input echo and hook-injected input: not agent activity.
+            "userMessage" | "hookPrompt" => out.consumed(),
+            // Plan text arrives whole at completion (authoritative over its deltas).
+            "plan" => out.consumed(),
             kind => {
                 self.flush_pending(out);
                 self.tools.push((id.clone(), kind.to_owned()));
@@ -473,6 +650,7 @@ impl CodexAppServerAdapter {
                     id: Some(id),
                     kind: "tool".into(),
                     name: Some(kind.to_owned()),
+                    title: item.title(),
                     status: Some("in_progress".into()),
                     input: item.input(),
                     ..Item::default()
@@ -491,24 +669,40 @@ impl CodexAppServerAdapter {
             "reasoning" => {
                 reasoning_snapshot(join_parts(item.summary), join_parts(item.content), id, out)
             }
-            "userMessage" => out.consumed(),
+            "userMessage" | "hookPrompt" => out.consumed(),
+            "plan" => self.plan_completed(&item, id, raw, out),
             kind => {
-                let failed = matches!(
-                    item.status.as_deref(),
-                    Some("failed" | "declined" | "error")
-                ) || item.exit_code.is_some_and(|c| c != 0);
+                let status = if item.failed() { "failed" } else { "completed" };
                 self.tools.retain(|(tid, _)| *tid != id);
                 out.emit(Item {
                     phase: ItemPhase::End,
                     id: Some(id),
                     kind: "tool".into(),
                     name: Some(kind.to_owned()),
-                    status: Some(if failed { "failed" } else { "completed" }.into()),
+                    title: item.title(),
+                    status: Some(status.into()),
                     input: item.input(),
                     output: item.output(),
+                    result: present(item.error),
                     ..Item::default()
                 });
             }
+        }
+    }
+
+    /// A completed plan: a status update carrying the item; its text is kept as the
+    /// answer of a turn that ends with no answer-labelled or unlabelled agent message.
+    fn plan_completed(
+        &mut self,
+        item: &ThreadItem<'_>,
+        id: String,
+        raw: Option<&RawValue>,
+        out: &mut Emitter,
+    ) {
+        out.diagnostic("plan", raw.map(Json::from_raw));
+        let text = item.text.as_deref().unwrap_or("");
+        if !text.is_empty() {
+            self.plan = Some((id, text.to_owned()));
         }
     }
 
@@ -587,8 +781,14 @@ impl CodexAppServerAdapter {
         let usage = self.usage.clone();
         if status == "completed" {
             // Finalize: the phase-labelled answer, else (unlabelled servers) the last
-            // message by position. Zero text → no final answer.
-            if let Some((id, text)) = self.final_msg.take().or_else(|| self.pending.take()) {
+            // message by position, else the plan (plan mode split the whole reply into
+            // it). Zero text → no final answer.
+            let answer = self
+                .final_msg
+                .take()
+                .or_else(|| self.pending.take())
+                .or_else(|| self.plan.take());
+            if let Some((id, text)) = answer {
                 out.emit(final_answer(&id, &text, false));
             }
             Path::Finalize(StopReason::Completed).emit(usage, None, out);
@@ -606,6 +806,27 @@ impl CodexAppServerAdapter {
 
     fn end_tools(&mut self, status: &str, out: &mut Emitter) {
         end_open_tools(&mut self.tools, status, out);
+    }
+}
+
+/// A notification the adapter does not read: `model/rerouted` is the spec's
+/// `model_fallback` diagnostic (detail = its params: from/to model and reason); other
+/// documented methods are `unsupported_frame`; anything else is an `unknown_frame`.
+fn unmapped(method: &str, data: &str, out: &mut Emitter) {
+    if method == "model/rerouted" {
+        #[derive(Deserialize)]
+        struct RawParams<'a> {
+            #[serde(borrow, default)]
+            params: Option<&'a RawValue>,
+        }
+        let params = serde_json::from_str::<RawParams<'_>>(data)
+            .ok()
+            .and_then(|m| present(m.params));
+        out.diagnostic("model_fallback", params);
+    } else if UNMAPPED_NOTIFICATIONS.contains(&method) {
+        unsupported(out, method);
+    } else {
+        out.unknown_frame(method, data);
     }
 }
 
@@ -673,6 +894,59 @@ mod tests {
         ]);
         assert!(ev.iter().all(|e| e["data"]["phase"] != "final_answer"));
         assert_eq!(ev.last().unwrap()["data"]["phase"], "error");
+    }
+
+    const TURN_DONE: &str =
+        r#"{"method":"turn/completed","params":{"turn":{"status":"completed","error":null}}}"#;
+
+    #[test]
+    fn hook_prompts_are_input_and_plans_are_status_updates() {
+        let ev = run(&[
+            r#"{"method":"item/started","params":{"item":{"type":"hookPrompt","id":"h","fragments":[{"text":"again","hookRunId":"r"}]}}}"#,
+            r#"{"method":"item/completed","params":{"item":{"type":"hookPrompt","id":"h","fragments":[{"text":"again","hookRunId":"r"}]}}}"#,
+            r#"{"method":"item/started","params":{"item":{"type":"plan","id":"p","text":""}}}"#,
+            r#"{"method":"item/completed","params":{"item":{"type":"plan","id":"p","text":"1. Do it"}}}"#,
+            FINAL_STARTED,
+            FINAL_DONE,
+            TURN_DONE,
+        ]);
+        assert!(ev.iter().all(|e| e["stream"] != "item"));
+        assert_eq!(ev[0]["data"]["diagnostic"]["code"], "plan");
+        // An answer-labelled message is the answer; the plan is not.
+        assert_eq!(ev[1]["data"]["phase"], "final_answer");
+        assert_eq!(ev[1]["data"]["text"], "42");
+    }
+
+    #[test]
+    fn a_failed_mcp_call_keeps_its_error_and_an_image_only_its_size() {
+        let ev = run(&[
+            r#"{"method":"item/completed","params":{"item":{"type":"mcpToolCall","id":"c","server":"s","tool":"t","status":"failed","arguments":{},"result":null,"error":{"message":"boom"}}}}"#,
+            r#"{"method":"item/completed","params":{"item":{"type":"imageGeneration","id":"i","status":"completed","revisedPrompt":null,"result":"QUJDRA=="}}}"#,
+            TURN_DONE,
+        ]);
+        assert_eq!(ev[0]["data"]["title"], "s/t");
+        assert_eq!(ev[0]["data"]["status"], "failed");
+        assert_eq!(ev[0]["data"]["result"]["message"], "boom");
+        assert_eq!(
+            ev[1]["data"]["output"],
+            serde_json::json!({"resultBytes": 8})
+        );
+        assert!(!ev[1].to_string().contains("QUJDRA=="));
+    }
+
+    #[test]
+    fn documented_notifications_are_unsupported_and_a_reroute_is_a_fallback() {
+        let ev = run(&[
+            r#"{"method":"thread/compacted","params":{"threadId":"t","turnId":"u"}}"#,
+            r#"{"method":"model/rerouted","params":{"fromModel":"a","toModel":"b","reason":"capacity"}}"#,
+            r#"{"method":"thread/teleported","params":{}}"#,
+            TURN_DONE,
+        ]);
+        assert_eq!(ev[0]["data"]["diagnostic"]["code"], "unsupported_frame");
+        assert_eq!(ev[0]["data"]["diagnostic"]["detail"], "thread/compacted");
+        assert_eq!(ev[1]["data"]["diagnostic"]["code"], "model_fallback");
+        assert_eq!(ev[1]["data"]["diagnostic"]["detail"]["toModel"], "b");
+        assert_eq!(ev[2]["data"]["diagnostic"]["code"], "unknown_frame");
     }
 
     #[test]

@@ -20,6 +20,11 @@
 //!   `failed`/`declined` status, a non-zero exit code or an `error` make the end
 //!   `failed`.
 //! - `error` item: non-fatal, a `codex_error_item` diagnostic.
+//! - `plan` item (plan mode's `<proposed_plan>` block, split out of the agent's message):
+//!   at completion a kind-coded `plan` diagnostic, detail = the item verbatim (a status
+//!   update, like ACP's `plan`). A turn that completes with no agent message releases the
+//!   last plan's text as the final answer: codex exec's own last-message rule falls back
+//!   to the plan when the turn has no agent message.
 //! - Unknown item types → an `unknown_item_type` diagnostic (type tag only), never a
 //!   panic or a silent drop; `item.plan.delta` / `request_user_input` →
 //!   `unsupported_frame`.
@@ -162,6 +167,8 @@ pub struct CodexExecAdapter {
     terminated: bool,
     /// The turn's latest agent message (id, text): the final-answer candidate.
     last_message: Option<(String, String)>,
+    /// The turn's latest plan (id, text): the final answer when no agent message came.
+    last_plan: Option<(String, String)>,
     /// Tool rows started and not yet ended (id, name).
     tools: Vec<(String, String)>,
     /// Agent messages without an id get a positional one.
@@ -239,8 +246,9 @@ impl CodexExecAdapter {
                 let id = item.id.as_deref().unwrap_or("").to_owned();
                 reasoning_snapshot(text, String::new(), id, out);
             }
+            "plan" if completed => self.plan_completed(&item, raw, out),
             // Whole text only arrives at completion; earlier states carry nothing new.
-            "agent_message" | "reasoning" => out.consumed(),
+            "agent_message" | "reasoning" | "plan" => out.consumed(),
             "error" => {
                 out.diagnostic("codex_error_item", raw.map(Json::from_raw));
             }
@@ -268,6 +276,17 @@ impl CodexExecAdapter {
         }
         out.emit(commentary_snapshot(id.clone(), text.to_owned()));
         self.last_message = Some((id, text.to_owned()));
+    }
+
+    /// A completed plan: a status update carrying the item; its text is kept as the
+    /// fallback answer of a turn without agent messages.
+    fn plan_completed(&mut self, item: &ExecItem<'_>, raw: Option<&RawValue>, out: &mut Emitter) {
+        out.diagnostic("plan", raw.map(Json::from_raw));
+        let text = item.text.as_deref().unwrap_or("");
+        if !text.is_empty() {
+            let id = item.id.as_deref().unwrap_or("plan").to_owned();
+            self.last_plan = Some((id, text.to_owned()));
+        }
     }
 
     fn tool_started(&mut self, item: &ExecItem<'_>, out: &mut Emitter) {
@@ -306,8 +325,9 @@ impl CodexExecAdapter {
         self.end_tools("completed", out);
         let path = Path::Finalize(StopReason::Completed);
         if let Some(truncated) = path.final_answer() {
-            // Zero-text finalize: no agent message, no final answer.
-            if let Some((id, text)) = self.last_message.take() {
+            // The last agent message, else the last plan; neither: no final answer.
+            let answer = self.last_message.take().or_else(|| self.last_plan.take());
+            if let Some((id, text)) = answer {
                 out.emit(final_answer(&id, &text, truncated));
             }
         }
@@ -365,6 +385,26 @@ mod tests {
         assert_eq!(finals.len(), 1);
         assert_eq!(finals[0]["data"]["text"], "Done.");
         assert_eq!(finals[0]["data"]["id"], "i1");
+    }
+
+    #[test]
+    fn a_plan_is_a_status_update_and_the_answer_only_without_agent_messages() {
+        let plan =
+            r#"{"type":"item.completed","item":{"id":"p1","type":"plan","text":"1. Do it"}}"#;
+        let done = r#"{"type":"turn.completed","usage":null}"#;
+        let msg = r#"{"type":"item.completed","item":{"id":"m1","type":"agent_message","text":"Plan ready."}}"#;
+        let ev = run(&[plan, msg, done]);
+        assert_eq!(ev[0]["data"]["diagnostic"]["code"], "plan");
+        assert_eq!(ev[0]["data"]["diagnostic"]["detail"]["text"], "1. Do it");
+        let finals: Vec<_> = ev
+            .iter()
+            .filter(|e| e["data"]["phase"] == "final_answer")
+            .collect();
+        assert_eq!(finals.len(), 1);
+        assert_eq!(finals[0]["data"]["id"], "m1");
+        let ev = run(&[plan, done]);
+        assert_eq!(ev[1]["data"]["phase"], "final_answer");
+        assert_eq!(ev[1]["data"]["text"], "1. Do it");
     }
 
     #[test]

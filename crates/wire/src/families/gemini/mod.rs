@@ -8,7 +8,8 @@
 //! the candidate ends the turn, and `usageMetadata` is a cumulative snapshot on every chunk.
 //! There is no `[DONE]`: the terminal frame is the one with a `finishReason`.
 //!
-//! Layout: this file holds the adapter; `streamed_args.rs` assembles streamed arguments.
+//! Layout: this file holds the adapter; `streamed_args.rs` assembles streamed arguments;
+//! `inline_bytes.rs` keeps base64 media out of the diagnostics that report a part.
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
@@ -23,6 +24,7 @@ use streamgate_grammar::{
     Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, Thinking, ThinkingVariant,
 };
 
+mod inline_bytes;
 mod streamed_args;
 
 /// A streamed call's arguments go out as a snapshot on every part while they are at most
@@ -50,6 +52,9 @@ struct Chunk<'a> {
     /// stream fails after the HTTP headers went out.
     #[serde(borrow)]
     error: Option<&'a RawValue>,
+    /// The model's lifecycle stage and retirement time (a deprecation warning).
+    #[serde(borrow)]
+    model_status: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -73,6 +78,13 @@ struct Candidate<'a> {
     safety_ratings: Option<&'a RawValue>,
     #[serde(borrow)]
     citation_metadata: Option<&'a RawValue>,
+    #[serde(borrow)]
+    grounding_metadata: Option<&'a RawValue>,
+    #[serde(borrow)]
+    url_context_metadata: Option<&'a RawValue>,
+    /// Token log probabilities (`responseLogprobs`): debug metadata with no event.
+    #[serde(borrow)]
+    logprobs_result: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -102,6 +114,12 @@ struct Part<'a> {
     code_execution_result: Option<&'a RawValue>,
     #[serde(borrow)]
     function_response: Option<&'a RawValue>,
+    /// A built-in tool call that Gemini runs server-side (the client does not).
+    #[serde(borrow)]
+    tool_call: Option<&'a RawValue>,
+    /// The server-side built-in tool's result.
+    #[serde(borrow)]
+    tool_response: Option<&'a RawValue>,
 }
 
 impl Part<'_> {
@@ -112,6 +130,8 @@ impl Part<'_> {
             ("executableCode", self.executable_code),
             ("codeExecutionResult", self.code_execution_result),
             ("functionResponse", self.function_response),
+            ("toolCall", self.tool_call),
+            ("toolResponse", self.tool_response),
         ]
         .into_iter()
         .find_map(|(name, raw)| raw.map(|r| (name, r)))
@@ -166,6 +186,10 @@ pub struct F5Adapter {
     call_count: u64,
     /// Latest `safetyRatings`, reported once at the end of the turn.
     safety_ratings: Option<Json>,
+    /// `logprobsResult` was reported (it rides on every chunk; once a run says enough).
+    logprobs_reported: bool,
+    /// `modelStatus` was reported (repeated on every chunk; once a run says enough).
+    model_status_reported: bool,
 }
 
 impl Adapter for F5Adapter {
@@ -221,7 +245,8 @@ impl F5Adapter {
         let known = chunk.candidates.is_some()
             || chunk.error.is_some()
             || chunk.prompt_feedback.is_some()
-            || chunk.usage_metadata.is_some();
+            || chunk.usage_metadata.is_some()
+            || chunk.model_status.is_some();
         if !known {
             out.unknown_frame(frame.event.unwrap_or("frame"), frame.data);
             return;
@@ -230,6 +255,7 @@ impl F5Adapter {
         // empty delta): its content surfaces on later events.
         out.consumed();
         self.start(chunk.model_version.as_deref(), out);
+        self.model_status(chunk.model_status, out);
 
         if let Some(error) = chunk.error {
             let diag = Diagnostic::new("provider_error", Some(Json::from_raw(error)));
@@ -276,7 +302,18 @@ impl F5Adapter {
         });
     }
 
-    fn candidate(&mut self, candidate: Candidate<'_>, out: &mut Emitter) {
+    /// `modelStatus`, once a run: the operator's warning that the model is deprecated or
+    /// will be retired, verbatim (stage, retirement time, message).
+    fn model_status(&mut self, status: Option<&RawValue>, out: &mut Emitter) {
+        let Some(status) = status else { return };
+        if self.model_status_reported {
+            return;
+        }
+        self.model_status_reported = true;
+        out.diagnostic("model_status", Some(Json::from_raw(status)));
+    }
+
+    fn candidate(&mut self, mut candidate: Candidate<'_>, out: &mut Emitter) {
         let cand_index = candidate.index.unwrap_or(0);
         if cand_index != 0 {
             // `n > 1` candidates would interleave several replies into one turn; only the
@@ -285,18 +322,38 @@ impl F5Adapter {
             out.diagnostic("unsupported_frame", Some(Json::from_value(&detail)));
             return;
         }
-        let parts = candidate.content.and_then(|c| c.parts).unwrap_or_default();
-        for part in parts {
+        let parts = candidate.content.take().and_then(|c| c.parts);
+        for part in parts.into_iter().flatten() {
             self.part(part, cand_index, out);
         }
         if let Some(ratings) = candidate.safety_ratings {
             self.safety_ratings = Some(Json::from_raw(ratings));
         }
-        if let Some(citations) = candidate.citation_metadata {
-            out.diagnostic("citation_metadata", Some(Json::from_raw(citations)));
-        }
+        self.candidate_metadata(&candidate, out);
         if let Some(reason) = candidate.finish_reason.as_deref() {
             self.finish(reason, candidate.finish_message.as_deref(), out);
+        }
+    }
+
+    /// Candidate metadata with no grammar home: citations, grounding (search queries,
+    /// sources, supports) and URL-context retrievals go out verbatim at the chunk that
+    /// carries them; log probabilities are only named, once a run (they repeat per chunk
+    /// and are debug data, spec §6).
+    fn candidate_metadata(&mut self, candidate: &Candidate<'_>, out: &mut Emitter) {
+        let verbatim = [
+            ("citation_metadata", candidate.citation_metadata),
+            ("grounding_metadata", candidate.grounding_metadata),
+            ("url_context_metadata", candidate.url_context_metadata),
+        ];
+        for (code, raw) in verbatim {
+            if let Some(raw) = raw {
+                out.diagnostic(code, Some(Json::from_raw(raw)));
+            }
+        }
+        if candidate.logprobs_result.is_some() && !self.logprobs_reported {
+            self.logprobs_reported = true;
+            let detail = serde_json::json!({ "field": "logprobsResult" });
+            out.diagnostic("unsupported_frame", Some(Json::from_value(&detail)));
         }
     }
 
@@ -312,12 +369,13 @@ impl F5Adapter {
             out.transcript(SIGNATURE_KIND, None, sig);
         }
         if let Some((name, raw)) = part.unsupported() {
-            let detail = serde_json::json!({ "part": name, "data": raw });
-            out.diagnostic("unsupported_frame", Some(Json::from_value(&detail)));
+            self.interrupt_text(out);
+            out.diagnostic("unsupported_frame", Some(unsupported_part(name, raw)));
             return;
         }
         let Some(text) = part.text else {
             if part.thought_signature.is_none() {
+                self.interrupt_text(out);
                 out.diagnostic("unknown_part", None);
             }
             return;
@@ -334,6 +392,15 @@ impl F5Adapter {
         }
         self.close_thinking(out);
         self.segments.say(out, text.into_owned());
+    }
+
+    /// A non-text part (code, media, a tool's call or result, an unknown part) stands
+    /// between the text before and after it, as a `functionCall` does: the open thinking
+    /// segment closes and the next text starts a new segment, so only text after it can
+    /// become the final answer (§3.5 "last text segment"), never both sides glued.
+    fn interrupt_text(&mut self, out: &mut Emitter) {
+        self.close_thinking(out);
+        self.segments.break_text();
     }
 
     /// A `functionCall` part: a whole call, the first part of a streamed one, or the next
@@ -503,9 +570,17 @@ impl F5Adapter {
             "MAX_TOKENS" => Path::Truncate,
             // SAFETY and RECITATION per the spec; the other content-blocking reasons of
             // the API reference take the same Reject path.
-            "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
-            | "IMAGE_SAFETY" => Path::Reject(StopReason::ContentFilter),
-            "MALFORMED_FUNCTION_CALL" => {
+            "SAFETY"
+            | "RECITATION"
+            | "BLOCKLIST"
+            | "PROHIBITED_CONTENT"
+            | "SPII"
+            | "IMAGE_SAFETY"
+            | "IMAGE_PROHIBITED_CONTENT"
+            | "IMAGE_RECITATION" => Path::Reject(StopReason::ContentFilter),
+            // The model's tool use failed (a bad call, a call to no declared tool, too
+            // many calls): the turn ends without an answer and its calls fail.
+            "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" | "TOO_MANY_TOOL_CALLS" => {
                 Path::Incomplete(Some(StopReason::Other("tool_error".to_owned())))
             }
             // OTHER and anything unknown: conservative, no final answer.
@@ -556,6 +631,14 @@ impl F5Adapter {
         path.emit(usage, diag, out);
         self.ended = true;
     }
+}
+
+/// The `unsupported_frame` detail of a part: its name and its body, with inline media
+/// bytes replaced by their size ([`inline_bytes`]).
+fn unsupported_part(name: &str, raw: &RawValue) -> Json {
+    let mut data = serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null);
+    inline_bytes::elide(&mut data);
+    Json::from_value(&serde_json::json!({ "part": name, "data": data }))
 }
 
 #[cfg(test)]

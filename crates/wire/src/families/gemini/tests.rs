@@ -95,6 +95,90 @@ fn unknown_shapes_are_diagnosed_not_dropped() {
     assert!(check(&n.events, &[], Some(n.account)).is_empty());
 }
 
+#[test]
+fn a_non_text_part_splits_the_text_so_only_the_later_text_is_final() {
+    let n = run(&[
+        r#"{"candidates":[{"content":{"parts":[{"text":"Computing."},{"executableCode":{"language":"PYTHON","code":"print(1)"}},{"text":"It is 1."}]},"finishReason":"STOP"}]}"#,
+    ]);
+    let all = lines(&n).join("\n");
+    assert!(
+        all.contains(r#""phase":"final_answer","text":"It is 1.""#),
+        "{all}"
+    );
+    assert!(!all.contains("Computing.It is 1."), "{all}");
+    assert!(check(&n.events, &[], Some(n.account)).is_empty());
+}
+
+#[test]
+fn a_non_text_part_closes_open_thinking() {
+    let n = run(&[
+        r#"{"candidates":[{"content":{"parts":[{"text":"plan","thought":true},{"toolCall":{"id":"t1","toolType":"GOOGLE_SEARCH_WEB","args":{}}},{"text":"later","thought":true}]}}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"done"}]},"finishReason":"STOP"}]}"#,
+    ]);
+    let ends = n
+        .events
+        .iter()
+        .filter(|e| matches!(&e.data, EventData::Thinking(t) if t.phase == Some(SegmentPhase::End)))
+        .count();
+    assert_eq!(ends, 2, "{:?}", lines(&n));
+    assert!(lines(&n).join("\n").contains(r#""part":"toolCall""#));
+    assert!(check(&n.events, &[], Some(n.account)).is_empty());
+}
+
+#[test]
+fn inline_bytes_never_reach_a_diagnostic() {
+    let n = run(&[
+        r#"{"candidates":[{"content":{"parts":[{"inlineData":{"mimeType":"audio/wav","data":"UklGRiQAAABXQVZF"}}]},"finishReason":"STOP"}]}"#,
+    ]);
+    let all = lines(&n).join("\n");
+    assert!(!all.contains("UklGRi"), "{all}");
+    assert!(
+        all.contains(r#"{"mimeType":"audio/wav","bytes":12}"#),
+        "{all}"
+    );
+}
+
+#[test]
+fn logprobs_and_model_status_are_reported_once_a_run() {
+    let n = run(&[
+        r#"{"candidates":[{"content":{"parts":[{"text":"a"}]},"logprobsResult":{"chosenCandidates":[]}}],"modelStatus":{"modelStage":"DEPRECATED"}}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"b"}]},"logprobsResult":{"chosenCandidates":[]}}],"modelStatus":{"modelStage":"DEPRECATED"}}"#,
+        r#"{"candidates":[{"finishReason":"STOP","logprobsResult":{"chosenCandidates":[]}}],"modelStatus":{"modelStage":"DEPRECATED"}}"#,
+    ]);
+    let all = lines(&n).join("\n");
+    assert_eq!(
+        all.matches(r#""field":"logprobsResult""#).count(),
+        1,
+        "{all}"
+    );
+    assert_eq!(all.matches(r#""code":"model_status""#).count(), 1, "{all}");
+    assert!(check(&n.events, &[], Some(n.account)).is_empty());
+}
+
+#[test]
+fn tool_misuse_reasons_end_as_tool_errors_and_image_blocks_reject() {
+    for (reason, phase, normalized) in [
+        ("UNEXPECTED_TOOL_CALL", "end", "tool_error"),
+        ("TOO_MANY_TOOL_CALLS", "end", "tool_error"),
+        ("IMAGE_PROHIBITED_CONTENT", "error", "content_filter"),
+        ("IMAGE_RECITATION", "error", "content_filter"),
+    ] {
+        let frame = format!(
+            r#"{{"candidates":[{{"content":{{"parts":[{{"functionCall":{{"name":"f","args":{{}}}}}}]}},"finishReason":"{reason}"}}],"responseId":"r"}}"#
+        );
+        let n = run(&[&frame]);
+        let all = lines(&n).join("\n");
+        let terminal =
+            format!(r#""phase":"{phase}","reason":"{normalized}","status":"incomplete""#);
+        assert!(all.contains(&terminal), "{reason}: {all}");
+        assert!(all.contains(r#""status":"failed""#), "{reason}: {all}");
+        assert!(
+            all.contains(&format!(r#""detail":"{reason}""#)),
+            "{reason}: {all}"
+        );
+    }
+}
+
 proptest! {
     #[test]
     fn arbitrary_bytes_never_break_the_invariants(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
@@ -113,6 +197,8 @@ proptest! {
                 Just(r#"{"candidates":[{"finishReason":"MAX_TOKENS"}]}"#),
                 Just(r#"{"candidates":[{"finishReason":"SAFETY","safetyRatings":[]}]}"#),
                 Just(r#"{"candidates":[{"finishReason":"MALFORMED_FUNCTION_CALL"}]}"#),
+                Just(r#"{"candidates":[{"content":{"parts":[{"executableCode":{"code":"x"}}]},"groundingMetadata":{},"logprobsResult":{}}],"modelStatus":{}}"#),
+                Just(r#"{"candidates":[{"content":{"parts":[{"inlineData":{"mimeType":"image/png","data":"QUJD"}}]}}]}"#),
                 Just(r#"{"candidates":[{"finishReason":"OTHER","finishMessage":"m"}]}"#),
                 Just(r#"{"error":{"code":500}}"#),
                 Just(r#"{"candidates":[{"content":{"parts":[{"te"#),

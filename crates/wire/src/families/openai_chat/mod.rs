@@ -18,6 +18,13 @@
 //! - The terminal lifecycle event waits for the end of the stream (`[DONE]` when the
 //!   dialect sends it, else the stream close): usage and pioneer's `x_pioneer` metadata
 //!   arrive in chunks after the finish chunk. In-chunk errors end the run at once.
+//!
+//! # Metadata with no event of its own
+//! Kept visible as diagnostics, never dropped silently: OpenRouter's `delta.annotations`
+//! (`annotations`, per chunk), the moderated-completions `moderation` results
+//! (`moderation`), requested `logprobs` (one `unsupported_frame` per run) and audio
+//! output (one `unsupported_frame` per run naming `audio`, with the transcript text and
+//! never the audio bytes, when the turn resolves: audio is Phase-1 out of scope, §6).
 
 mod reasoning;
 mod wire;
@@ -34,7 +41,7 @@ use streamgate_grammar::{
     Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, SegmentPhase, SegmentStatus,
     StopReason, Thinking, ThinkingVariant,
 };
-use wire::{Chunk, Content, Delta, Detail, FunctionCall};
+use wire::{Chunk, Content, Delta, Detail};
 
 /// Adapter state for one run.
 #[derive(Debug, Default)]
@@ -61,6 +68,11 @@ pub struct F2Adapter {
     /// Segments (variant, id) whose end marker went out before any usage frame: each gets
     /// the next usage frame's reasoning-token count as a tokens-only update.
     waiting_tokens: Vec<(ThinkingVariant, Option<String>)>,
+    /// `delta.audio` was seen: the spoken reply's transcript so far (bounded), reported
+    /// once when the turn resolves ([`F2Adapter::report_audio`]).
+    audio: Option<FinalText>,
+    /// The once-per-run `unsupported_frame` for requested logprobs went out.
+    logprobs_reported: bool,
 }
 
 #[derive(Debug, Default)]
@@ -75,6 +87,8 @@ struct Tool {
     id: Option<String>,
     name: Option<String>,
     arguments: String,
+    /// A custom-tool call: its input is free-form text, never parsed as JSON.
+    custom: bool,
     ended: bool,
 }
 
@@ -123,6 +137,7 @@ impl Adapter for F2Adapter {
             return;
         }
         // Stream death: close what is open, no final_answer.
+        self.report_audio(out);
         self.close_thinking(out);
         self.end_tools(false, out);
         Path::Dead(StopReason::StreamClosed).emit(self.usage.clone(), None, out);
@@ -135,6 +150,7 @@ impl F2Adapter {
         self.absorb_usage(chunk.usage, out);
         if let Some(error) = chunk.error {
             // OpenRouter smuggles mid-stream errors into a normal chunk (§3.4): Dead.
+            self.report_audio(out);
             self.close_thinking(out);
             self.end_tools(false, out);
             self.terminal = Some(Terminal {
@@ -150,10 +166,18 @@ impl F2Adapter {
         if let Some(meta) = chunk.x_pioneer {
             out.diagnostic("pioneer_metadata", Some(Json::from_raw(meta)));
         }
+        if let Some(moderation) = chunk.moderation {
+            // Moderated completions: the results (a flagged output included) come after
+            // the whole output and are kept visible, verbatim; they do not change the path.
+            out.diagnostic("moderation", Some(Json::from_raw(moderation)));
+        }
         for choice in chunk.choices.unwrap_or_default() {
             self.absorb_usage(choice.usage, out);
             if let Some(delta) = &choice.delta {
                 self.absorb_usage(delta.usage, out);
+            }
+            if choice.logprobs.is_some() {
+                self.report_logprobs(out);
             }
             if self.terminal.is_some() {
                 // Post-finish choices (OpenRouter's second stop chunk, pioneer's metadata
@@ -241,13 +265,57 @@ impl F2Adapter {
             self.refusal.push_str(&refusal);
         }
 
+        if let Some(annotations) = delta.annotations.filter(|a| a.get() != "[]") {
+            // OpenRouter's web-search citations: metadata of the answer, kept visible.
+            out.diagnostic("annotations", Some(Json::from_raw(annotations)));
+        }
+        if let Some(audio) = delta.audio {
+            self.audio(audio);
+        }
+
         for call in delta.tool_calls.unwrap_or_default() {
             let index = call.index.0.unwrap_or(0);
-            self.tool_call(index, call.id.0, call.function, out);
+            let custom = call.custom.is_some() && call.function.is_none();
+            let (name, input) = call.name_and_input();
+            self.tool_call(index, call.id.0, name, input, custom, out);
         }
         if let Some(function) = delta.function_call {
             // Legacy single function call: one call, no id on the wire.
-            self.tool_call(0, None, Some(function), out);
+            let args = function.arguments_text();
+            self.tool_call(0, None, function.name.0, args, false, out);
+        }
+    }
+
+    /// Audio output is Phase-1 out of scope (spec §6): the transcript is collected so the
+    /// `unsupported_frame` diagnostic can carry the spoken reply's text; the audio bytes
+    /// are never read.
+    fn audio(&mut self, audio: &RawValue) {
+        let transcript = self.audio.get_or_insert_with(FinalText::default);
+        if let Some(text) = wire::transcript(audio) {
+            transcript.push_str(&text);
+        }
+    }
+
+    /// The run's one `unsupported_frame` for audio output, with the transcript text (when
+    /// there was one), once the turn resolves or dies.
+    fn report_audio(&mut self, out: &mut Emitter) {
+        let Some(transcript) = self.audio.take() else {
+            return;
+        };
+        let mut detail = serde_json::Map::new();
+        detail.insert("frame".into(), "audio".into());
+        if !transcript.is_empty() {
+            detail.insert("transcript".into(), transcript.text().into());
+        }
+        out.diagnostic("unsupported_frame", Some(Json::from_value(&detail)));
+    }
+
+    /// Logprobs are debug metadata with no event (spec §6); that they were requested is
+    /// reported once per run as `unsupported_frame`.
+    fn report_logprobs(&mut self, out: &mut Emitter) {
+        if !self.logprobs_reported {
+            self.logprobs_reported = true;
+            out.diagnostic("unsupported_frame", Some(Json::string("logprobs")));
         }
     }
 
@@ -334,14 +402,18 @@ impl F2Adapter {
         out.emit(Thinking::delta(variant, text.into_owned(), id));
     }
 
+    /// One `tool_calls[]` delta (or the legacy `function_call`): `name` and `input` are the
+    /// function's name and argument fragment, or a custom call's name and input fragment.
     fn tool_call(
         &mut self,
         index: u64,
         id: Option<Cow<'_, str>>,
-        function: Option<FunctionCall<'_>>,
+        name: Option<Cow<'_, str>>,
+        input: Option<Cow<'_, str>>,
+        custom: bool,
         out: &mut Emitter,
     ) {
-        let name = function.as_ref().and_then(|f| f.name.0.as_deref());
+        let name = name.as_deref();
         let pos = match self.tools.iter().position(|t| t.index == index) {
             Some(pos) => {
                 let tool = &mut self.tools[pos];
@@ -351,6 +423,7 @@ impl F2Adapter {
                 if tool.name.is_none() {
                     tool.name = name.map(str::to_owned);
                 }
+                tool.custom |= custom;
                 pos
             }
             None => {
@@ -360,6 +433,7 @@ impl F2Adapter {
                     id: id.map(Cow::into_owned),
                     name: name.map(str::to_owned),
                     arguments: String::new(),
+                    custom,
                     ended: false,
                 });
                 let pos = self.tools.len() - 1;
@@ -367,8 +441,7 @@ impl F2Adapter {
                 pos
             }
         };
-        let args = function.as_ref().and_then(FunctionCall::arguments_text);
-        if let Some(args) = args.filter(|a| !a.is_empty()) {
+        if let Some(args) = input.filter(|a| !a.is_empty()) {
             let tool = &mut self.tools[pos];
             tool.arguments.push_str(&args);
             out.emit(Item {
@@ -380,6 +453,7 @@ impl F2Adapter {
 
     /// §3.5 dispatch on `finish_reason`; the lifecycle event waits for the stream's end.
     fn finish(&mut self, reason: &str, native: Option<Cow<'_, str>>, out: &mut Emitter) {
+        self.report_audio(out);
         self.close_thinking(out);
         let native =
             native.map(|n| Diagnostic::new("native_finish_reason", Some(Json::string(&n))));
@@ -476,8 +550,14 @@ impl F2Adapter {
         for tool in self.tools.iter_mut().filter(|t| !t.ended) {
             tool.ended = true;
             let item = if completed {
+                let arguments = if tool.custom {
+                    // A custom tool's input is text, whatever it looks like.
+                    (!tool.arguments.is_empty()).then(|| Json::string(&tool.arguments))
+                } else {
+                    parse_arguments(&tool.arguments)
+                };
                 Item {
-                    arguments: parse_arguments(&tool.arguments),
+                    arguments,
                     ..tool.item(ItemPhase::End, "completed")
                 }
             } else {

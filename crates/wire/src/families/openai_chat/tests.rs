@@ -196,3 +196,50 @@ fn garbage_never_panics_and_always_terminates() {
         assert!(last.contains(r#""phase":"e"#), "{input}: {last}");
     }
 }
+
+#[test]
+fn custom_tool_input_stays_text_even_when_it_looks_like_json() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","type":"custom","custom":{"name":"calc","input":"4"}}]}}]}"#,
+        r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"custom":{"input":"2"}}]}}]}"#,
+        r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+    ]));
+    assert!(ev[0].contains(r#""name":"calc""#), "{ev:?}");
+    assert!(ev[2].contains(r#""input_delta":"2""#), "{ev:?}");
+    assert!(ev[3].contains(r#""arguments":"42""#), "{ev:?}");
+}
+
+#[test]
+fn audio_is_reported_once_with_its_transcript_and_never_its_bytes() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"audio":{"id":"a","transcript":"Hel"}}}]}"#,
+        r#"{"choices":[{"delta":{"audio":{"data":"QUJDREVGR0hJSktMTU5PUA=="}}}]}"#,
+        r#"{"choices":[{"delta":{"audio":{"transcript":"lo"}}}]}"#,
+    ]));
+    // The stream dies: the audio is still reported, before the terminal event.
+    let audio: Vec<&String> = ev.iter().filter(|e| e.contains("audio")).collect();
+    assert_eq!(audio.len(), 1, "{ev:?}");
+    assert!(audio[0].contains(r#""transcript":"Hello""#), "{ev:?}");
+    assert!(!ev.iter().any(|e| e.contains("QUJD")));
+    assert!(ev.last().unwrap().contains("stream_closed"), "{ev:?}");
+}
+
+#[test]
+fn requested_logprobs_are_reported_once_per_run() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"content":"a"},"logprobs":{"content":[]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"b"},"logprobs":{"content":[]}}]}"#,
+        r#"{"choices":[{"delta":{},"logprobs":null,"finish_reason":"stop"}]}"#,
+    ]));
+    assert_eq!(ev.iter().filter(|e| e.contains("logprobs")).count(), 1);
+    assert!(ev[0].contains("unsupported_frame"), "{ev:?}");
+}
+
+#[test]
+fn empty_annotations_are_no_event() {
+    let (ev, _) = run(&sse(&[
+        r#"{"choices":[{"delta":{"content":"a","annotations":[]}}]}"#,
+        r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+    ]));
+    assert!(!ev.iter().any(|e| e.contains("annotations")), "{ev:?}");
+}

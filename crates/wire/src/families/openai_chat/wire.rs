@@ -27,6 +27,10 @@ pub(super) struct Chunk<'a> {
     /// pioneer's post-stop metadata chunk.
     #[serde(borrow, default)]
     pub x_pioneer: Option<&'a RawValue>,
+    /// Moderated completions: the moderation results of the input and the generated
+    /// output (`{input, output}`), sent once the whole output exists.
+    #[serde(borrow, default)]
+    pub moderation: Option<&'a RawValue>,
 }
 
 /// `choices[i]`.
@@ -41,6 +45,9 @@ pub(super) struct Choice<'a> {
     /// Moonshot puts usage here, on the stop chunk.
     #[serde(borrow, default)]
     pub usage: Option<&'a RawValue>,
+    /// Per-token log probabilities; present (not `null`) only when they were requested.
+    #[serde(borrow, default)]
+    pub logprobs: Option<&'a RawValue>,
 }
 
 /// `choices[i].delta`.
@@ -62,6 +69,13 @@ pub(super) struct Delta<'a> {
     pub tool_calls: Option<Vec<ToolCall<'a>>>,
     #[serde(borrow, default)]
     pub function_call: Option<FunctionCall<'a>>,
+    /// Audio output (`{id, data, transcript, expires_at}`), read through [`transcript`]
+    /// so that an unexpected shape never fails the chunk.
+    #[serde(borrow, default)]
+    pub audio: Option<&'a RawValue>,
+    /// OpenRouter's web-search citations (`url_citation` entries), verbatim.
+    #[serde(borrow, default)]
+    pub annotations: Option<&'a RawValue>,
     /// Usage nested in the delta (documented Moonshot variant).
     #[serde(borrow, default)]
     pub usage: Option<&'a RawValue>,
@@ -88,7 +102,7 @@ pub(super) struct Detail<'a> {
     pub index: Option<&'a RawValue>,
 }
 
-/// One `tool_calls[]` delta.
+/// One `tool_calls[]` delta: a function call, or a custom-tool call (`type: "custom"`).
 #[derive(Deserialize)]
 pub(super) struct ToolCall<'a> {
     #[serde(default)]
@@ -97,6 +111,33 @@ pub(super) struct ToolCall<'a> {
     pub id: Text<'a>,
     #[serde(borrow, default)]
     pub function: Option<FunctionCall<'a>>,
+    #[serde(borrow, default)]
+    pub custom: Option<CustomCall<'a>>,
+}
+
+impl<'a> ToolCall<'a> {
+    /// The call's name and this delta's piece of its input: `function.name` and
+    /// `function.arguments`, or a custom call's `custom.name` and `custom.input`.
+    pub fn name_and_input(&self) -> (Option<Cow<'a, str>>, Option<Cow<'a, str>>) {
+        let function = self.function.as_ref();
+        let custom = self.custom.as_ref();
+        let name = function
+            .and_then(|f| f.name.0.clone())
+            .or_else(|| custom.and_then(|c| c.name.0.clone()));
+        let input = function
+            .and_then(FunctionCall::arguments_text)
+            .or_else(|| custom.and_then(|c| c.input.and_then(raw_text)));
+        (name, input)
+    }
+}
+
+/// `custom` of a custom-tool call: its name and free-form input (a string fragment).
+#[derive(Deserialize)]
+pub(super) struct CustomCall<'a> {
+    #[serde(borrow, default)]
+    pub name: Text<'a>,
+    #[serde(borrow, default)]
+    pub input: Option<&'a RawValue>,
 }
 
 /// `function` of a tool call, or the legacy `delta.function_call`.
@@ -112,14 +153,31 @@ pub(super) struct FunctionCall<'a> {
 impl<'a> FunctionCall<'a> {
     /// The argument text: the string's value, or an object's JSON text.
     pub fn arguments_text(&self) -> Option<Cow<'a, str>> {
-        let raw = self.arguments?;
-        let text = raw.get();
-        if text.starts_with('"') {
-            serde_json::from_str::<Cow<'a, str>>(text).ok()
-        } else {
-            Some(Cow::Borrowed(text))
-        }
+        self.arguments.and_then(raw_text)
     }
+}
+
+/// A string's value, or any other value's JSON text (`null` is absent).
+fn raw_text(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    if text.starts_with('"') {
+        serde_json::from_str::<Cow<'_, str>>(text).ok()
+    } else {
+        (text != "null").then_some(Cow::Borrowed(text))
+    }
+}
+
+/// The transcript fragment of a `delta.audio` object, when it carries one. The audio
+/// bytes (`data`) are skipped unread: they never leave `SG_RAW`.
+pub(super) fn transcript(audio: &RawValue) -> Option<Cow<'_, str>> {
+    #[derive(Deserialize)]
+    struct Audio<'a> {
+        #[serde(borrow, default)]
+        transcript: Text<'a>,
+    }
+    serde_json::from_str::<Audio<'_>>(audio.get())
+        .ok()
+        .and_then(|a| a.transcript.0)
 }
 
 /// One typed part of an array-form `content`.

@@ -4,7 +4,9 @@
 //! refusal and raw reasoning parts, `item_id:summary_index` for reasoning summaries.
 //! Text streams as commentary; finality is positional and resolved at the terminal
 //! frame (§3.5): `response.completed` re-tags the last segment of the last assistant
-//! `message` item as the final answer, unless the turn yields to a `function_call`.
+//! `message` item as the final answer, unless the turn yields: its last output item is a
+//! call the client executes (`function_call`, `custom_tool_call` and the calls of
+//! [`calls`]) or an MCP approval request the user must answer.
 //! `response.incomplete` branches on `incomplete_details.reason` (§3.4).
 //!
 //! Thinking-token counts only arrive with the terminal usage
@@ -18,6 +20,8 @@
 //! [`crate::families::response_items`]; the terminal dispatch in
 //! [`crate::families::finality`].
 
+mod calls;
+
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::final_text::FinalText;
@@ -26,6 +30,7 @@ use crate::families::response_items::{
     args_json, commentary_delta, final_answer, parse_parts, unsupported, RawItem,
 };
 use crate::framing::Frame;
+use calls::{classify_call, parse_item, tool_shape, CallFields, ToolShape, AWAITING_APPROVAL};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -190,6 +195,39 @@ enum ItemKind {
     FunctionCall,
     /// Built-in tool call with its item `kind` (`search`, `command`).
     Builtin(&'static str),
+    /// A call the client executes (`computer_call`, `local_shell_call`,
+    /// `apply_patch_call`, a client-executed `tool_search_call`): a tool item.
+    ClientCall,
+    /// A server-executed `tool_search_call`: a tool item that stays open for its
+    /// `tool_search_output`.
+    ServerSearch,
+    /// `tool_search_output`: the result of its search call.
+    SearchOutput,
+    /// `mcp_approval_request`: a tool item waiting for the user's approval.
+    Approval,
+}
+
+impl ItemKind {
+    /// A response that ends on an item of this kind waits for the client (a call to run,
+    /// an approval to give): the turn yields instead of finalizing.
+    fn awaits_client(self) -> bool {
+        matches!(
+            self,
+            ItemKind::FunctionCall | ItemKind::ClientCall | ItemKind::Approval
+        )
+    }
+
+    /// Items of this kind open a tool item.
+    fn is_call(self) -> bool {
+        matches!(
+            self,
+            ItemKind::FunctionCall
+                | ItemKind::Builtin(_)
+                | ItemKind::ClientCall
+                | ItemKind::ServerSearch
+                | ItemKind::Approval
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -232,9 +270,14 @@ struct Tool {
     item_id: String,
     call_id: String,
     name: Option<String>,
+    title: Option<String>,
     index: Option<u64>,
     kind: &'static str,
+    /// The output item it came from.
+    source: ItemKind,
     args: String,
+    /// The call's result, when the response carries it (`tool_search_output`).
+    result: Option<Json>,
     ended: bool,
 }
 
@@ -429,7 +472,8 @@ impl F3Adapter {
         let head = ev
             .response
             .and_then(|r| serde_json::from_str::<ResponseHead<'_>>(r.get()).ok());
-        let mut last_type: Option<String> = None;
+        // Whether the response's last output item waits for the client.
+        let mut last_awaits: Option<bool> = None;
         let mut reason: Option<String> = None;
         if let Some(head) = head {
             if let Some(u) = head.usage.filter(|u| !u.is_null()) {
@@ -442,26 +486,24 @@ impl F3Adapter {
                 .map(Cow::into_owned);
             if let Some(output) = head.output {
                 for (i, raw) in output.iter().enumerate() {
-                    if let Some(item) = RawItem::parse(raw) {
-                        last_type = Some(item.kind().to_owned());
+                    if let Some(item) = parse_item(raw) {
+                        last_awaits = Some(awaits_client(&item, raw));
                         self.settle_snapshot_item(&item, i as u64, raw, out);
                     }
                 }
             }
         }
         let (path, diagnostic) = if completed {
-            let last = last_type.or_else(|| {
+            let awaits = last_awaits.or_else(|| {
                 self.items
                     .iter()
                     .max_by_key(|i| i.output_index)
-                    .map(|i| match i.kind {
-                        ItemKind::FunctionCall => "function_call".to_owned(),
-                        _ => String::new(),
-                    })
+                    .map(|i| i.kind.awaits_client())
             });
-            match last.as_deref() {
-                Some("function_call" | "custom_tool_call") => (Path::Yield, None),
-                _ => (Path::Finalize(StopReason::Completed), None),
+            if awaits == Some(true) {
+                (Path::Yield, None)
+            } else {
+                (Path::Finalize(StopReason::Completed), None)
             }
         } else {
             incomplete_path(reason)
@@ -624,14 +666,14 @@ impl F3Adapter {
     }
 
     fn on_item_added(&mut self, ev: &Ev<'_>, data: &str, out: &mut Emitter) {
-        let Some(item) = ev.item.and_then(RawItem::parse) else {
+        let Some((raw, item)) = ev.item.and_then(|r| parse_item(r).map(|i| (r, i))) else {
             out.malformed_frame(data);
             return;
         };
         let output_index = ev.output_index.unwrap_or(self.items.len() as u64);
         let fallback = output_index.to_string();
         let id = self.canonical_id(output_index, item.id.as_deref().unwrap_or(&fallback));
-        let kind = match classify(&item) {
+        let kind = match classify(&item, raw) {
             Some(k) => k,
             None => {
                 self.unhandled_item(&item, data, out);
@@ -640,9 +682,12 @@ impl F3Adapter {
         };
         let ii = self.ensure_item(&id, output_index, kind);
         match kind {
-            ItemKind::FunctionCall | ItemKind::Builtin(_) => {
-                self.start_tool(&item, &id, output_index, kind, out);
+            k if k.is_call() => {
+                let shape = tool_shape(kind, &item, raw);
+                self.start_tool(&item, shape, &id, output_index, kind, out);
             }
+            // The loaded tools arrive complete with `output_item.done`.
+            ItemKind::SearchOutput => out.consumed(),
             ItemKind::Reasoning => {
                 if let Some(enc) = item.encrypted_content.as_deref() {
                     self.record_encrypted(ii, enc, out);
@@ -650,7 +695,7 @@ impl F3Adapter {
                     out.consumed();
                 }
             }
-            ItemKind::Message(_) => out.consumed(),
+            _ => out.consumed(),
         }
     }
 
@@ -668,11 +713,11 @@ impl F3Adapter {
             out.malformed_frame(data);
             return;
         };
-        let Some(item) = RawItem::parse(raw) else {
+        let Some(item) = parse_item(raw) else {
             out.malformed_frame(data);
             return;
         };
-        if classify(&item).is_none() {
+        if classify(&item, raw).is_none() {
             self.unhandled_item(&item, data, out);
             return;
         }
@@ -691,10 +736,10 @@ impl F3Adapter {
         &mut self,
         item: &RawItem<'_>,
         output_index: u64,
-        _raw: &RawValue,
+        raw: &RawValue,
         out: &mut Emitter,
     ) {
-        let Some(kind) = classify(item) else {
+        let Some(kind) = classify(item, raw) else {
             return;
         };
         let fallback = output_index.to_string();
@@ -707,8 +752,10 @@ impl F3Adapter {
         match kind {
             ItemKind::Message(_) => self.settle_message(item, &id),
             ItemKind::Reasoning => self.settle_reasoning(item, ii, id, out),
-            ItemKind::FunctionCall | ItemKind::Builtin(_) => {
-                self.settle_tool(item, &id, output_index, kind, out)
+            ItemKind::SearchOutput => self.settle_search_output(item, raw, out),
+            _ => {
+                let shape = tool_shape(kind, item, raw);
+                self.settle_tool(item, shape, &id, output_index, kind, out)
             }
         }
     }
@@ -788,22 +835,53 @@ impl F3Adapter {
     fn settle_tool(
         &mut self,
         item: &RawItem<'_>,
+        shape: ToolShape,
         id: &str,
         output_index: u64,
         kind: ItemKind,
         out: &mut Emitter,
     ) {
+        let input = shape.input.clone();
         let ti = match self.tools.iter().position(|t| t.item_id == id) {
             Some(ti) => ti,
-            None => self.start_tool(item, id, output_index, kind, out),
+            None => self.start_tool(item, shape, id, output_index, kind, out),
         };
-        if let Some(args) = item.arguments.as_deref() {
+        if let Some(args) = input {
             let t = &mut self.tools[ti];
             if t.args != args {
-                t.args.clear();
-                t.args.push_str(args);
+                t.args = args;
             }
         }
+        if kind == ItemKind::ServerSearch {
+            // Stays open for its `tool_search_output` (or the terminal frame).
+            return;
+        }
+        let status = match (kind, item.status.as_deref()) {
+            (ItemKind::Approval, _) => AWAITING_APPROVAL,
+            (_, Some("failed")) => "failed",
+            (_, Some("incomplete")) => "incomplete",
+            _ => "completed",
+        };
+        self.end_tool(ti, status, out);
+    }
+
+    /// A `tool_search_output` ends its search call (by `call_id`, else the latest open
+    /// server-executed search) with the loaded tools as the result; with no open search
+    /// call it is an `orphan_tool_result`.
+    fn settle_search_output(&mut self, item: &RawItem<'_>, raw: &RawValue, out: &mut Emitter) {
+        let call_id = item.call_id.as_deref();
+        let open = |t: &Tool| !t.ended && t.source == ItemKind::ServerSearch;
+        let ti = self
+            .tools
+            .iter()
+            .rposition(|t| open(t) && call_id.is_some_and(|c| t.call_id == c))
+            .or_else(|| self.tools.iter().rposition(open));
+        let Some(ti) = ti else {
+            let detail = serde_json::json!({ "type": item.kind(), "call_id": call_id });
+            out.diagnostic("orphan_tool_result", Some(Json::from_value(&detail)));
+            return;
+        };
+        self.tools[ti].result = CallFields::parse(raw).tools.map(Json::from_raw);
         let status = match item.status.as_deref() {
             Some("failed") => "failed",
             Some("incomplete") => "incomplete",
@@ -828,6 +906,7 @@ impl F3Adapter {
     fn start_tool(
         &mut self,
         item: &RawItem<'_>,
+        shape: ToolShape,
         item_id: &str,
         output_index: u64,
         kind: ItemKind,
@@ -837,18 +916,16 @@ impl F3Adapter {
             out.consumed();
             return ti;
         }
-        let (tool_kind, name) = match kind {
-            ItemKind::Builtin(k) => (k, Some(item.kind().to_owned())),
-            _ => ("tool", item.name.as_deref().map(str::to_owned)),
-        };
-        let args = item.arguments.as_deref().unwrap_or("").to_owned();
         let tool = Tool {
             item_id: item_id.to_owned(),
             call_id: item.call_id.as_deref().unwrap_or(item_id).to_owned(),
-            name,
+            name: shape.name,
+            title: shape.title,
             index: Some(output_index),
-            kind: tool_kind,
-            args,
+            kind: shape.kind,
+            source: kind,
+            args: shape.input.unwrap_or_default(),
+            result: None,
             ended: false,
         };
         out.emit(Item {
@@ -857,6 +934,7 @@ impl F3Adapter {
             index: tool.index,
             kind: tool.kind.into(),
             name: tool.name.clone(),
+            title: tool.title.clone(),
             status: Some("in_progress".into()),
             input: (!tool.args.is_empty()).then(|| args_json(&tool.args)),
             ..Item::default()
@@ -882,9 +960,12 @@ impl F3Adapter {
             item_id: item_id.to_owned(),
             call_id: item_id.to_owned(),
             name: None,
+            title: None,
             index,
             kind: "tool",
+            source: ItemKind::FunctionCall,
             args: String::new(),
+            result: None,
             ended: false,
         };
         out.emit(Item {
@@ -955,8 +1036,10 @@ impl F3Adapter {
             index: t.index,
             kind: t.kind.into(),
             name: t.name.clone(),
+            title: t.title.clone(),
             status: Some(status.into()),
             arguments,
+            result: t.result.take(),
             ..Item::default()
         });
     }
@@ -1250,15 +1333,24 @@ fn is_unsupported_item(kind: &str) -> bool {
 }
 
 /// The adapter's view of an output item type; `None` for unsupported/unknown types.
-fn classify(item: &RawItem<'_>) -> Option<ItemKind> {
+fn classify(item: &RawItem<'_>, raw: &RawValue) -> Option<ItemKind> {
     Some(match item.kind() {
         "message" => ItemKind::Message(item.role.as_deref().is_none_or(|r| r == "assistant")),
         "reasoning" => ItemKind::Reasoning,
         "function_call" => ItemKind::FunctionCall,
         "web_search_call" | "file_search_call" => ItemKind::Builtin("search"),
         "code_interpreter_call" => ItemKind::Builtin("command"),
-        _ => return None,
+        other => return classify_call(other, raw),
     })
+}
+
+/// A response ending on this item waits for the client: a call the client runs (the
+/// Phase-1 unsupported `custom_tool_call` included) or an approval to give.
+fn awaits_client(item: &RawItem<'_>, raw: &RawValue) -> bool {
+    match classify(item, raw) {
+        Some(kind) => kind.awaits_client(),
+        None => item.kind() == "custom_tool_call",
+    }
 }
 
 #[cfg(test)]
@@ -1361,6 +1453,48 @@ mod tests {
         assert!(ev.iter().any(
             |e| e["data"]["phase"] == "end" && e["data"]["arguments"] == serde_json::json!({})
         ));
+    }
+
+    #[test]
+    fn a_client_tool_search_yields_and_an_orphan_search_output_is_reported() {
+        let mut s = String::new();
+        s += &frame(
+            r#"{"type":"response.output_item.added","output_index":0,"item":{"id":"ts","type":"tool_search_call","call_id":"c1","execution":"client","arguments":{"query":"crm"}}}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.output_item.done","output_index":1,"item":{"id":"to","type":"tool_search_output","call_id":"c9","tools":[]}}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.completed","response":{"output":[{"id":"ts","type":"tool_search_call","call_id":"c1","execution":"client","arguments":{"query":"crm"}}]}}"#,
+        );
+        let ev = run(&s);
+        assert_eq!(ev[0]["data"]["input"], serde_json::json!({"query":"crm"}));
+        assert_eq!(ev[1]["data"]["diagnostic"]["code"], "orphan_tool_result");
+        assert_eq!(ev[2]["data"]["phase"], "end");
+        assert_eq!(
+            ev[2]["data"]["arguments"],
+            serde_json::json!({"query":"crm"})
+        );
+        assert_eq!(ev.last().unwrap()["data"]["reason"], "tool_use");
+    }
+
+    #[test]
+    fn a_response_ending_on_a_server_search_output_finalizes() {
+        let mut s = String::new();
+        s += &frame(
+            r#"{"type":"response.output_item.done","output_index":0,"item":{"id":"ts","type":"tool_search_call","execution":"server","arguments":{}}}"#,
+        );
+        s += &frame(
+            r#"{"type":"response.output_text.delta","item_id":"m","output_index":1,"content_index":0,"delta":"none found"}"#,
+        );
+        s += &frame(r#"{"type":"response.completed","response":{"output":[]}}"#);
+        let ev = run(&s);
+        // The search stayed open for its output; the terminal frame ends it.
+        assert_eq!(ev[0]["data"]["phase"], "start");
+        assert_eq!(ev[1]["data"]["delta"], "none found");
+        assert_eq!(ev[2]["data"]["phase"], "end");
+        assert_eq!(ev[3]["data"]["phase"], "final_answer");
+        assert_eq!(ev.last().unwrap()["data"]["reason"], "completed");
     }
 
     #[test]
