@@ -980,12 +980,15 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
     )
     .await?;
     let b_stop = CancellationToken::new();
-    // b's graceful stop lets every op it queued finish: a shorter grace cuts an attempt
-    // in flight, which a server may already have applied — the residual window the
-    // delivery engine documents (a crash's), not the graceful handover tested here.
-    let mut b_cfg = telegram_channel(&fake);
-    b_cfg.delivery.shutdown_grace = Duration::from_secs(30);
-    let mut b = start(nats.client().await, b_cfg, None, b_stop.clone()).await?;
+    // b stops with the default shutdown grace: what it queued and did not send is left
+    // to a, and a request it already sent finishes and is recorded before a takes over.
+    let mut b = start(
+        nats.client().await,
+        telegram_channel(&fake),
+        None,
+        b_stop.clone(),
+    )
+    .await?;
     let held = |r: &Running| r.partitions.borrow().clone();
     assert!(
         wait_until(Duration::from_secs(30), || {

@@ -28,7 +28,11 @@
 //! - asks the sink's circuit breaker before every request.
 //!
 //! **Shutdown.** [`Delivery::shutdown`] gives queued ops a grace period, then closes the
-//! engine: lanes stop (an attempt in flight is cut, as a crash would), [`Delivery::flush`]
+//! engine: lanes stop taking ops and give up their waits (pacing, backoff, a
+//! `retry_after`), but an attempt already sent to a chat API finishes — bounded by
+//! `attempt_timeout` — and its outcome is saved before `shutdown` returns
+//! ([`Delivery::attempts_done`]), so the next owner of the run resumes after what the
+//! platform confirmed instead of sending it again. [`Delivery::flush`]
 //! and [`Delivery::flush_run`] return `false`, and `submit` answers
 //! [`DeliveryError::Closed`]. Whoever needs an op delivered across a restart keeps its
 //! own record until `flush_run` says `true` (the projector's active-run markers).
@@ -243,6 +247,36 @@ struct SinkEntry {
 struct Flow {
     queued: usize,
     closed: bool,
+    /// Attempts sent to a chat API whose outcome is not saved yet.
+    attempts: usize,
+}
+
+/// Counts an attempt in flight until dropped (its outcome saved, or its task gone).
+struct InFlight<'a>(&'a watch::Sender<Flow>);
+
+impl<'a> InFlight<'a> {
+    /// Counts an attempt about to be sent — unless the engine closed (`None`). Checked
+    /// and counted in one step, so once [`Delivery::attempts_done`] saw none in flight
+    /// after the close, none starts.
+    fn start(flow: &'a watch::Sender<Flow>) -> Option<InFlight<'a>> {
+        let mut started = false;
+        flow.send_if_modified(|f| {
+            if f.closed {
+                return false;
+            }
+            f.attempts += 1;
+            started = true;
+            true
+        });
+        started.then_some(InFlight(flow))
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .send_modify(|f| f.attempts = f.attempts.saturating_sub(1));
+    }
 }
 
 struct Inner {
@@ -494,14 +528,33 @@ impl Delivery {
             .contains_key(&(chat.clone(), run.clone()))
     }
 
-    /// Let queued ops drain for up to `config.shutdown_grace`, then [`Delivery::close`].
+    /// Let queued ops drain for up to `config.shutdown_grace`, then [`Delivery::close`],
+    /// and wait for the attempts in flight to finish and save their outcome (bounded by
+    /// `attempt_timeout` and the store's retries).
     pub async fn shutdown(&self) {
         let _ = timeout(self.inner.config.shutdown_grace, self.flush()).await;
         self.close();
+        self.attempts_done().await;
     }
 
-    /// Close the engine now: every lane stops (an attempt in flight is cut), queued ops
-    /// are left undelivered, waiting `flush`es return `false`, `submit` is refused.
+    /// Waits until no attempt is in flight, bounded by `attempt_timeout` plus a margin
+    /// for saving its state. After [`Delivery::close`] no new attempt starts, so this is
+    /// when every effect the engine caused is recorded; a partition released after it
+    /// hands its runs over without a request whose outcome nobody knows.
+    pub async fn attempts_done(&self) {
+        let bound = self.inner.config.attempt_timeout + Duration::from_secs(5);
+        let mut rx = self.inner.flow.subscribe();
+        if timeout(bound, rx.wait_for(|f| f.attempts == 0))
+            .await
+            .is_err()
+        {
+            tracing::warn!("delivery attempts still in flight after their bound");
+        }
+    }
+
+    /// Close the engine now: lanes stop taking ops and give up their waits (an attempt
+    /// already sent finishes: [`Delivery::attempts_done`]), queued ops are left
+    /// undelivered, waiting `flush`es return `false`, `submit` is refused.
     pub fn close(&self) {
         let queued = self.inner.flow.borrow().queued;
         self.inner.flow.send_modify(|f| f.closed = true);
@@ -590,11 +643,12 @@ async fn run_lane(inner: Weak<Inner>, lane: Arc<Lane>, mut flow: watch::Receiver
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        tokio::select! {
-            biased;
-            _ = flow.wait_for(|f| f.closed) => return,
-            () = inner.process(&lane, &op) => {}
+        if flow.borrow().closed {
+            return;
         }
+        // Not raced against close: `deliver` gives up its waits itself when the engine
+        // closes, but lets an attempt already sent finish and save its outcome.
+        inner.process(&lane, &op).await;
         metrics::histogram!(LATENCY, "op" => op.name()).record(since.elapsed().as_secs_f64());
         if let Some(run) = op_run(&op) {
             let mut q = lane.lock();
@@ -618,6 +672,8 @@ enum Outcome {
     GaveUp,
     Parked,
     Failed,
+    /// The engine closed before the op was attempted (again): left for the next owner.
+    Shutdown,
 }
 
 impl Outcome {
@@ -629,6 +685,7 @@ impl Outcome {
             Outcome::GaveUp => "gave_up",
             Outcome::Parked => "parked",
             Outcome::Failed => "failed",
+            Outcome::Shutdown => "shutdown",
         }
     }
 }
@@ -654,6 +711,17 @@ impl Inner {
             lanes.remove(&lane.chat);
         }
         true
+    }
+
+    /// Runs `fut` unless the engine closes first (`None`): the waits between attempts
+    /// give way to a shutdown; an attempt itself does not.
+    async fn unless_closed<T>(&self, fut: impl std::future::Future<Output = T>) -> Option<T> {
+        let mut flow = self.flow.subscribe();
+        tokio::select! {
+            biased;
+            _ = flow.wait_for(|f| f.closed) => None,
+            v = fut => Some(v),
+        }
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
@@ -772,27 +840,43 @@ impl Inner {
         let mut attempt = 0u32;
         let mut refused = 0u32;
         loop {
+            if self.flow.borrow().closed {
+                return Outcome::Shutdown;
+            }
             // 1. The chat API's own pause (retry_after) comes first.
             let paused = lane.lock().paused_until;
             if let Some(until) = paused.filter(|t| *t > Instant::now()) {
                 if is_typing {
                     return Outcome::Skipped;
                 }
-                sleep_until(until).await;
+                if self.unless_closed(sleep_until(until)).await.is_none() {
+                    return Outcome::Shutdown;
+                }
             }
             // 2. The sink's breaker.
             let probe = match breaker.acquire(Instant::now()) {
                 Ok(probe) => probe,
                 Err(_) if is_typing => return Outcome::Skipped,
                 Err(until) => {
-                    sleep_until(until).await;
+                    if self.unless_closed(sleep_until(until)).await.is_none() {
+                        return Outcome::Shutdown;
+                    }
                     continue;
                 }
             };
             // 3. The sink's pacing: the chat's and the sink's token buckets, then a
             //    slot among the requests in flight.
-            self.take_tokens(lane, entry).await;
-            let Ok(permit) = entry.permits.acquire().await else {
+            let permit = self
+                .unless_closed(async {
+                    self.take_tokens(lane, entry).await;
+                    entry.permits.acquire().await
+                })
+                .await;
+            let Some(permit) = permit else {
+                breaker.neutral(probe);
+                return Outcome::Shutdown;
+            };
+            let Ok(permit) = permit else {
                 return Outcome::Failed;
             };
             // 4. What is already done for this run.
@@ -804,7 +888,13 @@ impl Inner {
                         breaker.neutral(probe);
                         attempt += 1;
                         tracing::warn!(error = %e, "loading delivery state failed");
-                        sleep(self.backoff(attempt)).await;
+                        if self
+                            .unless_closed(sleep(self.backoff(attempt)))
+                            .await
+                            .is_none()
+                        {
+                            return Outcome::Shutdown;
+                        }
                         continue;
                     }
                 },
@@ -815,7 +905,13 @@ impl Inner {
                 return Outcome::Skipped;
             }
             // 5. The attempt, bounded. A timed-out attempt leaves in `state` whatever
-            //    the sink recorded before the cut; it is saved like any other.
+            //    the sink recorded before the cut; it is saved like any other. It counts
+            //    as in flight until then: a shutdown waits for it.
+            let Some(in_flight) = InFlight::start(&self.flow) else {
+                drop(permit);
+                breaker.neutral(probe);
+                return Outcome::Shutdown;
+            };
             let result = match timeout(
                 self.config.attempt_timeout,
                 entry.sink.execute(chat, op, &mut state),
@@ -828,6 +924,7 @@ impl Inner {
             if let Some(k) = &key {
                 self.save(k, &state).await;
             }
+            drop(in_flight);
             drop(permit);
             let superseded = || match run {
                 Some(r) if matches!(op, Op::Draft { .. }) => lane.has_queued_draft(r),
@@ -879,7 +976,13 @@ impl Inner {
                     if superseded() {
                         return Outcome::Superseded;
                     }
-                    sleep(self.backoff(attempt)).await;
+                    if self
+                        .unless_closed(sleep(self.backoff(attempt)))
+                        .await
+                        .is_none()
+                    {
+                        return Outcome::Shutdown;
+                    }
                 }
                 Err(e @ SinkError::TooLarge(_)) => {
                     breaker.neutral(probe);
@@ -898,7 +1001,13 @@ impl Inner {
                     if superseded() {
                         return Outcome::Superseded;
                     }
-                    sleep(self.backoff(refused)).await;
+                    if self
+                        .unless_closed(sleep(self.backoff(refused)))
+                        .await
+                        .is_none()
+                    {
+                        return Outcome::Shutdown;
+                    }
                 }
             }
         }

@@ -20,6 +20,8 @@ enum Step {
     /// Apply the final (record it in the state, as a sink does once the API
     /// confirmed), then hang until the engine's attempt timeout cuts the call.
     ApplyThenHang,
+    /// A slow API: the request takes this long, then the final is applied.
+    Slow(Duration),
 }
 
 #[derive(Default)]
@@ -110,6 +112,11 @@ impl Sink for ScriptSink {
                 Step::ApplyThenHang => {
                     apply(state);
                     sleep(Duration::from_secs(3600)).await;
+                    Ok(())
+                }
+                Step::Slow(took) => {
+                    sleep(took).await;
+                    apply(state);
                     Ok(())
                 }
             }
@@ -498,6 +505,37 @@ async fn shutdown_is_prompt_with_a_final_retrying() -> Result<(), DeliveryError>
         d.submit(chat(), final_op("late", "x", 1)).await,
         Err(DeliveryError::Closed)
     );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_lets_the_attempt_in_flight_finish_and_record_it() -> Result<(), DeliveryError> {
+    // A final whose request takes 5 s is in flight when the 2 s grace runs out: the
+    // engine closes (nothing new starts) but waits for that request and saves its
+    // outcome, so the next owner of the run — another engine on the same store — does
+    // not send it again.
+    let script = Script::new(&[Step::Slow(Duration::from_secs(5))]);
+    let store = Arc::new(MemoryStore::new());
+    let sink: Arc<dyn Sink> = Arc::new(ScriptSink(Arc::clone(&script), Pacing::default()));
+    let d = Delivery::new(DeliveryConfig::default(), store.clone(), [sink]);
+    d.submit(chat(), final_op("r", "answer", 7)).await?;
+    d.submit(chat(), draft("queued", "never sent", 1)).await?;
+    sleep(Duration::from_millis(10)).await;
+    let t0 = Instant::now();
+    d.shutdown().await;
+    let took = Instant::now() - t0;
+    assert!(
+        took >= Duration::from_secs(4),
+        "shutdown cut the attempt: {took:?}"
+    );
+    assert_eq!(script.finals(), 1);
+    assert_eq!(script.calls().len(), 1, "the queued draft was not started");
+
+    let sink: Arc<dyn Sink> = Arc::new(ScriptSink(Arc::clone(&script), Pacing::default()));
+    let next = Delivery::new(DeliveryConfig::default(), store, [sink]);
+    next.submit(chat(), final_op("r", "answer", 7)).await?;
+    assert!(next.flush().await);
+    assert_eq!(script.finals(), 1, "the next owner sent the final again");
     Ok(())
 }
 

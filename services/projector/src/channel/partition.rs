@@ -18,7 +18,8 @@ use tracing::Instrument as _;
 /// How long a released partition waits for the engine to execute what it queued, so
 /// the next owner's re-submitted ops do not race ours; bounded because a chat in a long
 /// `retry_after` must not hold the handover forever. On shutdown the engine closes
-/// after its own short grace, which ends this wait sooner.
+/// after its own short grace, which ends this wait sooner; then only the requests
+/// already sent are waited for ([`streamgate_sinks::Delivery::attempts_done`]).
 const HANDOVER_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
 impl Channel {
@@ -102,6 +103,12 @@ impl Channel {
                 partition,
                 "ops still queued at handover; the next owner re-submits them"
             );
+        }
+        if self.delivery.is_closed() {
+            // Shutdown: the engine takes no more ops, but a request it already sent
+            // finishes and its outcome is saved before the partition goes to its next
+            // owner — which then resumes after it instead of sending it again.
+            self.delivery.attempts_done().await;
         }
         Ok(())
     }
