@@ -10,7 +10,9 @@ use streamgate_wire::{normalize_bytes, FamilyChoice};
 
 const SIZE: usize = 4 << 20;
 
-/// The largest capture per family from an index folder.
+/// The largest capture per family from an index folder that `synth` can grow (one with
+/// streamed text or thinking: an error stream or a tool-arguments-only turn stays small
+/// and would measure nothing but its own size).
 fn largest_per_family(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
     let Ok(index) = std::fs::read_to_string(dir.join("index.tsv")) else {
         return;
@@ -19,6 +21,9 @@ fn largest_per_family(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
         let Ok(bytes) = std::fs::read(dir.join(&case.capture)) else {
             continue;
         };
+        if inflate(&bytes, SIZE).len() < SIZE {
+            continue;
+        }
         match out.iter_mut().find(|(f, _)| *f == case.adapter) {
             Some((_, best)) if best.len() >= bytes.len() => {}
             Some((_, best)) => *best = bytes,
