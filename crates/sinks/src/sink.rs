@@ -58,6 +58,14 @@ pub struct DeliveryState {
     pub draft_message_id: Option<String>,
     /// Text last applied to the draft; an identical upsert is skipped.
     pub draft_text: Option<String>,
+    /// A native draft (Telegram `sendMessageDraft`) is shown: when it was last sent, in
+    /// ms since the epoch (it vanishes ~30 s after its last update, so an unchanged draft
+    /// is sent again before then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_draft_at_ms: Option<u64>,
+    /// The chat refused native drafts: this run's drafts are sent and edited instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub native_draft_refused: bool,
     /// Highest event seq rendered into the draft (the reconnect protocol's
     /// `lastRenderedSeq`, spec §7.3).
     pub last_rendered_seq: Option<u64>,

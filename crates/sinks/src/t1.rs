@@ -1,11 +1,14 @@
 //! The tier-T1 (editable draft + durable messages) op semantics, written once over four
-//! message primitives. Telegram, Discord and Slack differ only in those primitives.
+//! message primitives. Telegram, Discord and Slack differ only in those primitives —
+//! and in whether a chat shows drafts natively ([`MessageApi::native_drafts`]: an
+//! ephemeral preview, refreshed before it expires, that the final message replaces;
+//! settle, notices and finals are real messages either way).
 
 use crate::format::Target;
 use crate::sink::{final_display_text, ChatTarget, DeliveryState, Pacing, Sink, SinkError};
 use crate::text::{truncate, Unit};
 use futures::future::BoxFuture;
-use streamgate_projection::{Op, Tier};
+use streamgate_projection::{DraftKey, Op, Tier};
 
 /// Result of an edit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +59,21 @@ pub(crate) trait MessageApi: Send + Sync {
     ) -> BoxFuture<'a, Result<(), SinkError>>;
     /// Show the native typing indicator (no-op where the API has none).
     fn typing<'a>(&'a self, chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>>;
+    /// Whether `chat` shows a run's draft natively — an ephemeral, animated preview the
+    /// platform replaces with the final message (Telegram `sendMessageDraft` in private
+    /// chats) — instead of a message that is sent, edited and deleted.
+    fn native_drafts(&self, _chat: &ChatTarget) -> bool {
+        false
+    }
+    /// Shows `text` as the native draft `draft_id` of `chat` (see [`Self::native_drafts`]).
+    fn native_draft<'a>(
+        &'a self,
+        _chat: &'a ChatTarget,
+        _draft_id: i64,
+        _text: &'a str,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(async { Err(SinkError::Permanent("no native drafts".into())) })
+    }
 }
 
 /// Every editable-message API is a T1 sink with the same op semantics ([`execute`]).
@@ -87,6 +105,62 @@ impl<A: MessageApi> Sink for A {
         state: &'a mut DeliveryState,
     ) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(execute(self, chat, op, state))
+    }
+}
+
+/// An unchanged native draft is sent again after this long: the platform drops it ~30 s
+/// after its last update, and a long tool call must not leave the chat empty.
+pub(crate) const NATIVE_DRAFT_REFRESH_MS: u64 = 20_000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The run's native draft id: stable for the run (the same id animates one preview),
+/// non-zero, within 31 bits. FNV-1a, hand-written because it must never change between
+/// releases (a std hasher may).
+pub(crate) fn native_draft_id(key: &DraftKey) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.tenant.bytes().chain([0]).chain(key.run_id.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    i64::try_from(h & 0x7fff_ffff).unwrap_or(1).max(1)
+}
+
+/// Shows the run's draft natively; an unchanged one is only sent again when it is about
+/// to expire. A chat that refuses native drafts (a group after all, an old Bot API)
+/// gets this run's drafts as an edited message from then on.
+async fn native_upsert<A: MessageApi>(
+    api: &A,
+    chat: &ChatTarget,
+    key: &DraftKey,
+    text: &str,
+    state: &mut DeliveryState,
+) -> Result<(), SinkError> {
+    let now = now_ms();
+    let fresh = state
+        .native_draft_at_ms
+        .is_some_and(|at| now.saturating_sub(at) < NATIVE_DRAFT_REFRESH_MS);
+    if fresh && state.draft_text.as_deref() == Some(text) {
+        return Ok(());
+    }
+    match api.native_draft(chat, native_draft_id(key), text).await {
+        Ok(()) => {
+            state.draft_text = Some(text.to_owned());
+            state.native_draft_at_ms = Some(now);
+            Ok(())
+        }
+        Err(SinkError::Permanent(e)) => {
+            tracing::info!(chat = %chat, error = %e, "native draft refused; sending and editing a message instead");
+            state.native_draft_refused = true;
+            state.native_draft_at_ms = None;
+            state.draft_text = None;
+            upsert_draft(api, chat, text, state).await
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -129,7 +203,7 @@ pub(crate) async fn execute<A: MessageApi>(
     let (limit, unit) = (api.limit(), api.unit());
     match op {
         Op::Typing => api.typing(chat).await,
-        Op::Draft { text, seq, .. } => {
+        Op::Draft { key, text, seq } => {
             // A draft after the run's draft ended, or older than what is shown, is stale
             // (reconnect replay, a coalesced duplicate): nothing to do.
             if state.settled || state.dismissed || state.final_delivered || state.retracted {
@@ -144,7 +218,11 @@ pub(crate) async fn execute<A: MessageApi>(
             // Drafts are budgeted by the projection and never split; the cut is only a
             // guard so that nothing over the limit is ever sent.
             let wire = api.target().draft(text, limit);
-            upsert_draft(api, chat, &wire, state).await?;
+            if api.native_drafts(chat) && !state.native_draft_refused {
+                native_upsert(api, chat, key, &wire, state).await?;
+            } else {
+                upsert_draft(api, chat, &wire, state).await?;
+            }
             state.last_rendered_seq = Some(*seq);
             Ok(())
         }

@@ -158,6 +158,21 @@ pub async fn start(
             }
         });
     }
+    if cfg.sink.kind() == "telegram" {
+        // Native drafts (private chats) vanish ~30 s after their last update: every
+        // 10 s the open runs' drafts go to the engine again, and the sink sends the ones
+        // about to expire (the others cost no request).
+        let (c, stop) = (channel.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
+                }
+                c.refresh_drafts().await;
+            }
+        });
+    }
     let grpc = match grpc {
         None => None,
         Some(addr) => {

@@ -124,6 +124,16 @@ fn telegram_channel(fake: &FakeServer) -> ChannelConfig {
     channel("tg", ChannelSink::Sink(SinkConfig::Telegram(tg)))
 }
 
+/// A Telegram channel whose drafts are a sent-and-edited message in every chat (what
+/// groups get; private chats otherwise get native drafts): for tests of how a draft
+/// message is edited and settled.
+fn telegram_channel_editing(fake: &FakeServer) -> ChannelConfig {
+    let mut tg = telegram::TelegramConfig::new("tg", TG_TOKEN);
+    tg.base_url = fake.base_url.clone();
+    tg.drafts = telegram::DraftMode::Edit;
+    channel("tg", ChannelSink::Sink(SinkConfig::Telegram(tg)))
+}
+
 /// One fixture's own Telegram: the fake's 429 window is bot-wide (like Telegram's
 /// global limit) while the engine paces per chat, so each run gets its own bot, tenant
 /// and channel — which also exercises many channels on one bus.
@@ -576,7 +586,7 @@ async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
     let evs = run_events("run-orphan", "77", &f.events, now_ms() - 3_600_000);
     let a = start(
         nats.client().await,
-        telegram_channel(&fake),
+        telegram_channel_editing(&fake),
         None,
         CancellationToken::new(),
     )
@@ -594,7 +604,7 @@ async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     crash(a).await;
-    let mut cfg = telegram_channel(&fake);
+    let mut cfg = telegram_channel_editing(&fake);
     cfg.orphan_after = Duration::from_secs(60);
     let b = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
     // The crashed replica's leases run out after their TTL; recovery of the partition
@@ -692,7 +702,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     let run = "run-replicas";
     let evs = run_events(run, chat, &events, now_ms());
     let cfg = || {
-        let mut c = telegram_channel(&fake);
+        let mut c = telegram_channel_editing(&fake);
         c.token = Some("chan-token".into());
         c
     };

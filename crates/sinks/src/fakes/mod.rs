@@ -68,10 +68,42 @@ pub struct Message {
     pub edits: u32,
 }
 
+/// A Telegram native draft (`sendMessageDraft`): an ephemeral preview in a private chat,
+/// animated while the same `draft_id` is updated, gone ~30 s after its last update or
+/// when the bot sends a real message to the chat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draft {
+    /// Chat (a private chat's id).
+    pub chat: String,
+    /// The draft's id (the same id = an animated update).
+    pub draft_id: i64,
+    /// What a person sees now (tags stripped); empty = the "Thinking…" placeholder.
+    pub text: String,
+    /// Updates applied after the first.
+    pub updates: u32,
+    /// Updates that arrived after the draft had already expired (it had vanished).
+    pub revived: u32,
+    /// When it was last updated.
+    pub at: Instant,
+    /// A real message replaced it.
+    pub replaced: bool,
+}
+
+/// How long a Telegram draft stays visible without an update.
+pub const DRAFT_TTL: Duration = Duration::from_secs(30);
+
+impl Draft {
+    /// Whether a person still sees it.
+    pub fn visible(&self) -> bool {
+        !self.replaced && self.at.elapsed() < DRAFT_TTL
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Recorder {
     calls: Vec<Call>,
     messages: Vec<Message>,
+    drafts: Vec<Draft>,
     events: Vec<Value>,
     seen_keys: std::collections::HashSet<String>,
     duplicates: u32,
@@ -146,7 +178,41 @@ impl Shared {
     }
 
     pub(crate) fn push_message(&self, m: Message) {
-        self.lock().messages.push(m);
+        let mut r = self.lock();
+        // A real message in the chat replaces the bot's draft there.
+        for d in r.drafts.iter_mut().filter(|d| d.chat == m.chat) {
+            d.replaced = true;
+        }
+        r.messages.push(m);
+    }
+
+    /// Creates or updates the draft `draft_id` of `chat`.
+    pub(crate) fn upsert_draft(&self, chat: &str, draft_id: i64, text: &str) {
+        let mut r = self.lock();
+        let now = Instant::now();
+        match r
+            .drafts
+            .iter_mut()
+            .find(|d| d.chat == chat && d.draft_id == draft_id && !d.replaced)
+        {
+            Some(d) => {
+                if now.duration_since(d.at) >= DRAFT_TTL {
+                    d.revived += 1;
+                }
+                d.text = text.to_owned();
+                d.updates += 1;
+                d.at = now;
+            }
+            None => r.drafts.push(Draft {
+                chat: chat.to_owned(),
+                draft_id,
+                text: text.to_owned(),
+                updates: 0,
+                revived: 0,
+                at: now,
+                replaced: false,
+            }),
+        }
     }
 
     /// Find a live message; `f` edits it in place.
@@ -258,6 +324,11 @@ impl FakeServer {
     /// Messages not deleted, in creation order.
     pub fn live_messages(&self) -> Vec<Message> {
         self.messages().into_iter().filter(|m| !m.deleted).collect()
+    }
+
+    /// Telegram: every native draft ever shown, in creation order.
+    pub fn drafts(&self) -> Vec<Draft> {
+        self.shared.lock().drafts.clone()
     }
 
     /// Calls that arrived while a 429's `retry_after` was still running.

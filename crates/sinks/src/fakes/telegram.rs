@@ -165,6 +165,33 @@ async fn handle(
     (status, Json(reply)).into_response()
 }
 
+/// `sendMessageDraft`: private chats only (a user's id, positive), a non-zero
+/// `draft_id`, text of 0–4096 characters after entity parsing (empty shows the
+/// "Thinking…" placeholder).
+fn send_draft(shared: &Shared, chat: &str, body: &Value) -> (StatusCode, Value) {
+    if !chat.parse::<i64>().is_ok_and(|id| id > 0) {
+        return bad("drafts can be sent only to private chats");
+    }
+    let draft_id = body.get("draft_id").and_then(Value::as_i64).unwrap_or(0);
+    if draft_id == 0 {
+        return bad("draft_id must be non-zero");
+    }
+    let raw = body.get("text").and_then(Value::as_str).unwrap_or("");
+    let text = if body.get("parse_mode").and_then(Value::as_str) == Some("HTML") {
+        match parse_html(raw) {
+            Ok(t) => t,
+            Err(e) => return bad(&format!("can't parse entities: {e}")),
+        }
+    } else {
+        raw.to_owned()
+    };
+    if measure(&text, utf16_unit) > LIMIT {
+        return bad("message is too long");
+    }
+    shared.upsert_draft(chat, draft_id, &text);
+    ok(json!(true))
+}
+
 fn apply(shared: &Shared, method: &str, body: &Value) -> (StatusCode, Value) {
     let chat = chat_of(body);
     let mid = body
@@ -214,6 +241,7 @@ fn apply(shared: &Shared, method: &str, body: &Value) -> (StatusCode, Value) {
             None => bad("message to delete not found"),
             Some(()) => ok(json!(true)),
         },
+        "sendMessageDraft" => send_draft(shared, &chat, body),
         "sendChatAction" => ok(json!(true)),
         _ => (
             StatusCode::NOT_FOUND,

@@ -6,7 +6,7 @@ mod runtime;
 #[cfg(all(test, feature = "fakes"))]
 mod tests;
 
-pub use config::TelegramConfig;
+pub use config::{DraftMode, TelegramConfig};
 pub use runtime::TelegramSink;
 
 /// Registered kind name.

@@ -1,6 +1,6 @@
 //! Telegram sink runtime.
 
-use super::config::TelegramConfig;
+use super::config::{DraftMode, TelegramConfig};
 use crate::format::Target;
 use crate::http::{self, Secret};
 use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
@@ -19,6 +19,7 @@ pub struct TelegramSink {
     base_url: String,
     token: Secret,
     client: reqwest::Client,
+    drafts: DraftMode,
 }
 
 /// How a failed call ended, before the op semantics decide what it means.
@@ -37,6 +38,7 @@ impl TelegramSink {
             base_url: config.base_url.trim_end_matches('/').to_owned(),
             token: config.bot_token,
             client: http::client(timeout)?,
+            drafts: config.drafts,
         })
     }
 
@@ -212,6 +214,36 @@ impl MessageApi for TelegramSink {
                 Ok(_) | Err(Fail::NotFound) => Ok(()),
                 Err(f) => Err(plain(f)),
             }
+        })
+    }
+
+    /// Private chats (a user's id is positive; groups, supergroups and channels are
+    /// negative or `@name`) get Bot API 9.5's native drafts unless configured otherwise.
+    fn native_drafts(&self, chat: &ChatTarget) -> bool {
+        match self.drafts {
+            DraftMode::Edit => false,
+            DraftMode::Native => true,
+            DraftMode::Auto => chat.chat_id.parse::<i64>().is_ok_and(|id| id > 0),
+        }
+    }
+
+    fn native_draft<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        draft_id: i64,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(async move {
+            let body = json!({
+                "chat_id": chat_id(chat),
+                "draft_id": draft_id,
+                "text": text,
+                "parse_mode": "HTML",
+            });
+            self.call("sendMessageDraft", body)
+                .await
+                .map(|_| ())
+                .map_err(plain)
         })
     }
 

@@ -1,6 +1,6 @@
 //! Tests against the local fake Telegram server.
 
-use super::{TelegramConfig, TelegramSink};
+use super::{DraftMode, TelegramConfig, TelegramSink};
 use crate::fakes::{Behavior, FakeServer};
 use crate::testutil::{draft, fast_engine, final_op, key, settle};
 use crate::{ChatTarget, DeliveryState, Sink, SinkError, StateKey};
@@ -73,7 +73,8 @@ async fn dismiss_deletes_and_deleted_draft_is_recreated() -> Result<(), Box<dyn 
 {
     let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
     let tg = sink(&fake)?;
-    let chat = ChatTarget::new("", "tg", "42");
+    // A group: drafts are a message sent and edited there.
+    let chat = ChatTarget::new("", "tg", "-4200");
     let mut st = DeliveryState::default();
     tg.execute(&chat, &draft("r", "one", 1), &mut st).await?;
     // A user deletes the draft behind our back: the next upsert recreates it.
@@ -190,5 +191,98 @@ async fn lost_response_is_the_documented_at_least_once_window(
         .filter(|m| m.text == "answer")
         .count();
     assert_eq!(copies, 2, "one lost response = one duplicate, never more");
+    Ok(())
+}
+
+fn calls_of(fake: &FakeServer, method: &str) -> usize {
+    fake.calls().iter().filter(|c| c.api == method).count()
+}
+
+#[tokio::test]
+async fn private_chat_drafts_are_native_and_the_final_replaces_them(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
+    let tg = sink(&fake)?;
+    let chat = ChatTarget::new("", "tg", "42");
+    let mut st = DeliveryState::default();
+    tg.execute(&chat, &draft("r", "Thinking about **it**", 1), &mut st)
+        .await?;
+    tg.execute(&chat, &draft("r", "Thinking about **it** more", 2), &mut st)
+        .await?;
+    // Unchanged and fresh: nothing is sent.
+    tg.execute(&chat, &draft("r", "Thinking about **it** more", 3), &mut st)
+        .await?;
+    tg.execute(&chat, &final_op("r", "The **answer**.", 4), &mut st)
+        .await?;
+    assert_eq!(calls_of(&fake, "sendMessageDraft"), 2);
+    assert_eq!(calls_of(&fake, "editMessageText"), 0);
+    let drafts = fake.drafts();
+    assert_eq!(drafts.len(), 1, "one animated draft: {drafts:?}");
+    assert_eq!(drafts[0].updates, 1);
+    assert_eq!(drafts[0].text, "Thinking about it more");
+    assert!(drafts[0].replaced, "the final replaced the draft");
+    let live = fake.live_messages();
+    assert_eq!(live.len(), 1, "only the final is a message: {live:?}");
+    assert_eq!(live[0].text, "The answer.");
+    // Another run in the chat animates its own draft.
+    tg.execute(
+        &chat,
+        &draft("r2", "next", 1),
+        &mut DeliveryState::default(),
+    )
+    .await?;
+    let ids: Vec<i64> = fake.drafts().iter().map(|d| d.draft_id).collect();
+    assert_ne!(ids[0], ids[1]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unchanged_native_draft_is_sent_again_before_it_expires(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
+    let tg = sink(&fake)?;
+    let chat = ChatTarget::new("", "tg", "42");
+    let mut st = DeliveryState::default();
+    tg.execute(&chat, &draft("r", "Running the tests…", 1), &mut st)
+        .await?;
+    // 25 s later (a long tool call) the same draft is due again.
+    st.native_draft_at_ms = st.native_draft_at_ms.map(|at| at - 25_000);
+    tg.execute(&chat, &draft("r", "Running the tests…", 1), &mut st)
+        .await?;
+    assert_eq!(calls_of(&fake, "sendMessageDraft"), 2);
+    assert!(fake.drafts()[0].visible());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_chat_refusing_native_drafts_gets_an_edited_message(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
+    let mut c = TelegramConfig::new("tg", TOKEN);
+    c.base_url = fake.base_url.clone();
+    c.drafts = DraftMode::Native;
+    let tg = TelegramSink::new(c)?;
+    // Forced native in a group: the API refuses, the run falls back to send + edit.
+    let chat = ChatTarget::new("", "tg", "-100300");
+    let mut st = DeliveryState::default();
+    tg.execute(&chat, &draft("r", "one", 1), &mut st).await?;
+    tg.execute(&chat, &draft("r", "two", 2), &mut st).await?;
+    assert!(st.native_draft_refused);
+    assert_eq!(calls_of(&fake, "sendMessageDraft"), 1);
+    let live = fake.live_messages();
+    assert_eq!(live.len(), 1);
+    assert_eq!((live[0].text.as_str(), live[0].edits), ("two", 1));
+    // Forced edit mode in a private chat: no native draft at all.
+    let mut c = TelegramConfig::new("tg", TOKEN);
+    c.base_url = fake.base_url.clone();
+    c.drafts = DraftMode::Edit;
+    let tg = TelegramSink::new(c)?;
+    tg.execute(
+        &ChatTarget::new("", "tg", "43"),
+        &draft("r3", "x", 1),
+        &mut DeliveryState::default(),
+    )
+    .await?;
+    assert_eq!(calls_of(&fake, "sendMessageDraft"), 1);
     Ok(())
 }

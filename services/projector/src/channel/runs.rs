@@ -77,6 +77,30 @@ impl Channel {
         ChatTarget::new(tenant_or_default(tenant), &self.cfg.name, chat)
     }
 
+    /// Hands every open run's current draft to the engine again. Telegram drops a native
+    /// draft ~30 s after its last update; the sink sends one that is about to expire and
+    /// skips the others without a request, so a long tool call does not leave a private
+    /// chat empty.
+    pub async fn refresh_drafts(&self) {
+        let due: Vec<(ChatTarget, Op)> = lock(&self.runs)
+            .values()
+            .filter(|e| !e.draft.is_empty() && e.final_text.is_none() && !e.proj.is_settled())
+            .map(|e| {
+                let op = Op::Draft {
+                    key: e.proj.key().clone(),
+                    text: e.draft.clone(),
+                    seq: e.proj.last_seq(),
+                };
+                (self.target(&e.marker.tenant, &e.marker.chat_id), op)
+            })
+            .collect();
+        for (chat, op) in due {
+            if self.delivery.submit(chat, op).await.is_err() {
+                return; // the engine closed: shutting down
+            }
+        }
+    }
+
     /// This channel's finals parked on this replica (their retries ran out), oldest
     /// first.
     pub fn parked(&self) -> Vec<streamgate_sinks::Parked> {
