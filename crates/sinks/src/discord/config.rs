@@ -18,6 +18,14 @@ pub struct DiscordConfig {
     /// Per-request timeout in seconds.
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: f64,
+    /// Invalid requests (401, 403, 429) per 10 minutes after which the sink stops
+    /// sending until the window frees up; Discord bans the IP at 10,000.
+    #[serde(default = "default_invalid_request_budget")]
+    pub invalid_request_budget: usize,
+}
+
+fn default_invalid_request_budget() -> usize {
+    1_000
 }
 
 /// Discord's public API endpoint (v10).
@@ -42,6 +50,7 @@ impl DiscordConfig {
             webhook_token: Secret::new(webhook_token),
             base_url: default_base_url(),
             timeout_secs: default_timeout_secs(),
+            invalid_request_budget: default_invalid_request_budget(),
         }
     }
 }

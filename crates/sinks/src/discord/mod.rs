@@ -1,8 +1,10 @@
 //! Discord webhook sink: execute (`POST /webhooks/{id}/{token}?wait=true`), edit
 //! (`PATCH …/messages/{id}`) and delete; 2000-char messages. Webhooks cannot show a
-//! typing indicator, so `Typing` is a no-op here.
+//! typing indicator, so `Typing` is a no-op here. Pacing follows the rate-limit headers
+//! of every response ([`ratelimit`]).
 
 mod config;
+mod ratelimit;
 mod runtime;
 #[cfg(all(test, feature = "fakes"))]
 mod tests;

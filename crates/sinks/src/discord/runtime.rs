@@ -1,14 +1,16 @@
 //! Discord sink runtime.
 
 use super::config::DiscordConfig;
+use super::ratelimit::{Hold, Limits};
 use crate::format::Target;
 use crate::http::{self, Secret};
-use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
+use crate::sink::{ChatTarget, Pacing, SinkError};
 use crate::t1::{Edited, MessageApi};
 use crate::text::{char_unit, Unit};
 use futures::future::BoxFuture;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+use std::time::Instant;
 
 /// Discord's message content limit, in characters.
 pub const DISCORD_LIMIT: usize = 2000;
@@ -22,6 +24,7 @@ pub struct DiscordSink {
     webhook_id: String,
     token: Secret,
     client: reqwest::Client,
+    limits: Limits,
 }
 
 impl DiscordSink {
@@ -34,6 +37,7 @@ impl DiscordSink {
             webhook_id: config.webhook_id,
             token: config.webhook_token,
             client: http::client(timeout)?,
+            limits: Limits::new(config.invalid_request_budget),
         })
     }
 
@@ -56,27 +60,55 @@ impl DiscordSink {
             url.push_str("thread_id=");
             url.push_str(&chat.chat_id);
         }
+        // The route as Discord buckets it: the message id is a parameter, not a route.
+        let route = match suffix.split_once("/messages/") {
+            Some(_) => format!("{method} /messages/{{id}}"),
+            None => format!("{method} {suffix}"),
+        };
+        match self.limits.admit(&route, Instant::now()) {
+            Ok(()) => {}
+            Err(Hold::Wait(retry_after)) => return Err(SinkError::RateLimited { retry_after }),
+            Err(Hold::Budget { count }) => {
+                return Err(SinkError::Transient(format!(
+                    "discord: {count} invalid requests in 10 minutes (the budget; Discord bans at 10,000): not sending until the window frees up"
+                )))
+            }
+        }
         let mut req = self.client.request(method.clone(), url);
         if let Some(body) = body {
             req = req.json(&body);
         }
         let resp = req.send().await.map_err(http::transport_error)?;
         let status = resp.status();
-        let header_retry = http::retry_after_header(resp.headers());
+        let headers = resp.headers().clone();
+        let header_retry = http::retry_after_header(&headers);
         let bytes = resp.bytes().await.map_err(http::transport_error)?;
         let v: Option<Value> = serde_json::from_slice(&bytes).ok();
+        // The body's float seconds are more precise than the header's.
+        let retry_after = v
+            .as_ref()
+            .and_then(|v| v.get("retry_after"))
+            .and_then(Value::as_f64)
+            .and_then(http::secs)
+            .or(header_retry);
+        let global = v
+            .as_ref()
+            .and_then(|v| v.get("global"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        self.limits.observe(
+            &route,
+            status.as_u16(),
+            &headers,
+            global,
+            retry_after,
+            Instant::now(),
+        );
         if status.is_success() {
             return Ok(Some(v.unwrap_or(Value::Null)));
         }
         if status == StatusCode::TOO_MANY_REQUESTS {
-            // The body's float seconds are more precise than the header's.
-            let retry_after = v
-                .as_ref()
-                .and_then(|v| v.get("retry_after"))
-                .and_then(Value::as_f64)
-                .and_then(http::secs)
-                .or(header_retry)
-                .unwrap_or(http::DEFAULT_RETRY_AFTER);
+            let retry_after = retry_after.unwrap_or(http::DEFAULT_RETRY_AFTER);
             return Err(SinkError::RateLimited { retry_after });
         }
         if status == StatusCode::NOT_FOUND && suffix.starts_with("/messages/") {
@@ -112,12 +144,13 @@ impl MessageApi for DiscordSink {
         super::KIND
     }
 
-    /// Discord: a webhook's bucket is 5 requests per 2 s, shared by every thread it
-    /// posts to (the API also answers 429s with `retry_after`, which the engine honours).
+    /// Discord: no fixed rate — each response states its bucket's remaining requests
+    /// and reset ([`super::ratelimit`]), and a request to an exhausted bucket waits for
+    /// the reset; only the requests in flight are bounded.
     fn pacing(&self) -> Pacing {
         Pacing {
             per_chat: None,
-            per_sink: Some(Rate::new(2.5, 5)),
+            per_sink: None,
             concurrency: 4,
         }
     }

@@ -126,3 +126,74 @@ async fn rate_limit_float_retry_after_is_honoured() -> Result<(), Box<dyn std::e
     assert_eq!(finals, 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn the_rate_limit_headers_pace_a_long_final_without_a_429(
+) -> Result<(), Box<dyn std::error::Error>> {
+    // A bucket of 5 requests per 2 s: the sink learns it from the first answer and
+    // holds the sixth part until the reset instead of being refused.
+    let behavior = Behavior {
+        discord_bucket: Some((5, Duration::from_secs(2))),
+        ..Behavior::default()
+    };
+    let fake = FakeServer::discord("1234", "tok", behavior).await?;
+    let (delivery, _) = fast_engine(Arc::new(sink(&fake, "tok")?));
+    let chat = ChatTarget::new("", "dc", "");
+    let answer = "word ".repeat(4_000); // 20,000 chars: 10+ parts
+    delivery
+        .submit(chat.clone(), final_op("r", &answer, 1))
+        .await?;
+    tokio::time::timeout(Duration::from_secs(30), delivery.flush()).await?;
+    let calls = fake.calls();
+    assert!(calls.len() >= 10, "{} calls", calls.len());
+    assert!(
+        calls.iter().all(|c| c.status != 429),
+        "a request went to an exhausted bucket"
+    );
+    let first = calls.first().map(|c| c.at);
+    let last = calls.last().map(|c| c.at);
+    if let (Some(a), Some(b)) = (first, last) {
+        assert!(
+            b - a >= Duration::from_millis(1900),
+            "no pause at the bucket's end"
+        );
+    }
+    assert_eq!(
+        fake.live_messages()
+            .iter()
+            .map(|m| m.text.as_str())
+            .collect::<String>(),
+        answer.trim_end()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_requests_stop_at_the_budget_well_before_the_ban(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::discord("1234", "tok", Behavior::default()).await?;
+    let mut c = DiscordConfig::new("dc", "1234", "WRONG");
+    c.base_url = fake.base_url.clone();
+    c.invalid_request_budget = 3;
+    let dc = DiscordSink::new(c)?;
+    let chat = ChatTarget::new("", "dc", "");
+    let mut errors = Vec::new();
+    for i in 1..=6u64 {
+        let mut st = DeliveryState::default();
+        if let Err(e) = dc.execute(&chat, &final_op("r", "hi", i), &mut st).await {
+            errors.push(e);
+        }
+    }
+    assert_eq!(fake.calls().len(), 3, "requests sent past the budget");
+    assert!(
+        matches!(errors[0], SinkError::Permanent(_)),
+        "{:?}",
+        errors[0]
+    );
+    assert!(
+        matches!(&errors[5], SinkError::Transient(m) if m.contains("invalid requests")),
+        "{:?}",
+        errors[5]
+    );
+    Ok(())
+}

@@ -3,7 +3,7 @@
 use super::{maybe_delay, Gate, Message, Shared};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{patch, post};
 use axum::{Json, Router};
@@ -36,6 +36,51 @@ fn reply(status: StatusCode, v: Value) -> Response {
     (status, Json(v)).into_response()
 }
 
+/// The webhook's bucket (`Behavior::discord_bucket`): `Ok(headers)` stating what is left
+/// when the request may go, `Err(429)` (with the same headers, scope `user`) when the
+/// bucket is spent.
+fn bucket(ctx: &Ctx) -> Result<HeaderMap, Box<Response>> {
+    let mut headers = HeaderMap::new();
+    let Some((limit, window)) = ctx.shared.behavior.discord_bucket else {
+        return Ok(headers);
+    };
+    let now = std::time::Instant::now();
+    let (start, used, admitted) = {
+        let mut r = ctx.shared.lock();
+        let (start, used) = match r.bucket_window {
+            Some((start, used)) if now.duration_since(start) < window => (start, used),
+            _ => (now, 0),
+        };
+        let admitted = used < limit;
+        let used = if admitted { used + 1 } else { used };
+        r.bucket_window = Some((start, used));
+        (start, used, admitted)
+    };
+    let reset_after = window
+        .saturating_sub(now.duration_since(start))
+        .as_secs_f64();
+    for (k, v) in [
+        ("x-ratelimit-bucket", format!("wh-{}", ctx.id)),
+        ("x-ratelimit-limit", limit.to_string()),
+        (
+            "x-ratelimit-remaining",
+            limit.saturating_sub(used).to_string(),
+        ),
+        ("x-ratelimit-reset-after", format!("{reset_after:.3}")),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            headers.insert(k, v);
+        }
+    }
+    if admitted {
+        return Ok(headers);
+    }
+    let mut r = too_many(reset_after.max(0.001));
+    headers.insert("x-ratelimit-scope", HeaderValue::from_static("user"));
+    r.headers_mut().extend(headers);
+    Err(Box::new(r))
+}
+
 fn too_many(secs: f64) -> Response {
     let mut r = (
         StatusCode::TOO_MANY_REQUESTS,
@@ -49,6 +94,12 @@ fn too_many(secs: f64) -> Response {
         r.headers_mut().insert("retry-after", v);
     }
     r
+}
+
+/// `response` with the bucket's headers added.
+fn with_headers(mut response: Response, headers: HeaderMap) -> Response {
+    response.headers_mut().extend(headers);
+    response
 }
 
 fn unknown_webhook() -> (StatusCode, Value) {
@@ -104,6 +155,13 @@ async fn execute(
         ctx.shared.record("execute", &body, 429);
         return too_many(secs);
     }
+    let limits = match bucket(&ctx) {
+        Ok(h) => h,
+        Err(r) => {
+            ctx.shared.record("execute", &body, 429);
+            return *r;
+        }
+    };
     let (status, v) = match check_content(&body) {
         Err(e) => e,
         Ok(content) => {
@@ -131,7 +189,7 @@ async fn execute(
     if status.is_success() {
         maybe_delay(&ctx.shared).await;
     }
-    reply(status, v)
+    with_headers(reply(status, v), limits)
 }
 
 async fn edit(

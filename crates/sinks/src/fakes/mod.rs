@@ -36,6 +36,10 @@ pub struct Behavior {
     pub refuse_status: Option<u16>,
     /// See `refuse_status`.
     pub refuse_chats: Vec<String>,
+    /// Discord: a rate-limit bucket of this many requests per window for the webhook,
+    /// stated in `X-RateLimit-*` headers on every answer; a request beyond it gets a
+    /// 429 (scope `user`, counted as invalid).
+    pub discord_bucket: Option<(u64, Duration)>,
 }
 
 /// One recorded request.
@@ -114,6 +118,8 @@ pub(crate) struct Recorder {
     next_id: u64,
     /// [`FakeServer::recover`] was called: `refuse_status` no longer applies.
     recovered: bool,
+    /// Discord bucket: when the current window started and the requests it took.
+    pub(crate) bucket_window: Option<(Instant, u64)>,
 }
 
 /// Shared state of one fake server.
