@@ -185,7 +185,7 @@ impl Shared {
 
     pub(crate) fn push_message(&self, m: Message) {
         let mut r = self.lock();
-        // A real message in the chat replaces the bot's draft there.
+        // A real message in the chat (or thread) replaces the bot's draft there.
         for d in r.drafts.iter_mut().filter(|d| d.chat == m.chat) {
             d.replaced = true;
         }
@@ -229,9 +229,16 @@ impl Shared {
         f: impl FnOnce(&mut Message) -> T,
     ) -> Option<T> {
         let mut r = self.lock();
+        // A message posted in a thread (`<chat>/<thread>`) is edited by its chat.
+        let in_chat = |m: &Message| {
+            m.chat == chat
+                || m.chat
+                    .strip_prefix(chat)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
         r.messages
             .iter_mut()
-            .find(|m| m.id == id && m.chat == chat && !m.deleted)
+            .find(|m| m.id == id && in_chat(m) && !m.deleted)
             .map(f)
     }
 

@@ -113,6 +113,16 @@ fn chat_of(body: &Value) -> String {
     }
 }
 
+/// Where a posted message or draft lands: the chat, or `<chat>/<thread>` with a
+/// `message_thread_id` (a message id stays unique per chat, so edits name the chat).
+fn place_of(body: &Value) -> String {
+    let chat = chat_of(body);
+    match body.get("message_thread_id").and_then(Value::as_i64) {
+        Some(t) => format!("{chat}/{t}"),
+        None => chat,
+    }
+}
+
 fn render(body: &Value) -> Result<(String, String), (StatusCode, Value)> {
     let raw = body
         .get("text")
@@ -168,7 +178,7 @@ async fn handle(
 /// `sendMessageDraft`: private chats only (a user's id, positive), a non-zero
 /// `draft_id`, text of 0–4096 characters after entity parsing (empty shows the
 /// "Thinking…" placeholder).
-fn send_draft(shared: &Shared, chat: &str, body: &Value) -> (StatusCode, Value) {
+fn send_draft(shared: &Shared, chat: &str, place: &str, body: &Value) -> (StatusCode, Value) {
     if !chat.parse::<i64>().is_ok_and(|id| id > 0) {
         return bad("drafts can be sent only to private chats");
     }
@@ -188,7 +198,7 @@ fn send_draft(shared: &Shared, chat: &str, body: &Value) -> (StatusCode, Value) 
     if measure(&text, utf16_unit) > LIMIT {
         return bad("message is too long");
     }
-    shared.upsert_draft(chat, draft_id, &text);
+    shared.upsert_draft(place, draft_id, &text);
     ok(json!(true))
 }
 
@@ -206,7 +216,7 @@ fn apply(shared: &Shared, method: &str, body: &Value) -> (StatusCode, Value) {
                 let id = shared.next_id();
                 shared.push_message(Message {
                     id: id.to_string(),
-                    chat: chat.clone(),
+                    chat: place_of(body),
                     text: text.clone(),
                     raw,
                     deleted: false,
@@ -241,7 +251,7 @@ fn apply(shared: &Shared, method: &str, body: &Value) -> (StatusCode, Value) {
             None => bad("message to delete not found"),
             Some(()) => ok(json!(true)),
         },
-        "sendMessageDraft" => send_draft(shared, &chat, body),
+        "sendMessageDraft" => send_draft(shared, &chat, &place_of(body), body),
         "sendChatAction" => ok(json!(true)),
         _ => (
             StatusCode::NOT_FOUND,

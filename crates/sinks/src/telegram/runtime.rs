@@ -103,12 +103,34 @@ impl TelegramSink {
     }
 }
 
+/// A chat address: the chat, and the topic (`message_thread_id`) when the target names
+/// one as `<chat>/<thread>` — a forum topic, or a thread of a private chat with topics.
+fn address(chat: &ChatTarget) -> (&str, Option<i64>) {
+    match chat.chat_id.rsplit_once('/') {
+        Some((id, thread)) => match thread.parse::<i64>() {
+            Ok(t) => (id, Some(t)),
+            Err(_) => (chat.chat_id.as_str(), None),
+        },
+        None => (chat.chat_id.as_str(), None),
+    }
+}
+
 /// Telegram takes numeric ids as numbers and `@channel` names as strings.
 fn chat_id(chat: &ChatTarget) -> Value {
-    match chat.chat_id.parse::<i64>() {
+    let (id, _) = address(chat);
+    match id.parse::<i64>() {
         Ok(n) => json!(n),
-        Err(_) => json!(chat.chat_id),
+        Err(_) => json!(id),
     }
+}
+
+/// `body` with the target's `message_thread_id`, for the calls that post into a chat
+/// (edits and deletes name the message, which already belongs to its topic).
+fn in_thread(chat: &ChatTarget, mut body: Value) -> Value {
+    if let (Some(thread), Some(map)) = (address(chat).1, body.as_object_mut()) {
+        map.insert("message_thread_id".into(), json!(thread));
+    }
+    body
 }
 
 fn message_id(id: &str) -> Result<i64, SinkError> {
@@ -165,12 +187,15 @@ impl MessageApi for TelegramSink {
         text: &'a str,
     ) -> BoxFuture<'a, Result<String, SinkError>> {
         Box::pin(async move {
-            let body = json!({
-                "chat_id": chat_id(chat),
-                "text": text,
-                "parse_mode": "HTML",
-                "link_preview_options": {"is_disabled": true},
-            });
+            let body = in_thread(
+                chat,
+                json!({
+                    "chat_id": chat_id(chat),
+                    "text": text,
+                    "parse_mode": "HTML",
+                    "link_preview_options": {"is_disabled": true},
+                }),
+            );
             let result = self.call("sendMessage", body).await.map_err(plain)?;
             result
                 .get("message_id")
@@ -218,12 +243,13 @@ impl MessageApi for TelegramSink {
     }
 
     /// Private chats (a user's id is positive; groups, supergroups and channels are
-    /// negative or `@name`) get Bot API 9.5's native drafts unless configured otherwise.
+    /// negative or `@name`) get Bot API 9.5's native drafts unless configured otherwise;
+    /// a `<chat>/<thread>` target drafts in that thread.
     fn native_drafts(&self, chat: &ChatTarget) -> bool {
         match self.drafts {
             DraftMode::Edit => false,
             DraftMode::Native => true,
-            DraftMode::Auto => chat.chat_id.parse::<i64>().is_ok_and(|id| id > 0),
+            DraftMode::Auto => address(chat).0.parse::<i64>().is_ok_and(|id| id > 0),
         }
     }
 
@@ -234,12 +260,15 @@ impl MessageApi for TelegramSink {
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(async move {
-            let body = json!({
-                "chat_id": chat_id(chat),
-                "draft_id": draft_id,
-                "text": text,
-                "parse_mode": "HTML",
-            });
+            let body = in_thread(
+                chat,
+                json!({
+                    "chat_id": chat_id(chat),
+                    "draft_id": draft_id,
+                    "text": text,
+                    "parse_mode": "HTML",
+                }),
+            );
             self.call("sendMessageDraft", body)
                 .await
                 .map(|_| ())
@@ -249,7 +278,7 @@ impl MessageApi for TelegramSink {
 
     fn typing<'a>(&'a self, chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(async move {
-            let body = json!({"chat_id": chat_id(chat), "action": "typing"});
+            let body = in_thread(chat, json!({"chat_id": chat_id(chat), "action": "typing"}));
             self.call("sendChatAction", body)
                 .await
                 .map(|_| ())

@@ -286,3 +286,45 @@ async fn a_chat_refusing_native_drafts_gets_an_edited_message(
     assert_eq!(calls_of(&fake, "sendMessageDraft"), 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_thread_target_posts_drafts_and_finals_into_its_topic(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
+    let tg = sink(&fake)?;
+    // A private chat's thread, and a forum topic of a group.
+    for (target, native) in [("42/7", true), ("-1001234/99", false)] {
+        let chat = ChatTarget::new("", "tg", target);
+        let mut st = DeliveryState::default();
+        let run = format!("r{target}");
+        tg.execute(&chat, &Op::Typing, &mut st).await?;
+        tg.execute(&chat, &draft(&run, "working", 1), &mut st)
+            .await?;
+        tg.execute(&chat, &draft(&run, "working more", 2), &mut st)
+            .await?;
+        tg.execute(&chat, &final_op(&run, "done", 3), &mut st)
+            .await?;
+        assert_eq!(!native, st.draft_message_id.is_some(), "{target}");
+    }
+    for c in fake.calls() {
+        if ["sendMessage", "sendMessageDraft", "sendChatAction"].contains(&c.api.as_str()) {
+            assert!(c.body.get("message_thread_id").is_some(), "{c:?}");
+        }
+    }
+    let drafts = fake.drafts();
+    assert_eq!(drafts.len(), 1);
+    assert_eq!(drafts[0].chat, "42/7");
+    let finals: Vec<String> = fake
+        .live_messages()
+        .into_iter()
+        .filter(|m| m.text == "done")
+        .map(|m| m.chat)
+        .collect();
+    assert_eq!(finals, ["42/7", "-1001234/99"]);
+    // The group topic's draft message was edited in place (by its chat id).
+    assert!(fake
+        .messages()
+        .iter()
+        .any(|m| m.chat == "-1001234/99" && m.edits == 1));
+    Ok(())
+}
