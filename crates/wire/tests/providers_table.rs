@@ -9,6 +9,7 @@
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use streamgate_wire::{Decoded, FrameDecoder};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -56,31 +57,19 @@ fn table() -> BTreeMap<String, Vec<Row>> {
 
 /// The JSON records of a capture: SSE `data:` payloads or JSON lines.
 fn records(bytes: &[u8]) -> Vec<Value> {
-    let text = String::from_utf8_lossy(bytes);
+    // The adapters' own framing (SSE or JSON lines, sniffed), so the table is checked
+    // against exactly the frames they meet.
     let mut out = Vec::new();
-    let mut data = String::new();
-    let flush = |data: &mut String, out: &mut Vec<Value>| {
-        if let Ok(v) = serde_json::from_str::<Value>(data) {
-            out.push(v);
-        }
-        data.clear();
-    };
-    for line in text.lines() {
-        let line = line.trim_end_matches('\r');
-        if let Some(d) = line.strip_prefix("data:") {
-            if !data.is_empty() {
-                data.push('\n');
+    let mut take = |d: Decoded<'_>| {
+        if let Decoded::Frame(f) = d {
+            if let Ok(v) = serde_json::from_str::<Value>(f.data) {
+                out.push(v);
             }
-            data.push_str(d.trim_start());
-        } else if line.is_empty() {
-            flush(&mut data, &mut out);
-        } else if line.starts_with('{') {
-            flush(&mut data, &mut out);
-            data.push_str(line);
-            flush(&mut data, &mut out);
         }
-    }
-    flush(&mut data, &mut out);
+    };
+    let mut decoder = FrameDecoder::default();
+    decoder.feed(bytes, &mut take);
+    decoder.finish(&mut take);
     out
 }
 

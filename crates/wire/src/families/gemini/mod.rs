@@ -222,7 +222,7 @@ impl Adapter for F5Adapter {
         // No finishReason ever arrived: stream death (spec §3.4). Close what is open, and
         // never re-tag text as final.
         self.close_thinking(out);
-        self.finish_streamed_call(out);
+        self.finish_streamed_call(None, out);
         self.end_calls(out, "failed");
         stream_closed(out);
         self.ended = true;
@@ -363,7 +363,7 @@ impl F5Adapter {
             return;
         }
         // Anything else ends a call whose arguments were still streaming.
-        self.finish_streamed_call(out);
+        self.finish_streamed_call(None, out);
         if let Some(sig) = part.thought_signature.as_deref() {
             // Signatures may also ride on text parts (newer models): opaque either way.
             out.transcript(SIGNATURE_KIND, None, sig);
@@ -423,10 +423,9 @@ impl F5Adapter {
                 return;
             }
             // A call under another name: the streamed one lost its last part.
-            self.finish_streamed_call(out);
+            self.finish_streamed_call(None, out);
         }
-        self.close_thinking(out);
-        self.segments.break_text();
+        self.interrupt_text(out);
         let index = self.call_count;
         self.call_count += 1;
         // Gemini gives no call id: `responseId:candidate:call-ordinal` (the golden's
@@ -480,29 +479,24 @@ impl F5Adapter {
             .map(Cow::into_owned)
             .filter(|n| self.calls.last_name() != Some(n.as_str()));
         if !more {
-            self.finish_streamed_call_named(name, out);
+            self.finish_streamed_call(name, out);
             return;
         }
         let input = args.snapshot(SNAPSHOT_LIMIT);
         // (A part that changes nothing is accounted by its chunk.)
         if name.is_some() || input.is_some() {
-            let input = input.map(|v| Json::from_value(&v));
             self.calls.update_last(out, name, input);
         }
     }
 
     /// Ends the streaming of the open call's arguments (if any): its finished arguments
-    /// go out on an `item/update`; the item ends when the turn settles, as whole calls do.
-    fn finish_streamed_call(&mut self, out: &mut Emitter) {
-        self.finish_streamed_call_named(None, out);
-    }
-
-    /// [`Self::finish_streamed_call`] with the name the last part brought, if any.
-    fn finish_streamed_call_named(&mut self, name: Option<String>, out: &mut Emitter) {
+    /// (and a `name` its last part brought) go out on an `item/update`; the item ends
+    /// when the turn settles, as whole calls do.
+    fn finish_streamed_call(&mut self, name: Option<String>, out: &mut Emitter) {
         let Some(args) = self.streaming.take() else {
             return;
         };
-        let input = args.finished().map(|v| Json::from_value(&v));
+        let input = args.finished();
         if name.is_some() || input.is_some() {
             self.calls.update_last(out, name, input);
         }
@@ -612,7 +606,7 @@ impl F5Adapter {
     ) {
         self.backfill_thought_tokens(out);
         self.close_thinking(out);
-        self.finish_streamed_call(out);
+        self.finish_streamed_call(None, out);
         self.calls.settle(&mut self.segments, &path, out);
         if let Some(extra) = extra {
             out.emit(Lifecycle {

@@ -14,6 +14,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
+use streamgate_grammar::Json;
 
 /// One `PartialArg` of a `functionCall` part.
 #[derive(Deserialize)]
@@ -82,27 +83,27 @@ impl StreamedArgs {
 
     /// The arguments, when something arrived since they last went out and they are at
     /// most `limit` bytes of JSON (bigger ones wait for [`Self::finished`]).
-    pub(super) fn snapshot(&mut self, limit: usize) -> Option<Value> {
+    pub(super) fn snapshot(&mut self, limit: usize) -> Option<Json> {
         if !self.changed {
             return None;
         }
-        let value = self.value();
-        if value.to_string().len() > limit {
+        let json = self.json();
+        if json.get().len() > limit {
             return None;
         }
         self.changed = false;
         self.sent = true;
-        Some(value)
+        Some(json)
     }
 
     /// The finished arguments, unless the last snapshot already was them.
-    pub(super) fn finished(&self) -> Option<Value> {
-        (self.changed || !self.sent).then(|| self.value())
+    pub(super) fn finished(&self) -> Option<Json> {
+        (self.changed || !self.sent).then(|| self.json())
     }
 
-    /// The arguments as a JSON object.
-    fn value(&self) -> Value {
-        Value::Object(self.root.clone())
+    /// The arguments as a JSON object, serialized once from the assembled map.
+    fn json(&self) -> Json {
+        Json::from_value(&self.root)
     }
 }
 
@@ -198,7 +199,7 @@ mod tests {
             a.apply(&arg(piece)).unwrap();
         }
         assert_eq!(
-            a.value().to_string(),
+            a.json().get(),
             r#"{"city":"San Francisco","days":3,"stops":[null,{"name":"Muir"}],"metric":true,"note":null}"#
         );
     }
@@ -210,7 +211,7 @@ mod tests {
             .unwrap();
         a.apply(&arg(r#"{"jsonPath":"$.q","stringValue":"b"}"#))
             .unwrap();
-        assert_eq!(a.value().to_string(), r#"{"q":"b"}"#);
+        assert_eq!(a.json().get(), r#"{"q":"b"}"#);
     }
 
     #[test]
