@@ -263,6 +263,7 @@ mod tests {
             key: key.clone(),
             text: "> 🧠 plan\n⏳ search · looking".into(),
             seq: 3,
+            live: None,
         };
         assert_eq!(
             render_op("r1", &draft),

@@ -7,6 +7,8 @@
 //!   dedupe plan's knobs (tag visibility, repeat suppression; issue #13).
 //! - `status` (private): the status lines of enabled `lifecycle/update` tags (plan,
 //!   usage, mode, …), latest per tag, at the foot of the draft.
+//! - [`live`]: the structured live view T1 drafts carry for natively streaming surfaces
+//!   (the answer as an append-only text, tool rows as tasks, thinking or not).
 //! - [`ops`]: what a sink is asked to do (typing, draft upsert, settle, final, …).
 //! - [`projection`]: [`RunProjection`], the per-(channel, run) state machine
 //!   `(draft state, event, settings, tier) → ops`, with mid-turn re-render, crash
@@ -62,6 +64,7 @@
 //!   oldest rows, then a hard cut: a draft never exceeds `draft_max_chars`, never splits.
 #![forbid(unsafe_code)]
 
+pub mod live;
 pub mod ops;
 pub mod projection;
 pub mod redact;
@@ -71,6 +74,7 @@ mod safe_text;
 pub mod settings;
 mod status;
 
+pub use live::{Live, LiveTask, LiveText, Outcome};
 pub use ops::{DraftKey, Op};
 pub use projection::{
     RunProjection, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER, TEXT_WINDOW_BYTES,

@@ -1,6 +1,7 @@
 //! What the projection asks a sink to do. Ops are idempotent by key: a sink (or the
 //! delivery engine) that sees the same op twice produces one effect.
 
+use crate::live::Live;
 use serde::{Deserialize, Serialize};
 
 /// Identity of the one draft of a run on a channel: `channel + tenant + run` (a run has
@@ -31,6 +32,10 @@ pub enum Op {
         text: String,
         /// Last event seq folded into this rendering.
         seq: u64,
+        /// The same moment as structured facts, for surfaces that stream natively
+        /// (T1 only; see [`crate::live`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        live: Option<Box<Live>>,
     },
     /// Final state of the draft: replace it with `text` (summary line, paused/error
     /// state, or the Reject placeholder). Sent at most once per run.

@@ -5,6 +5,7 @@
 //! whether a draft exists, whether the run has settled. Everything visible is re-rendered
 //! from the fold, so settings may change between any two calls.
 
+use crate::live::{AnswerFollower, Live, LiveTask, LIVE_TASKS};
 use crate::ops::{DraftKey, Op};
 use crate::redact::{display_safe, redact, truncate_chars};
 use crate::render::{self, clamp_notice, is_silent, summary, Hidden, Rendered, View};
@@ -57,6 +58,8 @@ pub struct RunProjection {
     /// The display-safe text of each of `state.thinking`'s segments, kept as it streams
     /// (so a delta costs O(delta), not O(segment)).
     thinking: Vec<SafeText>,
+    /// The last answer segment's display-safe text, as it streams (for [`Live`]).
+    answer: AnswerFollower,
     /// Highest seq applied; lower or equal seqs are replays and are ignored.
     last_seq: u64,
     /// Events applied (replays excluded).
@@ -113,6 +116,7 @@ impl RunProjection {
             },
             state: RunState::windowed(TEXT_WINDOW_BYTES),
             thinking: Vec::new(),
+            answer: AnswerFollower::default(),
             last_seq: 0,
             events: 0,
             typing_at: None,
@@ -324,6 +328,13 @@ impl RunProjection {
     /// Folds `ev` into the run state and a thinking event also into its segment's
     /// display-safe text.
     fn fold(&mut self, ev: &Event) {
+        if let EventData::Assistant(_) = &ev.data {
+            self.state.apply(ev);
+            if let Some(seg) = self.state.commentary.last() {
+                self.answer.follow(seg);
+            }
+            return;
+        }
         let EventData::Thinking(t) = &ev.data else {
             self.state.apply(ev);
             return;
@@ -530,12 +541,48 @@ impl RunProjection {
             return;
         }
         self.draft_text = Some(r.text.clone());
+        let live = (tier == Tier::T1).then(|| Box::new(self.live(settings, tier)));
         let op = Op::Draft {
             key: self.key.clone(),
             text: r.text,
             seq: self.last_seq,
+            live,
         };
         self.emit(op, self.last_seq, settings, tier, out);
+    }
+
+    /// The run now as [`Live`] facts, under what `settings` show.
+    fn live(&self, settings: &Settings, tier: Tier) -> Live {
+        let view = View::of(settings, tier);
+        let last_answer = self.state.commentary.last().map_or(0, |c| c.first_seq);
+        let thinking = self
+            .state
+            .thinking
+            .last()
+            .is_some_and(|t| !t.closed && t.first_seq > last_answer);
+        let tasks = if view.verbose == Verbose::Off || !view.tool_calls {
+            Vec::new()
+        } else {
+            let skip = self.state.items.len().saturating_sub(LIVE_TASKS);
+            self.state
+                .items
+                .iter()
+                .skip(skip)
+                .map(|item| LiveTask {
+                    id: item
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| format!("t{}", item.first_seq)),
+                    title: render::item_name(item),
+                    outcome: render::item_outcome(item),
+                })
+                .collect()
+        };
+        Live {
+            thinking,
+            tasks,
+            answer: view.messages.then(|| self.answer.view()).flatten(),
+        }
     }
 
     fn on_final(
@@ -725,10 +772,18 @@ impl RunProjection {
 /// of [`crate::redact`]).
 fn display_safe_op(op: Op, draft_max_chars: usize) -> Op {
     match op {
-        Op::Draft { key, text, seq } => Op::Draft {
+        // `live` is display-safe as built (the answer redacted as it streamed, names by
+        // `display_safe`).
+        Op::Draft {
+            key,
+            text,
+            seq,
+            live,
+        } => Op::Draft {
             key,
             text: truncate_chars(&redact(&text), draft_max_chars),
             seq,
+            live,
         },
         Op::Settle { key, text, seq } => Op::Settle {
             key,

@@ -12,6 +12,7 @@
 //! Every lane is display-safe ([`crate::redact`]): thinking and commentary are redacted on
 //! the segment's accumulated text before elision, tool rows through [`display_safe`].
 
+use crate::live::Outcome;
 use crate::redact::{display_safe, display_safe_open, redact, redact_open, truncate_chars};
 use crate::safe_text::{SafeText, KEEP_CHARS};
 use crate::settings::{tags, Budgets, Reasoning, Settings, Tier, Verbose};
@@ -525,7 +526,7 @@ pub(crate) fn item_emoji(item: &ItemState) -> &'static str {
     }
 }
 
-fn item_name(item: &ItemState) -> String {
+pub(crate) fn item_name(item: &ItemState) -> String {
     let name = item.name.as_deref().filter(|s| !s.trim().is_empty());
     let label = name.unwrap_or(if item.kind.is_empty() {
         "tool"
@@ -535,8 +536,8 @@ fn item_name(item: &ItemState) -> String {
     display_safe(label, Some(60))
 }
 
-/// ⏳ running, ✅ done, ❌ failed.
-pub(crate) fn item_status(item: &ItemState) -> &'static str {
+/// How an item stands: failed (by its status word), else done once ended, else running.
+pub(crate) fn item_outcome(item: &ItemState) -> Outcome {
     let status = item.status.as_deref().unwrap_or("").to_ascii_lowercase();
     let failed = [
         "fail",
@@ -549,13 +550,22 @@ pub(crate) fn item_status(item: &ItemState) -> &'static str {
     ]
     .iter()
     .any(|w| status.contains(w));
-    let [running, done, failed_mark] = STATUS_MARKS;
     if failed {
-        failed_mark
+        Outcome::Failed
     } else if item.ended {
-        done
+        Outcome::Done
     } else {
-        running
+        Outcome::Running
+    }
+}
+
+/// ⏳ running, ✅ done, ❌ failed.
+pub(crate) fn item_status(item: &ItemState) -> &'static str {
+    let [running, done, failed] = STATUS_MARKS;
+    match item_outcome(item) {
+        Outcome::Running => running,
+        Outcome::Done => done,
+        Outcome::Failed => failed,
     }
 }
 

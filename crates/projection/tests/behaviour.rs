@@ -309,7 +309,11 @@ fn settings_flip_mid_turn_changes_rendering_only() {
     }
     assert_eq!(last_draft(&ops).as_deref(), Some("Checking."));
     // Flip: the open thinking segment and the commentary re-render at once.
-    let flipped = p.resettle(&full, t1());
+    let flipped: Vec<Op> = p
+        .resettle(&full, t1())
+        .into_iter()
+        .map(without_live)
+        .collect();
     assert_eq!(
         flipped,
         vec![draft("> 🧠 first idea, second idea\nChecking.", 5)]
@@ -353,8 +357,13 @@ fn path_independence_primary_queued_and_replay_from_seq() {
     let events = busy_turn();
     let s = settings("stream", "full");
     for tier in [Tier::T1, Tier::T2 { status_line: true }, Tier::T0] {
-        let primary = project(&events, &s, tier);
-        let queued = project(&events, &s, tier);
+        // With the drafts' live facts: a restored projection must produce them too.
+        let with_live = |events: &[Event]| -> Vec<Vec<Op>> {
+            let mut p = RunProjection::new("r1");
+            events.iter().map(|e| p.apply(e, &s, tier)).collect()
+        };
+        let primary = with_live(&events);
+        let queued = with_live(&events);
         assert_eq!(primary, queued);
         for k in 1..events.len() {
             // A projection that rendered up to seq k, then replays from k-1 (overlap).

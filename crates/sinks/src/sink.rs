@@ -81,6 +81,63 @@ pub struct DeliveryState {
     pub retracted: bool,
     /// Seqs of notices already sent (a notice is sent once per seq).
     pub notices_sent: BTreeSet<u64>,
+    /// A native stream of the run (Slack `chat.startStream`), once one was tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<NativeStream>,
+}
+
+/// What a native stream (Slack `chat.startStream` … `chat.stopStream`) of one run has
+/// shown so far. A stream only grows, so the sink remembers what it appended: the text of
+/// the segment streaming now by length and hash (enough to tell whether the final answer
+/// continues it), and each task's last outcome.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeStream {
+    /// The streaming message (Slack `ts`), once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The answer segment appended last (its first seq; `u64::MAX` = the final answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<u64>,
+    /// Bytes of that segment's text appended.
+    #[serde(default)]
+    pub segment_bytes: usize,
+    /// FNV-1a of those bytes.
+    #[serde(default)]
+    pub segment_hash: u64,
+    /// That segment can no longer be followed by appends (rewritten, or a gap).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub segment_broken: bool,
+    /// Chars of markdown appended over the whole stream.
+    #[serde(default)]
+    pub chars: usize,
+    /// Each task's last outcome sent (`running`, `done`, `failed`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tasks: std::collections::BTreeMap<String, String>,
+    /// The stream was stopped by us.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
+    /// The platform ended the stream (Slack `message_not_in_streaming_state`): its message
+    /// stays as it was; the final answer replaces its text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expired: bool,
+    /// The platform refused to start a stream here: the run is sent and edited instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
+}
+
+impl NativeStream {
+    /// The FNV-1a offset basis: the hash of no bytes.
+    pub const EMPTY_HASH: u64 = 0xcbf2_9ce4_8422_2325;
+
+    /// Continues `hash` (FNV-1a) over `bytes`. Hand-written because the value is kept
+    /// in persisted state and must never change between releases.
+    pub fn hash(mut hash: u64, bytes: &[u8]) -> u64 {
+        for b in bytes {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        hash
+    }
 }
 
 /// Why an op failed. The delivery engine's reaction is chosen by variant.

@@ -19,6 +19,15 @@ pub(crate) enum Edited {
     NotFound,
 }
 
+/// Whether [`MessageApi::stream`] performed an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Streamed {
+    /// Done on the stream.
+    Yes,
+    /// Not streamed: the send + edit semantics apply.
+    No,
+}
+
 /// The primitives of an editable-message chat API. Texts given to `send` and `edit` are
 /// already in the wire format: drafts and finals are model markdown rendered by
 /// [`MessageApi::target`] (see [`crate::format`]), other texts (settle summaries,
@@ -64,6 +73,17 @@ pub(crate) trait MessageApi: Send + Sync {
     /// chats) — instead of a message that is sent, edited and deleted.
     fn native_drafts(&self, _chat: &ChatTarget) -> bool {
         false
+    }
+    /// Performs `op` on a native stream when the chat streams natively (Slack
+    /// `chat.startStream`); [`Streamed::No`] leaves it to the send + edit semantics.
+    /// Called before them for every op but `Typing`.
+    fn stream<'a>(
+        &'a self,
+        _chat: &'a ChatTarget,
+        _op: &'a Op,
+        _state: &'a mut DeliveryState,
+    ) -> BoxFuture<'a, Result<Streamed, SinkError>> {
+        Box::pin(async { Ok(Streamed::No) })
     }
     /// Shows `text` as the native draft `draft_id` of `chat` (see [`Self::native_drafts`]).
     fn native_draft<'a>(
@@ -201,9 +221,12 @@ pub(crate) async fn execute<A: MessageApi>(
     state: &mut DeliveryState,
 ) -> Result<(), SinkError> {
     let (limit, unit) = (api.limit(), api.unit());
+    if !matches!(op, Op::Typing) && api.stream(chat, op, state).await? == Streamed::Yes {
+        return Ok(());
+    }
     match op {
         Op::Typing => api.typing(chat).await,
-        Op::Draft { key, text, seq } => {
+        Op::Draft { key, text, seq, .. } => {
             // A draft after the run's draft ended, or older than what is shown, is stale
             // (reconnect replay, a coalesced duplicate): nothing to do.
             if state.settled || state.dismissed || state.final_delivered || state.retracted {

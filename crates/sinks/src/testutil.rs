@@ -18,6 +18,7 @@ pub(crate) fn draft(run: &str, text: &str, seq: u64) -> Op {
         key: key(run),
         text: text.to_owned(),
         seq,
+        live: None,
     }
 }
 

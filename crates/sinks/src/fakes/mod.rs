@@ -40,6 +40,31 @@ pub struct Behavior {
     /// stated in `X-RateLimit-*` headers on every answer; a request beyond it gets a
     /// 429 (scope `user`, counted as invalid).
     pub discord_bucket: Option<(u64, Duration)>,
+    /// Slack: a stream not appended to for this long ends by itself (later calls on it
+    /// get `message_not_in_streaming_state`).
+    pub slack_stream_ttl: Option<Duration>,
+    /// Slack: `chat.startStream` is refused with this error (`missing_scope`, …).
+    pub slack_refuse_streams: Option<String>,
+}
+
+/// A Slack stream (`chat.startStream`): a message in a thread that grows by appends
+/// until it is stopped or expires.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stream {
+    /// The message's `ts` (also in [`FakeServer::messages`], with the text so far).
+    pub id: String,
+    /// Channel.
+    pub chat: String,
+    /// The thread it answers.
+    pub thread_ts: String,
+    /// Still streaming (not stopped, not expired).
+    pub streaming: bool,
+    /// Task cards by id: (title, status).
+    pub tasks: std::collections::BTreeMap<String, (String, String)>,
+    /// Plan title, when one was set.
+    pub plan: Option<String>,
+    /// Last start or append.
+    pub at: Instant,
 }
 
 /// One recorded request.
@@ -120,6 +145,10 @@ pub(crate) struct Recorder {
     recovered: bool,
     /// Discord bucket: when the current window started and the requests it took.
     pub(crate) bucket_window: Option<(Instant, u64)>,
+    /// Slack streams, by `ts`.
+    pub(crate) streams: Vec<Stream>,
+    /// Slack assistant statuses set: (channel, thread_ts, status).
+    pub(crate) statuses: Vec<(String, String, String)>,
 }
 
 /// Shared state of one fake server.
@@ -322,6 +351,21 @@ impl FakeServer {
     /// The receiver is back: `refuse_status` no longer applies (a 5xx outage ends).
     pub fn recover(&self) {
         self.shared.lock().recovered = true;
+    }
+
+    /// Slack streams so far.
+    pub fn streams(&self) -> Vec<Stream> {
+        let ttl = self.shared.behavior.slack_stream_ttl;
+        let mut all = self.shared.lock().streams.clone();
+        for s in &mut all {
+            s.streaming &= ttl.is_none_or(|t| s.at.elapsed() < t);
+        }
+        all
+    }
+
+    /// Slack assistant statuses set so far: (channel, thread_ts, status).
+    pub fn statuses(&self) -> Vec<(String, String, String)> {
+        self.shared.lock().statuses.clone()
     }
 
     /// Every call so far, in arrival order.

@@ -1,6 +1,8 @@
-//! Fake Slack Web API (`chat.postMessage`, `chat.update`, `chat.delete`).
+//! Fake Slack Web API: `chat.postMessage`, `chat.update`, `chat.delete`, the streaming
+//! methods (`chat.startStream` / `appendStream` / `stopStream`, with stream states,
+//! expiry and `message_not_in_streaming_state`) and `assistant.threads.setStatus`.
 
-use super::{maybe_delay, Gate, Message, Shared};
+use super::{maybe_delay, Gate, Message, Shared, Stream};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -8,8 +10,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use std::time::Instant;
 
 const LIMIT: usize = 40_000;
+/// Limit of one `markdown_text`.
+const MARKDOWN_LIMIT: usize = 12_000;
 
 #[derive(Clone)]
 struct Ctx {
@@ -97,6 +102,7 @@ async fn handle(
         },
         "chat.update" => match text_error {
             Some(e) => fail(e),
+            None if streaming(shared, &ts) => fail("cant_update_message"),
             None => {
                 let done = shared.with_message(&channel, &ts, |m| {
                     m.text = unescape(&raw);
@@ -113,6 +119,11 @@ async fn handle(
             None => fail("message_not_found"),
             Some(()) => json!({"ok": true, "channel": channel, "ts": ts}),
         },
+        "chat.startStream" => start_stream(shared, &channel, &body),
+        "chat.appendStream" | "chat.stopStream" => {
+            append_stream(shared, &channel, &ts, &body, method == "chat.stopStream")
+        }
+        "assistant.threads.setStatus" => set_status(shared, &body),
         _ => fail("unknown_method"),
     };
     shared.record(&method, &body, 200);
@@ -120,4 +131,145 @@ async fn handle(
         maybe_delay(shared).await;
     }
     Json(v).into_response()
+}
+
+/// Whether `ts` is a stream still streaming (an idle one past the TTL has ended).
+fn streaming(shared: &Shared, ts: &str) -> bool {
+    let ttl = shared.behavior.slack_stream_ttl;
+    let mut r = shared.lock();
+    let Some(s) = r.streams.iter_mut().find(|s| s.id == ts) else {
+        return false;
+    };
+    if ttl.is_some_and(|t| s.at.elapsed() >= t) {
+        s.streaming = false;
+    }
+    s.streaming
+}
+
+/// The markdown a streaming call adds (its `markdown_text` and `markdown_text` chunks),
+/// applying task and plan chunks to `stream`; `Err` names a refused argument.
+fn apply_chunks(body: &Value, stream: &mut Stream) -> Result<String, &'static str> {
+    let mut text = String::new();
+    let mut add = |t: &str| {
+        if t.chars().count() > MARKDOWN_LIMIT {
+            return Err("msg_too_long");
+        }
+        text.push_str(t);
+        Ok(())
+    };
+    if let Some(t) = body.get("markdown_text").and_then(Value::as_str) {
+        add(t)?;
+    }
+    for chunk in body
+        .get("chunks")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+    {
+        let field = |k: &str| chunk.get(k).and_then(Value::as_str).unwrap_or("");
+        match field("type") {
+            "markdown_text" => add(field("text"))?,
+            "task_update" => {
+                let (id, status) = (field("id"), field("status"));
+                if id.is_empty()
+                    || !["pending", "in_progress", "complete", "error"].contains(&status)
+                {
+                    return Err("invalid_chunks");
+                }
+                stream.tasks.insert(
+                    id.to_owned(),
+                    (field("title").to_owned(), status.to_owned()),
+                );
+            }
+            "plan_update" => stream.plan = Some(field("title").to_owned()),
+            _ => return Err("invalid_chunks"),
+        }
+    }
+    Ok(text)
+}
+
+fn start_stream(shared: &Shared, channel: &str, body: &Value) -> Value {
+    if let Some(e) = &shared.behavior.slack_refuse_streams {
+        return fail(e);
+    }
+    let arg = |k: &str| {
+        body.get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let Some(thread_ts) = arg("thread_ts") else {
+        return fail("invalid_arguments");
+    };
+    let dm = channel.starts_with('D');
+    if !dm && (arg("recipient_user_id").is_none() || arg("recipient_team_id").is_none()) {
+        return fail("invalid_arguments");
+    }
+    let ts = format!("1700000000.{:06}", shared.next_id());
+    let mut stream = Stream {
+        id: ts.clone(),
+        chat: channel.to_owned(),
+        thread_ts: thread_ts.to_owned(),
+        streaming: true,
+        tasks: Default::default(),
+        plan: None,
+        at: Instant::now(),
+    };
+    let raw = match apply_chunks(body, &mut stream) {
+        Ok(raw) => raw,
+        Err(e) => return fail(e),
+    };
+    shared.push_message(Message {
+        id: ts.clone(),
+        chat: channel.to_owned(),
+        text: unescape(&raw),
+        raw,
+        deleted: false,
+        edits: 0,
+    });
+    shared.lock().streams.push(stream);
+    json!({"ok": true, "channel": channel, "ts": ts})
+}
+
+fn append_stream(shared: &Shared, channel: &str, ts: &str, body: &Value, stop: bool) -> Value {
+    let live = streaming(shared, ts);
+    let mut r = shared.lock();
+    let Some(i) = r
+        .streams
+        .iter()
+        .position(|s| s.id == ts && s.chat == channel)
+    else {
+        return fail("message_not_found");
+    };
+    if !live {
+        return fail("message_not_in_streaming_state");
+    }
+    let mut stream = r.streams[i].clone();
+    let raw = match apply_chunks(body, &mut stream) {
+        Ok(raw) => raw,
+        Err(e) => return fail(e),
+    };
+    let Some(m) = r.messages.iter_mut().find(|m| m.id == ts && !m.deleted) else {
+        return fail("message_not_found");
+    };
+    if (m.raw.chars().count() + raw.chars().count()) > LIMIT {
+        return fail("msg_too_long");
+    }
+    m.raw.push_str(&raw);
+    m.text = unescape(&m.raw);
+    stream.at = Instant::now();
+    stream.streaming = !stop;
+    r.streams[i] = stream;
+    json!({"ok": true, "channel": channel, "ts": ts})
+}
+
+fn set_status(shared: &Shared, body: &Value) -> Value {
+    let arg = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let (channel, thread_ts) = (arg("channel_id"), arg("thread_ts"));
+    if channel.is_empty() || thread_ts.is_empty() {
+        return fail("invalid_arguments");
+    }
+    shared
+        .lock()
+        .statuses
+        .push((channel, thread_ts, arg("status")));
+    json!({"ok": true})
 }

@@ -17,6 +17,7 @@ async fn writes_final_once_and_skips_drafts() {
         key: key.clone(),
         text: "working".into(),
         seq: 1,
+        live: None,
     };
     let fin = Op::Final {
         key: key.clone(),

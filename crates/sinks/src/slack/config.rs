@@ -16,6 +16,27 @@ pub struct SlackConfig {
     /// Per-request timeout in seconds.
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: f64,
+    /// How runs are shown in threads: `auto` streams them natively
+    /// (`chat.startStream` … `chat.stopStream`) where Slack allows it, `off` posts and
+    /// updates a message everywhere.
+    #[serde(default)]
+    pub streaming: Streaming,
+    /// The workspace (`T…`) of the users streams go to: Slack requires it, with the
+    /// user from the chat id (`C…/<thread_ts>/U…`), to stream outside a DM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
+}
+
+/// `streaming` setting of a Slack channel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Streaming {
+    /// Stream in threads where Slack allows it (a DM thread, or a channel thread with a
+    /// recipient user and `team_id`); post + update elsewhere.
+    #[default]
+    Auto,
+    /// Always post + update.
+    Off,
 }
 
 /// Slack's public Web API endpoint.
@@ -35,6 +56,8 @@ impl SlackConfig {
             bot_token: Secret::new(bot_token),
             base_url: default_base_url(),
             timeout_secs: default_timeout_secs(),
+            streaming: Streaming::default(),
+            team_id: None,
         }
     }
 }

@@ -1,37 +1,54 @@
 //! Slack sink runtime.
 
-use super::config::SlackConfig;
+use super::chat::SlackChat;
+use super::config::{SlackConfig, Streaming};
 use crate::format::Target;
 use crate::http::{self, Secret};
+use crate::sink::DeliveryState;
 use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
-use crate::t1::{Edited, MessageApi};
+use crate::t1::{Edited, MessageApi, Streamed};
 use crate::text::{slack_mrkdwn, slack_unit, Unit};
 use futures::future::BoxFuture;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::sync::Mutex;
+use streamgate_projection::Op;
 
 /// Slack's `text` limit (longer texts are truncated or refused), counted on the
 /// escaped text.
 pub const SLACK_LIMIT: usize = 40_000;
 
-/// Slack Web API sink. `ChatTarget::chat_id` is the Slack channel id (`C…`).
+/// Slack Web API sink. `ChatTarget::chat_id` is `<channel>[/<thread_ts>[/<user>]]`
+/// ([`SlackChat`]): a channel (`C…`) or DM (`D…`) id, a thread in it, and the user the
+/// thread answers.
 #[derive(Debug)]
 pub struct SlackSink {
     name: String,
     base_url: String,
     token: Secret,
     client: reqwest::Client,
+    pub(super) streaming: Streaming,
+    pub(super) team_id: Option<String>,
+    /// Chats with a stream open on this replica: their `Typing` sets no status (Slack
+    /// shows the stream itself).
+    pub(super) open_streams: Mutex<HashSet<String>>,
 }
 
-enum Fail {
+/// A failed Web API call.
+pub(super) enum Fail {
+    /// `message_not_found`.
     NotFound,
+    /// `message_not_in_streaming_state`: the stream was stopped or expired.
+    NotStreaming,
     Sink(SinkError),
 }
 
-fn plain(f: Fail) -> SinkError {
+pub(super) fn plain(f: Fail) -> SinkError {
     match f {
         Fail::Sink(e) => e,
         Fail::NotFound => SinkError::Permanent("slack: message_not_found".into()),
+        Fail::NotStreaming => SinkError::Permanent("slack: message_not_in_streaming_state".into()),
     }
 }
 
@@ -44,10 +61,13 @@ impl SlackSink {
             base_url: config.base_url.trim_end_matches('/').to_owned(),
             token: config.bot_token,
             client: http::client(timeout)?,
+            streaming: config.streaming,
+            team_id: config.team_id,
+            open_streams: Mutex::new(HashSet::new()),
         })
     }
 
-    async fn call(&self, method: &str, body: Value) -> Result<Value, Fail> {
+    pub(super) async fn call(&self, method: &str, body: Value) -> Result<Value, Fail> {
         let resp = self
             .client
             .post(format!("{}/{method}", self.base_url))
@@ -82,6 +102,7 @@ impl SlackSink {
         let msg = format!("slack {method}: {error}");
         Err(match error.as_str() {
             "message_not_found" => Fail::NotFound,
+            "message_not_in_streaming_state" => Fail::NotStreaming,
             "msg_too_long" => Fail::Sink(SinkError::TooLarge(msg)),
             "internal_error" | "fatal_error" | "service_unavailable" | "request_timeout" => {
                 Fail::Sink(SinkError::Transient(msg))
@@ -135,13 +156,17 @@ impl MessageApi for SlackSink {
         text: &'a str,
     ) -> BoxFuture<'a, Result<String, SinkError>> {
         Box::pin(async move {
-            let body = json!({
-                "channel": chat.chat_id,
+            let slack = SlackChat::parse(&chat.chat_id);
+            let mut body = json!({
+                "channel": slack.channel,
                 "text": text,
                 "mrkdwn": true,
                 "unfurl_links": false,
                 "unfurl_media": false,
             });
+            if let Some(ts) = slack.thread_ts {
+                body["thread_ts"] = json!(ts);
+            }
             let v = self.call("chat.postMessage", body).await.map_err(plain)?;
             v.get("ts")
                 .and_then(Value::as_str)
@@ -157,11 +182,12 @@ impl MessageApi for SlackSink {
         text: &'a str,
     ) -> BoxFuture<'a, Result<Edited, SinkError>> {
         Box::pin(async move {
-            let body = json!({"channel": chat.chat_id, "ts": id, "text": text});
+            let channel = SlackChat::parse(&chat.chat_id).channel;
+            let body = json!({"channel": channel, "ts": id, "text": text});
             match self.call("chat.update", body).await {
                 Ok(_) => Ok(Edited::Applied),
                 Err(Fail::NotFound) => Ok(Edited::NotFound),
-                Err(Fail::Sink(e)) => Err(e),
+                Err(f) => Err(plain(f)),
             }
         })
     }
@@ -172,16 +198,27 @@ impl MessageApi for SlackSink {
         id: &'a str,
     ) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(async move {
-            let body = json!({"channel": chat.chat_id, "ts": id});
+            let channel = SlackChat::parse(&chat.chat_id).channel;
+            let body = json!({"channel": channel, "ts": id});
             match self.call("chat.delete", body).await {
                 Ok(_) | Err(Fail::NotFound) => Ok(()),
-                Err(Fail::Sink(e)) => Err(e),
+                Err(f) => Err(plain(f)),
             }
         })
     }
 
-    fn typing<'a>(&'a self, _chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>> {
-        // The Web API has no bot typing indicator (only the retired RTM had one).
-        Box::pin(async { Ok(()) })
+    /// In a thread, the assistant status ("is thinking…"); elsewhere nothing: the Web API
+    /// has no bot typing indicator (only the retired RTM had one).
+    fn typing<'a>(&'a self, chat: &'a ChatTarget) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(self.set_status(chat, super::stream::THINKING))
+    }
+
+    fn stream<'a>(
+        &'a self,
+        chat: &'a ChatTarget,
+        op: &'a Op,
+        state: &'a mut DeliveryState,
+    ) -> BoxFuture<'a, Result<Streamed, SinkError>> {
+        Box::pin(super::stream::execute(self, chat, op, state))
     }
 }

@@ -90,6 +90,8 @@ impl Channel {
                     key: e.proj.key().clone(),
                     text: e.draft.clone(),
                     seq: e.proj.last_seq(),
+                    // A refresh shows nothing new: a native stream has nothing to append.
+                    live: None,
                 };
                 (self.target(&e.marker.tenant, &e.marker.chat_id), op)
             })

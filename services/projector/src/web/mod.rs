@@ -123,7 +123,7 @@ impl Sink for WebSink {
             let record = |run: &DraftKey| self.runs.apply(run, &chat.chat_id, op);
             match op {
                 Op::Typing => {}
-                Op::Draft { key, text, seq } => {
+                Op::Draft { key, text, seq, .. } => {
                     if state.settled || state.draft_text.as_deref() == Some(text) {
                         return Ok(());
                     }

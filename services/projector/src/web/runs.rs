@@ -311,6 +311,7 @@ mod tests {
             key: key(run),
             text: "working".to_owned(),
             seq: 1,
+            live: None,
         }
     }
 
