@@ -31,6 +31,8 @@
 //! notices and placeholders are projection text, only escaped. See [`delivery`] for exactly-once and its residual window.
 #![forbid(unsafe_code)]
 
+#[cfg(all(test, feature = "fakes"))]
+mod conformance;
 pub mod delivery;
 pub mod discord;
 #[cfg(feature = "fakes")]

@@ -22,6 +22,8 @@ use tokio::sync::oneshot;
 pub struct Behavior {
     /// Answer every n-th call (1-based: calls n, 2n, …) with a 429.
     pub rate_limit_every: Option<u64>,
+    /// A 429 burst: calls `from..from + n` (1-based) are all answered with a 429.
+    pub rate_limit_burst: Option<(u64, u64)>,
     /// The `retry_after` of those 429s, in seconds (Telegram rounds up to whole seconds
     /// like the real API).
     pub retry_after_secs: f64,
@@ -188,7 +190,15 @@ impl Shared {
                 return Gate::RateLimited((until - now).as_secs_f64());
             }
         }
+        let in_burst = self
+            .behavior
+            .rate_limit_burst
+            .is_some_and(|(from, n)| (from..from + n).contains(&r.counter));
         match self.behavior.rate_limit_every {
+            _ if in_burst => {
+                r.blocked_until = Some(now + Duration::from_secs_f64(retry_after_secs));
+                Gate::RateLimited(retry_after_secs)
+            }
             Some(n) if n > 0 && r.counter.is_multiple_of(n) => {
                 r.blocked_until = Some(now + Duration::from_secs_f64(retry_after_secs));
                 Gate::RateLimited(retry_after_secs)

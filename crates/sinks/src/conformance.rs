@@ -1,0 +1,344 @@
+//! The delivery conformance suite: every fixture run (and, with `$STREAMGATE_CORPUS`,
+//! every corpus capture) projected as a channel sees it and delivered through the engine
+//! to each sink's local platform server — Telegram private chat (native drafts) and
+//! group (send + edit), Slack thread (native stream) and channel (post + update),
+//! Discord, webhook — under a 429 burst and, between the halves of every run, a pause
+//! longer than a Slack stream lives. Asserted at what the platform server stores: each
+//! run with an answer shows it exactly once (its split parts, in order), and no draft or
+//! stream is left behind.
+//!
+//! Replica changes and SIGTERM mid-final are the projector's part of the contract
+//! (`services/projector/tests/e2e.rs`); here the sinks' own semantics are checked on
+//! every capture and every platform.
+
+use crate::delivery::{Delivery, DeliveryConfig, MemoryStore};
+use crate::discord::{DiscordConfig, DiscordSink};
+use crate::fakes::{Behavior, FakeServer};
+use crate::slack::{SlackConfig, SlackSink};
+use crate::telegram::{TelegramConfig, TelegramSink};
+use crate::webhook::{WebhookConfig, WebhookSink};
+use crate::{ChatTarget, Sink};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use streamgate_grammar::Event;
+use streamgate_projection::{Op, RunProjection, Settings};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// The platforms and chat kinds under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    TelegramPrivate,
+    TelegramGroup,
+    SlackThread,
+    SlackChannel,
+    Discord,
+    Webhook,
+}
+
+impl Kind {
+    /// The chat of run `n`: its own chat (or thread), so each run's messages are its own.
+    fn chat(self, n: usize) -> String {
+        match self {
+            Kind::TelegramPrivate => format!("{}", 1000 + n),
+            Kind::TelegramGroup => format!("-100{n}"),
+            Kind::SlackThread => format!("D{n}/1700000000.{n:06}"),
+            Kind::SlackChannel => format!("C{n}"),
+            Kind::Discord => format!("{}", 900_000 + n),
+            Kind::Webhook => format!("chat-{n}"),
+        }
+    }
+
+    /// The chat as the platform server records it.
+    fn stored_chat(self, n: usize) -> String {
+        let chat = self.chat(n);
+        chat.split('/').next().unwrap_or("").to_owned()
+    }
+
+    async fn server(self, behavior: Behavior) -> std::io::Result<FakeServer> {
+        match self {
+            Kind::TelegramPrivate | Kind::TelegramGroup => {
+                FakeServer::telegram(TG_TOKEN, behavior).await
+            }
+            Kind::SlackThread | Kind::SlackChannel => {
+                FakeServer::slack(SLACK_TOKEN, behavior).await
+            }
+            Kind::Discord => FakeServer::discord("1234", "dc-token", behavior).await,
+            Kind::Webhook => FakeServer::webhook("s3cret", behavior).await,
+        }
+    }
+
+    fn sink(self, fake: &FakeServer) -> Result<Arc<dyn Sink>, crate::SinkError> {
+        Ok(match self {
+            Kind::TelegramPrivate | Kind::TelegramGroup => {
+                let mut c = TelegramConfig::new("ch", TG_TOKEN);
+                c.base_url = fake.base_url.clone();
+                Arc::new(TelegramSink::new(c)?)
+            }
+            Kind::SlackThread | Kind::SlackChannel => {
+                let mut c = SlackConfig::new("ch", SLACK_TOKEN);
+                c.base_url = fake.base_url.clone();
+                Arc::new(SlackSink::new(c)?)
+            }
+            Kind::Discord => {
+                let mut c = DiscordConfig::new("ch", "1234", "dc-token");
+                c.base_url = fake.base_url.clone();
+                Arc::new(DiscordSink::new(c)?)
+            }
+            Kind::Webhook => Arc::new(WebhookSink::new(WebhookConfig::new(
+                "ch",
+                fake.base_url.clone(),
+                "s3cret",
+            ))?),
+        })
+    }
+}
+
+const TG_TOKEN: &str = "123:CONFORMANCE";
+const SLACK_TOKEN: &str = "xoxb-conformance";
+
+/// One capture's events.
+struct Capture {
+    name: String,
+    events: Vec<Event>,
+}
+
+/// The expected events of every capture a directory's `index.tsv` lists (its fourth
+/// column), by name.
+fn indexed(dir: &Path, out: &mut Vec<Capture>) {
+    let Ok(index) = std::fs::read_to_string(dir.join("index.tsv")) else {
+        return;
+    };
+    for line in index.lines().skip(1) {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let Some(expected) = cols.get(3) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(dir.join(expected)) else {
+            continue;
+        };
+        out.push(Capture {
+            name: format!("{}/{expected}", dir.display()),
+            events: text
+                .lines()
+                .filter_map(|l| Event::from_json(l).ok())
+                .collect(),
+        });
+    }
+}
+
+/// The project's fixtures, and the shared corpus's captures when `$STREAMGATE_CORPUS`
+/// names it.
+fn captures() -> Vec<Capture> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.extend(std::env::var_os("STREAMGATE_CORPUS").map(PathBuf::from));
+    let mut out = Vec::new();
+    for dir in dirs {
+        indexed(&dir, &mut out);
+    }
+    out
+}
+
+/// A run's ops as a T1/T0 channel with default settings sees them.
+fn ops(events: &[Event], run: &str, sink: &dyn Sink) -> Vec<Op> {
+    let mut p = RunProjection::new(run);
+    let settings = Settings::default();
+    events
+        .iter()
+        .flat_map(|e| p.apply(e, &settings, sink.tier()))
+        .collect()
+}
+
+/// A distinctive piece of the answer that every platform shows as it is: the longest
+/// run of letters, digits and spaces (markdown rendering leaves those alone), at most
+/// 40 chars. `None` when the answer has no such run of 12 chars.
+fn probe(answer: &str) -> Option<String> {
+    let best = answer
+        .split(|c: char| !(c.is_alphanumeric() || c == ' '))
+        .map(str::trim)
+        .max_by_key(|s| s.chars().count())?;
+    let p: String = best.chars().take(40).collect();
+    (p.trim().chars().count() >= 12).then(|| p.trim().to_owned())
+}
+
+struct Delivered {
+    kind: Kind,
+    runs: usize,
+    calls: usize,
+    rate_limited: usize,
+}
+
+/// Delivers every capture to `kind`'s platform (in two halves with a pause between) and
+/// checks what the platform stores.
+/// How the runs are offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offer {
+    /// Every run at once, in two halves with a pause (longer than a Slack stream lives
+    /// idle) between.
+    AllInHalves,
+    /// One run after the other (the fake's 429 window is server-wide: with many chats
+    /// at once, every-n-th-call 429s would mostly hit calls made inside it).
+    OneByOne,
+}
+
+async fn conform(
+    kind: Kind,
+    caps: &[Capture],
+    behavior: Behavior,
+    offer: Offer,
+) -> Result<Delivered, Box<dyn std::error::Error>> {
+    let fake = kind.server(behavior).await?;
+    let sink = kind.sink(&fake)?;
+    let config = DeliveryConfig {
+        chat_rate: Some(crate::sink::Rate::new(200.0, 20)),
+        retry_base: Duration::from_millis(20),
+        retry_max: Duration::from_millis(200),
+        attempt_timeout: Duration::from_secs(5),
+        ..DeliveryConfig::default()
+    };
+    let delivery = Delivery::new(config, Arc::new(MemoryStore::new()), [sink.clone()]);
+    let mut runs = Vec::new();
+    for (n, cap) in caps.iter().enumerate() {
+        let ops = ops(&cap.events, &format!("r{n}"), sink.as_ref());
+        let answer = ops.iter().find_map(|op| match op {
+            Op::Final { text, .. } => Some(text.clone()),
+            _ => None,
+        });
+        runs.push((n, ops, answer));
+    }
+    let flush = || tokio::time::timeout(Duration::from_secs(300), delivery.flush());
+    match offer {
+        Offer::AllInHalves => {
+            for half in [0, 1] {
+                for (n, ops, _) in &runs {
+                    let chat = ChatTarget::new("", "ch", kind.chat(*n));
+                    let mid = ops.len() / 2;
+                    let part = if half == 0 { &ops[..mid] } else { &ops[mid..] };
+                    for op in part {
+                        delivery.submit(chat.clone(), op.clone()).await?;
+                    }
+                }
+                flush().await?;
+                if half == 0 {
+                    // Every open stream expires mid-run.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+        Offer::OneByOne => {
+            for (n, ops, _) in &runs {
+                let chat = ChatTarget::new("", "ch", kind.chat(*n));
+                for op in ops {
+                    delivery.submit(chat.clone(), op.clone()).await?;
+                }
+                flush().await?;
+            }
+        }
+    }
+    let messages = fake.live_messages();
+    let events = fake.events();
+    for ((n, _, answer), cap) in runs.iter().zip(caps) {
+        let chat = kind.stored_chat(*n);
+        let Some(answer) = answer else { continue };
+        if kind == Kind::Webhook {
+            let finals = events
+                .iter()
+                .filter(|e| e["chat"] == chat.as_str() && e["op"] == "final")
+                .count();
+            assert_eq!(finals, 1, "{kind:?} {}: finals", cap.name);
+            continue;
+        }
+        let Some(probe) = probe(answer) else { continue };
+        let shown: usize = messages
+            .iter()
+            .filter(|m| m.chat == chat)
+            .map(|m| m.text.matches(probe.as_str()).count())
+            .sum();
+        assert_eq!(
+            shown,
+            1,
+            "{kind:?} {}: the answer ({probe:?}) shown {shown} times: {:#?}",
+            cap.name,
+            messages
+                .iter()
+                .filter(|m| m.chat == chat)
+                .collect::<Vec<_>>()
+        );
+    }
+    let open: Vec<_> = fake.streams().into_iter().filter(|s| s.streaming).collect();
+    assert!(open.is_empty(), "{kind:?}: streams left open: {open:?}");
+    let calls = fake.calls();
+    Ok(Delivered {
+        kind,
+        runs: runs.len(),
+        calls: calls.iter().filter(|c| c.status != 429).count(),
+        rate_limited: calls.iter().filter(|c| c.status == 429).count(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_capture_shows_its_answer_once_on_every_platform() -> R {
+    let caps = captures();
+    assert!(caps.len() >= 100, "captures found: {}", caps.len());
+    let mut table = Vec::new();
+    for kind in [
+        Kind::TelegramPrivate,
+        Kind::TelegramGroup,
+        Kind::SlackThread,
+        Kind::SlackChannel,
+        Kind::Discord,
+        Kind::Webhook,
+    ] {
+        let burst = Behavior {
+            rate_limit_burst: Some((40, 25)),
+            retry_after_secs: 1.0,
+            slack_stream_ttl: Some(Duration::from_millis(400)),
+            ..Behavior::default()
+        };
+        let d = conform(kind, &caps, burst, Offer::AllInHalves).await?;
+        assert!(d.rate_limited > 0, "{kind:?}: no 429 burst");
+        table.push(d);
+    }
+    for d in &table {
+        eprintln!(
+            "{:?}: {} runs, {:.1} API calls per run (+{} answered 429)",
+            d.kind,
+            d.runs,
+            d.calls as f64 / d.runs as f64,
+            d.rate_limited
+        );
+    }
+    Ok(())
+}
+
+/// The case measured in issue #21: a 429 (`retry_after` 1) for every 7th call, the
+/// shared corpus's captures into a private chat, a group and a Slack thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_seventh_call_rate_limited_still_shows_each_answer_once() -> R {
+    let Some(corpus) = std::env::var_os("STREAMGATE_CORPUS") else {
+        eprintln!("STREAMGATE_CORPUS not set: the project's fixtures stand in");
+        return Ok(());
+    };
+    let mut caps = Vec::new();
+    indexed(Path::new(&corpus), &mut caps);
+    assert!(!caps.is_empty(), "no captures in {corpus:?}");
+    for kind in [
+        Kind::TelegramPrivate,
+        Kind::TelegramGroup,
+        Kind::SlackThread,
+    ] {
+        let every7 = Behavior {
+            rate_limit_every: Some(7),
+            retry_after_secs: 1.0,
+            ..Behavior::default()
+        };
+        let d = conform(kind, &caps, every7, Offer::OneByOne).await?;
+        assert!(d.rate_limited > 0, "{kind:?}: no 429");
+    }
+    Ok(())
+}
