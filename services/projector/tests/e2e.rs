@@ -15,7 +15,7 @@ use streamgate_grammar::{AssistantPhase, Event, EventData, RunEvent};
 use streamgate_projection::{is_silent, TRUNCATED_SUFFIX};
 use streamgate_projector::{start, ChannelConfig, ChannelSink, Running};
 use streamgate_sinks::fakes::{Behavior, FakeServer};
-use streamgate_sinks::{telegram, webhook, SinkConfig};
+use streamgate_sinks::{slack, telegram, webhook, SinkConfig};
 use streamgate_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -1125,6 +1125,165 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
         turns.len(),
         msgs.len(),
         turns.iter().filter(|t| t.expected.is_some()).count()
+    );
+    Ok(())
+}
+
+/// A distinctive piece of an answer every platform shows as it is (letters, digits and
+/// spaces; at most 40 chars), `None` when it has no such run of 12 chars.
+fn probe(answer: &str) -> Option<String> {
+    let best = answer
+        .split(|c: char| !(c.is_alphanumeric() || c == ' '))
+        .map(str::trim)
+        .max_by_key(|s| s.chars().count())?;
+    let p: String = best.chars().take(40).collect();
+    (p.trim().chars().count() >= 12).then(|| p.trim().to_owned())
+}
+
+const SLACK_TOKEN: &str = "xoxb-e2e";
+
+/// Replicas 1 → 3 → 1 while every fixture streams into its own Slack DM thread (native
+/// streams) and Telegram private chat (native drafts): one replica takes the first third
+/// of every run, two more join (the partitions and their runs' delivery state move), and
+/// the two are stopped (SIGTERM's path: graceful) right after the last third went out,
+/// while the platform holds the responses of finals they sent. Each chat shows its answer
+/// exactly once and no stream is left open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> R {
+    use streamgate_bus::DEFAULT_PARTITIONS;
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let held_finals = Behavior {
+        delay_first: usize::MAX,
+        delay: Duration::from_millis(300),
+        ..Behavior::default()
+    };
+    let slack_fake = FakeServer::slack(SLACK_TOKEN, held_finals.clone()).await?;
+    let tg_fake = FakeServer::telegram(TG_TOKEN, held_finals).await?;
+    let channels = || {
+        let mut sl = slack::SlackConfig::new("sl", SLACK_TOKEN);
+        sl.base_url = slack_fake.base_url.clone();
+        let mut tg = telegram::TelegramConfig::new("tg", TG_TOKEN);
+        tg.base_url = tg_fake.base_url.clone();
+        let mut s = channel("sl", ChannelSink::Sink(SinkConfig::Slack(sl)));
+        s.tenant = Some("sl".into());
+        let mut t = channel("tg", ChannelSink::Sink(SinkConfig::Telegram(tg)));
+        t.tenant = Some("tg".into());
+        [s, t]
+    };
+    let fx = fixtures();
+    let t0 = now_ms();
+    // (fake, tenant, chat as stored, events, expected answer)
+    let mut turns = Vec::new();
+    for (i, f) in fx.iter().enumerate() {
+        let expected = expected_final(&f.events);
+        let slack_chat = format!("D{i}/1700000000.{i:06}");
+        let sl = tenant_events("sl", &format!("run-{i}"), &slack_chat, &f.events, t0);
+        turns.push((
+            &slack_fake,
+            format!("D{i}"),
+            sl,
+            expected.clone(),
+            f.name.clone(),
+        ));
+        let tg_chat = (3000 + i).to_string();
+        let tg = tenant_events("tg", &format!("run-{i}"), &tg_chat, &f.events, t0);
+        turns.push((&tg_fake, tg_chat, tg, expected, f.name.clone()));
+    }
+    let start_replica = |stop: CancellationToken| {
+        let client = nats.client();
+        let cfgs = channels();
+        async move {
+            let client = client.await;
+            let mut out = Vec::new();
+            for cfg in cfgs {
+                out.push(start(client.clone(), cfg, None, stop.clone()).await?);
+            }
+            Ok::<_, Box<dyn std::error::Error>>(out)
+        }
+    };
+    let held = |rs: &[Running]| -> usize { rs.iter().map(|r| r.partitions.borrow().len()).sum() };
+    let a = start_replica(CancellationToken::new()).await?;
+    assert!(
+        wait_until(Duration::from_secs(30), || held(&a)
+            == 2 * DEFAULT_PARTITIONS as usize)
+        .await,
+        "the first replica never held every partition"
+    );
+    let third = |evs: &[RunEvent], k: usize| -> Vec<RunEvent> {
+        let n = evs.len();
+        evs[n * k / 3..n * (k + 1) / 3].to_vec()
+    };
+    for (_, _, evs, _, _) in &turns {
+        publish(&js, &third(evs, 0)).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let stop = CancellationToken::new();
+    let mut b = start_replica(stop.clone()).await?;
+    let mut c = start_replica(stop.clone()).await?;
+    assert!(
+        wait_until(Duration::from_secs(30), || held(&b) > 0 && held(&c) > 0).await,
+        "the new replicas never got partitions"
+    );
+    for (_, _, evs, _, _) in &turns {
+        publish(&js, &third(evs, 1)).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (_, _, evs, _, _) in &turns {
+        publish(&js, &third(evs, 2)).await?;
+    }
+    // Finals are going out (and the platforms hold their responses): stop two replicas.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.cancel();
+    for r in b.iter_mut().chain(c.iter_mut()) {
+        while let Some(j) = r.tasks.join_next().await {
+            j??;
+        }
+    }
+    let shown = |fake: &FakeServer, chat: &str, probe: &str| -> usize {
+        fake.live_messages()
+            .iter()
+            .filter(|m| m.chat == chat)
+            .map(|m| m.text.matches(probe).count())
+            .sum()
+    };
+    let all_shown = || {
+        turns.iter().all(|(fake, chat, _, expected, _)| {
+            expected
+                .as_deref()
+                .and_then(probe)
+                .is_none_or(|p| shown(fake, chat, &p) >= 1)
+        })
+    };
+    let done = wait_until(Duration::from_secs(120), || {
+        a.iter().all(|r| r.channel.active_runs().is_empty()) && all_shown()
+    })
+    .await;
+    for (fake, chat, _, expected, name) in &turns {
+        let Some(p) = expected.as_deref().and_then(probe) else {
+            continue;
+        };
+        let mine: Vec<_> = fake
+            .live_messages()
+            .into_iter()
+            .filter(|m| &m.chat == chat)
+            .collect();
+        assert_eq!(shown(fake, chat, &p), 1, "{name} in {chat}: {mine:#?}");
+    }
+    let open: Vec<_> = slack_fake
+        .streams()
+        .into_iter()
+        .filter(|s| s.streaming)
+        .collect();
+    assert!(open.is_empty(), "streams left open: {open:?}");
+    assert!(done, "not every run finished");
+    eprintln!(
+        "{} runs per platform; Slack {} calls ({} streams), Telegram {} calls",
+        fx.len(),
+        slack_fake.calls().len(),
+        slack_fake.streams().len(),
+        tg_fake.calls().len()
     );
     Ok(())
 }

@@ -127,7 +127,10 @@ async fn handle(
         _ => fail("unknown_method"),
     };
     shared.record(&method, &body, 200);
-    if method == "chat.postMessage" && v.get("ok") == Some(&Value::Bool(true)) {
+    // Message-creating calls (a stream's stop delivers the final answer) may be held
+    // after they took effect.
+    let creates = matches!(method.as_str(), "chat.postMessage" | "chat.stopStream");
+    if creates && v.get("ok") == Some(&Value::Bool(true)) {
         maybe_delay(shared).await;
     }
     Json(v).into_response()
