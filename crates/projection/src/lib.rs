@@ -74,7 +74,7 @@ mod safe_text;
 pub mod settings;
 mod status;
 
-pub use live::{Live, LiveTask, LiveText, Outcome};
+pub use live::{Live, LivePlan, LiveTask, LiveText, Outcome};
 pub use ops::{DraftKey, Op};
 pub use projection::{
     RunProjection, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER, TEXT_WINDOW_BYTES,

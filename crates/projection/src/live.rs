@@ -37,6 +37,19 @@ pub struct Live {
     /// The answer text streaming now, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<LiveText>,
+    /// The agent's latest plan, when the chat shows plans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<LivePlan>,
+}
+
+/// An agent's plan: a title (`📋 plan: 2/5 done · …`) and its steps as tasks (ids
+/// `plan-<n>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LivePlan {
+    /// Display-safe status line of the plan.
+    pub title: String,
+    /// The steps, in order.
+    pub steps: Vec<LiveTask>,
 }
 
 /// One tool row as a task.
@@ -54,6 +67,8 @@ pub struct LiveTask {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
+    /// Not started (a plan step).
+    Pending,
     /// Started, not ended.
     Running,
     /// Ended well.

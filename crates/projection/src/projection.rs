@@ -5,7 +5,7 @@
 //! whether a draft exists, whether the run has settled. Everything visible is re-rendered
 //! from the fold, so settings may change between any two calls.
 
-use crate::live::{AnswerFollower, Live, LiveTask, LIVE_TASKS};
+use crate::live::{AnswerFollower, Live, LivePlan, LiveTask, LIVE_TASKS};
 use crate::ops::{DraftKey, Op};
 use crate::redact::{display_safe, redact, truncate_chars};
 use crate::render::{self, clamp_notice, is_silent, summary, Hidden, Rendered, View};
@@ -578,10 +578,23 @@ impl RunProjection {
                 })
                 .collect()
         };
+        let plan = self.status.plan(settings).map(|(title, steps)| LivePlan {
+            title,
+            steps: steps
+                .into_iter()
+                .enumerate()
+                .map(|(i, (title, outcome))| LiveTask {
+                    id: format!("plan-{i}"),
+                    title,
+                    outcome,
+                })
+                .collect(),
+        });
         Live {
             thinking,
             tasks,
             answer: view.messages.then(|| self.answer.view()).flatten(),
+            plan,
         }
     }
 

@@ -563,7 +563,7 @@ pub(crate) fn item_outcome(item: &ItemState) -> Outcome {
 pub(crate) fn item_status(item: &ItemState) -> &'static str {
     let [running, done, failed] = STATUS_MARKS;
     match item_outcome(item) {
-        Outcome::Running => running,
+        Outcome::Pending | Outcome::Running => running,
         Outcome::Done => done,
         Outcome::Failed => failed,
     }

@@ -11,6 +11,7 @@
 //! adapter's contract: `diagnostic.detail` = the ACP `sessionUpdate` object); fields a
 //! line needs and does not find are left out, never invented.
 
+use crate::live::{Outcome, LIVE_TASKS};
 use crate::redact::display_safe;
 use crate::settings::{tags, Settings};
 use serde_json::Value;
@@ -94,6 +95,35 @@ impl StatusBoard {
             .map(|text| display_safe(&text, Some(cap)))
             .filter(|text| !text.is_empty())
             .collect()
+    }
+
+    /// The latest plan when `settings` show plans: its status line as the title, and
+    /// each entry (display-safe, at most [`LIVE_TASKS`]) with its state.
+    pub fn plan(&self, settings: &Settings) -> Option<(String, Vec<(String, Outcome)>)> {
+        if !settings.shows(tags::PLAN) {
+            return None;
+        }
+        let d = self.latest.get(tags::PLAN)?.detail.as_ref();
+        let entries = d
+            .and_then(|d| d.get("entries"))
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice);
+        let steps = entries
+            .iter()
+            .take(LIVE_TASKS)
+            .filter_map(|e| {
+                let content = display_safe(str_at(Some(e), "content")?, Some(200));
+                let outcome = match str_at(Some(e), "status") {
+                    Some("completed") => Outcome::Done,
+                    Some("in_progress") => Outcome::Running,
+                    Some("failed" | "cancelled") => Outcome::Failed,
+                    _ => Outcome::Pending,
+                };
+                Some((content, outcome))
+            })
+            .collect();
+        let title = display_safe(&plan_line(d), Some(settings.budgets.status_chars));
+        Some((title, steps))
     }
 }
 

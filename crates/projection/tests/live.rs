@@ -68,3 +68,48 @@ fn only_t1_drafts_carry_live_facts() {
     let t2 = lives(&events, Tier::T2 { status_line: false });
     assert!(!t2.is_empty() && t2.iter().all(Option::is_none));
 }
+
+#[test]
+fn a_shown_plan_is_a_title_and_steps() {
+    let plan = ev(
+        2,
+        "lifecycle",
+        r#"{"phase":"update","diagnostic":{"code":"plan","detail":{"sessionUpdate":"plan","entries":[{"content":"Read code","status":"completed"},{"content":"Fix bug","status":"in_progress"},{"content":"Run tests","status":"pending"}]}}}"#,
+    );
+    let events = [start(1), plan];
+    let mut s: Settings = settings("on", "on");
+    s.tag_visibility
+        .0
+        .insert(streamgate_projection::tags::PLAN.to_owned(), true);
+    let mut p = RunProjection::new("r1");
+    let live = events
+        .iter()
+        .flat_map(|e| p.apply(e, &s, Tier::T1))
+        .find_map(|op| match op {
+            Op::Draft { live, .. } => live,
+            _ => None,
+        })
+        .and_then(|l| l.plan);
+    let plan = live.expect("a plan");
+    assert_eq!(plan.title, "📋 plan: 1/3 done · Fix bug");
+    let steps: Vec<(&str, &str, Outcome)> = plan
+        .steps
+        .iter()
+        .map(|t| (t.id.as_str(), t.title.as_str(), t.outcome))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("plan-0", "Read code", Outcome::Done),
+            ("plan-1", "Fix bug", Outcome::Running),
+            ("plan-2", "Run tests", Outcome::Pending)
+        ]
+    );
+    // Not shown: no plan.
+    let mut q = RunProjection::new("r1");
+    let hidden = events
+        .iter()
+        .flat_map(|e| q.apply(e, &settings("on", "on"), Tier::T1))
+        .any(|op| matches!(op, Op::Draft { live: Some(l), .. } if l.plan.is_some()));
+    assert!(!hidden);
+}

@@ -110,9 +110,12 @@ pub struct NativeStream {
     /// Chars of markdown appended over the whole stream.
     #[serde(default)]
     pub chars: usize,
-    /// Each task's last outcome sent (`running`, `done`, `failed`).
+    /// Each task's last outcome sent (`pending`, `running`, `done`, `failed`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tasks: std::collections::BTreeMap<String, String>,
+    /// The plan title last sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
     /// The stream was stopped by us.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,

@@ -1142,15 +1142,108 @@ fn probe(answer: &str) -> Option<String> {
 
 const SLACK_TOKEN: &str = "xoxb-e2e";
 
-/// Replicas 1 → 3 → 1 while every fixture streams into its own Slack DM thread (native
-/// streams) and Telegram private chat (native drafts): one replica takes the first third
-/// of every run, two more join (the partitions and their runs' delivery state move), and
-/// the two are stopped (SIGTERM's path: graceful) right after the last third went out,
-/// while the platform holds the responses of finals they sent. Each chat shows its answer
-/// exactly once and no stream is left open.
+/// One chat kind of the replica test: its platform, channel and chat of run `i`.
+struct Platform {
+    name: &'static str,
+    fake: FakeServer,
+    cfg: ChannelConfig,
+    /// (chat id the run goes to, chat the platform records).
+    chat: fn(usize) -> (String, String),
+}
+
+async fn platforms(behavior: &Behavior) -> Result<Vec<Platform>, Box<dyn std::error::Error>> {
+    let tenanted = |name: &str, sink: SinkConfig| {
+        let mut c = channel(name, ChannelSink::Sink(sink));
+        c.tenant = Some(name.to_owned());
+        c
+    };
+    let slack_cfg = |fake: &FakeServer, name: &str| {
+        let mut c = slack::SlackConfig::new(name, SLACK_TOKEN);
+        c.base_url = fake.base_url.clone();
+        SinkConfig::Slack(c)
+    };
+    let tg_cfg = |fake: &FakeServer, name: &str| {
+        let mut c = telegram::TelegramConfig::new(name, TG_TOKEN);
+        c.base_url = fake.base_url.clone();
+        SinkConfig::Telegram(c)
+    };
+    let mut out = Vec::new();
+    let fake = FakeServer::slack(SLACK_TOKEN, behavior.clone()).await?;
+    out.push(Platform {
+        name: "slack-thread",
+        cfg: tenanted("slack-thread", slack_cfg(&fake, "slack-thread")),
+        fake,
+        chat: |i| (format!("D{i}/1700000000.{i:06}"), format!("D{i}")),
+    });
+    let fake = FakeServer::slack(SLACK_TOKEN, behavior.clone()).await?;
+    out.push(Platform {
+        name: "slack-channel",
+        cfg: tenanted("slack-channel", slack_cfg(&fake, "slack-channel")),
+        fake,
+        chat: |i| (format!("C{i}"), format!("C{i}")),
+    });
+    let fake = FakeServer::telegram(TG_TOKEN, behavior.clone()).await?;
+    out.push(Platform {
+        name: "tg-private",
+        cfg: tenanted("tg-private", tg_cfg(&fake, "tg-private")),
+        fake,
+        chat: |i| ((3000 + i).to_string(), (3000 + i).to_string()),
+    });
+    let fake = FakeServer::telegram(TG_TOKEN, behavior.clone()).await?;
+    out.push(Platform {
+        name: "tg-group",
+        cfg: tenanted("tg-group", tg_cfg(&fake, "tg-group")),
+        fake,
+        chat: |i| (format!("-100{i}"), format!("-100{i}")),
+    });
+    let fake = FakeServer::discord("77", "dc-token", behavior.clone()).await?;
+    let mut dc = streamgate_sinks::discord::DiscordConfig::new("discord", "77", "dc-token");
+    dc.base_url = fake.base_url.clone();
+    out.push(Platform {
+        name: "discord",
+        cfg: tenanted("discord", SinkConfig::Discord(dc)),
+        fake,
+        chat: |i| ((900 + i).to_string(), (900 + i).to_string()),
+    });
+    let fake = FakeServer::webhook("s3cret", behavior.clone()).await?;
+    let hook = webhook::WebhookConfig::new("webhook", fake.base_url.clone(), "s3cret");
+    out.push(Platform {
+        name: "webhook",
+        cfg: tenanted("webhook", SinkConfig::Webhook(hook)),
+        fake,
+        chat: |i| (format!("chat-{i}"), format!("chat-{i}")),
+    });
+    Ok(out)
+}
+
+/// How many times `platform` shows the answer `probe` in `chat` (a webhook: how many
+/// distinct finals it received there).
+fn shown(p: &Platform, chat: &str, probe: &str) -> usize {
+    if p.name == "webhook" {
+        return p
+            .fake
+            .events()
+            .iter()
+            .filter(|e| e["chat"] == chat && e["op"] == "final")
+            .count();
+    }
+    p.fake
+        .live_messages()
+        .iter()
+        .filter(|m| m.chat == chat)
+        .map(|m| m.text.matches(probe).count())
+        .sum()
+}
+
+/// Replicas 1 → 3 → 1 while every fixture goes to six chat kinds (Slack thread: native
+/// stream; Slack channel; Telegram private: native drafts; Telegram group; Discord;
+/// webhook): one replica takes the first third of every run, two more join (partitions
+/// and their runs' delivery state move), and the two are stopped (SIGTERM's path: a
+/// graceful stop) right after the last third went out, while the platforms hold the
+/// responses of the finals they were sent. Each chat shows its answer exactly once and
+/// no stream is left open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> R {
-    use streamgate_bus::DEFAULT_PARTITIONS;
     let nats = NatsServer::start();
     let js = nats.jetstream().await;
     streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
@@ -1159,41 +1252,21 @@ async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> 
         delay: Duration::from_millis(300),
         ..Behavior::default()
     };
-    let slack_fake = FakeServer::slack(SLACK_TOKEN, held_finals.clone()).await?;
-    let tg_fake = FakeServer::telegram(TG_TOKEN, held_finals).await?;
-    let channels = || {
-        let mut sl = slack::SlackConfig::new("sl", SLACK_TOKEN);
-        sl.base_url = slack_fake.base_url.clone();
-        let mut tg = telegram::TelegramConfig::new("tg", TG_TOKEN);
-        tg.base_url = tg_fake.base_url.clone();
-        let mut s = channel("sl", ChannelSink::Sink(SinkConfig::Slack(sl)));
-        s.tenant = Some("sl".into());
-        let mut t = channel("tg", ChannelSink::Sink(SinkConfig::Telegram(tg)));
-        t.tenant = Some("tg".into());
-        [s, t]
-    };
+    let platforms = platforms(&held_finals).await?;
     let fx = fixtures();
     let t0 = now_ms();
-    // (fake, tenant, chat as stored, events, expected answer)
+    // (platform, chat as stored, events, expected answer, fixture)
     let mut turns = Vec::new();
-    for (i, f) in fx.iter().enumerate() {
-        let expected = expected_final(&f.events);
-        let slack_chat = format!("D{i}/1700000000.{i:06}");
-        let sl = tenant_events("sl", &format!("run-{i}"), &slack_chat, &f.events, t0);
-        turns.push((
-            &slack_fake,
-            format!("D{i}"),
-            sl,
-            expected.clone(),
-            f.name.clone(),
-        ));
-        let tg_chat = (3000 + i).to_string();
-        let tg = tenant_events("tg", &format!("run-{i}"), &tg_chat, &f.events, t0);
-        turns.push((&tg_fake, tg_chat, tg, expected, f.name.clone()));
+    for p in &platforms {
+        for (i, f) in fx.iter().enumerate() {
+            let (chat, stored) = (p.chat)(i);
+            let evs = tenant_events(p.name, &format!("run-{i}"), &chat, &f.events, t0);
+            turns.push((p, stored, evs, expected_final(&f.events), f.name.clone()));
+        }
     }
     let start_replica = |stop: CancellationToken| {
         let client = nats.client();
-        let cfgs = channels();
+        let cfgs: Vec<ChannelConfig> = platforms.iter().map(|p| p.cfg.clone()).collect();
         async move {
             let client = client.await;
             let mut out = Vec::new();
@@ -1204,11 +1277,10 @@ async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> 
         }
     };
     let held = |rs: &[Running]| -> usize { rs.iter().map(|r| r.partitions.borrow().len()).sum() };
+    let all = platforms.len() * streamgate_bus::DEFAULT_PARTITIONS as usize;
     let a = start_replica(CancellationToken::new()).await?;
     assert!(
-        wait_until(Duration::from_secs(30), || held(&a)
-            == 2 * DEFAULT_PARTITIONS as usize)
-        .await,
+        wait_until(Duration::from_secs(30), || held(&a) == all).await,
         "the first replica never held every partition"
     );
     let third = |evs: &[RunEvent], k: usize| -> Vec<RunEvent> {
@@ -1241,50 +1313,53 @@ async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> 
             j??;
         }
     }
-    let shown = |fake: &FakeServer, chat: &str, probe: &str| -> usize {
-        fake.live_messages()
-            .iter()
-            .filter(|m| m.chat == chat)
-            .map(|m| m.text.matches(probe).count())
-            .sum()
-    };
     let all_shown = || {
-        turns.iter().all(|(fake, chat, _, expected, _)| {
+        turns.iter().all(|(p, chat, _, expected, _)| {
             expected
                 .as_deref()
                 .and_then(probe)
-                .is_none_or(|p| shown(fake, chat, &p) >= 1)
+                .is_none_or(|pr| shown(p, chat, &pr) >= 1)
         })
     };
-    let done = wait_until(Duration::from_secs(120), || {
+    let done = wait_until(Duration::from_secs(180), || {
         a.iter().all(|r| r.channel.active_runs().is_empty()) && all_shown()
     })
     .await;
-    for (fake, chat, _, expected, name) in &turns {
-        let Some(p) = expected.as_deref().and_then(probe) else {
+    for (p, chat, _, expected, name) in &turns {
+        let Some(pr) = expected.as_deref().and_then(probe) else {
             continue;
         };
-        let mine: Vec<_> = fake
+        let mine: Vec<_> = p
+            .fake
             .live_messages()
             .into_iter()
             .filter(|m| &m.chat == chat)
             .collect();
-        assert_eq!(shown(fake, chat, &p), 1, "{name} in {chat}: {mine:#?}");
+        assert_eq!(
+            shown(p, chat, &pr),
+            1,
+            "{} {name} in {chat}: {mine:#?}",
+            p.name
+        );
     }
-    let open: Vec<_> = slack_fake
-        .streams()
-        .into_iter()
-        .filter(|s| s.streaming)
-        .collect();
-    assert!(open.is_empty(), "streams left open: {open:?}");
+    for p in &platforms {
+        let open: Vec<_> = p
+            .fake
+            .streams()
+            .into_iter()
+            .filter(|s| s.streaming)
+            .collect();
+        assert!(open.is_empty(), "{}: streams left open: {open:?}", p.name);
+    }
     assert!(done, "not every run finished");
-    eprintln!(
-        "{} runs per platform; Slack {} calls ({} streams), Telegram {} calls",
-        fx.len(),
-        slack_fake.calls().len(),
-        slack_fake.streams().len(),
-        tg_fake.calls().len()
-    );
+    for p in &platforms {
+        eprintln!(
+            "{}: {} runs, {} API calls",
+            p.name,
+            fx.len(),
+            p.fake.calls().len()
+        );
+    }
     Ok(())
 }
 

@@ -42,6 +42,9 @@ pub struct Behavior {
     /// stated in `X-RateLimit-*` headers on every answer; a request beyond it gets a
     /// 429 (scope `user`, counted as invalid).
     pub discord_bucket: Option<(u64, Duration)>,
+    /// Telegram: how long a native draft stays visible without an update (default
+    /// [`DRAFT_TTL`], ~30 s like the real API).
+    pub telegram_draft_ttl: Option<Duration>,
     /// Slack: a stream not appended to for this long ends by itself (later calls on it
     /// get `message_not_in_streaming_state`).
     pub slack_stream_ttl: Option<Duration>,
@@ -116,6 +119,9 @@ pub struct Draft {
     pub revived: u32,
     /// When it was last updated.
     pub at: Instant,
+    /// How long it stays visible without an update ([`DRAFT_TTL`] unless
+    /// [`Behavior::telegram_draft_ttl`]).
+    pub ttl: Duration,
     /// A real message replaced it.
     pub replaced: bool,
 }
@@ -126,7 +132,7 @@ pub const DRAFT_TTL: Duration = Duration::from_secs(30);
 impl Draft {
     /// Whether a person still sees it.
     pub fn visible(&self) -> bool {
-        !self.replaced && self.at.elapsed() < DRAFT_TTL
+        !self.replaced && self.at.elapsed() < self.ttl
     }
 }
 
@@ -241,7 +247,7 @@ impl Shared {
             .find(|d| d.chat == chat && d.draft_id == draft_id && !d.replaced)
         {
             Some(d) => {
-                if now.duration_since(d.at) >= DRAFT_TTL {
+                if now.duration_since(d.at) >= d.ttl {
                     d.revived += 1;
                 }
                 d.text = text.to_owned();
@@ -255,6 +261,7 @@ impl Shared {
                 updates: 0,
                 revived: 0,
                 at: now,
+                ttl: self.behavior.telegram_draft_ttl.unwrap_or(DRAFT_TTL),
                 replaced: false,
             }),
         }

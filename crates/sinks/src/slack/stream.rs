@@ -4,7 +4,8 @@
 //!
 //! A stream only grows, so it is fed from the draft's [`Live`] facts, not its rendering:
 //! the answer segment streaming now (appended by what its display-safe text added),
-//! tool rows as `task_update` chunks (sent again only when their outcome changes), and
+//! tool rows and plan steps as `task_update` chunks (sent again only when their outcome
+//! changes), the plan's status line as a `plan_update`, and
 //! `assistant.threads.setStatus` ("is thinking…") until the stream starts.
 //!
 //! One final, whatever happens: the final answer continues the stream when the stream
@@ -248,7 +249,14 @@ async fn draft(
 /// were applied.
 fn chunks(st: &mut NativeStream, live: &Live) -> Vec<Value> {
     let mut out = Vec::new();
-    for task in &live.tasks {
+    if let Some(plan) = &live.plan {
+        if st.plan.as_deref() != Some(plan.title.as_str()) {
+            out.push(json!({"type": "plan_update", "title": plan.title}));
+            st.plan = Some(plan.title.clone());
+        }
+    }
+    let steps = live.plan.iter().flat_map(|p| &p.steps);
+    for task in steps.chain(&live.tasks) {
         let outcome = outcome_name(task.outcome);
         if st.tasks.get(&task.id).map(String::as_str) != Some(outcome) {
             out.push(json!({
@@ -268,6 +276,7 @@ fn chunks(st: &mut NativeStream, live: &Live) -> Vec<Value> {
 
 fn outcome_name(o: Outcome) -> &'static str {
     match o {
+        Outcome::Pending => "pending",
         Outcome::Running => "running",
         Outcome::Done => "done",
         Outcome::Failed => "failed",
@@ -276,6 +285,7 @@ fn outcome_name(o: Outcome) -> &'static str {
 
 fn task_status(o: Outcome) -> &'static str {
     match o {
+        Outcome::Pending => "pending",
         Outcome::Running => "in_progress",
         Outcome::Done => "complete",
         Outcome::Failed => "error",
@@ -511,5 +521,35 @@ async fn settle(
             Ok(Streamed::No)
         }
         Err(f) => Err(plain(f)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape, prefix_within, MARKDOWN_LIMIT};
+    use crate::text::slack_unit;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A stream's text goes out in pieces Slack takes: each within its limit after
+        /// escaping, together the whole text, in order.
+        #[test]
+        fn markdown_pieces_are_within_the_limit_and_lossless(
+            text in "[a-z <>&é🧠\n]{0,400}",
+            max in 5usize..64,
+        ) {
+            let mut rest = text.as_str();
+            let mut joined = String::new();
+            while !rest.is_empty() {
+                let (piece, used) = prefix_within(rest, max);
+                prop_assert!(!piece.is_empty(), "no progress at {rest:?}");
+                prop_assert_eq!(used, piece.chars().map(slack_unit).sum::<usize>());
+                prop_assert!(escape(piece).chars().count() <= max);
+                joined.push_str(piece);
+                rest = &rest[piece.len()..];
+            }
+            prop_assert_eq!(joined, text);
+            prop_assert!(MARKDOWN_LIMIT >= 5);
+        }
     }
 }

@@ -7,7 +7,9 @@ use crate::{ChatTarget, DeliveryState, Sink, SinkError};
 use std::sync::Arc;
 use std::time::Duration;
 use streamgate_grammar::Event;
-use streamgate_projection::{Live, LiveTask, LiveText, Op, Outcome, RunProjection, Settings, Tier};
+use streamgate_projection::{
+    Live, LivePlan, LiveTask, LiveText, Op, Outcome, RunProjection, Settings, Tier,
+};
 
 const TOKEN: &str = "xoxb-test";
 const DM_THREAD: &str = "D1/1700000000.000100";
@@ -128,6 +130,61 @@ async fn a_dm_thread_streams_thinking_tools_and_the_answer_into_one_message(
     assert_eq!(calls_of(&fake, "chat.appendStream"), 2);
     assert_eq!(calls_of(&fake, "chat.stopStream"), 1);
     assert_eq!(calls_of(&fake, "chat.postMessage"), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plan_is_a_plan_title_and_task_cards() -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::slack(TOKEN, Behavior::default()).await?;
+    let sl = sink(&fake, None)?;
+    let chat = ChatTarget::new("", "sl", DM_THREAD);
+    let plan = |title: &str, second: Outcome| Live {
+        plan: Some(LivePlan {
+            title: title.into(),
+            steps: vec![
+                LiveTask {
+                    id: "plan-0".into(),
+                    title: "Read code".into(),
+                    outcome: Outcome::Done,
+                },
+                LiveTask {
+                    id: "plan-1".into(),
+                    title: "Fix bug".into(),
+                    outcome: second,
+                },
+            ],
+        }),
+        ..Live::default()
+    };
+    run_ops(
+        &sl,
+        &chat,
+        &[
+            live_draft(
+                "r",
+                2,
+                plan("📋 plan: 1/2 done · Fix bug", Outcome::Pending),
+            ),
+            live_draft(
+                "r",
+                3,
+                plan("📋 plan: 1/2 done · Fix bug", Outcome::Running),
+            ),
+            live_draft("r", 4, plan("📋 plan: 2/2 done", Outcome::Done)),
+            final_op("r", "Fixed.", 5),
+        ],
+    )
+    .await?;
+    let streams = fake.streams();
+    assert_eq!(streams.len(), 1);
+    assert_eq!(streams[0].plan.as_deref(), Some("📋 plan: 2/2 done"));
+    let status = |id: &str| streams[0].tasks.get(id).map(|t| t.1.clone());
+    assert_eq!(status("plan-0").as_deref(), Some("complete"));
+    assert_eq!(status("plan-1").as_deref(), Some("complete"));
+    assert_eq!(fake.live_messages().len(), 1);
+    assert_eq!(fake.live_messages()[0].text, "Fixed.");
+    // Each change went out once: start, two appends with what changed, the stop.
+    assert_eq!(calls_of(&fake, "chat.appendStream"), 2);
     Ok(())
 }
 
