@@ -18,11 +18,12 @@ use crate::slack::{SlackConfig, SlackSink};
 use crate::telegram::{TelegramConfig, TelegramSink};
 use crate::webhook::{WebhookConfig, WebhookSink};
 use crate::{ChatTarget, Sink};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use streamgate_grammar::Event;
 use streamgate_projection::{Op, RunProjection, Settings};
+use streamgate_testkit::captures::{captures, indexed, probe, Capture};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -95,54 +96,18 @@ impl Kind {
     }
 }
 
+/// Every chat kind, in report order.
+const KINDS: [Kind; 6] = [
+    Kind::TelegramPrivate,
+    Kind::TelegramGroup,
+    Kind::SlackThread,
+    Kind::SlackChannel,
+    Kind::Discord,
+    Kind::Webhook,
+];
+
 const TG_TOKEN: &str = "123:CONFORMANCE";
 const SLACK_TOKEN: &str = "xoxb-conformance";
-
-/// One capture's events.
-struct Capture {
-    name: String,
-    events: Vec<Event>,
-}
-
-/// The expected events of every capture a directory's `index.tsv` lists (its fourth
-/// column), by name.
-fn indexed(dir: &Path, out: &mut Vec<Capture>) {
-    let Ok(index) = std::fs::read_to_string(dir.join("index.tsv")) else {
-        return;
-    };
-    for line in index.lines().skip(1) {
-        let cols: Vec<&str> = line.split('\t').collect();
-        let Some(expected) = cols.get(3) else {
-            continue;
-        };
-        let Ok(text) = std::fs::read_to_string(dir.join(expected)) else {
-            continue;
-        };
-        out.push(Capture {
-            name: format!("{}/{expected}", dir.display()),
-            events: text
-                .lines()
-                .filter_map(|l| Event::from_json(l).ok())
-                .collect(),
-        });
-    }
-}
-
-/// The project's fixtures, and the shared corpus's captures when `$STREAMGATE_CORPUS`
-/// names it.
-fn captures() -> Vec<Capture> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
-        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    dirs.extend(std::env::var_os("STREAMGATE_CORPUS").map(PathBuf::from));
-    let mut out = Vec::new();
-    for dir in dirs {
-        indexed(&dir, &mut out);
-    }
-    out
-}
 
 /// A run's ops as a T1/T0 channel with default settings sees them.
 fn ops(events: &[Event], run: &str, sink: &dyn Sink) -> Vec<Op> {
@@ -152,18 +117,6 @@ fn ops(events: &[Event], run: &str, sink: &dyn Sink) -> Vec<Op> {
         .iter()
         .flat_map(|e| p.apply(e, &settings, sink.tier()))
         .collect()
-}
-
-/// A distinctive piece of the answer that every platform shows as it is: the longest
-/// run of letters, digits and spaces (markdown rendering leaves those alone), at most
-/// 40 chars. `None` when the answer has no such run of 12 chars.
-fn probe(answer: &str) -> Option<String> {
-    let best = answer
-        .split(|c: char| !(c.is_alphanumeric() || c == ' '))
-        .map(str::trim)
-        .max_by_key(|s| s.chars().count())?;
-    let p: String = best.chars().take(40).collect();
-    (p.trim().chars().count() >= 12).then(|| p.trim().to_owned())
 }
 
 struct Delivered {
@@ -296,14 +249,7 @@ async fn every_capture_shows_its_answer_once_on_every_platform() -> R {
     let caps = captures();
     assert!(caps.len() >= 100, "captures found: {}", caps.len());
     let mut table = Vec::new();
-    for kind in [
-        Kind::TelegramPrivate,
-        Kind::TelegramGroup,
-        Kind::SlackThread,
-        Kind::SlackChannel,
-        Kind::Discord,
-        Kind::Webhook,
-    ] {
+    for kind in KINDS {
         let burst = Behavior {
             rate_limit_burst: Some((40, 25)),
             retry_after_secs: 1.0,
@@ -335,8 +281,7 @@ async fn every_seventh_call_rate_limited_still_shows_each_answer_once() -> R {
         eprintln!("STREAMGATE_CORPUS not set: the project's fixtures stand in");
         return Ok(());
     };
-    let mut caps = Vec::new();
-    indexed(Path::new(&corpus), &mut caps);
+    let caps = indexed(Path::new(&corpus));
     assert!(!caps.is_empty(), "no captures in {corpus:?}");
     for kind in [
         Kind::TelegramPrivate,
@@ -388,14 +333,7 @@ async fn delivery_figures() -> R {
         return Ok(());
     }
     let caps = captures();
-    for kind in [
-        Kind::TelegramPrivate,
-        Kind::TelegramGroup,
-        Kind::SlackThread,
-        Kind::SlackChannel,
-        Kind::Discord,
-        Kind::Webhook,
-    ] {
+    for kind in KINDS {
         let fake = kind.server(Behavior::default()).await?;
         let sink = kind.sink(&fake)?;
         let delivery = Delivery::new(

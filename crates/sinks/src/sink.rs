@@ -104,6 +104,13 @@ pub struct NativeStream {
     /// FNV-1a of those bytes.
     #[serde(default)]
     pub segment_hash: u64,
+    /// Bytes of whitespace those bytes end with.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub segment_trailing_ws: usize,
+    /// FNV-1a of those bytes without the trailing whitespace (an answer that differs
+    /// from what streamed only by its trailing whitespace continues the stream).
+    #[serde(default)]
+    pub segment_hash_trimmed: u64,
     /// That segment can no longer be followed by appends (rewritten, or a gap).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub segment_broken: bool,
@@ -126,6 +133,10 @@ pub struct NativeStream {
     /// The platform refused to start a stream here: the run is sent and edited instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused: bool,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl NativeStream {

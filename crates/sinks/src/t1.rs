@@ -5,7 +5,9 @@
 //! settle, notices and finals are real messages either way).
 
 use crate::format::Target;
-use crate::sink::{final_display_text, ChatTarget, DeliveryState, Pacing, Sink, SinkError};
+use crate::sink::{
+    final_display_text, ChatTarget, DeliveryState, NativeStream, Pacing, Sink, SinkError,
+};
 use crate::text::{truncate, Unit};
 use futures::future::BoxFuture;
 use streamgate_projection::{DraftKey, Op, Tier};
@@ -139,14 +141,11 @@ fn now_ms() -> u64 {
 }
 
 /// The run's native draft id: stable for the run (the same id animates one preview),
-/// non-zero, within 31 bits. FNV-1a, hand-written because it must never change between
-/// releases (a std hasher may).
+/// non-zero, within 31 bits: FNV-1a of tenant, NUL, run ([`NativeStream::hash`], which
+/// never changes between releases).
 pub(crate) fn native_draft_id(key: &DraftKey) -> i64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.tenant.bytes().chain([0]).chain(key.run_id.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = NativeStream::hash(NativeStream::EMPTY_HASH, key.tenant.as_bytes());
+    let h = NativeStream::hash(NativeStream::hash(h, &[0]), key.run_id.as_bytes());
     i64::try_from(h & 0x7fff_ffff).unwrap_or(1).max(1)
 }
 

@@ -12,6 +12,8 @@
 //!   stream's leader.
 //! - [`pki::TestPki`]: a CA, server and client certificates made in the test (TLS and
 //!   mTLS tests).
+//! - [`captures`]: every fixture's and corpus capture's expected events, and the
+//!   probe that counts how often a platform shows an answer.
 //! - [`PgDatabase`]: a fresh database on the PostgreSQL server, dropped `WITH (FORCE)`
 //!   when the value is dropped.
 //!
@@ -19,6 +21,7 @@
 //! panic with a clear message (and the server log) is the most useful failure.
 #![forbid(unsafe_code)]
 
+pub mod captures;
 mod cluster;
 pub mod pki;
 

@@ -8,7 +8,6 @@ mod common;
 
 use common::*;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use streamgate_grammar::{AssistantPhase, Event, EventData, RunEvent};
@@ -16,54 +15,14 @@ use streamgate_projection::{is_silent, TRUNCATED_SUFFIX};
 use streamgate_projector::{start, ChannelConfig, ChannelSink, Running};
 use streamgate_sinks::fakes::{Behavior, FakeServer};
 use streamgate_sinks::{slack, telegram, webhook, SinkConfig};
+use streamgate_testkit::captures::probe;
 use streamgate_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
-struct Fixture {
-    name: String,
-    events: Vec<Event>,
-}
+type Fixture = streamgate_testkit::captures::Capture;
 
 fn fixtures() -> Vec<Fixture> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
-    let mut out = Vec::new();
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    // The shared corpus too, when present (CI sets it): every corpus capture's events.
-    if let Some(corpus) = std::env::var_os("STREAMGATE_CORPUS") {
-        dirs.push(PathBuf::from(corpus));
-    }
-    for dir in dirs {
-        let Ok(index) = std::fs::read_to_string(dir.join("index.tsv")) else {
-            continue;
-        };
-        for line in index.lines().skip(1) {
-            let cols: Vec<&str> = line.split('\t').collect();
-            let Some(expected) = cols.get(3) else {
-                continue;
-            };
-            let Ok(text) = std::fs::read_to_string(dir.join(expected)) else {
-                continue;
-            };
-            let events: Vec<Event> = text
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .filter_map(|l| Event::from_json(l).ok())
-                .collect();
-            let dname = dir.file_name().map(|n| n.to_string_lossy().into_owned());
-            out.push(Fixture {
-                name: format!(
-                    "{}-{}",
-                    dname.unwrap_or_default(),
-                    cols.get(2).unwrap_or(&"")
-                ),
-                events,
-            });
-        }
-    }
-    out
+    streamgate_testkit::captures::captures()
 }
 
 /// The final answer a chat should show for these events, if any.
@@ -1127,17 +1086,6 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
         turns.iter().filter(|t| t.expected.is_some()).count()
     );
     Ok(())
-}
-
-/// A distinctive piece of an answer every platform shows as it is (letters, digits and
-/// spaces; at most 40 chars), `None` when it has no such run of 12 chars.
-fn probe(answer: &str) -> Option<String> {
-    let best = answer
-        .split(|c: char| !(c.is_alphanumeric() || c == ' '))
-        .map(str::trim)
-        .max_by_key(|s| s.chars().count())?;
-    let p: String = best.chars().take(40).collect();
-    (p.trim().chars().count() >= 12).then(|| p.trim().to_owned())
 }
 
 const SLACK_TOKEN: &str = "xoxb-e2e";

@@ -48,6 +48,11 @@ pub struct Behavior {
     /// Slack: a stream not appended to for this long ends by itself (later calls on it
     /// get `message_not_in_streaming_state`).
     pub slack_stream_ttl: Option<Duration>,
+    /// Slack: each method's rate-limit tier applies per window this long (a stand-in for
+    /// Slack's minute): Tier 2 `startStream`/`stopStream` 20 calls, Tier 3 `update`,
+    /// `delete`, `setStatus` 50, Tier 4 `appendStream` 100; beyond, a 429 with the
+    /// seconds left in `Retry-After`.
+    pub slack_tier_window: Option<Duration>,
     /// Slack: `chat.startStream` is refused with this error (`missing_scope`, …).
     pub slack_refuse_streams: Option<String>,
 }

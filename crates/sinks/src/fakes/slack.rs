@@ -10,6 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 const LIMIT: usize = 40_000;
@@ -20,12 +22,45 @@ const MARKDOWN_LIMIT: usize = 12_000;
 struct Ctx {
     shared: Shared,
     token: String,
+    /// Per method: when its current tier window started and the calls it took.
+    tiers: Arc<Mutex<HashMap<String, (Instant, u32)>>>,
 }
 
 pub(super) fn router(shared: Shared, token: String) -> Router {
     Router::new()
         .route("/api/{method}", post(handle))
-        .with_state(Ctx { shared, token })
+        .with_state(Ctx {
+            shared,
+            token,
+            tiers: Arc::default(),
+        })
+}
+
+/// Calls per minute of a method's rate-limit tier (Slack's documented minimums: Tier 2
+/// 20+, Tier 3 50+, Tier 4 100+); `chat.postMessage` has its own per-channel limit.
+fn tier(method: &str) -> Option<u32> {
+    match method {
+        "chat.startStream" | "chat.stopStream" => Some(20),
+        "chat.update" | "chat.delete" | "assistant.threads.setStatus" => Some(50),
+        "chat.appendStream" => Some(100),
+        _ => None,
+    }
+}
+
+/// With [`super::Behavior::slack_tier_window`] set (the stand-in for a minute), a method
+/// called more often than its tier allows in one window is refused until the window
+/// ends: the seconds left.
+fn over_tier(ctx: &Ctx, method: &str) -> Option<f64> {
+    let window = ctx.shared.behavior.slack_tier_window?;
+    let limit = tier(method)?;
+    let mut tiers = ctx.tiers.lock().ok()?;
+    let now = Instant::now();
+    let slot = tiers.entry(method.to_owned()).or_insert((now, 0));
+    if now.duration_since(slot.0) >= window {
+        *slot = (now, 0);
+    }
+    slot.1 += 1;
+    (slot.1 > limit).then(|| (window - now.duration_since(slot.0)).as_secs_f64())
 }
 
 fn unescape(s: &str) -> String {
@@ -53,7 +88,11 @@ async fn handle(
         ctx.shared.record(&method, &body, 200);
         return Json(fail("invalid_auth")).into_response();
     }
-    if let Gate::RateLimited(secs) = ctx.shared.gate(ctx.shared.behavior.retry_after_secs) {
+    let limited = match ctx.shared.gate(ctx.shared.behavior.retry_after_secs) {
+        Gate::RateLimited(secs) => Some(secs),
+        Gate::Proceed => over_tier(&ctx, &method),
+    };
+    if let Some(secs) = limited {
         ctx.shared.record(&method, &body, 429);
         let mut r = (StatusCode::TOO_MANY_REQUESTS, Json(fail("ratelimited"))).into_response();
         if let Ok(v) = HeaderValue::from_str(&format!("{}", secs.ceil().max(1.0) as u64)) {

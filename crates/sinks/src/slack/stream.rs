@@ -298,6 +298,8 @@ fn answer_piece(st: &mut NativeStream, answer: &LiveText) -> Option<String> {
         st.segment = Some(answer.segment);
         st.segment_bytes = 0;
         st.segment_hash = NativeStream::EMPTY_HASH;
+        st.segment_trailing_ws = 0;
+        st.segment_hash_trimmed = NativeStream::EMPTY_HASH;
         // The segment's start is no longer in the window: it cannot be shown whole.
         st.segment_broken = answer.offset > 0;
     }
@@ -331,9 +333,33 @@ fn separator(st: &NativeStream) -> &'static str {
 }
 
 fn advance(st: &mut NativeStream, raw: &str, sep: &str, escaped_chars: usize) {
+    let kept = raw.trim_end().len();
+    if kept == 0 {
+        st.segment_trailing_ws += raw.len();
+    } else {
+        st.segment_hash_trimmed = NativeStream::hash(st.segment_hash, &raw.as_bytes()[..kept]);
+        st.segment_trailing_ws = raw.len() - kept;
+    }
     st.segment_bytes += raw.len();
     st.segment_hash = NativeStream::hash(st.segment_hash, raw.as_bytes());
     st.chars += sep.chars().count() + escaped_chars;
+}
+
+/// Whether the stream's last segment already shows the beginning of `full` (or all of
+/// it, up to trailing whitespace): then the answer continues it.
+fn continues(st: &NativeStream, full: &str) -> bool {
+    if st.segment_broken || st.segment.is_none() {
+        return false;
+    }
+    let empty = NativeStream::EMPTY_HASH;
+    let prefix = full
+        .get(..st.segment_bytes)
+        .is_some_and(|p| NativeStream::hash(empty, p.as_bytes()) == st.segment_hash);
+    let trimmed = full.trim_end();
+    let whole = st.segment_bytes > 0
+        && trimmed.len() == st.segment_bytes - st.segment_trailing_ws
+        && NativeStream::hash(empty, trimmed.as_bytes()) == st.segment_hash_trimmed;
+    prefix || whole
 }
 
 /// The longest prefix of `s` whose escaped length is at most `max` chars, and that
@@ -423,15 +449,13 @@ async fn finish_stream(
     let Some(st) = state.stream.as_mut() else {
         return Ok(false);
     };
-    let continues = !st.segment_broken
-        && st.segment.is_some()
-        && full.get(..st.segment_bytes).is_some_and(|p| {
-            NativeStream::hash(NativeStream::EMPTY_HASH, p.as_bytes()) == st.segment_hash
-        });
+    let continues = continues(st, full);
     if !continues {
         st.segment = Some(FINAL_SEGMENT);
         st.segment_bytes = 0;
         st.segment_hash = NativeStream::EMPTY_HASH;
+        st.segment_trailing_ws = 0;
+        st.segment_hash_trimmed = NativeStream::EMPTY_HASH;
         st.segment_broken = false;
     }
     let sep = separator(st);

@@ -189,6 +189,31 @@ async fn a_plan_is_a_plan_title_and_task_cards() -> Result<(), Box<dyn std::erro
 }
 
 #[tokio::test]
+async fn an_answer_without_the_streamed_trailing_newline_is_not_repeated(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::slack(TOKEN, Behavior::default()).await?;
+    let sl = sink(&fake, None)?;
+    let chat = ChatTarget::new("", "sl", DM_THREAD);
+    let streamed = Live {
+        answer: answer(2, "The answer is 42.\n\n"),
+        ..Live::default()
+    };
+    run_ops(
+        &sl,
+        &chat,
+        &[
+            live_draft("r", 2, streamed),
+            final_op("r", "The answer is 42.", 3),
+        ],
+    )
+    .await?;
+    let msgs = fake.live_messages();
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs[0].text.trim_end(), "The answer is 42.");
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_answer_that_does_not_continue_the_stream_follows_as_a_paragraph(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let fake = FakeServer::slack(TOKEN, Behavior::default()).await?;
@@ -351,6 +376,43 @@ async fn a_long_answer_is_the_stream_plus_replies_in_order(
     for i in 0..10 {
         assert_eq!(joined.matches(&format!("{i}: word")).count(), 1, "part {i}");
     }
+    assert!(fake.streams().iter().all(|s| !s.streaming));
+    Ok(())
+}
+
+/// More streams than Slack's Tier 2 allows in a window: the surplus is answered 429 with
+/// the time left, honoured per chat, and every stream still ends as its answer.
+#[tokio::test]
+async fn tier_limits_are_honoured_and_every_stream_ends() -> Result<(), Box<dyn std::error::Error>>
+{
+    let behavior = Behavior {
+        slack_tier_window: Some(Duration::from_secs(1)),
+        ..Behavior::default()
+    };
+    let fake = FakeServer::slack(TOKEN, behavior).await?;
+    let (delivery, _store) = fast_engine(Arc::new(sink(&fake, None)?));
+    for n in 0..30 {
+        let chat = ChatTarget::new("", "sl", format!("D{n}/1700000000.{n:06}"));
+        let live = Live {
+            answer: answer(2, "Working on it"),
+            ..Live::default()
+        };
+        delivery
+            .submit(chat.clone(), live_draft(&format!("r{n}"), 2, live))
+            .await?;
+        delivery
+            .submit(chat, final_op(&format!("r{n}"), "Working on it: done.", 3))
+            .await?;
+    }
+    tokio::time::timeout(Duration::from_secs(30), delivery.flush()).await?;
+    let limited = fake.calls().iter().filter(|c| c.status == 429).count();
+    assert!(limited > 0, "Tier 2 never refused");
+    let msgs = fake.live_messages();
+    assert_eq!(msgs.len(), 30);
+    assert!(
+        msgs.iter().all(|m| m.text == "Working on it: done."),
+        "{msgs:#?}"
+    );
     assert!(fake.streams().iter().all(|s| !s.streaming));
     Ok(())
 }
