@@ -5,7 +5,8 @@
 //! - `cli::conform`: golden conformance over a corpus folder (`index.tsv`).
 //! - `cli::synth`: large single-run captures for benchmarks.
 //! - `cli::up`: the whole pipeline in one process (`streamgate up`).
-//! - `cli::ingest`, `cli::archive_client`: clients of the ingest and archive services.
+//! - `cli::ingest`, `cli::archive_client`, `cli::history`: clients of the ingest and
+//!   archive services (`verify` and `backfill` in `cli::history`).
 //! - `cli::follow_gateway`: follows a live OpenClaw gateway into ingest runs.
 //! - `cli::tail`: the terminal channel as a client of a projector channel.
 //! - `cli::discover`: how clients find a local `streamgate up`.
@@ -59,6 +60,13 @@ enum Command {
     Runs(cli::archive_client::RunsArgs),
     /// Replay a run from the archive (operator).
     Replay(cli::archive_client::ReplayArgs),
+    /// Re-normalize archived raw chunks with this build's adapters and report, per run,
+    /// whether the archive holds exactly what they yield (operator; exit 1 when a run
+    /// differs).
+    Verify(cli::history::ScopeArgs),
+    /// Verify, and with --apply write each differing run's re-normalization as its new
+    /// generation; the old one stays readable (`replay --generation N`) (operator).
+    Backfill(cli::history::BackfillArgs),
     /// Follow a channel's runs live in this terminal (status line and final answers),
     /// through the channel's ProjectorService.
     Tail(cli::tail::TailArgs),
@@ -92,11 +100,17 @@ enum Command {
 fn block_on(
     fut: impl std::future::Future<Output = anyhow::Result<()>>,
 ) -> anyhow::Result<ExitCode> {
+    block_on_code(async { fut.await.map(|()| ExitCode::SUCCESS) })
+}
+
+/// [`block_on`] for a subcommand that chooses its exit code.
+fn block_on_code(
+    fut: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
+) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(fut)?;
-    Ok(ExitCode::SUCCESS)
+    rt.block_on(fut)
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,6 +161,8 @@ fn main() -> ExitCode {
         args.command,
         Command::Runs(_)
             | Command::Replay(_)
+            | Command::Verify(_)
+            | Command::Backfill(_)
             | Command::Tail(_)
             | Command::Normalize { .. }
             | Command::Conform { .. }
@@ -160,6 +176,8 @@ fn main() -> ExitCode {
         Command::FollowGateway(a) => block_on(cli::follow_gateway::run(a)),
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),
+        Command::Verify(a) => block_on_code(cli::history::verify(a)),
+        Command::Backfill(a) => block_on_code(cli::history::backfill(a)),
         Command::Tail(a) => block_on(cli::tail::run(a)),
         Command::Settings(a) => block_on(cli::settings::run(a)),
         Command::Parked(a) => block_on(cli::parked::run(a)),

@@ -600,6 +600,7 @@ async fn follow(addr: std::net::SocketAddr, run: String, after_seq: u64) -> Vec<
             after_seq,
             follow: true,
             tenant: TENANT.into(),
+            generation: None,
         })
         .await
         .expect("ReplayEvents")
@@ -864,6 +865,7 @@ async fn archive_requires_the_operator_token() {
                     after_seq: 0,
                     follow: false,
                     tenant: TENANT.into(),
+                    generation: None,
                 })
                 .await
                 .err(),
@@ -883,6 +885,7 @@ async fn archive_requires_the_operator_token() {
                     run_id: id(),
                     at_seq: 0,
                     tenant: TENANT.into(),
+                    generation: None,
                 })
                 .await
                 .err(),
@@ -892,6 +895,7 @@ async fn archive_requires_the_operator_token() {
                 c.replay_timeline(v1::ReplayTimelineRequest {
                     run_id: id(),
                     tenant: TENANT.into(),
+                    generation: None,
                 })
                 .await
                 .err(),
@@ -901,6 +905,16 @@ async fn archive_requires_the_operator_token() {
                 c.raw_chunks(v1::RawChunksRequest {
                     run_id: id(),
                     tenant: TENANT.into(),
+                })
+                .await
+                .err(),
+            ),
+            ("Verify", c.verify(v1::VerifyRequest::default()).await.err()),
+            (
+                "Backfill",
+                c.backfill(v1::BackfillRequest {
+                    scope: None,
+                    apply: true,
                 })
                 .await
                 .err(),
@@ -934,6 +948,7 @@ async fn archive_requires_the_operator_token() {
                 after_seq: 0,
                 follow: true,
                 tenant: TENANT.into(),
+                generation: None,
             })
             .await
             .unwrap_err();

@@ -173,6 +173,7 @@ async fn archived(p: &Pipeline) -> Vec<(String, Vec<Vec<u8>>)> {
                 after_seq: 0,
                 follow: false,
                 tenant: TENANT.into(),
+                generation: None,
             })
             .await
             .expect("ReplayEvents")

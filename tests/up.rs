@@ -28,6 +28,11 @@
 //!   `replay --ca` work, an ingest without `--ca` is refused with a hint; with
 //!   `--tls-client-ca` an ingest without a client certificate is refused and one with
 //!   it works.
+//! - `verify_and_backfill_after_an_adapter_change`: `up` records which adapter made each
+//!   run (`runs`); a run whose archived events an older adapter made (simulated by
+//!   rewriting its rows) is the one run `verify` reports (exit 1); `backfill` is a dry run
+//!   until `--apply`, which writes generation 2; a second backfill writes nothing;
+//!   `replay` shows the new events and `replay --generation 1` the old.
 //! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
 //!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
@@ -1499,4 +1504,140 @@ fn the_run_stream_and_ingest_resume_across_an_up_restart() {
     let replayed = cli(dir.path(), &["replay", "restarted", "--json", "--follow"]);
     assert_eq!(event_lines(&replayed), event_lines(&normalized));
     assert_eq!(ids.len(), event_lines(&normalized).len());
+}
+
+/// The JSON lines of a CLI's stdout.
+fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn verify_and_backfill_after_an_adapter_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    for run in ["hist-1", "hist-2", "hist-3"] {
+        assert!(ingest(dir.path(), run), "ingest {run}");
+    }
+    // Every run archived, ended, and stamped with the adapter that made it.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let runs = json_lines(&cli(dir.path(), &["runs", "--json"]));
+        let done = runs
+            .iter()
+            .filter(|r| r["status"] == "ended" && r["adapter"] == "f1")
+            .count();
+        if done == 3 {
+            for r in &runs {
+                assert_eq!(r["adapter_version"], 1, "{r}");
+                assert_eq!(r["grammar_version"], 1, "{r}");
+                assert_eq!(r["generation"], 1, "{r}");
+            }
+            break;
+        }
+        assert!(Instant::now() < deadline, "runs not archived: {runs:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ok = cli(dir.path(), &["verify"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let before = json_lines(&cli(dir.path(), &["replay", "hist-2", "--json"]));
+
+    // An older adapter made hist-2: its answer text read differently. Rewritten in the
+    // archive file as that adapter would have written it.
+    {
+        let db = rusqlite::Connection::open(data_dir(dir.path()).join("archive.db")).unwrap();
+        db.busy_timeout(Duration::from_secs(10)).unwrap();
+        let n = db
+            .execute(
+                "UPDATE events SET payload = replace(payload, 'world', 'World') \
+                 WHERE run_id = 'hist-2' AND phase = 'final_answer'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(n, 1, "the capture's answer says `world`");
+        db.execute(
+            "UPDATE runs SET adapter_version = 0 WHERE run_id = 'hist-2'",
+            [],
+        )
+        .unwrap();
+    }
+
+    let verify = cli(dir.path(), &["verify"]);
+    let out = String::from_utf8_lossy(&verify.stdout).into_owned();
+    assert_eq!(
+        verify.status.code(),
+        Some(1),
+        "verify fails on a difference:\n{out}"
+    );
+    let differs: Vec<&str> = out.lines().filter(|l| l.starts_with("DIFFERS")).collect();
+    assert_eq!(
+        differs.len(),
+        1,
+        "{out}{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    assert!(differs[0].contains("default/hist-2"), "{out}");
+    assert!(differs[0].contains("made by f1@0, today f1@1"), "{out}");
+    assert!(differs[0].contains("final answer"), "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("identical")).count(),
+        2,
+        "{out}"
+    );
+    let summary = String::from_utf8_lossy(&verify.stderr);
+    assert!(summary.contains("verified 3 runs"), "{summary}");
+    assert!(summary.contains("runs/s"), "{summary}");
+
+    // Scoped: only that run; another family matches nothing.
+    let one = json_lines(&cli(dir.path(), &["verify", "--run", "hist-2", "--json"]));
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0]["verdict"], "differs");
+    let none = cli(dir.path(), &["verify", "--family", "f3"]);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no run matches"));
+    let bad = cli(dir.path(), &["verify", "--family", "f9"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown family"));
+
+    // A dry run writes nothing; --apply writes generation 2; again, nothing.
+    let dry = cli(dir.path(), &["backfill"]);
+    assert_eq!(dry.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&dry.stderr).contains("--apply"));
+    let apply = cli(dir.path(), &["backfill", "--apply"]);
+    let applied = String::from_utf8_lossy(&apply.stdout).into_owned();
+    assert!(apply.status.success(), "{applied}");
+    assert!(
+        applied.contains("default/hist-2") && applied.contains("wrote g2"),
+        "{applied}"
+    );
+    let again = cli(dir.path(), &["backfill", "--apply"]);
+    assert!(again.status.success());
+    assert!(!String::from_utf8_lossy(&again.stdout).contains("wrote"));
+    assert!(cli(dir.path(), &["verify"]).status.success());
+
+    // Replay reads generation 2 (today's events); generation 1 keeps the older ones.
+    let latest = json_lines(&cli(dir.path(), &["replay", "hist-2", "--json"]));
+    assert_eq!(latest, before);
+    let old = cli(
+        dir.path(),
+        &["replay", "hist-2", "--json", "--generation", "1"],
+    );
+    let old = String::from_utf8_lossy(&old.stdout).into_owned();
+    assert!(
+        old.contains("Hello, World.") && old.lines().count() == before.len(),
+        "{old}"
+    );
+    let missing = cli(dir.path(), &["replay", "hist-2", "--generation", "3"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no generation 3"));
+    let runs = json_lines(&cli(dir.path(), &["runs", "--json"]));
+    let r2 = runs.iter().find(|r| r["run_id"] == "hist-2").unwrap();
+    assert_eq!(
+        (r2["generation"].as_u64(), r2["adapter_version"].as_u64()),
+        (Some(2), Some(1))
+    );
 }

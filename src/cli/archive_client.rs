@@ -35,10 +35,12 @@ pub struct ArchiveTarget {
     pub tls: ClientTlsArgs,
 }
 
-type Client = ArchiveServiceClient<InterceptedService<Channel, SendBearer>>;
+/// A connected ArchiveService client with the operator token.
+pub type Client = ArchiveServiceClient<InterceptedService<Channel, SendBearer>>;
 
 impl ArchiveTarget {
-    async fn connect(&self) -> Result<Client> {
+    /// Connects to the archive (the local instance's when no address is given).
+    pub async fn connect(&self) -> Result<Client> {
         let (addr, token, hint) = match (&self.addr, &self.token) {
             (Some(a), t) => (a.clone(), t.clone(), None),
             (None, t) => {
@@ -110,17 +112,25 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
                 "stop_reason": r.stop_reason, "first_seq": r.first_seq, "last_seq": r.last_seq,
                 "first_ts_ms": r.first_ts_ms, "last_ts_ms": r.last_ts_ms, "event_count": r.event_count,
                 "usage": r.usage_json.as_deref().and_then(|u| serde_json::from_str::<serde_json::Value>(u).ok()),
+                "adapter": r.adapter, "adapter_version": r.adapter_version,
+                "grammar_version": r.grammar_version, "generation": r.generation,
             });
             println!("{v}");
         } else {
+            let made_by = match (&r.adapter, r.adapter_version) {
+                (Some(a), Some(v)) => format!("{a}@{v}"),
+                _ => "-".to_owned(),
+            };
             println!(
-                "{:<28} {:<10} {:<7} {:<14} {:>5} events  {}",
+                "{:<28} {:<10} {:<7} {:<14} {:>5} events  {:<24} {:<16} g{}",
                 r.run_id,
                 r.tenant,
                 r.status,
                 r.stop_reason.unwrap_or_default(),
                 r.event_count,
-                r.model.unwrap_or_default()
+                r.model.unwrap_or_default(),
+                made_by,
+                r.generation
             );
         }
     }
@@ -150,6 +160,10 @@ pub struct ReplayArgs {
     /// Machine-readable output (events: the golden line shape plus envelope fields).
     #[arg(long)]
     pub json: bool,
+    /// Read an older generation of the run (a backfill keeps the events it replaced):
+    /// 1 is what the normalizer made live.
+    #[arg(long, conflicts_with = "follow")]
+    pub generation: Option<u32>,
     #[command(flatten)]
     target: ArchiveTarget,
 }
@@ -163,6 +177,7 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
                 run_id: args.run.clone(),
                 at_seq: 0,
                 tenant: args.tenant.clone(),
+                generation: args.generation,
             })
             .await?
             .into_inner();
@@ -191,6 +206,7 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
             .replay_timeline(ReplayTimelineRequest {
                 run_id: args.run.clone(),
                 tenant: args.tenant.clone(),
+                generation: args.generation,
             })
             .await?
             .into_inner();
@@ -217,6 +233,7 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
             after_seq: args.after,
             follow: args.follow,
             tenant: args.tenant.clone(),
+            generation: args.generation,
         })
         .await?
         .into_inner();
@@ -232,11 +249,18 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
         }
     }
     if !any && args.after == 0 {
-        anyhow::bail!(
-            "no events for run `{}` of tenant `{}` in the archive",
-            args.run,
-            args.tenant
-        );
+        match args.generation {
+            Some(g) => anyhow::bail!(
+                "no generation {g} of run `{}` of tenant `{}` in the archive",
+                args.run,
+                args.tenant
+            ),
+            None => anyhow::bail!(
+                "no events for run `{}` of tenant `{}` in the archive",
+                args.run,
+                args.tenant
+            ),
+        }
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod channel_client;
 pub mod conform;
 pub mod discover;
 pub mod follow_gateway;
+pub mod history;
 pub mod ingest;
 pub mod normalize;
 pub mod parked;

@@ -17,8 +17,14 @@
 //! - `raw_chunks` optionally keeps the provider bytes of `SG_RAW`, keyed by
 //!   `(tenant, run_id, chunk)`.
 //!
+//! - Runs have *generations* (DESIGN §5, governable history): generation 1 is what the
+//!   normalizer published live; a backfill ([`Store::write_generation`]) replaces a run's
+//!   events with a re-normalization and keeps the old ones in `event_generations`, so
+//!   replay reads the latest and an older generation stays readable. Each run records the
+//!   adapter and grammar versions that made its current generation ([`Provenance`]).
+//!
 //! Schema version 2 introduced the tenant into the keys; opening a version-1 archive
-//! migrates it in place, keeping its rows.
+//! migrates it in place, keeping its rows. Version 3 added provenance and generations.
 //!
 //! # Layout
 //! - this file: the public data types, the [`Store`] trait and [`open_store`].
@@ -114,6 +120,67 @@ pub struct RunRecord {
     pub last_ts_ms: i64,
     /// Number of archived events (duplicates and conflicts not counted).
     pub event_count: u64,
+    /// What made the events of the current generation, when recorded (runs archived
+    /// before schema version 3, or by a normalizer that did not say, have none).
+    pub provenance: Option<Provenance>,
+    /// The generation the events are (1 = as normalized live; each backfill adds one).
+    pub generation: u32,
+}
+
+/// What made a run's events: the adapter (family, `/dialect` when one was named) and its
+/// version, and the version of the event grammar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provenance {
+    /// `<family>` or `<family>/<dialect>`, e.g. `f1`, `f2/openrouter`.
+    pub adapter: String,
+    /// The adapter's version (`streamgate_wire::Family::adapter_version`).
+    pub adapter_version: u32,
+    /// The grammar's version (`streamgate_grammar::GRAMMAR_VERSION`).
+    pub grammar_version: u32,
+}
+
+/// A run's provenance as the archiver saw it on `SG_EVENTS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunProvenance {
+    /// Tenant that owns the run.
+    pub tenant: String,
+    /// The run id.
+    pub run_id: String,
+    /// What made the events.
+    pub provenance: Provenance,
+}
+
+/// A new generation of one run's events, replacing the current one (which is kept).
+#[derive(Debug, Clone)]
+pub struct NewGeneration<'a> {
+    /// Tenant that owns the run.
+    pub tenant: &'a str,
+    /// The run id.
+    pub run_id: &'a str,
+    /// The generation this one replaces: written only while it is still the current one
+    /// (so two backfills racing, or a backfill repeated after a crash, write once).
+    pub replaces: u32,
+    /// The whole run's events, ascending seq; their `journal_seq` is ignored (an event
+    /// takes the journal position of the event it replaces, or the run's last one).
+    pub events: &'a [RunEvent],
+    /// What made them.
+    pub provenance: Provenance,
+    /// When, ms since the Unix epoch (recorded with the generation it replaces).
+    pub at_ms: i64,
+}
+
+/// What [`Store::write_generation`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GenerationOutcome {
+    /// Written: the run's current generation is now this one.
+    Written(u32),
+    /// Not written: the run's current generation is no longer the one it was to replace.
+    Stale {
+        /// The current generation.
+        current: u32,
+    },
+    /// Not written: the archive has no such run.
+    NoRun,
 }
 
 /// Filters for listing runs; results ordered by `(first_ts_ms desc, tenant, run_id)`, paginated
@@ -241,6 +308,44 @@ pub trait Store: Send + Sync + 'static {
         tenant: &str,
         run_id: &str,
     ) -> Result<Vec<RawChunkRecord>, ArchiveError>;
+
+    /// Records what made runs' events (from the headers of `SG_EVENTS` messages), for
+    /// runs whose current generation is the live one (1). A run already stamped keeps the
+    /// lowest adapter and grammar version seen, so a run that a rolling upgrade split
+    /// between two normalizer versions reads as made by the older one.
+    /// Runs not (yet) archived are skipped.
+    async fn record_provenance(&self, runs: &[RunProvenance]) -> Result<(), ArchiveError>;
+
+    /// At most `limit` raw chunks (0 = all) of a run with index `>= from_chunk`, ascending:
+    /// the bounded-memory way through a long run's provider bytes.
+    async fn raw_chunks_from(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        from_chunk: u64,
+        limit: u32,
+    ) -> Result<Vec<RawChunkRecord>, ArchiveError>;
+
+    /// Replaces a run's events with a new generation in ONE transaction: the current
+    /// generation's events move to the generations history (kept, readable with
+    /// [`Store::generation_events_after`]), the new events become the run's events, the
+    /// `runs` row is rebuilt from them and stamped with the new generation and provenance.
+    async fn write_generation(
+        &self,
+        generation: &NewGeneration<'_>,
+    ) -> Result<GenerationOutcome, ArchiveError>;
+
+    /// Like [`Store::events_after`] for one generation of the run: the current one reads
+    /// the run's events, an older one the generations history. Empty when the run has no
+    /// such generation.
+    async fn generation_events_after(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        generation: u32,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError>;
 
     /// Conflicts seen since this store was opened, for metrics.
     fn conflicts_total(&self) -> u64;

@@ -68,6 +68,7 @@ CREATE TABLE raw_chunks (
 ",
     ),
     (2, SQLITE_V2),
+    (3, SQLITE_V3),
 ];
 
 /// Version 2 on SQLite: the tenant joins every primary key; tables rebuilt, rows copied.
@@ -185,6 +186,7 @@ CREATE TABLE raw_chunks (
 ",
     ),
     (2, POSTGRES_V2),
+    (3, POSTGRES_V3),
 ];
 
 /// Version 2 on PostgreSQL: the tenant joins every primary key, in place (rows kept).
@@ -197,6 +199,71 @@ DROP INDEX runs_by_time;
 CREATE INDEX runs_by_time ON runs (first_ts_ms DESC, tenant, run_id);
 ALTER TABLE raw_chunks DROP CONSTRAINT raw_chunks_pkey;
 ALTER TABLE raw_chunks ADD CONSTRAINT raw_chunks_pkey PRIMARY KEY (tenant, run_id, chunk);
+";
+
+/// Version 3 on SQLite: provenance and generations (governable history). `runs` gains what
+/// made its events and its current generation (1 for every existing run);
+/// `event_generations` keeps the events a backfill replaced, `run_generations` what had
+/// made them and when they were replaced.
+const SQLITE_V3: &str = "
+ALTER TABLE runs ADD COLUMN adapter TEXT;
+ALTER TABLE runs ADD COLUMN adapter_version INTEGER;
+ALTER TABLE runs ADD COLUMN grammar_version INTEGER;
+ALTER TABLE runs ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
+CREATE TABLE event_generations (
+    tenant      TEXT    NOT NULL,
+    run_id      TEXT    NOT NULL,
+    generation  INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,
+    journal_seq INTEGER NOT NULL,
+    session_key TEXT,
+    stream      TEXT    NOT NULL,
+    phase       TEXT,
+    ts_ms       INTEGER NOT NULL,
+    payload     TEXT    NOT NULL,
+    PRIMARY KEY (tenant, run_id, generation, seq)
+) WITHOUT ROWID;
+CREATE TABLE run_generations (
+    tenant          TEXT    NOT NULL,
+    run_id          TEXT    NOT NULL,
+    generation      INTEGER NOT NULL,
+    adapter         TEXT,
+    adapter_version INTEGER,
+    grammar_version INTEGER,
+    event_count     INTEGER NOT NULL,
+    replaced_at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, run_id, generation)
+);
+";
+
+/// Version 3 on PostgreSQL: see [`SQLITE_V3`].
+const POSTGRES_V3: &str = "
+ALTER TABLE runs ADD COLUMN adapter TEXT, ADD COLUMN adapter_version BIGINT,
+    ADD COLUMN grammar_version BIGINT, ADD COLUMN generation BIGINT NOT NULL DEFAULT 1;
+CREATE TABLE event_generations (
+    tenant      TEXT   NOT NULL,
+    run_id      TEXT   NOT NULL,
+    generation  BIGINT NOT NULL,
+    seq         BIGINT NOT NULL,
+    journal_seq BIGINT NOT NULL,
+    session_key TEXT,
+    stream      TEXT   NOT NULL,
+    phase       TEXT,
+    ts_ms       BIGINT NOT NULL,
+    payload     TEXT   NOT NULL,
+    PRIMARY KEY (tenant, run_id, generation, seq)
+);
+CREATE TABLE run_generations (
+    tenant          TEXT   NOT NULL,
+    run_id          TEXT   NOT NULL,
+    generation      BIGINT NOT NULL,
+    adapter         TEXT,
+    adapter_version BIGINT,
+    grammar_version BIGINT,
+    event_count     BIGINT NOT NULL,
+    replaced_at_ms  BIGINT NOT NULL,
+    PRIMARY KEY (tenant, run_id, generation)
+);
 ";
 
 /// Creates the bookkeeping table; both backends accept this statement.

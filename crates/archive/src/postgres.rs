@@ -7,8 +7,8 @@
 
 use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
-    migrations, ArchiveError, ArchivedEvent, InsertOutcome, RawChunkRecord, RunFilter, RunPage,
-    RunRecord, RunStatusKind, Store,
+    migrations, ArchiveError, ArchivedEvent, GenerationOutcome, InsertOutcome, NewGeneration,
+    RawChunkRecord, RunFilter, RunPage, RunProvenance, RunRecord, RunStatusKind, Store,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::collections::{HashMap, HashSet};
@@ -143,12 +143,227 @@ fn stored_run(r: &tokio_postgres::Row) -> Result<StoredRun, ArchiveError> {
         first_ts_ms: r.try_get(10)?,
         last_ts_ms: r.try_get(11)?,
         event_count: r.try_get(12)?,
+        adapter: r.try_get(13)?,
+        adapter_version: r.try_get(14)?,
+        grammar_version: r.try_get(15)?,
+        generation: r.try_get(16)?,
+    })
+}
+
+impl PostgresStore {
+    /// Counts and logs conflicts, only once committed (a failed batch is retried).
+    fn counted(&self, outcome: &InsertOutcome, conflicts: Vec<(&EventRow, String)>) {
+        self.conflicts
+            .fetch_add(outcome.conflicts, Ordering::Relaxed);
+        for (row, stored) in conflicts {
+            rows::log_conflict(row, &stored);
+        }
+    }
+}
+
+fn raw_record(r: &tokio_postgres::Row) -> Result<RawChunkRecord, ArchiveError> {
+    Ok(RawChunkRecord {
+        tenant: r.try_get(0)?,
+        run_id: r.try_get(1)?,
+        chunk: rows::to_u64("raw chunk index", r.try_get(2)?)?,
+        family: r.try_get(3)?,
+        ingest_ts_ms: r.try_get(4)?,
+        close: r.try_get(5)?,
+        body: r.try_get(6)?,
     })
 }
 
 /// PostgreSQL's "no limit": `LIMIT NULL`.
 fn pg_limit(limit: u32) -> Option<i64> {
     (limit != 0).then_some(i64::from(limit))
+}
+
+/// Inserts event rows (sorted by key) and upserts their runs inside `tx`: the body of
+/// [`Store::insert_batch`], shared with [`Store::write_generation`]. Returns the outcome
+/// and the conflicts (row, stored payload) to log once committed.
+async fn write_rows<'r>(
+    tx: &deadpool_postgres::Transaction<'_>,
+    rows: &'r [EventRow],
+) -> Result<(InsertOutcome, Vec<(&'r EventRow, String)>), ArchiveError> {
+    // Rows are sorted by key, so a key repeated inside the batch is adjacent. Only
+    // its first occurrence goes into the INSERT; the repeats are judged afterwards
+    // against whatever row won, like any other duplicate.
+    let first: Vec<bool> = (0..rows.len())
+        .map(|i| i == 0 || rows[i].key() != rows[i - 1].key())
+        .collect();
+    let main: Vec<&EventRow> = rows
+        .iter()
+        .zip(&first)
+        .filter(|(_, f)| **f)
+        .map(|(r, _)| r)
+        .collect();
+
+    let insert = tx.prepare_cached(INSERT_EVENTS).await?;
+    let returned = tx
+        .query(
+            &insert,
+            &[
+                &main.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
+                &main.iter().map(|r| r.seq).collect::<Vec<_>>(),
+                &main.iter().map(|r| r.journal_seq).collect::<Vec<_>>(),
+                &main.iter().map(|r| r.tenant.as_str()).collect::<Vec<_>>(),
+                &main
+                    .iter()
+                    .map(|r| r.session_key.as_deref())
+                    .collect::<Vec<_>>(),
+                &main.iter().map(|r| r.stream).collect::<Vec<_>>(),
+                &main.iter().map(|r| r.phase).collect::<Vec<_>>(),
+                &main.iter().map(|r| r.ts_ms).collect::<Vec<_>>(),
+                &main.iter().map(|r| r.payload.as_str()).collect::<Vec<_>>(),
+            ],
+        )
+        .await?;
+
+    let mut inserted = vec![false; rows.len()];
+    if returned.len() == main.len() {
+        // Fast path: everything new.
+        for (ins, f) in inserted.iter_mut().zip(&first) {
+            *ins = *f;
+        }
+    } else {
+        let keys = returned
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<_, &str>(0)?,
+                    r.try_get::<_, &str>(1)?,
+                    r.try_get::<_, i64>(2)?,
+                ))
+            })
+            .collect::<Result<HashSet<_>, tokio_postgres::Error>>()?;
+        for ((ins, f), row) in inserted.iter_mut().zip(&first).zip(rows) {
+            *ins = *f && keys.contains(&row.key());
+        }
+    }
+
+    let mut outcome = InsertOutcome {
+        inserted: returned.len() as u64,
+        ..InsertOutcome::default()
+    };
+    let mut conflicts: Vec<(&EventRow, String)> = Vec::new();
+    let pending: Vec<&EventRow> = rows
+        .iter()
+        .zip(&inserted)
+        .filter(|(_, ins)| !**ins)
+        .map(|(r, _)| r)
+        .collect();
+    if !pending.is_empty() {
+        let select = tx.prepare_cached(SELECT_CONTENT).await?;
+        let found = tx
+            .query(
+                &select,
+                &[
+                    &pending
+                        .iter()
+                        .map(|r| r.tenant.as_str())
+                        .collect::<Vec<_>>(),
+                    &pending
+                        .iter()
+                        .map(|r| r.run_id.as_str())
+                        .collect::<Vec<_>>(),
+                    &pending.iter().map(|r| r.seq).collect::<Vec<_>>(),
+                ],
+            )
+            .await?;
+        let mut stored: HashMap<(String, String, i64), StoredContent> = HashMap::new();
+        for r in found {
+            stored.insert(
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?),
+                StoredContent {
+                    tenant: r.try_get(0)?,
+                    session_key: r.try_get(3)?,
+                    ts_ms: r.try_get(4)?,
+                    payload: r.try_get(5)?,
+                },
+            );
+        }
+        for row in pending {
+            let key = (row.tenant.clone(), row.run_id.clone(), row.seq);
+            let s = stored.get(&key).ok_or_else(|| ArchiveError::Corrupt {
+                what: format!("event {}/{}/{}", row.tenant, row.run_id, row.seq),
+                detail: "neither inserted nor found".into(),
+            })?;
+            if row.same_content(s) {
+                outcome.duplicates += 1;
+            } else {
+                outcome.conflicts += 1;
+                conflicts.push((row, s.payload.clone()));
+            }
+        }
+    }
+
+    let deltas = rows::run_deltas(
+        rows.iter()
+            .zip(&inserted)
+            .filter(|(_, ins)| **ins)
+            .map(|(r, _)| r),
+    );
+    if !deltas.is_empty() {
+        let upsert = tx
+            .prepare_cached(&format!(
+                "INSERT INTO runs ({}) SELECT * FROM UNNEST($1::text[], $2::text[], \
+                 $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[], \
+                 $9::text[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], \
+                 $14::int8[], $15::int8[]) ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
+                rows::RUN_INSERT_COLUMNS,
+                rows::RUN_UPSERT_SET
+            ))
+            .await?;
+        let status = |d: &rows::RunDelta| {
+            d.terminal
+                .as_ref()
+                .map_or(RunStatusKind::Open, |t| t.status)
+                .as_str()
+        };
+        tx.execute(
+            &upsert,
+            &[
+                &deltas.iter().map(|d| d.run_id.as_str()).collect::<Vec<_>>(),
+                &deltas.iter().map(|d| d.tenant.as_str()).collect::<Vec<_>>(),
+                &deltas
+                    .iter()
+                    .map(|d| d.session_key.as_deref())
+                    .collect::<Vec<_>>(),
+                &deltas
+                    .iter()
+                    .map(|d| d.provider.as_deref())
+                    .collect::<Vec<_>>(),
+                &deltas
+                    .iter()
+                    .map(|d| d.model.as_deref())
+                    .collect::<Vec<_>>(),
+                &deltas.iter().map(status).collect::<Vec<_>>(),
+                &deltas
+                    .iter()
+                    .map(|d| d.terminal.as_ref().and_then(|t| t.reason.as_deref()))
+                    .collect::<Vec<_>>(),
+                &deltas
+                    .iter()
+                    .map(|d| d.terminal.as_ref().map(|t| t.seq))
+                    .collect::<Vec<_>>(),
+                &deltas
+                    .iter()
+                    .map(|d| d.usage.as_ref().map(|u| u.1.as_str()))
+                    .collect::<Vec<_>>(),
+                &deltas
+                    .iter()
+                    .map(|d| d.usage.as_ref().map(|u| u.0))
+                    .collect::<Vec<_>>(),
+                &deltas.iter().map(|d| d.first_seq).collect::<Vec<_>>(),
+                &deltas.iter().map(|d| d.last_seq).collect::<Vec<_>>(),
+                &deltas.iter().map(|d| d.first_ts_ms).collect::<Vec<_>>(),
+                &deltas.iter().map(|d| d.last_ts_ms).collect::<Vec<_>>(),
+                &deltas.iter().map(|d| d.count).collect::<Vec<_>>(),
+            ],
+        )
+        .await?;
+    }
+    Ok((outcome, conflicts))
 }
 
 #[async_trait::async_trait]
@@ -158,193 +373,11 @@ impl Store for PostgresStore {
             return Ok(InsertOutcome::default());
         }
         let rows = rows::to_rows(events)?;
-        // Rows are sorted by key, so a key repeated inside the batch is adjacent. Only
-        // its first occurrence goes into the INSERT; the repeats are judged afterwards
-        // against whatever row won, like any other duplicate.
-        let first: Vec<bool> = (0..rows.len())
-            .map(|i| i == 0 || rows[i].key() != rows[i - 1].key())
-            .collect();
-        let main: Vec<&EventRow> = rows
-            .iter()
-            .zip(&first)
-            .filter(|(_, f)| **f)
-            .map(|(r, _)| r)
-            .collect();
-
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let insert = tx.prepare_cached(INSERT_EVENTS).await?;
-        let returned = tx
-            .query(
-                &insert,
-                &[
-                    &main.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
-                    &main.iter().map(|r| r.seq).collect::<Vec<_>>(),
-                    &main.iter().map(|r| r.journal_seq).collect::<Vec<_>>(),
-                    &main.iter().map(|r| r.tenant.as_str()).collect::<Vec<_>>(),
-                    &main
-                        .iter()
-                        .map(|r| r.session_key.as_deref())
-                        .collect::<Vec<_>>(),
-                    &main.iter().map(|r| r.stream).collect::<Vec<_>>(),
-                    &main.iter().map(|r| r.phase).collect::<Vec<_>>(),
-                    &main.iter().map(|r| r.ts_ms).collect::<Vec<_>>(),
-                    &main.iter().map(|r| r.payload.as_str()).collect::<Vec<_>>(),
-                ],
-            )
-            .await?;
-
-        let mut inserted = vec![false; rows.len()];
-        if returned.len() == main.len() {
-            // Fast path: everything new.
-            for (ins, f) in inserted.iter_mut().zip(&first) {
-                *ins = *f;
-            }
-        } else {
-            let keys = returned
-                .iter()
-                .map(|r| {
-                    Ok((
-                        r.try_get::<_, &str>(0)?,
-                        r.try_get::<_, &str>(1)?,
-                        r.try_get::<_, i64>(2)?,
-                    ))
-                })
-                .collect::<Result<HashSet<_>, tokio_postgres::Error>>()?;
-            for ((ins, f), row) in inserted.iter_mut().zip(&first).zip(&rows) {
-                *ins = *f && keys.contains(&row.key());
-            }
-        }
-
-        let mut outcome = InsertOutcome {
-            inserted: returned.len() as u64,
-            ..InsertOutcome::default()
-        };
-        let mut conflicts: Vec<(&EventRow, String)> = Vec::new();
-        let pending: Vec<&EventRow> = rows
-            .iter()
-            .zip(&inserted)
-            .filter(|(_, ins)| !**ins)
-            .map(|(r, _)| r)
-            .collect();
-        if !pending.is_empty() {
-            let select = tx.prepare_cached(SELECT_CONTENT).await?;
-            let found = tx
-                .query(
-                    &select,
-                    &[
-                        &pending
-                            .iter()
-                            .map(|r| r.tenant.as_str())
-                            .collect::<Vec<_>>(),
-                        &pending
-                            .iter()
-                            .map(|r| r.run_id.as_str())
-                            .collect::<Vec<_>>(),
-                        &pending.iter().map(|r| r.seq).collect::<Vec<_>>(),
-                    ],
-                )
-                .await?;
-            let mut stored: HashMap<(String, String, i64), StoredContent> = HashMap::new();
-            for r in found {
-                stored.insert(
-                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?),
-                    StoredContent {
-                        tenant: r.try_get(0)?,
-                        session_key: r.try_get(3)?,
-                        ts_ms: r.try_get(4)?,
-                        payload: r.try_get(5)?,
-                    },
-                );
-            }
-            for row in pending {
-                let key = (row.tenant.clone(), row.run_id.clone(), row.seq);
-                let s = stored.get(&key).ok_or_else(|| ArchiveError::Corrupt {
-                    what: format!("event {}/{}/{}", row.tenant, row.run_id, row.seq),
-                    detail: "neither inserted nor found".into(),
-                })?;
-                if row.same_content(s) {
-                    outcome.duplicates += 1;
-                } else {
-                    outcome.conflicts += 1;
-                    conflicts.push((row, s.payload.clone()));
-                }
-            }
-        }
-
-        let deltas = rows::run_deltas(
-            rows.iter()
-                .zip(&inserted)
-                .filter(|(_, ins)| **ins)
-                .map(|(r, _)| r),
-        );
-        if !deltas.is_empty() {
-            let upsert = tx
-                .prepare_cached(&format!(
-                    "INSERT INTO runs ({}) SELECT * FROM UNNEST($1::text[], $2::text[], \
-                     $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[], \
-                     $9::text[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], \
-                     $14::int8[], $15::int8[]) ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
-                    rows::RUN_INSERT_COLUMNS,
-                    rows::RUN_UPSERT_SET
-                ))
-                .await?;
-            let status = |d: &rows::RunDelta| {
-                d.terminal
-                    .as_ref()
-                    .map_or(RunStatusKind::Open, |t| t.status)
-                    .as_str()
-            };
-            tx.execute(
-                &upsert,
-                &[
-                    &deltas.iter().map(|d| d.run_id.as_str()).collect::<Vec<_>>(),
-                    &deltas.iter().map(|d| d.tenant.as_str()).collect::<Vec<_>>(),
-                    &deltas
-                        .iter()
-                        .map(|d| d.session_key.as_deref())
-                        .collect::<Vec<_>>(),
-                    &deltas
-                        .iter()
-                        .map(|d| d.provider.as_deref())
-                        .collect::<Vec<_>>(),
-                    &deltas
-                        .iter()
-                        .map(|d| d.model.as_deref())
-                        .collect::<Vec<_>>(),
-                    &deltas.iter().map(status).collect::<Vec<_>>(),
-                    &deltas
-                        .iter()
-                        .map(|d| d.terminal.as_ref().and_then(|t| t.reason.as_deref()))
-                        .collect::<Vec<_>>(),
-                    &deltas
-                        .iter()
-                        .map(|d| d.terminal.as_ref().map(|t| t.seq))
-                        .collect::<Vec<_>>(),
-                    &deltas
-                        .iter()
-                        .map(|d| d.usage.as_ref().map(|u| u.1.as_str()))
-                        .collect::<Vec<_>>(),
-                    &deltas
-                        .iter()
-                        .map(|d| d.usage.as_ref().map(|u| u.0))
-                        .collect::<Vec<_>>(),
-                    &deltas.iter().map(|d| d.first_seq).collect::<Vec<_>>(),
-                    &deltas.iter().map(|d| d.last_seq).collect::<Vec<_>>(),
-                    &deltas.iter().map(|d| d.first_ts_ms).collect::<Vec<_>>(),
-                    &deltas.iter().map(|d| d.last_ts_ms).collect::<Vec<_>>(),
-                    &deltas.iter().map(|d| d.count).collect::<Vec<_>>(),
-                ],
-            )
-            .await?;
-        }
+        let (outcome, conflicts) = write_rows(&tx, &rows).await?;
         tx.commit().await?;
-        // Counted and logged only once committed (a failed batch is retried).
-        self.conflicts
-            .fetch_add(outcome.conflicts, Ordering::Relaxed);
-        for (row, stored) in conflicts {
-            rows::log_conflict(row, &stored);
-        }
+        self.counted(&outcome, conflicts);
         Ok(outcome)
     }
 
@@ -460,19 +493,170 @@ impl Store for PostgresStore {
                  FROM raw_chunks WHERE tenant = $1 AND run_id = $2 ORDER BY chunk",
             )
             .await?;
-        let mut out = Vec::new();
-        for r in client.query(&stmt, &[&tenant, &run_id]).await? {
-            out.push(RawChunkRecord {
-                tenant: r.try_get(0)?,
-                run_id: r.try_get(1)?,
-                chunk: rows::to_u64("raw chunk index", r.try_get(2)?)?,
-                family: r.try_get(3)?,
-                ingest_ts_ms: r.try_get(4)?,
-                close: r.try_get(5)?,
-                body: r.try_get(6)?,
+        client
+            .query(&stmt, &[&tenant, &run_id])
+            .await?
+            .iter()
+            .map(raw_record)
+            .collect()
+    }
+
+    async fn record_provenance(&self, runs: &[RunProvenance]) -> Result<(), ArchiveError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let update = tx
+            .prepare_cached(&rows::provenance_update(|n| match n {
+                4 | 5 => format!("${n}::int8"),
+                _ => format!("${n}"),
+            }))
+            .await?;
+        for r in runs {
+            let p = &r.provenance;
+            tx.execute(
+                &update,
+                &[
+                    &r.tenant,
+                    &r.run_id,
+                    &p.adapter,
+                    &i64::from(p.adapter_version),
+                    &i64::from(p.grammar_version),
+                ],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn raw_chunks_from(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        from_chunk: u64,
+        limit: u32,
+    ) -> Result<Vec<RawChunkRecord>, ArchiveError> {
+        let from = rows::to_i64("from_chunk", from_chunk)?;
+        let client = self.pool.get().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT tenant, run_id, chunk, family, ingest_ts_ms, close, body \
+                 FROM raw_chunks WHERE tenant = $1 AND run_id = $2 AND chunk >= $3 \
+                 ORDER BY chunk LIMIT $4",
+            )
+            .await?;
+        client
+            .query(&stmt, &[&tenant, &run_id, &from, &pg_limit(limit)])
+            .await?
+            .iter()
+            .map(raw_record)
+            .collect()
+    }
+
+    async fn write_generation(
+        &self,
+        g: &NewGeneration<'_>,
+    ) -> Result<GenerationOutcome, ArchiveError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let current: Option<i64> = tx
+            .query_opt(
+                "SELECT generation FROM runs WHERE tenant = $1 AND run_id = $2 FOR UPDATE",
+                &[&g.tenant, &g.run_id],
+            )
+            .await?
+            .map(|r| r.try_get(0))
+            .transpose()?;
+        let Some(current) = current else {
+            return Ok(GenerationOutcome::NoRun);
+        };
+        if current != i64::from(g.replaces) {
+            return Ok(GenerationOutcome::Stale {
+                current: u32::try_from(current).unwrap_or(u32::MAX),
             });
         }
-        Ok(out)
+        let p = |n: usize| format!("${n}");
+        tx.execute(
+            &rows::keep_generation_events(p),
+            &[&g.tenant, &g.run_id, &current],
+        )
+        .await?;
+        tx.execute(
+            &rows::keep_generation_row(p),
+            &[&g.tenant, &g.run_id, &g.at_ms],
+        )
+        .await?;
+        let mut journal = HashMap::new();
+        for r in tx
+            .query(
+                "SELECT seq, journal_seq FROM events WHERE tenant = $1 AND run_id = $2",
+                &[&g.tenant, &g.run_id],
+            )
+            .await?
+        {
+            journal.insert(r.try_get::<_, i64>(0)?, r.try_get::<_, i64>(1)?);
+        }
+        let rows = rows::generation_rows(g, &journal)?;
+        tx.execute(
+            "DELETE FROM events WHERE tenant = $1 AND run_id = $2",
+            &[&g.tenant, &g.run_id],
+        )
+        .await?;
+        tx.execute(
+            "DELETE FROM runs WHERE tenant = $1 AND run_id = $2",
+            &[&g.tenant, &g.run_id],
+        )
+        .await?;
+        let (outcome, conflicts) = write_rows(&tx, &rows).await?;
+        let generation = current + 1;
+        let pr = &g.provenance;
+        tx.execute(
+            &rows::stamp_generation(p),
+            &[
+                &g.tenant,
+                &g.run_id,
+                &generation,
+                &pr.adapter,
+                &i64::from(pr.adapter_version),
+                &i64::from(pr.grammar_version),
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        self.counted(&outcome, conflicts);
+        Ok(GenerationOutcome::Written(
+            u32::try_from(generation).unwrap_or(u32::MAX),
+        ))
+    }
+
+    async fn generation_events_after(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        generation: u32,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
+        let after = rows::to_i64("after_seq", after_seq)?;
+        let generation = i64::from(generation);
+        // One statement: the current generation from `events`, an older one from the
+        // history, decided by the `runs` row in the same snapshot.
+        self.read_events(
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM ( \
+                   SELECT {EVENT_COLUMNS}, seq FROM events WHERE tenant = $1 AND run_id = $2 \
+                     AND seq > $4 AND EXISTS (SELECT 1 FROM runs r WHERE r.tenant = $1 \
+                     AND r.run_id = $2 AND r.generation = $3) \
+                   UNION ALL \
+                   SELECT {EVENT_COLUMNS}, seq FROM event_generations WHERE tenant = $1 \
+                     AND run_id = $2 AND generation = $3 AND seq > $4 \
+                 ) e ORDER BY seq LIMIT $5"
+            ),
+            &[&tenant, &run_id, &generation, &after, &pg_limit(limit)],
+        )
+        .await
     }
 
     fn conflicts_total(&self) -> u64 {

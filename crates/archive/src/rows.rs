@@ -283,7 +283,8 @@ pub(crate) enum Param {
 
 /// The `runs` columns in the order every backend reads them.
 pub(crate) const RUN_COLUMNS: &str = "tenant, run_id, session_key, provider, model, status, \
-     stop_reason, usage, first_seq, last_seq, first_ts_ms, last_ts_ms, event_count";
+     stop_reason, usage, first_seq, last_seq, first_ts_ms, last_ts_ms, event_count, adapter, \
+     adapter_version, grammar_version, generation";
 
 /// Columns every event read selects, in the order the backends' row decoders expect.
 pub(crate) const EVENT_COLUMNS: &str = "run_id, journal_seq, tenant, session_key, ts_ms, payload";
@@ -377,6 +378,97 @@ pub(crate) fn list_query(
     Ok((sql, params))
 }
 
+/// Stamps a run with what made its events, keeping the lowest versions seen; only the
+/// live generation (a backfilled run's stamp is the backfill's). Placeholders: tenant,
+/// run id, adapter, adapter version, grammar version.
+pub(crate) fn provenance_update(p: impl Fn(usize) -> String) -> String {
+    let (t, r, a, av, gv) = (p(1), p(2), p(3), p(4), p(5));
+    format!(
+        "UPDATE runs SET \
+         adapter = CASE WHEN adapter_version IS NULL OR {av} < adapter_version \
+                        THEN {a} ELSE adapter END, \
+         adapter_version = CASE WHEN adapter_version IS NULL OR {av} < adapter_version \
+                        THEN {av} ELSE adapter_version END, \
+         grammar_version = CASE WHEN grammar_version IS NULL OR {gv} < grammar_version \
+                        THEN {gv} ELSE grammar_version END \
+         WHERE tenant = {t} AND run_id = {r} AND generation = 1"
+    )
+}
+
+/// Copies a run's current events into the generations history under generation
+/// `p(3)`. Placeholders: tenant, run id, generation.
+pub(crate) fn keep_generation_events(p: impl Fn(usize) -> String) -> String {
+    let (t, r, g) = (p(1), p(2), p(3));
+    format!(
+        "INSERT INTO event_generations (tenant, run_id, generation, seq, journal_seq, \
+         session_key, stream, phase, ts_ms, payload) \
+         SELECT tenant, run_id, {g}, seq, journal_seq, session_key, stream, phase, ts_ms, \
+         payload FROM events WHERE tenant = {t} AND run_id = {r}"
+    )
+}
+
+/// Records what had made the generation being replaced. Placeholders: tenant, run id,
+/// replaced-at ms.
+pub(crate) fn keep_generation_row(p: impl Fn(usize) -> String) -> String {
+    let (t, r, at) = (p(1), p(2), p(3));
+    format!(
+        "INSERT INTO run_generations (tenant, run_id, generation, adapter, adapter_version, \
+         grammar_version, event_count, replaced_at_ms) \
+         SELECT tenant, run_id, generation, adapter, adapter_version, grammar_version, \
+         event_count, {at} FROM runs WHERE tenant = {t} AND run_id = {r}"
+    )
+}
+
+/// Stamps the rebuilt `runs` row with its generation and provenance. Placeholders:
+/// tenant, run id, generation, adapter, adapter version, grammar version.
+pub(crate) fn stamp_generation(p: impl Fn(usize) -> String) -> String {
+    let (t, r, g, a, av, gv) = (p(1), p(2), p(3), p(4), p(5), p(6));
+    format!(
+        "UPDATE runs SET generation = {g}, adapter = {a}, adapter_version = {av}, \
+         grammar_version = {gv} WHERE tenant = {t} AND run_id = {r}"
+    )
+}
+
+/// Rows of a new generation: the events encoded as rows, each with the journal position
+/// of the event it replaces (same seq), or the run's last position when the new
+/// generation is longer. A backfill is not a journal entry of its own: the journal
+/// (`SG_EVENTS`) never carried these bytes.
+pub(crate) fn generation_rows(
+    g: &crate::NewGeneration<'_>,
+    journal: &std::collections::HashMap<i64, i64>,
+) -> Result<Vec<EventRow>, ArchiveError> {
+    if g.events.is_empty() {
+        return Err(ArchiveError::Config(format!(
+            "a new generation of run {:?} must hold events",
+            g.run_id
+        )));
+    }
+    if let Some(ev) = g
+        .events
+        .iter()
+        .find(|e| e.envelope.tenant != g.tenant || e.envelope.run_id != g.run_id)
+    {
+        return Err(ArchiveError::Config(format!(
+            "event {}/{} in a new generation of {}/{}",
+            ev.envelope.tenant, ev.envelope.run_id, g.tenant, g.run_id
+        )));
+    }
+    let last = journal.values().copied().max().unwrap_or(0);
+    let archived: Vec<ArchivedEvent> = g
+        .events
+        .iter()
+        .map(|e| ArchivedEvent {
+            event: e.clone(),
+            journal_seq: 0,
+        })
+        .collect();
+    let mut rows = to_rows(&archived)?;
+    for row in &mut rows {
+        row.journal_seq = journal.get(&row.seq).copied().unwrap_or(last);
+    }
+    Ok(rows)
+}
+
 /// The cursor after the last run of a page: `v2:<first_ts_ms>:<tenant byte length>:<tenant><run id>`
 /// (the length keeps any tenant unambiguous). Versioned so its format can change; `v1`
 /// cursors (no tenant, from before schema version 2) are refused as bad cursors.
@@ -438,6 +530,10 @@ pub(crate) struct StoredRun {
     pub first_ts_ms: i64,
     pub last_ts_ms: i64,
     pub event_count: i64,
+    pub adapter: Option<String>,
+    pub adapter_version: Option<i64>,
+    pub grammar_version: Option<i64>,
+    pub generation: i64,
 }
 
 impl StoredRun {
@@ -457,7 +553,20 @@ impl StoredRun {
                     .ok_or_else(|| corrupt("usage is not JSON".to_owned()))?,
             ),
         };
+        let version =
+            |v: i64| u32::try_from(v).map_err(|_| corrupt(format!("version {v} is out of range")));
+        let provenance = match (self.adapter, self.adapter_version, self.grammar_version) {
+            (Some(adapter), Some(a), Some(g)) => Some(crate::Provenance {
+                adapter,
+                adapter_version: version(a)?,
+                grammar_version: version(g)?,
+            }),
+            _ => None,
+        };
+        let generation = version(self.generation)?;
         Ok(crate::RunRecord {
+            provenance,
+            generation,
             first_seq: to_u64(&what, self.first_seq)?,
             last_seq: to_u64(&what, self.last_seq)?,
             event_count: to_u64(&what, self.event_count)?,

@@ -8,8 +8,8 @@
 
 use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
-    migrations, ArchiveError, ArchivedEvent, InsertOutcome, RawChunkRecord, RunFilter, RunPage,
-    RunRecord, Store,
+    migrations, ArchiveError, ArchivedEvent, GenerationOutcome, InsertOutcome, NewGeneration,
+    Provenance, RawChunkRecord, RunFilter, RunPage, RunProvenance, RunRecord, Store,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -57,6 +57,24 @@ enum WriteJob {
         chunks: Vec<RawChunkRecord>,
         reply: oneshot::Sender<Result<u64, ArchiveError>>,
     },
+    Provenance {
+        runs: Vec<RunProvenance>,
+        reply: oneshot::Sender<Result<(), ArchiveError>>,
+    },
+    Generation {
+        job: GenerationJob,
+        reply: oneshot::Sender<Result<GenerationOutcome, ArchiveError>>,
+    },
+}
+
+/// A [`NewGeneration`] moved to the writer thread.
+struct GenerationJob {
+    tenant: String,
+    run_id: String,
+    replaces: u32,
+    events: Vec<streamgate_grammar::RunEvent>,
+    provenance: Provenance,
+    at_ms: i64,
 }
 
 /// How hard a commit is pushed to disk before `insert_batch` returns.
@@ -320,6 +338,12 @@ fn writer_loop(
             WriteJob::Raw { chunks, reply } => {
                 let _ = reply.send(write_raw(&mut conn, &chunks));
             }
+            WriteJob::Provenance { runs, reply } => {
+                let _ = reply.send(write_provenance(&mut conn, &runs));
+            }
+            WriteJob::Generation { job, reply } => {
+                let _ = reply.send(write_generation(&mut conn, &job, conflicts));
+            }
         }
         // Full channel = a checkpoint is already pending.
         let _ = checkpoint.try_send(());
@@ -471,6 +495,103 @@ fn write_batch(
     Ok(result)
 }
 
+fn write_provenance(conn: &mut Connection, runs: &[RunProvenance]) -> Result<(), ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut update = tx.prepare_cached(&rows::provenance_update(|n| format!("?{n}")))?;
+        for r in runs {
+            let p = &r.provenance;
+            update.execute(params![
+                r.tenant,
+                r.run_id,
+                p.adapter,
+                i64::from(p.adapter_version),
+                i64::from(p.grammar_version)
+            ])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// [`Store::write_generation`] in one transaction: keep the current generation in the
+/// history, replace the events, rebuild and stamp the `runs` row.
+fn write_generation(
+    conn: &mut Connection,
+    job: &GenerationJob,
+    conflicts: &AtomicU64,
+) -> Result<GenerationOutcome, ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current: Option<i64> = tx
+        .prepare_cached("SELECT generation FROM runs WHERE tenant = ?1 AND run_id = ?2")?
+        .query_row(params![job.tenant, job.run_id], |r| r.get(0))
+        .optional()?;
+    let Some(current) = current else {
+        return Ok(GenerationOutcome::NoRun);
+    };
+    if current != i64::from(job.replaces) {
+        return Ok(GenerationOutcome::Stale {
+            current: u32::try_from(current).unwrap_or(u32::MAX),
+        });
+    }
+    let p = |n: usize| format!("?{n}");
+    tx.execute(
+        &rows::keep_generation_events(p),
+        params![job.tenant, job.run_id, current],
+    )?;
+    tx.execute(
+        &rows::keep_generation_row(p),
+        params![job.tenant, job.run_id, job.at_ms],
+    )?;
+    let journal = {
+        let mut stmt = tx.prepare_cached(
+            "SELECT seq, journal_seq FROM events WHERE tenant = ?1 AND run_id = ?2",
+        )?;
+        let found = stmt
+            .query_map(params![job.tenant, job.run_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<Result<std::collections::HashMap<i64, i64>, _>>()?;
+        found
+    };
+    let new = NewGeneration {
+        tenant: &job.tenant,
+        run_id: &job.run_id,
+        replaces: job.replaces,
+        events: &job.events,
+        provenance: job.provenance.clone(),
+        at_ms: job.at_ms,
+    };
+    let rows = rows::generation_rows(&new, &journal)?;
+    tx.execute(
+        "DELETE FROM events WHERE tenant = ?1 AND run_id = ?2",
+        params![job.tenant, job.run_id],
+    )?;
+    tx.execute(
+        "DELETE FROM runs WHERE tenant = ?1 AND run_id = ?2",
+        params![job.tenant, job.run_id],
+    )?;
+    let result = write_batch(&tx, &rows)?;
+    let generation = current + 1;
+    let pr = &job.provenance;
+    tx.execute(
+        &rows::stamp_generation(p),
+        params![
+            job.tenant,
+            job.run_id,
+            generation,
+            pr.adapter,
+            i64::from(pr.adapter_version),
+            i64::from(pr.grammar_version)
+        ],
+    )?;
+    tx.commit()?;
+    finish(&rows, &result, conflicts);
+    Ok(GenerationOutcome::Written(
+        u32::try_from(generation).unwrap_or(u32::MAX),
+    ))
+}
+
 /// Background WAL checkpoints on their own connection, so the writer never stalls on
 /// copying pages into the database file and fsyncing it, nor on shrinking the WAL. Woken
 /// by the writer after commits; once commits pause, truncates the WAL; exits when the
@@ -608,6 +729,10 @@ fn stored_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRun> {
         first_ts_ms: r.get(10)?,
         last_ts_ms: r.get(11)?,
         event_count: r.get(12)?,
+        adapter: r.get(13)?,
+        adapter_version: r.get(14)?,
+        grammar_version: r.get(15)?,
+        generation: r.get(16)?,
     })
 }
 
@@ -731,17 +856,106 @@ impl Store for SqliteStore {
             let mut rows = stmt.query([tenant, run_id])?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {
-                out.push(RawChunkRecord {
-                    tenant: r.get(0)?,
-                    run_id: r.get(1)?,
-                    chunk: rows::to_u64("raw chunk index", r.get(2)?)?,
-                    family: r.get(3)?,
-                    ingest_ts_ms: r.get(4)?,
-                    close: r.get(5)?,
-                    body: r.get(6)?,
-                });
+                out.push(raw_record(r)?);
             }
             Ok(out)
+        })
+        .await
+    }
+
+    async fn record_provenance(&self, runs: &[RunProvenance]) -> Result<(), ArchiveError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let runs = runs.to_vec();
+        self.submit(|reply| WriteJob::Provenance { runs, reply })
+            .await
+    }
+
+    async fn raw_chunks_from(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        from_chunk: u64,
+        limit: u32,
+    ) -> Result<Vec<RawChunkRecord>, ArchiveError> {
+        let (tenant, run_id) = (tenant.to_owned(), run_id.to_owned());
+        let from = rows::to_i64("from_chunk", from_chunk)?;
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT tenant, run_id, chunk, family, ingest_ts_ms, close, body \
+                 FROM raw_chunks WHERE tenant = ?1 AND run_id = ?2 AND chunk >= ?3 \
+                 ORDER BY chunk LIMIT ?4",
+            )?;
+            let mut rows = stmt.query(params![tenant, run_id, from, sqlite_limit(limit)])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(raw_record(r)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn write_generation(
+        &self,
+        generation: &NewGeneration<'_>,
+    ) -> Result<GenerationOutcome, ArchiveError> {
+        let job = GenerationJob {
+            tenant: generation.tenant.to_owned(),
+            run_id: generation.run_id.to_owned(),
+            replaces: generation.replaces,
+            events: generation.events.to_vec(),
+            provenance: generation.provenance.clone(),
+            at_ms: generation.at_ms,
+        };
+        self.submit(|reply| WriteJob::Generation { job, reply })
+            .await
+    }
+
+    async fn generation_events_after(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        generation: u32,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<ArchivedEvent>, ArchiveError> {
+        let (tenant, run_id) = (tenant.to_owned(), run_id.to_owned());
+        let after = rows::to_i64("after_seq", after_seq)?;
+        let generation = i64::from(generation);
+        self.read(move |conn| {
+            // One read transaction, so a backfill committing meanwhile cannot move the
+            // generation between the check and the read.
+            conn.execute_batch("BEGIN")?;
+            let result = (|| {
+                let current: Option<i64> = conn
+                    .prepare_cached(
+                        "SELECT generation FROM runs WHERE tenant = ?1 AND run_id = ?2",
+                    )?
+                    .query_row(params![tenant, run_id], |r| r.get(0))
+                    .optional()?;
+                if current == Some(generation) {
+                    return read_events(
+                        conn,
+                        &format!(
+                            "SELECT {EVENT_COLUMNS} FROM events WHERE tenant = ?1 AND \
+                             run_id = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4"
+                        ),
+                        params![tenant, run_id, after, sqlite_limit(limit)],
+                    );
+                }
+                read_events(
+                    conn,
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM event_generations WHERE tenant = ?1 AND \
+                         run_id = ?2 AND generation = ?3 AND seq > ?4 ORDER BY seq LIMIT ?5"
+                    ),
+                    params![tenant, run_id, generation, after, sqlite_limit(limit)],
+                )
+            })();
+            conn.execute_batch("COMMIT")?;
+            result
         })
         .await
     }
@@ -749,4 +963,16 @@ impl Store for SqliteStore {
     fn conflicts_total(&self) -> u64 {
         self.conflicts.load(Ordering::Relaxed)
     }
+}
+
+fn raw_record(r: &rusqlite::Row<'_>) -> Result<RawChunkRecord, ArchiveError> {
+    Ok(RawChunkRecord {
+        tenant: r.get(0)?,
+        run_id: r.get(1)?,
+        chunk: rows::to_u64("raw chunk index", r.get(2)?)?,
+        family: r.get(3)?,
+        ingest_ts_ms: r.get(4)?,
+        close: r.get(5)?,
+        body: r.get(6)?,
+    })
 }

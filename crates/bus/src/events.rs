@@ -35,6 +35,10 @@ use crate::{hdr, nats, BusError};
 pub const HDR_STREAM: &str = "Sg-Stream";
 /// Present on batch messages: how many events the `EventBatch` body holds.
 pub const HDR_BATCH: &str = "Sg-Batch";
+/// What made a message's events: `<family>[/<dialect>]@<adapter version>`.
+pub const HDR_ADAPTER: &str = "Sg-Adapter";
+/// The grammar version of a message's events.
+pub const HDR_GRAMMAR: &str = "Sg-Grammar";
 /// Most events one message carries; a raw chunk that yields more is split.
 pub const MAX_BATCH_EVENTS: usize = 1024;
 /// Most encoded bytes one batch message carries (NATS' default max payload is 1 MiB); a
@@ -184,6 +188,44 @@ fn batch_message(events: &[RunEvent], mut pb: Vec<v1::Event>) -> EventMessage {
     }
 }
 
+/// What made a message's events (the `Sg-Adapter` and `Sg-Grammar` headers), so the
+/// archive can record it per run and `verify` can find runs made by older adapters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MadeBy {
+    /// `<family>` or `<family>/<dialect>`.
+    pub adapter: String,
+    /// The adapter's version.
+    pub adapter_version: u32,
+    /// The grammar's version.
+    pub grammar_version: u32,
+}
+
+impl MadeBy {
+    /// Puts the two headers on `h`.
+    pub fn stamp(&self, h: &mut HeaderMap) {
+        h.insert(
+            HDR_ADAPTER,
+            format!("{}@{}", self.adapter, self.adapter_version).as_str(),
+        );
+        h.insert(HDR_GRAMMAR, self.grammar_version.to_string().as_str());
+    }
+
+    /// Reads the two headers; `None` when either is absent or malformed (a message from
+    /// a normalizer that predates them, or from another producer).
+    pub fn read(headers: Option<&HeaderMap>) -> Option<MadeBy> {
+        let h = headers?;
+        let adapter = h.get(HDR_ADAPTER)?.as_str();
+        let (adapter, version) = adapter.rsplit_once('@')?;
+        let grammar = h.get(HDR_GRAMMAR)?.as_str().parse().ok()?;
+        let adapter_version = version.parse().ok()?;
+        (!adapter.is_empty()).then(|| MadeBy {
+            adapter: adapter.to_owned(),
+            adapter_version,
+            grammar_version: grammar,
+        })
+    }
+}
+
 /// Consecutive events of one run to publish together — what one raw chunk produced —
 /// with the trace context of the work that produced them.
 #[derive(Debug, Clone, Copy)]
@@ -192,6 +234,8 @@ pub struct Batch<'a> {
     pub events: &'a [RunEvent],
     /// Put on every message of the batch, so consumers continue the trace.
     pub trace: Option<&'a TraceContext>,
+    /// Stamped on every message of the batch.
+    pub made_by: Option<&'a MadeBy>,
 }
 
 impl<'a> From<&'a [RunEvent]> for Batch<'a> {
@@ -199,6 +243,7 @@ impl<'a> From<&'a [RunEvent]> for Batch<'a> {
         Batch {
             events,
             trace: None,
+            made_by: None,
         }
     }
 }
@@ -232,9 +277,12 @@ pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
                 event_run: run_label(&ev.envelope.tenant, &ev.envelope.run_id),
             });
         }
-        if let Some(cx) = batch.trace {
-            for m in &mut messages[first..] {
+        for m in &mut messages[first..] {
+            if let Some(cx) = batch.trace {
                 inject_context(&mut m.headers, cx);
+            }
+            if let Some(made_by) = batch.made_by {
+                made_by.stamp(&mut m.headers);
             }
         }
     }

@@ -99,6 +99,25 @@ impl Family {
         Family::Acp,
     ];
 
+    /// The version of this family's adapter, recorded with every archived run so that
+    /// `streamgate verify` and `backfill` can tell runs normalized by older code (DESIGN
+    /// §5). Bump a family's number in the change that makes its adapter emit different
+    /// events for the same provider bytes (the goldens of that family change with it).
+    pub fn adapter_version(self) -> u32 {
+        match self {
+            Family::F1
+            | Family::F1e
+            | Family::F2
+            | Family::F3
+            | Family::F5
+            | Family::OllamaNative
+            | Family::CodexAppServer
+            | Family::CodexExec
+            | Family::OpenClawEvents
+            | Family::Acp => 1,
+        }
+    }
+
     /// The family id used on the command line, in `index.tsv` and in raw-message headers.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -9,6 +9,8 @@
 //! - [`emitter`]: seq assignment, the opaque-material transcript and frame accounting.
 //! - [`detect`]: family detection for `--family auto`.
 //! - [`normalizer`]: one run's pipeline (decoder → adapter → emitter).
+//! - [`oversize`]: cutting events too large for the broker (the normalizer publishes them
+//!   cut; `verify` re-normalizes the same way).
 //! - [`conformance`]: comparing a run against golden files and the invariants.
 //! - [`synth`]: large single-run captures grown from real ones, for benchmarks.
 #![forbid(unsafe_code)]
@@ -20,6 +22,7 @@ pub mod emitter;
 pub mod families;
 pub mod framing;
 pub mod normalizer;
+pub mod oversize;
 pub mod synth;
 
 pub use adapter::{Adapter, Close, Family, FamilyChoice, UnknownFamily};

@@ -6,9 +6,9 @@
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
-use streamgate_archive::{ArchivedEvent, RawChunkRecord, Store};
+use streamgate_archive::{ArchivedEvent, Provenance, RawChunkRecord, RunProvenance, Store};
 use streamgate_bus::consume::durable_pull;
-use streamgate_bus::events::decode_msg;
+use streamgate_bus::events::{decode_msg, MadeBy};
 use streamgate_bus::raw::RawChunk;
 use streamgate_bus::trace;
 use streamgate_bus::{EVENTS_STREAM, RAW_STREAM};
@@ -93,6 +93,7 @@ pub async fn run_events(
         };
         let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
         let mut events = Vec::with_capacity(msgs.len());
+        let mut made_by = Provenances::default();
         // One span per message, open until its events are committed and acked: the
         // archive's step of the trace the message carries.
         let mut spans = Vec::with_capacity(msgs.len());
@@ -103,18 +104,34 @@ pub async fn run_events(
             // A batch message's events share its journal position (ties go by run, seq).
             let journal_seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
             match decode_msg(m) {
-                Ok(evs) => events.extend(
-                    evs.into_iter()
-                        .map(|event| ArchivedEvent { event, journal_seq }),
-                ),
+                Ok(evs) => {
+                    if let (Some(first), Some(by)) = (evs.first(), MadeBy::read(m.headers.as_ref()))
+                    {
+                        made_by.add(&first.envelope.tenant, &first.envelope.run_id, by);
+                    }
+                    events.extend(
+                        evs.into_iter()
+                            .map(|event| ArchivedEvent { event, journal_seq }),
+                    );
+                }
                 Err(e) => {
                     metrics::counter!("streamgate_archiver_undecodable_total").increment(1);
                     warn!(error = %e, subject = %m.subject, "undecodable event skipped");
                 }
             }
         }
+        let provenances = made_by.into_vec();
         loop {
-            match store.insert_batch(&events).await {
+            // Provenance after the events (it stamps their `runs` rows); both before the
+            // ack, and both idempotent, so a retry or a redelivery repeats them harmlessly.
+            let committed = match store.insert_batch(&events).await {
+                Ok(outcome) => store
+                    .record_provenance(&provenances)
+                    .await
+                    .map(|()| outcome),
+                Err(e) => Err(e),
+            };
+            match committed {
                 Ok(outcome) => {
                     metrics::counter!("streamgate_archiver_events_inserted_total")
                         .increment(outcome.inserted);
@@ -148,6 +165,39 @@ pub async fn run_events(
     }
     info!("archiver consumer stopped");
     Ok(())
+}
+
+/// What made the runs of one consumer batch, one entry per run (the lowest versions when
+/// its messages disagree, as the store keeps them).
+#[derive(Default)]
+struct Provenances(std::collections::HashMap<(String, String), MadeBy>);
+
+impl Provenances {
+    fn add(&mut self, tenant: &str, run_id: &str, by: MadeBy) {
+        let key = (tenant.to_owned(), run_id.to_owned());
+        match self.0.get_mut(&key) {
+            Some(seen) if by.adapter_version < seen.adapter_version => *seen = by,
+            Some(_) => {}
+            None => {
+                self.0.insert(key, by);
+            }
+        }
+    }
+
+    fn into_vec(self) -> Vec<RunProvenance> {
+        self.0
+            .into_iter()
+            .map(|((tenant, run_id), by)| RunProvenance {
+                tenant,
+                run_id,
+                provenance: Provenance {
+                    adapter: by.adapter,
+                    adapter_version: by.adapter_version,
+                    grammar_version: by.grammar_version,
+                },
+            })
+            .collect()
+    }
 }
 
 /// Runs the optional SG_RAW consumer (the raw archive) until `shutdown`.

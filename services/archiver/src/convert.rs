@@ -21,6 +21,10 @@ pub fn run(r: &RunRecord) -> v1::Run {
         first_ts_ms: r.first_ts_ms,
         last_ts_ms: r.last_ts_ms,
         event_count: r.event_count,
+        adapter: r.provenance.as_ref().map(|p| p.adapter.clone()),
+        adapter_version: r.provenance.as_ref().map(|p| p.adapter_version),
+        grammar_version: r.provenance.as_ref().map(|p| p.grammar_version),
+        generation: r.generation,
     }
 }
 

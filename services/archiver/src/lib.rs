@@ -6,6 +6,8 @@
 //! - [`cli`]: the service's flags and `run` (binary and `streamgate archiver`).
 //! - [`consumer`]: SG_EVENTS (and SG_RAW) → store, ack after commit.
 //! - [`replay`]: the `ArchiveService` gRPC implementation.
+//! - [`history`]: `verify` and `backfill` (re-normalizing archived raw chunks, new
+//!   generations).
 //! - [`convert`]: archive records and folds → protobuf replies.
 //! - [`service`]: consumer and gRPC server started together.
 #![forbid(unsafe_code)]
@@ -13,6 +15,7 @@
 pub mod cli;
 pub mod consumer;
 pub mod convert;
+pub mod history;
 pub mod replay;
 pub mod service;
 

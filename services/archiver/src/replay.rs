@@ -12,7 +12,7 @@
 //! duplicate (republished duplicates on the bus are skipped the same way). If the bus no
 //! longer has a seq (retention), the gap is filled from the archive.
 
-use crate::convert;
+use crate::{convert, history};
 use futures::StreamExt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -53,15 +53,35 @@ impl Replay {
         }
     }
 
-    async fn all_events(&self, tenant: &str, run_id: &str) -> Result<Vec<ArchivedEvent>, Status> {
+    /// A page of the run's events after `after`: its current generation, or `generation`.
+    async fn page(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        generation: Option<u32>,
+        after: u64,
+    ) -> Result<Vec<ArchivedEvent>, Status> {
+        match generation {
+            None => self.store.events_after(tenant, run_id, after, PAGE).await,
+            Some(g) => {
+                self.store
+                    .generation_events_after(tenant, run_id, g, after, PAGE)
+                    .await
+            }
+        }
+        .map_err(internal)
+    }
+
+    async fn all_events(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        generation: Option<u32>,
+    ) -> Result<Vec<ArchivedEvent>, Status> {
         let mut out = Vec::new();
         let mut after = 0;
         loop {
-            let page = self
-                .store
-                .events_after(tenant, run_id, after, PAGE)
-                .await
-                .map_err(internal)?;
+            let page = self.page(tenant, run_id, generation, after).await?;
             let Some(last) = page.last() else { break };
             after = last.event.event.seq;
             let full = page.len() as u32 == PAGE;
@@ -141,11 +161,16 @@ impl ArchiveService for Replay {
         let r = request.into_inner();
         let tenant = ids::tenant_or_default(&r.tenant).to_owned();
         check_run_id(&tenant, &r.run_id)?;
+        if r.follow && r.generation.is_some() {
+            return Err(Status::invalid_argument(
+                "follow reads the run's current generation: leave out generation",
+            ));
+        }
         let (tx, rx) = mpsc::channel(256);
         let this = self.clone();
         tokio::spawn(async move {
             if let Err(status) = this
-                .replay_into(&tenant, &r.run_id, r.after_seq, r.follow, &tx)
+                .replay_into(&tenant, &r.run_id, r.generation, r.after_seq, r.follow, &tx)
                 .await
             {
                 let _ = tx.send(Err(status)).await;
@@ -203,7 +228,7 @@ impl ArchiveService for Replay {
     ) -> Result<Response<v1::RunState>, Status> {
         let r = request.into_inner();
         let tenant = ids::tenant_or_default(&r.tenant);
-        let events = self.all_events(tenant, &r.run_id).await?;
+        let events = self.all_events(tenant, &r.run_id, r.generation).await?;
         if events.is_empty() {
             return Err(not_found(tenant, &r.run_id));
         }
@@ -224,7 +249,7 @@ impl ArchiveService for Replay {
         let r = request.into_inner();
         let tenant = ids::tenant_or_default(&r.tenant);
         let events: Vec<RunEvent> = self
-            .all_events(tenant, &r.run_id)
+            .all_events(tenant, &r.run_id, r.generation)
             .await?
             .into_iter()
             .map(|e| e.event)
@@ -275,6 +300,29 @@ impl ArchiveService for Replay {
             chunks.into_iter().map(|c| Ok(convert::raw(c))).collect();
         Ok(Response::new(Box::pin(futures::stream::iter(items))))
     }
+
+    type VerifyStream = Stream<v1::VerifyReport>;
+
+    async fn verify(
+        &self,
+        request: Request<v1::VerifyRequest>,
+    ) -> Result<Response<Self::VerifyStream>, Status> {
+        let scope = history::rpc::scope(Some(request.into_inner()))?;
+        let rx = history::rpc::spawn(self.store.clone(), scope, self.max_payload(), None);
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    type BackfillStream = Stream<v1::VerifyReport>;
+
+    async fn backfill(
+        &self,
+        request: Request<v1::BackfillRequest>,
+    ) -> Result<Response<Self::BackfillStream>, Status> {
+        let r = request.into_inner();
+        let scope = history::rpc::scope(r.scope)?;
+        let rx = history::rpc::spawn(self.store.clone(), scope, self.max_payload(), Some(r.apply));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
 }
 
 /// The id rule ([`streamgate_grammar::ids`]) for a tenant and run id that become a NATS
@@ -292,12 +340,19 @@ fn not_found(tenant: &str, run_id: &str) -> Status {
 }
 
 impl Replay {
+    /// The broker's message limit: the size live events were cut to, which a
+    /// re-normalization must cut to as well.
+    fn max_payload(&self) -> usize {
+        self.js.client().server_info().max_payload
+    }
+
     /// Sends the run's events after `after_seq`, then (with `follow`) live ones until
     /// the terminal event.
     async fn replay_into(
         &self,
         tenant: &str,
         run_id: &str,
+        generation: Option<u32>,
         after_seq: u64,
         follow: bool,
         tx: &mpsc::Sender<Result<v1::ArchivedEvent, Status>>,
@@ -305,11 +360,7 @@ impl Replay {
         let mut last = after_seq;
         let mut done = false;
         loop {
-            let page = self
-                .store
-                .events_after(tenant, run_id, last, PAGE)
-                .await
-                .map_err(internal)?;
+            let page = self.page(tenant, run_id, generation, last).await?;
             let full = page.len() as u32 == PAGE;
             for e in &page {
                 last = e.event.event.seq;

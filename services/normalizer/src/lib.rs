@@ -28,7 +28,6 @@ pub mod config;
 pub mod gateway;
 pub mod ingest;
 pub mod open_runs;
-pub mod oversize;
 pub mod runs;
 pub mod service;
 pub mod worker;

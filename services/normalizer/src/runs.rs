@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use streamgate_bus::raw::{CloseKind, RawChunk};
 use streamgate_bus::subject::RunAddr;
 use streamgate_grammar::{Envelope, RunEvent};
-use streamgate_wire::{Close, FamilyChoice, Normalizer};
+use streamgate_wire::{Close, Family, FamilyChoice, Normalizer};
 
 /// Key of a run: tenant and run id.
 pub type RunKey = (String, String);
@@ -111,6 +111,7 @@ pub struct RunTable {
     closed_order: VecDeque<RunKey>,
     budget: RunBudget,
     max_closed: usize,
+    last_family: Option<Family>,
 }
 
 impl Drop for RunTable {
@@ -143,7 +144,15 @@ impl RunTable {
             closed_order: VecDeque::new(),
             budget,
             max_closed: 100_000,
+            last_family: None,
         }
+    }
+
+    /// The family of the run the last [`RunTable::apply`] or [`RunTable::rebuild`] fed
+    /// (detected, for `auto` runs, once the adapter knows it): what made the events they
+    /// returned, stamped on their messages.
+    pub fn last_family(&self) -> Option<Family> {
+        self.last_family
     }
 
     /// Runs of this table with adapter state in memory.
@@ -189,6 +198,8 @@ impl RunTable {
         }
         run.last_seen = Instant::now();
         let events = Self::feed(run, chunk);
+        let family = run.normalizer.family();
+        self.last_family = family;
         if chunk.close.is_some() {
             self.unload(&key);
             self.dormant.remove(&key);
@@ -232,6 +243,8 @@ impl RunTable {
                 break;
             }
             events.push(Self::feed(run, c));
+            let family = run.normalizer.family();
+            self.last_family = family;
             if c.close.is_some() {
                 self.unload(&key);
                 self.remember_closed(key.clone());

@@ -25,13 +25,14 @@ use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legacy};
-use streamgate_bus::events::{publish_batches, Batch};
+use streamgate_bus::events::{publish_batches, Batch, MadeBy};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
 use streamgate_bus::subject::{partition_durable, raw_partition_filter, RunAddr};
 use streamgate_bus::trace::{self, TraceContext};
 use streamgate_bus::{ensure_streams, RAW_STREAM};
 use streamgate_grammar::RunEvent;
+use streamgate_wire::Family;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -327,6 +328,20 @@ async fn process_batch(
 struct Produced {
     events: Vec<RunEvent>,
     trace: Option<TraceContext>,
+    made_by: Option<MadeBy>,
+}
+
+/// What made the events of a chunk of a run of `family` (dialect as the chunk named it).
+fn made_by(family: Option<Family>, dialect: Option<&str>) -> Option<MadeBy> {
+    let family = family?;
+    Some(MadeBy {
+        adapter: match dialect {
+            Some(d) => format!("{}/{d}", family.as_str()),
+            None => family.as_str().to_owned(),
+        },
+        adapter_version: family.adapter_version(),
+        grammar_version: streamgate_grammar::GRAMMAR_VERSION,
+    })
 }
 
 /// A run's address and what each of its chunks in a consumer batch yielded.
@@ -397,7 +412,7 @@ async fn apply_and_publish(
         chunks_applied += 1;
         let mut groups = groups;
         for group in &mut groups {
-            let cut = crate::oversize::fit(group, max_payload);
+            let cut = streamgate_wire::oversize::fit(group, max_payload);
             metrics::counter!("streamgate_normalizer_events_cut_total").increment(cut as u64);
             let answers_cut = group
                 .iter()
@@ -412,6 +427,7 @@ async fn apply_and_publish(
             let open = !table.is_closed(&key);
             registry.insert(key.clone(), (chunk.addr.clone(), open));
         }
+        let made_by = made_by(table.last_family(), chunk.dialect.as_deref());
         let entry = out
             .entry(key)
             .or_insert_with(|| (chunk.addr.clone(), Vec::new()));
@@ -423,6 +439,7 @@ async fn apply_and_publish(
                 .map(|events| Produced {
                     events,
                     trace: trace.clone(),
+                    made_by: made_by.clone(),
                 }),
         );
     }
@@ -437,6 +454,7 @@ async fn apply_and_publish(
             let batches = produced.iter().map(|p| Batch {
                 events: &p.events,
                 trace: p.trace.as_ref(),
+                made_by: p.made_by.as_ref(),
             });
             publish_batches(js, addr, batches)
         }))

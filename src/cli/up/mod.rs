@@ -67,6 +67,10 @@ pub struct UpArgs {
     /// spawned local server is a single node.
     #[arg(long, env = "STREAMGATE_REPLICAS", default_value_t = 1)]
     pub replicas: usize,
+    /// Do not keep the provider's raw chunks in the archive. By default `up` keeps them,
+    /// so `streamgate verify` and `backfill` can re-normalize its runs.
+    #[arg(long)]
+    pub no_archive_raw: bool,
     /// Archive URL (default: SQLite at `<data dir>/archive.db`).
     #[arg(long, env = "STREAMGATE_ARCHIVE_URL")]
     pub archive: Option<String>,
@@ -245,7 +249,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let archiver = streamgate_archiver::start(
         nats.clone(),
         store.clone(),
-        ConsumerConfig::default(),
+        ConsumerConfig {
+            archive_raw: !args.no_archive_raw,
+            ..ConsumerConfig::default()
+        },
         ArchiverListen {
             grpc: Some(addresses.pick("archive_grpc", args.archive_grpc)),
             operator_token: operator_token.clone(),

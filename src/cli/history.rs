@@ -1,0 +1,257 @@
+//! `streamgate verify` and `streamgate backfill`: operator clients of the ArchiveService's
+//! `Verify` and `Backfill` (DESIGN §5, governable history).
+//!
+//! Both print one line per run as the archiver finishes it (`--json`: one object per
+//! run), a progress line on a terminal's stderr, and a summary with throughput. Exit
+//! codes are for CI: `verify` fails (1) when a run differs; `backfill` fails when a run
+//! differs and was not rewritten (a dry run, an open run, a race).
+
+use super::archive_client::ArchiveTarget;
+use anyhow::{bail, Result};
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use streamgate_proto::v1::{BackfillRequest, VerifyReport, VerifyRequest};
+
+/// Which runs (flags shared by both commands).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScopeArgs {
+    /// Only this tenant's runs (default: every tenant's; with `--run`, `default`).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only this run.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Only runs started within this long ago (`90s`, `30m`, `12h`, `7d`) or since this
+    /// time in ms since the Unix epoch.
+    #[arg(long, value_parser = parse_since)]
+    pub since: Option<i64>,
+    /// Only runs of this wire family (`f1`, `f2`, `ollama-native`, …).
+    #[arg(long)]
+    pub family: Option<String>,
+    /// One JSON object per run.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    target: ArchiveTarget,
+}
+
+impl ScopeArgs {
+    fn request(&self) -> VerifyRequest {
+        VerifyRequest {
+            tenant: self.tenant.clone(),
+            run_id: self.run.clone(),
+            since_ts_ms: self.since,
+            family: self.family.clone(),
+        }
+    }
+}
+
+/// Flags of `streamgate backfill`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackfillArgs {
+    /// Write the new generations (without it: a dry run that reports what would be
+    /// written).
+    #[arg(long)]
+    pub apply: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `--since`: a duration ago, or an absolute time in ms.
+fn parse_since(s: &str) -> Result<i64, String> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    let (n, unit) = s.split_at(s.len().saturating_sub(1));
+    let n: u64 = n.parse().map_err(|_| {
+        format!("`{s}` is neither a duration (90s, 30m, 12h, 7d) nor ms since the epoch")
+    })?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("`{s}`: the unit must be s, m, h or d")),
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Ok(now - (secs as i64) * 1000)
+}
+
+/// Runs `streamgate verify`.
+pub async fn verify(args: ScopeArgs) -> Result<ExitCode> {
+    let mut client = args.target.connect().await?;
+    let reports = client.verify(args.request()).await?.into_inner();
+    let tally = print_reports(reports, args.json).await?;
+    tally.summary("verified");
+    Ok(if tally.differs > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Runs `streamgate backfill`.
+pub async fn backfill(args: BackfillArgs) -> Result<ExitCode> {
+    let mut client = args.scope.target.connect().await?;
+    let reports = client
+        .backfill(BackfillRequest {
+            scope: Some(args.scope.request()),
+            apply: args.apply,
+        })
+        .await?
+        .into_inner();
+    let tally = print_reports(reports, args.scope.json).await?;
+    tally.summary(if args.apply {
+        "backfilled"
+    } else {
+        "checked (dry run)"
+    });
+    if !args.apply && tally.differs > 0 {
+        eprintln!(
+            "streamgate: dry run: add --apply to write the {} new generation(s)",
+            tally.differs
+        );
+    }
+    Ok(if tally.differs > tally.written {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Counts over the reports.
+#[derive(Default)]
+struct Tally {
+    runs: u64,
+    identical: u64,
+    differs: u64,
+    no_raw: u64,
+    written: u64,
+    raw_bytes: u64,
+    started: Option<Instant>,
+}
+
+impl Tally {
+    fn add(&mut self, r: &VerifyReport) {
+        self.runs += 1;
+        self.raw_bytes += r.raw_bytes;
+        match r.verdict.as_str() {
+            "identical" => self.identical += 1,
+            "differs" => self.differs += 1,
+            _ => self.no_raw += 1,
+        }
+        if r.written_generation.is_some() {
+            self.written += 1;
+        }
+    }
+
+    fn summary(&self, verb: &str) {
+        let secs = self
+            .started
+            .map_or(0.0, |t| t.elapsed().as_secs_f64())
+            .max(1e-3);
+        let mb = self.raw_bytes as f64 / 1e6;
+        eprintln!(
+            "{verb} {} runs ({mb:.1} MB raw) in {secs:.1} s — {:.0} runs/s, {:.1} MB/s: {} identical, {} differ{}, {} without raw chunks",
+            self.runs,
+            self.runs as f64 / secs,
+            mb / secs,
+            self.identical,
+            self.differs,
+            if self.written > 0 { format!(" ({} rewritten)", self.written) } else { String::new() },
+            self.no_raw,
+        );
+        if self.no_raw > 0 {
+            eprintln!("  runs without raw chunks cannot be verified: run the archiver with --archive-raw to keep them");
+        }
+    }
+}
+
+async fn print_reports(mut reports: tonic::Streaming<VerifyReport>, json: bool) -> Result<Tally> {
+    let mut tally = Tally {
+        started: Some(Instant::now()),
+        ..Tally::default()
+    };
+    let progress = std::io::stderr().is_terminal();
+    let mut shown = Instant::now();
+    while let Some(r) = reports.message().await? {
+        tally.add(&r);
+        if progress {
+            // Clear the progress line before a report line.
+            eprint!("\r\x1b[K");
+        }
+        if json {
+            println!("{}", report_json(&r));
+        } else if r.verdict != "identical" || r.written_generation.is_some() {
+            print_report(&r);
+        } else {
+            println!("identical  {}/{}  g{}", r.tenant, r.run_id, r.generation);
+        }
+        if progress && shown.elapsed() > Duration::from_millis(200) {
+            shown = Instant::now();
+            eprint!(
+                "  {} runs, {:.1} MB raw…",
+                tally.runs,
+                tally.raw_bytes as f64 / 1e6
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    if tally.runs == 0 {
+        bail!("no run matches (check --tenant, --run, --since and --family)");
+    }
+    Ok(tally)
+}
+
+fn print_report(r: &VerifyReport) {
+    let made = |m: &Option<String>| m.clone().unwrap_or_else(|| "unrecorded".to_owned());
+    match r.verdict.as_str() {
+        "no_raw_chunks" => println!("no raw     {}/{}  g{}", r.tenant, r.run_id, r.generation),
+        _ => {
+            let action = match (&r.written_generation, r.skipped.as_deref()) {
+                (Some(g), _) => format!("  → wrote g{g}"),
+                (None, Some("open")) => "  (open: not rewritten)".to_owned(),
+                (None, Some(why)) => format!("  ({why}: not rewritten)"),
+                (None, None) => String::new(),
+            };
+            println!(
+                "DIFFERS    {}/{}  g{} made by {}, today {}: first at seq {} in {} ({} event{}){action}",
+                r.tenant,
+                r.run_id,
+                r.generation,
+                made(&r.made_by),
+                made(&r.made_today),
+                r.first_seq.unwrap_or(0),
+                r.differs_in.join(", "),
+                r.differing_events,
+                if r.differing_events == 1 { "" } else { "s" },
+            );
+            let show = |s: &Option<String>| match s {
+                Some(line) if line.chars().count() > 240 => {
+                    format!("{}…", line.chars().take(240).collect::<String>())
+                }
+                Some(line) => line.clone(),
+                None => "(none)".to_owned(),
+            };
+            println!("  archived:     {}", show(&r.archived_json));
+            println!("  renormalized: {}", show(&r.renormalized_json));
+        }
+    }
+}
+
+fn report_json(r: &VerifyReport) -> serde_json::Value {
+    serde_json::json!({
+        "tenant": r.tenant, "run_id": r.run_id, "verdict": r.verdict,
+        "generation": r.generation, "made_by": r.made_by, "made_today": r.made_today,
+        "first_seq": r.first_seq, "archived": r.archived_json, "renormalized": r.renormalized_json,
+        "differs_in": r.differs_in, "differing_events": r.differing_events,
+        "raw_bytes": r.raw_bytes, "events": r.events, "open": r.open,
+        "written_generation": r.written_generation, "skipped": r.skipped,
+    })
+}
