@@ -67,6 +67,9 @@ enum Command {
     /// Verify, and with --apply write each differing run's re-normalization as its new
     /// generation; the old one stays readable (`replay --generation N`) (operator).
     Backfill(cli::history::BackfillArgs),
+    /// Erase a run, a session or every run of a tenant from every store (archive, broker
+    /// streams, projector state), leaving an audit record without content (operator).
+    Erase(cli::history::EraseArgs),
     /// Follow a channel's runs live in this terminal (status line and final answers),
     /// through the channel's ProjectorService.
     Tail(cli::tail::TailArgs),
@@ -125,6 +128,8 @@ enum BenchCommand {
     /// at 1 and then 3 projector replicas: events/s ingest→archived and event→webhook
     /// latency for each.
     Cluster(cli::bench_cluster::ClusterArgs),
+    /// `streamgate verify` on an archive filled to a given size: runs/s and MB/s of raw.
+    Verify(cli::bench_verify::VerifyArgs),
 }
 
 /// Ends the process quietly when stdout is a closed pipe (`streamgate replay r1 | head`).
@@ -172,12 +177,14 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Pipeline(a)) => block_on(cli::bench::pipeline(a)),
         Command::Bench(BenchCommand::Projector(a)) => block_on(cli::bench_projector::projector(a)),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cli::bench_cluster::cluster(a)),
+        Command::Bench(BenchCommand::Verify(a)) => block_on(cli::bench_verify::verify(a)),
         Command::Ingest(a) => block_on(cli::ingest::run(a)),
         Command::FollowGateway(a) => block_on(cli::follow_gateway::run(a)),
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),
         Command::Replay(a) => block_on(cli::archive_client::replay(a)),
         Command::Verify(a) => block_on_code(cli::history::verify(a)),
         Command::Backfill(a) => block_on_code(cli::history::backfill(a)),
+        Command::Erase(a) => block_on(cli::history::erase(a)),
         Command::Tail(a) => block_on(cli::tail::run(a)),
         Command::Settings(a) => block_on(cli::settings::run(a)),
         Command::Parked(a) => block_on(cli::parked::run(a)),

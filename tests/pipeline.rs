@@ -911,6 +911,22 @@ async fn archive_requires_the_operator_token() {
             ),
             ("Verify", c.verify(v1::VerifyRequest::default()).await.err()),
             (
+                "Erase",
+                c.erase(v1::EraseRequest {
+                    tenant: TENANT.into(),
+                    scope: Some(v1::erase_request::Scope::RunId(id())),
+                    actor: String::new(),
+                })
+                .await
+                .err(),
+            ),
+            (
+                "ListErasures",
+                c.list_erasures(v1::ListErasuresRequest::default())
+                    .await
+                    .err(),
+            ),
+            (
                 "Backfill",
                 c.backfill(v1::BackfillRequest {
                     scope: None,

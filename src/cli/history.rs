@@ -255,3 +255,105 @@ fn report_json(r: &VerifyReport) -> serde_json::Value {
         "written_generation": r.written_generation, "skipped": r.skipped,
     })
 }
+
+/// Flags of `streamgate erase`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["run", "session", "all", "audit"])))]
+pub struct EraseArgs {
+    /// The tenant whose runs go (a run id is unique only within its tenant).
+    #[arg(long, default_value = streamgate_grammar::ids::DEFAULT_TENANT)]
+    pub tenant: String,
+    /// Erase this run.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Erase every run of this chat session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Erase every run of the tenant (needs --yes).
+    #[arg(long)]
+    pub all: bool,
+    /// Confirms --all.
+    #[arg(long)]
+    pub yes: bool,
+    /// Who asks, for the audit record (default: $USER).
+    #[arg(long)]
+    pub actor: Option<String>,
+    /// List the erasure audit instead (newest first; ids appear as SHA-256 of
+    /// `<tenant>/<id>`).
+    #[arg(long)]
+    pub audit: bool,
+    #[command(flatten)]
+    target: ArchiveTarget,
+}
+
+/// Runs `streamgate erase`.
+pub async fn erase(args: EraseArgs) -> Result<()> {
+    use streamgate_proto::v1::{erase_request::Scope, EraseRequest, ListErasuresRequest};
+    let mut client = args.target.connect().await?;
+    if args.audit {
+        let reply = client
+            .list_erasures(ListErasuresRequest {
+                tenant: Some(args.tenant),
+                limit: 0,
+            })
+            .await?
+            .into_inner();
+        for e in reply.erasures {
+            println!(
+                "#{:<5} {} {:<8} {:<10} {} runs, {} events, {} raw chunks  by {}{}",
+                e.id,
+                e.at_ms,
+                e.scope,
+                e.tenant,
+                e.run_hashes.len(),
+                e.events,
+                e.raw_chunks,
+                e.actor,
+                if e.scope_hash.is_empty() {
+                    String::new()
+                } else {
+                    format!("  ({})", e.scope_hash)
+                },
+            );
+        }
+        return Ok(());
+    }
+    let scope = match (args.run, args.session, args.all) {
+        (Some(run), _, _) => Scope::RunId(run),
+        (None, Some(session), _) => Scope::SessionKey(session),
+        (None, None, true) if args.yes => Scope::All(true),
+        (None, None, _) => bail!(
+            "--all erases every run of tenant `{}` from every store: add --yes to confirm",
+            args.tenant
+        ),
+    };
+    let actor = args
+        .actor
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_default();
+    let r = client
+        .erase(EraseRequest {
+            tenant: args.tenant.clone(),
+            scope: Some(scope),
+            actor,
+        })
+        .await?
+        .into_inner();
+    println!(
+        "erased {} run{} of tenant `{}`: {} events, {} raw chunks, {} broker messages (audit #{})",
+        r.runs,
+        if r.runs == 1 { "" } else { "s" },
+        args.tenant,
+        r.events,
+        r.raw_chunks,
+        r.bus_messages,
+        r.audit_id
+    );
+    if r.open_runs > 0 {
+        eprintln!(
+            "streamgate: {} of them were still open: if their provider streams on, erase them again once they end",
+            r.open_runs
+        );
+    }
+    Ok(())
+}

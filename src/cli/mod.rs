@@ -4,6 +4,7 @@ pub mod archive_client;
 pub mod bench;
 pub mod bench_cluster;
 pub mod bench_projector;
+pub mod bench_verify;
 pub mod channel_client;
 pub mod conform;
 pub mod discover;

@@ -256,6 +256,89 @@ pub struct RawChunkRecord {
     pub body: Vec<u8>,
 }
 
+/// Which of a tenant's runs an erasure removes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EraseScope {
+    /// One run.
+    Run(String),
+    /// Every run of a chat session.
+    Session(String),
+    /// Every run of the tenant.
+    All,
+}
+
+impl EraseScope {
+    /// `run`, `session` or `all`, as the audit records it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EraseScope::Run(_) => "run",
+            EraseScope::Session(_) => "session",
+            EraseScope::All => "all",
+        }
+    }
+}
+
+/// A request to erase runs, with who asked and when (for the audit record).
+#[derive(Debug, Clone)]
+pub struct Erasure<'a> {
+    /// The tenant whose runs go.
+    pub tenant: &'a str,
+    /// Which of them.
+    pub scope: &'a EraseScope,
+    /// Who asked (as the operator API saw them).
+    pub actor: &'a str,
+    /// When, ms since the Unix epoch.
+    pub at_ms: i64,
+}
+
+/// What [`Store::erase`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Erased {
+    /// The run ids erased (in memory only: the caller erases them from the broker next;
+    /// the audit keeps their hashes).
+    pub runs: Vec<String>,
+    /// How many of them were still open.
+    pub open_runs: u64,
+    /// Events removed, every generation counted.
+    pub events: u64,
+    /// Raw chunks removed.
+    pub raw_chunks: u64,
+    /// The audit record's id.
+    pub audit_id: i64,
+}
+
+/// One erasure as the audit keeps it: who, when, what — never content, and ids only as
+/// SHA-256 of `<tenant>/<id>` (hex), so an auditor can confirm that a given id was erased
+/// without the archive keeping it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErasureRecord {
+    /// Audit id, ascending.
+    pub id: i64,
+    /// When, ms since the Unix epoch.
+    pub at_ms: i64,
+    /// Who asked.
+    pub actor: String,
+    /// The tenant.
+    pub tenant: String,
+    /// `run`, `session` or `all`.
+    pub scope: String,
+    /// The hash of the run or session id named (empty for `all`).
+    pub scope_hash: String,
+    /// The hashes of the runs erased.
+    pub run_hashes: Vec<String>,
+    /// Events removed.
+    pub events: u64,
+    /// Raw chunks removed.
+    pub raw_chunks: u64,
+}
+
+/// SHA-256 of `<tenant>/<id>`, lowercase hex: how the erasure audit names ids.
+pub fn id_hash(tenant: &str, id: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{tenant}/{id}").as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The archive: batch inserts for the archiver, queries for replay and the operator API.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -346,6 +429,20 @@ pub trait Store: Send + Sync + 'static {
         after_seq: u64,
         limit: u32,
     ) -> Result<Vec<ArchivedEvent>, ArchiveError>;
+
+    /// Removes runs from every table — events of every generation, raw chunks, the
+    /// `runs` rows — in ONE transaction with an audit record, and makes the removal
+    /// physical (SQLite overwrites deleted content and truncates its WAL; PostgreSQL
+    /// vacuums the tables). Idempotent: erasing what is gone removes nothing and still
+    /// records the request.
+    async fn erase(&self, erasure: &Erasure<'_>) -> Result<Erased, ArchiveError>;
+
+    /// The erasure audit, newest first (at most `limit`, 0 = 100), of one tenant or all.
+    async fn erasures(
+        &self,
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ErasureRecord>, ArchiveError>;
 
     /// Conflicts seen since this store was opened, for metrics.
     fn conflicts_total(&self) -> u64;

@@ -69,6 +69,7 @@ CREATE TABLE raw_chunks (
     ),
     (2, SQLITE_V2),
     (3, SQLITE_V3),
+    (4, SQLITE_V4),
 ];
 
 /// Version 2 on SQLite: the tenant joins every primary key; tables rebuilt, rows copied.
@@ -187,6 +188,7 @@ CREATE TABLE raw_chunks (
     ),
     (2, POSTGRES_V2),
     (3, POSTGRES_V3),
+    (4, POSTGRES_V4),
 ];
 
 /// Version 2 on PostgreSQL: the tenant joins every primary key, in place (rows kept).
@@ -263,6 +265,36 @@ CREATE TABLE run_generations (
     event_count     BIGINT NOT NULL,
     replaced_at_ms  BIGINT NOT NULL,
     PRIMARY KEY (tenant, run_id, generation)
+);
+";
+
+/// Version 4 on SQLite: the erasure audit (who, when, what — ids as hashes, no content).
+const SQLITE_V4: &str = "
+CREATE TABLE erasures (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    at_ms      INTEGER NOT NULL,
+    actor      TEXT    NOT NULL,
+    tenant     TEXT    NOT NULL,
+    scope      TEXT    NOT NULL,
+    scope_hash TEXT    NOT NULL,
+    run_hashes TEXT    NOT NULL,
+    events     INTEGER NOT NULL,
+    raw_chunks INTEGER NOT NULL
+);
+";
+
+/// Version 4 on PostgreSQL: see [`SQLITE_V4`].
+const POSTGRES_V4: &str = "
+CREATE TABLE erasures (
+    id         BIGSERIAL PRIMARY KEY,
+    at_ms      BIGINT NOT NULL,
+    actor      TEXT   NOT NULL,
+    tenant     TEXT   NOT NULL,
+    scope      TEXT   NOT NULL,
+    scope_hash TEXT   NOT NULL,
+    run_hashes TEXT   NOT NULL,
+    events     BIGINT NOT NULL,
+    raw_chunks BIGINT NOT NULL
 );
 ";
 

@@ -7,8 +7,9 @@
 
 use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
-    migrations, ArchiveError, ArchivedEvent, GenerationOutcome, InsertOutcome, NewGeneration,
-    RawChunkRecord, RunFilter, RunPage, RunProvenance, RunRecord, RunStatusKind, Store,
+    migrations, ArchiveError, ArchivedEvent, EraseScope, Erased, Erasure, ErasureRecord,
+    GenerationOutcome, InsertOutcome, NewGeneration, RawChunkRecord, RunFilter, RunPage,
+    RunProvenance, RunRecord, RunStatusKind, Store,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::collections::{HashMap, HashSet};
@@ -657,6 +658,96 @@ impl Store for PostgresStore {
             &[&tenant, &run_id, &generation, &after, &pg_limit(limit)],
         )
         .await
+    }
+
+    async fn erase(&self, e: &Erasure<'_>) -> Result<Erased, ArchiveError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let sql = rows::erase_targets_query(e.scope, |n| match n {
+            2 => "$2::text".to_owned(),
+            _ => format!("${n}"),
+        });
+        let found = match e.scope {
+            EraseScope::All => tx.query(&sql, &[&e.tenant]).await?,
+            _ => {
+                tx.query(&sql, &[&e.tenant, &rows::erase_scope_param(e.scope)])
+                    .await?
+            }
+        };
+        let mut erased = Erased::default();
+        for r in found {
+            let run_id: String = r.try_get(0)?;
+            let status: String = r.try_get(1)?;
+            for table in rows::RUN_TABLES {
+                let n = tx
+                    .execute(
+                        &format!("DELETE FROM {table} WHERE tenant = $1 AND run_id = $2"),
+                        &[&e.tenant, &run_id],
+                    )
+                    .await?;
+                match table {
+                    "events" | "event_generations" => erased.events += n,
+                    "raw_chunks" => erased.raw_chunks += n,
+                    _ => {}
+                }
+            }
+            erased.open_runs += u64::from(status == "open");
+            erased.runs.push(run_id);
+        }
+        let (scope_hash, run_hashes) = rows::audit_hashes(e, &erased.runs);
+        erased.audit_id = tx
+            .query_one(
+                "INSERT INTO erasures (at_ms, actor, tenant, scope, scope_hash, run_hashes, \
+                 events, raw_chunks) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+                &[
+                    &e.at_ms,
+                    &e.actor,
+                    &e.tenant,
+                    &e.scope.kind(),
+                    &scope_hash,
+                    &run_hashes,
+                    &rows::to_i64("events", erased.events)?,
+                    &rows::to_i64("raw_chunks", erased.raw_chunks)?,
+                ],
+            )
+            .await?
+            .try_get(0)?;
+        tx.commit().await?;
+        // Dead tuples keep the erased rows' bytes until vacuumed.
+        client
+            .batch_execute(&format!("VACUUM {}", rows::RUN_TABLES.join(", ")))
+            .await?;
+        Ok(erased)
+    }
+
+    async fn erasures(
+        &self,
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ErasureRecord>, ArchiveError> {
+        let limit = i64::from(if limit == 0 { 100 } else { limit });
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT {} FROM erasures WHERE ($1::text IS NULL OR tenant = $1) \
+             ORDER BY id DESC LIMIT $2",
+            rows::ERASURE_COLUMNS
+        );
+        let mut out = Vec::new();
+        for r in client.query(&sql, &[&tenant, &limit]).await? {
+            let hashes: String = r.try_get(6)?;
+            out.push(ErasureRecord {
+                id: r.try_get(0)?,
+                at_ms: r.try_get(1)?,
+                actor: r.try_get(2)?,
+                tenant: r.try_get(3)?,
+                scope: r.try_get(4)?,
+                scope_hash: r.try_get(5)?,
+                run_hashes: hashes.split_whitespace().map(str::to_owned).collect(),
+                events: rows::to_u64("events", r.try_get(7)?)?,
+                raw_chunks: rows::to_u64("raw_chunks", r.try_get(8)?)?,
+            });
+        }
+        Ok(out)
     }
 
     fn conflicts_total(&self) -> u64 {

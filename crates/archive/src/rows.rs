@@ -469,6 +469,65 @@ pub(crate) fn generation_rows(
     Ok(rows)
 }
 
+/// The tables that hold a run, each keyed by `(tenant, run_id, …)`: what an erasure
+/// deletes from. `runs` goes last (its row is what lists the run).
+pub(crate) const RUN_TABLES: [&str; 5] = [
+    "events",
+    "event_generations",
+    "run_generations",
+    "raw_chunks",
+    "runs",
+];
+
+/// The run ids of a tenant an erasure scope names, with whether each is open. A single
+/// run is named even when only its raw chunks are archived.
+pub(crate) fn erase_targets_query(
+    scope: &crate::EraseScope,
+    p: impl Fn(usize) -> String,
+) -> String {
+    let (t, x) = (p(1), p(2));
+    match scope {
+        crate::EraseScope::Run(_) => format!(
+            "SELECT {x} AS run_id, COALESCE((SELECT status FROM runs WHERE tenant = {t} \
+             AND run_id = {x}), 'ended')"
+        ),
+        crate::EraseScope::Session(_) => {
+            format!("SELECT run_id, status FROM runs WHERE tenant = {t} AND session_key = {x}")
+        }
+        crate::EraseScope::All => format!(
+            "SELECT run_id, status FROM runs WHERE tenant = {t} UNION \
+             SELECT DISTINCT run_id, 'ended' FROM raw_chunks WHERE tenant = {t} \
+             AND run_id NOT IN (SELECT run_id FROM runs WHERE tenant = {t})"
+        ),
+    }
+}
+
+/// The audit row's values: (scope hash, run hashes joined by spaces).
+pub(crate) fn audit_hashes(e: &crate::Erasure<'_>, runs: &[String]) -> (String, String) {
+    let scope_hash = match e.scope {
+        crate::EraseScope::Run(id) | crate::EraseScope::Session(id) => crate::id_hash(e.tenant, id),
+        crate::EraseScope::All => String::new(),
+    };
+    let runs = runs
+        .iter()
+        .map(|r| crate::id_hash(e.tenant, r))
+        .collect::<Vec<_>>()
+        .join(" ");
+    (scope_hash, runs)
+}
+
+/// The value an erasure scope binds as its second parameter (the tenant is the first).
+pub(crate) fn erase_scope_param(scope: &crate::EraseScope) -> &str {
+    match scope {
+        crate::EraseScope::Run(id) | crate::EraseScope::Session(id) => id,
+        crate::EraseScope::All => "",
+    }
+}
+
+/// Columns of the audit, in [`crate::ErasureRecord`] order.
+pub(crate) const ERASURE_COLUMNS: &str =
+    "id, at_ms, actor, tenant, scope, scope_hash, run_hashes, events, raw_chunks";
+
 /// The cursor after the last run of a page: `v2:<first_ts_ms>:<tenant byte length>:<tenant><run id>`
 /// (the length keeps any tenant unambiguous). Versioned so its format can change; `v1`
 /// cursors (no tenant, from before schema version 2) are refused as bad cursors.

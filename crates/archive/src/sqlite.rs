@@ -8,8 +8,9 @@
 
 use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
-    migrations, ArchiveError, ArchivedEvent, GenerationOutcome, InsertOutcome, NewGeneration,
-    Provenance, RawChunkRecord, RunFilter, RunPage, RunProvenance, RunRecord, Store,
+    migrations, ArchiveError, ArchivedEvent, EraseScope, Erased, Erasure, ErasureRecord,
+    GenerationOutcome, InsertOutcome, NewGeneration, Provenance, RawChunkRecord, RunFilter,
+    RunPage, RunProvenance, RunRecord, Store,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -65,6 +66,18 @@ enum WriteJob {
         job: GenerationJob,
         reply: oneshot::Sender<Result<GenerationOutcome, ArchiveError>>,
     },
+    Erase {
+        job: EraseJob,
+        reply: oneshot::Sender<Result<Erased, ArchiveError>>,
+    },
+}
+
+/// An [`Erasure`] moved to the writer thread.
+struct EraseJob {
+    tenant: String,
+    scope: EraseScope,
+    actor: String,
+    at_ms: i64,
 }
 
 /// A [`NewGeneration`] moved to the writer thread.
@@ -210,6 +223,9 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, Archi
     // A bigger page cache keeps the upper levels of the events B-tree in memory while
     // batches from many concurrent runs insert all over it.
     conn.pragma_update(None, "cache_size", -65536)?;
+    // Deleted content is overwritten, not left in free pages: an erasure (or retention)
+    // must not leave the text it removed in the file. Deletes are rare, so the cost is too.
+    conn.pragma_update(None, "secure_delete", "ON")?;
     conn.set_prepared_statement_cache_capacity(32);
     migrate(&mut conn)?;
     Ok(conn)
@@ -343,6 +359,9 @@ fn writer_loop(
             }
             WriteJob::Generation { job, reply } => {
                 let _ = reply.send(write_generation(&mut conn, &job, conflicts));
+            }
+            WriteJob::Erase { job, reply } => {
+                let _ = reply.send(erase(&mut conn, &job));
             }
         }
         // Full channel = a checkpoint is already pending.
@@ -590,6 +609,88 @@ fn write_generation(
     Ok(GenerationOutcome::Written(
         u32::try_from(generation).unwrap_or(u32::MAX),
     ))
+}
+
+/// [`Store::erase`] on the writer connection: one transaction, then a truncating
+/// checkpoint so no earlier version of the erased pages stays in the WAL file.
+fn erase(conn: &mut Connection, job: &EraseJob) -> Result<Erased, ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let targets: Vec<(String, String)> = {
+        let sql = rows::erase_targets_query(&job.scope, |n| format!("?{n}"));
+        let mut stmt = tx.prepare(&sql)?;
+        let map = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+        let found = match job.scope {
+            EraseScope::All => stmt.query_map(params![job.tenant], map)?,
+            _ => stmt.query_map(
+                params![job.tenant, rows::erase_scope_param(&job.scope)],
+                map,
+            )?,
+        };
+        found.collect::<Result<_, _>>()?
+    };
+    let mut erased = Erased::default();
+    for (run_id, status) in &targets {
+        for table in rows::RUN_TABLES {
+            let n = tx.execute(
+                &format!("DELETE FROM {table} WHERE tenant = ?1 AND run_id = ?2"),
+                params![job.tenant, run_id],
+            )? as u64;
+            match table {
+                "events" | "event_generations" => erased.events += n,
+                "raw_chunks" => erased.raw_chunks += n,
+                _ => {}
+            }
+        }
+        erased.open_runs += u64::from(status == "open");
+    }
+    erased.runs = targets.into_iter().map(|(r, _)| r).collect();
+    let request = Erasure {
+        tenant: &job.tenant,
+        scope: &job.scope,
+        actor: &job.actor,
+        at_ms: job.at_ms,
+    };
+    let (scope_hash, run_hashes) = rows::audit_hashes(&request, &erased.runs);
+    tx.execute(
+        "INSERT INTO erasures (at_ms, actor, tenant, scope, scope_hash, run_hashes, events, \
+         raw_chunks) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            job.at_ms,
+            job.actor,
+            job.tenant,
+            job.scope.kind(),
+            scope_hash,
+            run_hashes,
+            rows::to_i64("events", erased.events)?,
+            rows::to_i64("raw_chunks", erased.raw_chunks)?
+        ],
+    )?;
+    erased.audit_id = tx.last_insert_rowid();
+    tx.commit()?;
+    // Readers finishing a snapshot can hold the checkpoint back for a moment.
+    for _ in 0..50 {
+        let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+        if busy == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(erased)
+}
+
+fn erasure_record(r: &rusqlite::Row<'_>) -> Result<ErasureRecord, ArchiveError> {
+    let hashes: String = r.get(6)?;
+    Ok(ErasureRecord {
+        id: r.get(0)?,
+        at_ms: r.get(1)?,
+        actor: r.get(2)?,
+        tenant: r.get(3)?,
+        scope: r.get(4)?,
+        scope_hash: r.get(5)?,
+        run_hashes: hashes.split_whitespace().map(str::to_owned).collect(),
+        events: rows::to_u64("events", r.get(7)?)?,
+        raw_chunks: rows::to_u64("raw_chunks", r.get(8)?)?,
+    })
 }
 
 /// Background WAL checkpoints on their own connection, so the writer never stalls on
@@ -956,6 +1057,40 @@ impl Store for SqliteStore {
             })();
             conn.execute_batch("COMMIT")?;
             result
+        })
+        .await
+    }
+
+    async fn erase(&self, erasure: &Erasure<'_>) -> Result<Erased, ArchiveError> {
+        let job = EraseJob {
+            tenant: erasure.tenant.to_owned(),
+            scope: erasure.scope.clone(),
+            actor: erasure.actor.to_owned(),
+            at_ms: erasure.at_ms,
+        };
+        self.submit(|reply| WriteJob::Erase { job, reply }).await
+    }
+
+    async fn erasures(
+        &self,
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ErasureRecord>, ArchiveError> {
+        let tenant = tenant.map(str::to_owned);
+        let limit = i64::from(if limit == 0 { 100 } else { limit });
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {} FROM erasures WHERE (?1 IS NULL OR tenant = ?1) \
+                 ORDER BY id DESC LIMIT ?2",
+                rows::ERASURE_COLUMNS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut found = stmt.query(params![tenant, limit])?;
+            let mut out = Vec::new();
+            while let Some(r) = found.next()? {
+                out.push(erasure_record(r)?);
+            }
+            Ok(out)
         })
         .await
     }

@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use streamgate_archive::{
-    open_store, ArchiveError, ArchivedEvent, InsertOutcome, RawChunkRecord, RunFilter,
-    RunStatusKind, Store,
+    id_hash, open_store, ArchiveError, ArchivedEvent, EraseScope, Erasure, InsertOutcome,
+    NewGeneration, Provenance, RawChunkRecord, RunFilter, RunStatusKind, Store,
 };
 use streamgate_grammar::StopReason;
 
@@ -72,6 +72,7 @@ both_backends!(
     concurrent_overlapping_batches_count_each_event_once,
     same_run_id_under_two_tenants_is_two_runs,
     upgrade_from_version_1_keeps_rows,
+    erase_removes_runs_from_every_table_and_audits_without_ids,
 );
 
 fn outcome(inserted: u64, duplicates: u64, conflicts: u64) -> InsertOutcome {
@@ -980,4 +981,149 @@ async fn upgrade_from_version_1_keeps_rows(backend: Backend) {
     drop(store);
     let again = backend.open().await;
     assert_eq!(again.events_after("acme", "r1", 0, 0).await.unwrap(), old);
+}
+
+/// Erasure by run, by session and of a whole tenant: every table that held the runs
+/// (events of both generations, raw chunks, runs) is empty of them, other runs and
+/// tenants are untouched, the audit keeps who/when/what with ids only as hashes, and a
+/// repeat removes nothing.
+async fn erase_removes_runs_from_every_table_and_audits_without_ids(backend: Backend) {
+    let store = backend.open().await;
+    let mut all = Vec::new();
+    for (tenant, run, session) in [
+        ("acme", "r1", "chat-1"),
+        ("acme", "r2", "chat-1"),
+        ("acme", "r3", "chat-2"),
+        ("globex", "r1", "chat-1"),
+    ] {
+        let mut events = whole_run(tenant, run, 1_000, 3, 1);
+        for e in &mut events {
+            e.event.envelope.session_key = Some(session.into());
+        }
+        store.insert_batch(&events).await.unwrap();
+        store
+            .insert_raw(&[RawChunkRecord {
+                tenant: tenant.into(),
+                run_id: run.into(),
+                chunk: 0,
+                family: "f1".into(),
+                ingest_ts_ms: 1,
+                close: None,
+                body: b"raw bytes".to_vec(),
+            }])
+            .await
+            .unwrap();
+        all.push((tenant, run, events));
+    }
+    // r2 has a second generation: both go.
+    let (_, _, r2) = &all[1];
+    let second: Vec<_> = r2.iter().map(|e| e.event.clone()).collect();
+    store
+        .write_generation(&NewGeneration {
+            tenant: "acme",
+            run_id: "r2",
+            replaces: 1,
+            events: &second,
+            provenance: Provenance {
+                adapter: "f1".into(),
+                adapter_version: 1,
+                grammar_version: 1,
+            },
+            at_ms: 5,
+        })
+        .await
+        .unwrap();
+
+    let erase = |scope: EraseScope| {
+        let store = store.clone();
+        async move {
+            store
+                .erase(&Erasure {
+                    tenant: "acme",
+                    scope: &scope,
+                    actor: "dpo from 10.0.0.1",
+                    at_ms: 42,
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let by_session = erase(EraseScope::Session("chat-1".into())).await;
+    let mut runs = by_session.runs.clone();
+    runs.sort();
+    assert_eq!(runs, ["r1", "r2"]);
+    assert_eq!(
+        by_session.events,
+        5 + 5 + 5,
+        "r1, and both generations of r2"
+    );
+    assert_eq!(by_session.raw_chunks, 2);
+    for run in ["r1", "r2"] {
+        assert_eq!(store.get_run("acme", run).await.unwrap(), None);
+        assert!(store
+            .events_after("acme", run, 0, 0)
+            .await
+            .unwrap()
+            .is_empty());
+        for g in [1, 2] {
+            assert!(store
+                .generation_events_after("acme", run, g, 0, 0)
+                .await
+                .unwrap()
+                .is_empty());
+        }
+        assert!(store.raw_chunks("acme", run).await.unwrap().is_empty());
+    }
+    // Other sessions and tenants stay, even under the same run id.
+    assert!(store.get_run("acme", "r3").await.unwrap().is_some());
+    assert_eq!(
+        store.events_after("globex", "r1", 0, 0).await.unwrap(),
+        all[3].2
+    );
+    assert_eq!(store.raw_chunks("globex", "r1").await.unwrap().len(), 1);
+
+    let again = erase(EraseScope::Session("chat-1".into())).await;
+    assert_eq!(
+        (again.runs.len(), again.events, again.raw_chunks),
+        (0, 0, 0)
+    );
+    let one = erase(EraseScope::Run("r3".into())).await;
+    assert_eq!((one.runs.len(), one.events, one.raw_chunks), (1, 5, 1));
+    let rest = erase(EraseScope::All).await;
+    assert_eq!(rest.runs.len(), 0);
+    assert!(store
+        .list_runs(&RunFilter {
+            tenant: Some("acme".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap()
+        .runs
+        .is_empty());
+    assert!(store
+        .journal_after(0, 0)
+        .await
+        .unwrap()
+        .iter()
+        .all(|e| e.event.envelope.tenant == "globex"));
+
+    let audit = store.erasures(Some("acme"), 0).await.unwrap();
+    assert_eq!(audit.len(), 4);
+    let first = &audit[3];
+    assert_eq!(first.id, by_session.audit_id);
+    assert_eq!(
+        (first.scope.as_str(), first.actor.as_str(), first.at_ms),
+        ("session", "dpo from 10.0.0.1", 42)
+    );
+    assert_eq!(first.scope_hash, id_hash("acme", "chat-1"));
+    let mut hashes = first.run_hashes.clone();
+    hashes.sort();
+    let mut want = vec![id_hash("acme", "r1"), id_hash("acme", "r2")];
+    want.sort();
+    assert_eq!(hashes, want);
+    assert_eq!((first.events, first.raw_chunks), (15, 2));
+    assert!(audit
+        .iter()
+        .all(|e| !format!("{e:?}").contains("chat-1") && !format!("{e:?}").contains("\"r1\"")));
+    assert!(store.erasures(Some("globex"), 0).await.unwrap().is_empty());
 }

@@ -11,6 +11,12 @@ use futures::StreamExt as _;
 
 use crate::{nats, BusError};
 
+/// The projectors' bucket of delivery states and active-run markers (keys name the
+/// channel, chat, tenant and run).
+pub const DELIVERY_BUCKET: &str = "SG_DELIVERY";
+/// The normalizers' registry of open runs (keys name the partition, tenant and run).
+pub const OPEN_RUNS_BUCKET: &str = "SG_OPEN_RUNS";
+
 /// One key level for `s`: bytes outside `[-_A-Za-z0-9]` become `=XX` (uppercase hex),
 /// the empty string `=`. Never contains `.`, so distinct ids never share a key.
 pub fn token(s: &str) -> String {
@@ -139,4 +145,59 @@ mod tests {
         assert_eq!(untoken("a.b"), None);
         assert_eq!(untoken("=4"), None);
     }
+}
+
+/// Gets or creates a KV bucket that allows its entries to be *erased*
+/// ([`crate::erase`]): the same stream a `create_or_update_key_value` makes, except
+/// that single-message deletes are allowed. JetStream never lets a stream go back from
+/// denying deletes, so a bucket created by an older version (denying them) keeps doing
+/// so; its other settings are updated as usual. Returns the bucket.
+pub async fn open_erasable(
+    js: &async_nats::jetstream::Context,
+    config: async_nats::jetstream::kv::Config,
+) -> Result<async_nats::jetstream::kv::Store, crate::BusError> {
+    use async_nats::jetstream::stream;
+    let mut wanted = stream::Config {
+        name: format!("KV_{}", config.bucket),
+        description: Some(config.description.clone()),
+        subjects: vec![format!("$KV.{}.>", config.bucket)],
+        max_messages_per_subject: config.history.max(1),
+        max_bytes: config.max_bytes,
+        max_age: config.max_age,
+        max_message_size: config.max_value_size,
+        storage: config.storage,
+        allow_rollup: true,
+        deny_delete: false,
+        deny_purge: false,
+        allow_direct: true,
+        num_replicas: config.num_replicas.max(1),
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    };
+    for _ in 0..3 {
+        match js.get_stream(&wanted.name).await {
+            Ok(existing) => {
+                wanted.deny_delete = existing.cached_info().config.deny_delete;
+                js.update_stream(&wanted)
+                    .await
+                    .map_err(crate::nats("update kv bucket"))?;
+                break;
+            }
+            Err(e)
+                if matches!(e.kind(), async_nats::jetstream::context::GetStreamErrorKind::JetStream(j)
+                    if j.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+            {
+                match js.create_stream(&wanted).await {
+                    Ok(_) => break,
+                    // Another replica created it meanwhile: update it instead.
+                    Err(e) if e.to_string().contains("already in use") => continue,
+                    Err(e) => return Err(crate::nats("create kv bucket")(e)),
+                }
+            }
+            Err(e) => return Err(crate::nats("get kv bucket")(e)),
+        }
+    }
+    js.get_key_value(&config.bucket)
+        .await
+        .map_err(crate::nats("open kv bucket"))
 }

@@ -67,7 +67,9 @@
 //! - [`lease`]: partition leases in KV ([`lease::PartitionLeases`]) and the per-partition
 //!   workers they run — how the normalizer and projector replicas split the partitions.
 //! - [`trace`]: W3C `traceparent` through NATS headers.
-//! - [`kv`]: keys of the KV buckets (reversible id tokens).
+//! - [`kv`]: keys of the KV buckets (reversible id tokens) and the names of the buckets
+//!   that hold run state.
+//! - [`erase`]: every stream subject that holds a run, and erasing its messages.
 //! - [`BusError`] (this file): every failure of this crate.
 #![forbid(unsafe_code)]
 
@@ -77,6 +79,7 @@ use async_nats::jetstream;
 use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, StorageType};
 
 pub mod consume;
+pub mod erase;
 pub mod events;
 mod hdr;
 pub mod kv;

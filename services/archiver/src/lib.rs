@@ -8,6 +8,7 @@
 //! - [`replay`]: the `ArchiveService` gRPC implementation.
 //! - [`history`]: `verify` and `backfill` (re-normalizing archived raw chunks, new
 //!   generations).
+//! - [`erase`]: erasing a run, session or tenant from the broker and the archive.
 //! - [`convert`]: archive records and folds → protobuf replies.
 //! - [`service`]: consumer and gRPC server started together.
 #![forbid(unsafe_code)]
@@ -15,6 +16,7 @@
 pub mod cli;
 pub mod consumer;
 pub mod convert;
+pub mod erase;
 pub mod history;
 pub mod replay;
 pub mod service;

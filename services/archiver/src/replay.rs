@@ -17,7 +17,7 @@ use futures::StreamExt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use streamgate_archive::{ArchivedEvent, RunFilter, RunStatusKind, Store};
+use streamgate_archive::{ArchivedEvent, EraseScope, RunFilter, RunStatusKind, Store};
 use streamgate_bus::events::decode_msg;
 use streamgate_bus::subject::RunAddr;
 use streamgate_bus::EVENTS_STREAM;
@@ -312,6 +312,91 @@ impl ArchiveService for Replay {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    async fn erase(
+        &self,
+        request: Request<v1::EraseRequest>,
+    ) -> Result<Response<v1::EraseReply>, Status> {
+        let peer = request
+            .remote_addr()
+            .map_or_else(String::new, |a| format!(" from {a}"));
+        let r = request.into_inner();
+        let tenant = ids::tenant_or_default(&r.tenant).to_owned();
+        ids::check(ids::IdKind::Tenant, &tenant)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let scope = match r.scope {
+            Some(v1::erase_request::Scope::RunId(run)) => {
+                check_run_id(&tenant, &run)?;
+                EraseScope::Run(run)
+            }
+            Some(v1::erase_request::Scope::SessionKey(session)) => {
+                ids::check(ids::IdKind::Session, &session)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                EraseScope::Session(session)
+            }
+            Some(v1::erase_request::Scope::All(true)) => EraseScope::All,
+            Some(v1::erase_request::Scope::All(false)) | None => {
+                return Err(Status::invalid_argument(
+                    "name what to erase: run_id, session_key or all",
+                ))
+            }
+        };
+        let actor = match r.actor.trim() {
+            "" => format!("operator{peer}"),
+            who => format!("{}{peer}", who.chars().take(200).collect::<String>()),
+        };
+        let report = crate::erase::erase(
+            &self.store,
+            &self.js,
+            self.partitions,
+            &tenant,
+            &scope,
+            &actor,
+            now_ms(),
+        )
+        .await
+        .map_err(|e| {
+            Status::unavailable(format!("{e} (erased so far stays erased; run it again)"))
+        })?;
+        let a = report.archive;
+        Ok(Response::new(v1::EraseReply {
+            runs: a.runs.len() as u64,
+            open_runs: a.open_runs,
+            events: a.events,
+            raw_chunks: a.raw_chunks,
+            bus_messages: report.bus_messages,
+            audit_id: a.audit_id,
+        }))
+    }
+
+    async fn list_erasures(
+        &self,
+        request: Request<v1::ListErasuresRequest>,
+    ) -> Result<Response<v1::ListErasuresReply>, Status> {
+        let r = request.into_inner();
+        let tenant = r.tenant.map(|t| ids::tenant_or_default(&t).to_owned());
+        let found = self
+            .store
+            .erasures(tenant.as_deref(), r.limit)
+            .await
+            .map_err(internal)?;
+        Ok(Response::new(v1::ListErasuresReply {
+            erasures: found
+                .into_iter()
+                .map(|e| v1::Erasure {
+                    id: e.id,
+                    at_ms: e.at_ms,
+                    actor: e.actor,
+                    tenant: e.tenant,
+                    scope: e.scope,
+                    scope_hash: e.scope_hash,
+                    run_hashes: e.run_hashes,
+                    events: e.events,
+                    raw_chunks: e.raw_chunks,
+                })
+                .collect(),
+        }))
+    }
+
     type BackfillStream = Stream<v1::VerifyReport>;
 
     async fn backfill(
@@ -330,6 +415,12 @@ impl ArchiveService for Replay {
 /// broker's control-line limit and drop this service's connection.
 fn check_run_id(tenant: &str, run_id: &str) -> Result<(), Status> {
     ids::check_run(tenant, run_id, None).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// NOT_FOUND for the run `(tenant, run_id)`.

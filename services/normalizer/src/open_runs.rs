@@ -16,7 +16,7 @@ use bytes::Bytes;
 use streamgate_bus::subject::{partition_label, RunAddr};
 
 /// The bucket of open runs.
-pub const OPEN_RUNS_BUCKET: &str = "SG_OPEN_RUNS";
+pub const OPEN_RUNS_BUCKET: &str = streamgate_bus::kv::OPEN_RUNS_BUCKET;
 
 /// The registry of a deployment's open runs.
 #[derive(Clone)]
@@ -32,16 +32,18 @@ impl OpenRuns {
         partitions: u32,
         replicas: usize,
     ) -> anyhow::Result<OpenRuns> {
-        let kv = js
-            .create_or_update_key_value(kv::Config {
+        let kv = streamgate_bus::kv::open_erasable(
+            js,
+            kv::Config {
                 bucket: OPEN_RUNS_BUCKET.to_owned(),
                 description: "streamgate runs started and not yet closed, per partition".to_owned(),
                 history: 1,
                 storage: jetstream::stream::StorageType::File,
                 num_replicas: replicas.max(1),
                 ..Default::default()
-            })
-            .await?;
+            },
+        )
+        .await?;
         Ok(OpenRuns {
             kv,
             partitions: partitions.max(1),

@@ -17,7 +17,7 @@ use streamgate_projection::{Delivery, Reasoning, Settings, TagVisibility, Verbos
 use streamgate_sinks::{DeliveryState, StateKey, StateStore, StoreError};
 
 /// Delivery states and active-run markers.
-pub const DELIVERY_BUCKET: &str = "SG_DELIVERY";
+pub const DELIVERY_BUCKET: &str = streamgate_bus::kv::DELIVERY_BUCKET;
 /// Per-chat settings overrides.
 pub const SETTINGS_BUCKET: &str = "SG_SETTINGS";
 
@@ -57,7 +57,7 @@ pub async fn bucket(
     let deadline = tokio::time::Instant::now() + BUCKET_PATIENCE;
     let mut delay = std::time::Duration::from_millis(250);
     loop {
-        match js.create_or_update_key_value(config.clone()).await {
+        match streamgate_bus::kv::open_erasable(js, config.clone()).await {
             Ok(store) => return Ok(store),
             // async-nats reports a JetStream request timeout inside its error text only
             // (the kind is a generic JetStream one), hence the text match.
