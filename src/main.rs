@@ -70,6 +70,9 @@ enum Command {
     /// Erase a run, a session or every run of a tenant from every store (archive, broker
     /// streams, projector state), leaving an audit record without content (operator).
     Erase(cli::history::EraseArgs),
+    /// Show the archive's retention policies and what they make due, or apply them now
+    /// (operator).
+    Retention(cli::history::RetentionArgs),
     /// Follow a channel's runs live in this terminal (status line and final answers),
     /// through the channel's ProjectorService.
     Tail(cli::tail::TailArgs),
@@ -185,6 +188,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => block_on_code(cli::history::verify(a)),
         Command::Backfill(a) => block_on_code(cli::history::backfill(a)),
         Command::Erase(a) => block_on(cli::history::erase(a)),
+        Command::Retention(a) => block_on(cli::history::retention(a)),
         Command::Tail(a) => block_on(cli::tail::run(a)),
         Command::Settings(a) => block_on(cli::settings::run(a)),
         Command::Parked(a) => block_on(cli::parked::run(a)),

@@ -921,6 +921,12 @@ async fn archive_requires_the_operator_token() {
                 .err(),
             ),
             (
+                "Retention",
+                c.retention(v1::RetentionRequest { apply: true })
+                    .await
+                    .err(),
+            ),
+            (
                 "ListErasures",
                 c.list_erasures(v1::ListErasuresRequest::default())
                     .await

@@ -39,6 +39,10 @@
 //!   and its WAL, the broker's SG_RAW, SG_EVENTS and KV stores), a run of another session
 //!   is untouched, the audit lists the erasure without the ids, and erasing again
 //!   removes nothing.
+//! - `retention_strips_thinking_on_request`: `streamgate retention` says when there is no
+//!   policy; with `up --retention '*:strip=0d'` it shows the policy and the run due, and
+//!   `--apply` leaves the run's answer and thinking segments but its thinking text as a
+//!   stub (`replay`), its raw chunks gone (`verify` says so).
 //! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
 //!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
@@ -1861,4 +1865,72 @@ fn erase_leaves_no_trace_in_any_store() {
     let all = cli(dir.path(), &["erase", "--all"]);
     assert!(!all.status.success());
     assert!(String::from_utf8_lossy(&all.stderr).contains("--yes"));
+}
+
+#[test]
+fn retention_strips_thinking_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let _up = start_up(dir.path());
+        let none = cli(dir.path(), &["retention"]);
+        assert!(String::from_utf8_lossy(&none.stdout).contains("no retention policy"));
+    }
+    let _ = std::fs::remove_file(data_dir(dir.path()).join("up.json"));
+    let _up = start_up_with(dir.path(), &["--retention", "*:strip=0d"]);
+    let thinking = "Thinking about the orbit of Phobos in detail before answering.";
+    let path = dir.path().join("think.sse");
+    std::fs::write(&path, thinking_capture(thinking)).unwrap();
+    let out = cli(
+        dir.path(),
+        &[
+            "ingest",
+            "--family",
+            "f1",
+            "--run",
+            "ret-1",
+            path.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while !json_lines(&cli(dir.path(), &["runs", "--json"]))
+        .iter()
+        .any(|r| r["run_id"] == "ret-1" && r["status"] == "ended")
+    {
+        assert!(Instant::now() < deadline, "ret-1 not archived");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before =
+        String::from_utf8_lossy(&cli(dir.path(), &["replay", "ret-1", "--state", "--json"]).stdout)
+            .into_owned();
+    assert!(before.contains("orbit of Phobos"), "{before}");
+
+    let due = String::from_utf8_lossy(&cli(dir.path(), &["retention"]).stdout).into_owned();
+    assert!(
+        due.contains("policy *:strip=0d") && due.contains("1 runs to strip"),
+        "{due}"
+    );
+    let applied =
+        String::from_utf8_lossy(&cli(dir.path(), &["retention", "--apply"]).stdout).into_owned();
+    assert!(applied.contains("stripped 1 runs"), "{applied}");
+
+    let state: serde_json::Value =
+        serde_json::from_slice(&cli(dir.path(), &["replay", "ret-1", "--state", "--json"]).stdout)
+            .unwrap();
+    assert_eq!(state["final_text"], "All credentials are rotated.");
+    let segments = state["thinking"].as_array().unwrap();
+    assert_eq!(segments.len(), 1);
+    let text = segments[0]["text"].as_str().unwrap();
+    assert!(
+        !text.contains("Phobos") && text.contains("[retention: "),
+        "{text}"
+    );
+    let verify = json_lines(&cli(dir.path(), &["verify", "--run", "ret-1", "--json"]));
+    assert_eq!(verify[0]["verdict"], "no_raw_chunks");
+    let again = String::from_utf8_lossy(&cli(dir.path(), &["retention"]).stdout).into_owned();
+    assert!(again.contains("0 runs to strip"), "{again}");
 }

@@ -357,3 +357,41 @@ pub async fn erase(args: EraseArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// Flags of `streamgate retention`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RetentionArgs {
+    /// Run one pass of the policies now (without it: show them and what is due).
+    #[arg(long)]
+    pub apply: bool,
+    #[command(flatten)]
+    target: ArchiveTarget,
+}
+
+/// Runs `streamgate retention`.
+pub async fn retention(args: RetentionArgs) -> Result<()> {
+    let mut client = args.target.connect().await?;
+    let r = client
+        .retention(streamgate_proto::v1::RetentionRequest { apply: args.apply })
+        .await?
+        .into_inner();
+    if r.policies.is_empty() {
+        println!("no retention policy: the archive keeps everything (set STREAMGATE_RETENTION, e.g. `*:strip=30d,drop=365d`)");
+        return Ok(());
+    }
+    for p in &r.policies {
+        println!("policy {p}");
+    }
+    if r.applied {
+        println!(
+            "stripped {} runs ({} events now stubs), dropped {} runs ({} events)",
+            r.stripped_runs, r.stripped_events, r.dropped_runs, r.dropped_events
+        );
+    } else {
+        println!(
+            "due now: {} runs to strip, {} runs ({} events) to drop — `--apply` runs it now; the archiver also does on its schedule",
+            r.stripped_runs, r.dropped_runs, r.dropped_events
+        );
+    }
+    Ok(())
+}

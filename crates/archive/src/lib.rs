@@ -33,12 +33,14 @@
 //!   backends, plus the list cursor format.
 //! - `migrations` (private): the versioned schema of both backends.
 //! - [`sqlite`]: [`SqliteStore`], one writer thread plus pooled reader connections.
+//! - [`retention`]: the stubs retention leaves of thinking text and tool payloads.
 //! - [`postgres`]: [`PostgresStore`], a deadpool pool, `UNNEST` batch inserts.
 #![forbid(unsafe_code)]
 
 pub mod error;
 mod migrations;
 pub mod postgres;
+pub mod retention;
 mod rows;
 pub mod sqlite;
 
@@ -125,6 +127,9 @@ pub struct RunRecord {
     pub provenance: Option<Provenance>,
     /// The generation the events are (1 = as normalized live; each backfill adds one).
     pub generation: u32,
+    /// When retention replaced the run's thinking text and tool payloads with stubs
+    /// ([`retention`]) and dropped its raw chunks; `None` while they are whole.
+    pub stripped_at_ms: Option<i64>,
 }
 
 /// What made a run's events: the adapter (family, `/dialect` when one was named) and its
@@ -201,6 +206,8 @@ pub struct RunFilter {
     pub since_ts_ms: Option<i64>,
     /// Only runs with `first_ts_ms < until_ts_ms`.
     pub until_ts_ms: Option<i64>,
+    /// Only runs retention has not stripped yet.
+    pub unstripped: bool,
     /// Page size: 0 means 100, values above 1000 are clamped to 1000.
     pub limit: u32,
     /// `next_cursor` of the previous page; `None` for the first page.
@@ -443,6 +450,16 @@ pub trait Store: Send + Sync + 'static {
         tenant: Option<&str>,
         limit: u32,
     ) -> Result<Vec<ErasureRecord>, ArchiveError>;
+
+    /// Retention, first stage: in ONE transaction, every generation's thinking text and
+    /// tool payloads of the run become stubs ([`retention::strip`]), its raw chunks (which
+    /// hold the same text) go, and the run is marked stripped. Returns the events
+    /// rewritten. Idempotent.
+    async fn strip_run(&self, tenant: &str, run_id: &str, at_ms: i64) -> Result<u64, ArchiveError>;
+
+    /// Retention, last stage: the run removed from every table (no audit record: a
+    /// policy, not a request). Returns the events removed.
+    async fn drop_run(&self, tenant: &str, run_id: &str) -> Result<u64, ArchiveError>;
 
     /// Conflicts seen since this store was opened, for metrics.
     fn conflicts_total(&self) -> u64;

@@ -70,6 +70,7 @@ CREATE TABLE raw_chunks (
     (2, SQLITE_V2),
     (3, SQLITE_V3),
     (4, SQLITE_V4),
+    (5, "ALTER TABLE runs ADD COLUMN stripped_at_ms INTEGER;"),
 ];
 
 /// Version 2 on SQLite: the tenant joins every primary key; tables rebuilt, rows copied.
@@ -189,6 +190,7 @@ CREATE TABLE raw_chunks (
     (2, POSTGRES_V2),
     (3, POSTGRES_V3),
     (4, POSTGRES_V4),
+    (5, "ALTER TABLE runs ADD COLUMN stripped_at_ms BIGINT;"),
 ];
 
 /// Version 2 on PostgreSQL: the tenant joins every primary key, in place (rows kept).
@@ -297,6 +299,8 @@ CREATE TABLE erasures (
     raw_chunks BIGINT NOT NULL
 );
 ";
+
+// Version 5 (both backends): `runs.stripped_at_ms`, when retention stubbed the run.
 
 /// Creates the bookkeeping table; both backends accept this statement.
 pub(crate) const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

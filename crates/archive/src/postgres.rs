@@ -148,6 +148,7 @@ fn stored_run(r: &tokio_postgres::Row) -> Result<StoredRun, ArchiveError> {
         adapter_version: r.try_get(14)?,
         grammar_version: r.try_get(15)?,
         generation: r.try_get(16)?,
+        stripped_at_ms: r.try_get(17)?,
     })
 }
 
@@ -718,6 +719,81 @@ impl Store for PostgresStore {
             .batch_execute(&format!("VACUUM {}", rows::RUN_TABLES.join(", ")))
             .await?;
         Ok(erased)
+    }
+
+    async fn strip_run(&self, tenant: &str, run_id: &str, at_ms: i64) -> Result<u64, ArchiveError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        // The run's row, locked: a concurrent backfill of the run waits for this one.
+        tx.query(
+            "SELECT 1 FROM runs WHERE tenant = $1 AND run_id = $2 FOR UPDATE",
+            &[&tenant, &run_id],
+        )
+        .await?;
+        let mut stored = Vec::new();
+        for r in tx
+            .query(
+                "SELECT NULL::int8, seq, payload FROM events WHERE tenant = $1 AND run_id = $2 \
+                 UNION ALL SELECT generation, seq, payload FROM event_generations \
+                 WHERE tenant = $1 AND run_id = $2",
+                &[&tenant, &run_id],
+            )
+            .await?
+        {
+            stored.push((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?));
+        }
+        let changed = rows::stripped_payloads(stored);
+        for (generation, seq, payload) in &changed {
+            match generation {
+                None => {
+                    tx.execute(
+                        "UPDATE events SET payload = $3 WHERE tenant = $1 AND run_id = $2 \
+                         AND seq = $4",
+                        &[&tenant, &run_id, payload, seq],
+                    )
+                    .await?
+                }
+                Some(g) => {
+                    tx.execute(
+                        "UPDATE event_generations SET payload = $3 WHERE tenant = $1 \
+                         AND run_id = $2 AND generation = $5 AND seq = $4",
+                        &[&tenant, &run_id, payload, seq, g],
+                    )
+                    .await?
+                }
+            };
+        }
+        tx.execute(
+            "DELETE FROM raw_chunks WHERE tenant = $1 AND run_id = $2",
+            &[&tenant, &run_id],
+        )
+        .await?;
+        tx.execute(
+            "UPDATE runs SET stripped_at_ms = $3 WHERE tenant = $1 AND run_id = $2",
+            &[&tenant, &run_id, &at_ms],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(changed.len() as u64)
+    }
+
+    async fn drop_run(&self, tenant: &str, run_id: &str) -> Result<u64, ArchiveError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let mut events = 0;
+        for table in rows::RUN_TABLES {
+            let n = tx
+                .execute(
+                    &format!("DELETE FROM {table} WHERE tenant = $1 AND run_id = $2"),
+                    &[&tenant, &run_id],
+                )
+                .await?;
+            if matches!(table, "events" | "event_generations") {
+                events += n;
+            }
+        }
+        tx.commit().await?;
+        Ok(events)
     }
 
     async fn erasures(

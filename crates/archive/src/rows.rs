@@ -284,7 +284,7 @@ pub(crate) enum Param {
 /// The `runs` columns in the order every backend reads them.
 pub(crate) const RUN_COLUMNS: &str = "tenant, run_id, session_key, provider, model, status, \
      stop_reason, usage, first_seq, last_seq, first_ts_ms, last_ts_ms, event_count, adapter, \
-     adapter_version, grammar_version, generation";
+     adapter_version, grammar_version, generation, stripped_at_ms";
 
 /// Columns every event read selects, in the order the backends' row decoders expect.
 pub(crate) const EVENT_COLUMNS: &str = "run_id, journal_seq, tenant, session_key, ts_ms, payload";
@@ -348,6 +348,9 @@ pub(crate) fn list_query(
     if let Some(until) = filter.until_ts_ms {
         let ph = bind(&mut params, Param::Int(until));
         conds.push(format!("first_ts_ms < {ph}"));
+    }
+    if filter.unstripped {
+        conds.push("stripped_at_ms IS NULL".to_owned());
     }
     if let Some(cursor) = &filter.cursor {
         let (ts, tenant, run_id) = decode_cursor(cursor)?;
@@ -528,6 +531,29 @@ pub(crate) fn erase_scope_param(scope: &crate::EraseScope) -> &str {
 pub(crate) const ERASURE_COLUMNS: &str =
     "id, at_ms, actor, tenant, scope, scope_hash, run_hashes, events, raw_chunks";
 
+/// The new payloads of a run's stored events once retention stubs them: for each
+/// `(generation, seq, payload)` that changes, `(generation, seq, new payload)`
+/// (generation `None` = the current events). A payload that does not parse is left as
+/// it is (and logged): retention never makes an archive less readable.
+pub(crate) fn stripped_payloads(
+    stored: Vec<(Option<i64>, i64, String)>,
+) -> Vec<(Option<i64>, i64, String)> {
+    stored
+        .into_iter()
+        .filter_map(|(generation, seq, payload)| {
+            match streamgate_grammar::Event::from_json(&payload) {
+                Ok(event) => {
+                    crate::retention::strip(&event).map(|e| (generation, seq, e.to_json()))
+                }
+                Err(e) => {
+                    tracing::warn!(seq, error = %e, "archived event unreadable; retention left it");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
 /// The cursor after the last run of a page: `v2:<first_ts_ms>:<tenant byte length>:<tenant><run id>`
 /// (the length keeps any tenant unambiguous). Versioned so its format can change; `v1`
 /// cursors (no tenant, from before schema version 2) are refused as bad cursors.
@@ -593,6 +619,7 @@ pub(crate) struct StoredRun {
     pub adapter_version: Option<i64>,
     pub grammar_version: Option<i64>,
     pub generation: i64,
+    pub stripped_at_ms: Option<i64>,
 }
 
 impl StoredRun {
@@ -626,6 +653,7 @@ impl StoredRun {
         Ok(crate::RunRecord {
             provenance,
             generation,
+            stripped_at_ms: self.stripped_at_ms,
             first_seq: to_u64(&what, self.first_seq)?,
             last_seq: to_u64(&what, self.last_seq)?,
             event_count: to_u64(&what, self.event_count)?,

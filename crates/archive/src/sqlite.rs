@@ -70,6 +70,13 @@ enum WriteJob {
         job: EraseJob,
         reply: oneshot::Sender<Result<Erased, ArchiveError>>,
     },
+    /// Retention: strip (`Some(at_ms)`) or drop (`None`) one run.
+    Retain {
+        tenant: String,
+        run_id: String,
+        strip_at_ms: Option<i64>,
+        reply: oneshot::Sender<Result<u64, ArchiveError>>,
+    },
 }
 
 /// An [`Erasure`] moved to the writer thread.
@@ -362,6 +369,17 @@ fn writer_loop(
             }
             WriteJob::Erase { job, reply } => {
                 let _ = reply.send(erase(&mut conn, &job));
+            }
+            WriteJob::Retain {
+                tenant,
+                run_id,
+                strip_at_ms,
+                reply,
+            } => {
+                let _ = reply.send(match strip_at_ms {
+                    Some(at) => strip_run(&mut conn, &tenant, &run_id, at),
+                    None => drop_run(&mut conn, &tenant, &run_id),
+                });
             }
         }
         // Full channel = a checkpoint is already pending.
@@ -693,6 +711,68 @@ fn erasure_record(r: &rusqlite::Row<'_>) -> Result<ErasureRecord, ArchiveError> 
     })
 }
 
+/// [`Store::strip_run`] on the writer connection.
+fn strip_run(
+    conn: &mut Connection,
+    tenant: &str,
+    run_id: &str,
+    at_ms: i64,
+) -> Result<u64, ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let stored: Vec<(Option<i64>, i64, String)> = {
+        let mut stmt = tx.prepare(
+            "SELECT NULL, seq, payload FROM events WHERE tenant = ?1 AND run_id = ?2 \
+             UNION ALL SELECT generation, seq, payload FROM event_generations \
+             WHERE tenant = ?1 AND run_id = ?2",
+        )?;
+        let found = stmt.query_map(params![tenant, run_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+        found.collect::<Result<_, _>>()?
+    };
+    let changed = rows::stripped_payloads(stored);
+    for (generation, seq, payload) in &changed {
+        match generation {
+            None => tx.execute(
+                "UPDATE events SET payload = ?3 WHERE tenant = ?1 AND run_id = ?2 AND seq = ?4",
+                params![tenant, run_id, payload, seq],
+            )?,
+            Some(g) => tx.execute(
+                "UPDATE event_generations SET payload = ?3 WHERE tenant = ?1 AND run_id = ?2 \
+                 AND generation = ?5 AND seq = ?4",
+                params![tenant, run_id, payload, seq, g],
+            )?,
+        };
+    }
+    tx.execute(
+        "DELETE FROM raw_chunks WHERE tenant = ?1 AND run_id = ?2",
+        params![tenant, run_id],
+    )?;
+    tx.execute(
+        "UPDATE runs SET stripped_at_ms = ?3 WHERE tenant = ?1 AND run_id = ?2",
+        params![tenant, run_id, at_ms],
+    )?;
+    tx.commit()?;
+    Ok(changed.len() as u64)
+}
+
+/// [`Store::drop_run`] on the writer connection.
+fn drop_run(conn: &mut Connection, tenant: &str, run_id: &str) -> Result<u64, ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut events = 0;
+    for table in rows::RUN_TABLES {
+        let n = tx.execute(
+            &format!("DELETE FROM {table} WHERE tenant = ?1 AND run_id = ?2"),
+            params![tenant, run_id],
+        )? as u64;
+        if matches!(table, "events" | "event_generations") {
+            events += n;
+        }
+    }
+    tx.commit()?;
+    Ok(events)
+}
+
 /// Background WAL checkpoints on their own connection, so the writer never stalls on
 /// copying pages into the database file and fsyncing it, nor on shrinking the WAL. Woken
 /// by the writer after commits; once commits pause, truncates the WAL; exits when the
@@ -834,6 +914,7 @@ fn stored_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRun> {
         adapter_version: r.get(14)?,
         grammar_version: r.get(15)?,
         generation: r.get(16)?,
+        stripped_at_ms: r.get(17)?,
     })
 }
 
@@ -1069,6 +1150,28 @@ impl Store for SqliteStore {
             at_ms: erasure.at_ms,
         };
         self.submit(|reply| WriteJob::Erase { job, reply }).await
+    }
+
+    async fn strip_run(&self, tenant: &str, run_id: &str, at_ms: i64) -> Result<u64, ArchiveError> {
+        let (tenant, run_id) = (tenant.to_owned(), run_id.to_owned());
+        self.submit(|reply| WriteJob::Retain {
+            tenant,
+            run_id,
+            strip_at_ms: Some(at_ms),
+            reply,
+        })
+        .await
+    }
+
+    async fn drop_run(&self, tenant: &str, run_id: &str) -> Result<u64, ArchiveError> {
+        let (tenant, run_id) = (tenant.to_owned(), run_id.to_owned());
+        self.submit(|reply| WriteJob::Retain {
+            tenant,
+            run_id,
+            strip_at_ms: None,
+            reply,
+        })
+        .await
     }
 
     async fn erasures(

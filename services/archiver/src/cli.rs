@@ -25,6 +25,18 @@ pub struct Args {
     /// Also archive raw chunks from SG_RAW.
     #[arg(long, env = "STREAMGATE_ARCHIVE_RAW")]
     pub archive_raw: bool,
+    /// Retention policies: `<tenant>:strip=<N>d,drop=<M>d`, `;`-separated, `*` for every
+    /// tenant without its own (strip: thinking text and tool payloads become stubs with
+    /// sizes and hashes, raw chunks go; drop: the run goes).
+    #[arg(long, env = "STREAMGATE_RETENTION", default_value = "")]
+    pub retention: crate::retention::Policies,
+    /// Seconds between retention passes.
+    #[arg(
+        long,
+        env = "STREAMGATE_RETENTION_INTERVAL_SECS",
+        default_value_t = 3600
+    )]
+    pub retention_interval_secs: u64,
     /// Partitions of the deployment.
     #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
@@ -59,6 +71,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         batch: args.batch,
         ack_wait: std::time::Duration::from_secs(args.ack_wait_secs.max(1)),
         archive_raw: args.archive_raw,
+        retention: args.retention.clone(),
+        retention_interval: std::time::Duration::from_secs(args.retention_interval_secs.max(1)),
         ..ConsumerConfig::default()
     };
     let listen = ArchiverListen {

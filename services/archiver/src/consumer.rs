@@ -44,6 +44,10 @@ pub struct ConsumerConfig {
     pub archive_raw: bool,
     /// Observer of committed batches.
     pub on_commit: Option<CommitHook>,
+    /// Retention policies (none: keep everything).
+    pub retention: crate::retention::Policies,
+    /// How often retention is enforced.
+    pub retention_interval: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -55,6 +59,8 @@ impl Default for ConsumerConfig {
             max_ack_pending: 50_000,
             archive_raw: false,
             on_commit: None,
+            retention: crate::retention::Policies::default(),
+            retention_interval: Duration::from_secs(3600),
         }
     }
 }

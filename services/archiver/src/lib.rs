@@ -5,6 +5,7 @@
 //! # Layout
 //! - [`cli`]: the service's flags and `run` (binary and `streamgate archiver`).
 //! - [`consumer`]: SG_EVENTS (and SG_RAW) → store, ack after commit.
+//! - [`retention`]: per-tenant retention policies and their scheduled enforcement.
 //! - [`replay`]: the `ArchiveService` gRPC implementation.
 //! - [`history`]: `verify` and `backfill` (re-normalizing archived raw chunks, new
 //!   generations).
@@ -19,6 +20,7 @@ pub mod convert;
 pub mod erase;
 pub mod history;
 pub mod replay;
+pub mod retention;
 pub mod service;
 
 pub use consumer::{CommitHook, ConsumerConfig};

@@ -37,6 +37,7 @@ pub struct Replay {
     store: Arc<dyn Store>,
     js: async_nats::jetstream::Context,
     partitions: u32,
+    retention: crate::retention::Policies,
 }
 
 impl Replay {
@@ -50,7 +51,14 @@ impl Replay {
             store,
             js,
             partitions,
+            retention: crate::retention::Policies::default(),
         }
+    }
+
+    /// The retention policies `Retention` reports and applies.
+    pub fn with_retention(mut self, retention: crate::retention::Policies) -> Replay {
+        self.retention = retention;
+        self
     }
 
     /// A page of the run's events after `after`: its current generation, or `generation`.
@@ -128,6 +136,7 @@ impl ArchiveService for Replay {
                 model: r.model,
                 since_ts_ms: r.since_ts_ms,
                 until_ts_ms: r.until_ts_ms,
+                unstripped: false,
                 limit: r.limit,
                 cursor: r.cursor,
             })
@@ -394,6 +403,29 @@ impl ArchiveService for Replay {
                     raw_chunks: e.raw_chunks,
                 })
                 .collect(),
+        }))
+    }
+
+    async fn retention(
+        &self,
+        request: Request<v1::RetentionRequest>,
+    ) -> Result<Response<v1::RetentionReply>, Status> {
+        let apply = request.into_inner().apply;
+        let r = crate::retention::enforce(
+            &*self.store,
+            &self.retention,
+            crate::retention::now_ms(),
+            apply,
+        )
+        .await
+        .map_err(internal)?;
+        Ok(Response::new(v1::RetentionReply {
+            policies: self.retention.0.iter().map(ToString::to_string).collect(),
+            stripped_runs: r.stripped_runs,
+            stripped_events: r.stripped_events,
+            dropped_runs: r.dropped_runs,
+            dropped_events: r.dropped_events,
+            applied: apply,
         }))
     }
 

@@ -73,6 +73,11 @@ pub async fn start(
         let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());
         tasks.spawn(async move { run_events(js, store, cfg, stop).await });
     }
+    {
+        let (store, policies, stop) = (store.clone(), cfg.retention.clone(), shutdown.clone());
+        let every = cfg.retention_interval;
+        tasks.spawn(async move { crate::retention::run(store, policies, every, stop).await });
+    }
     if cfg.archive_raw {
         let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());
         tasks.spawn(async move { run_raw(js, store, cfg, stop).await });
@@ -82,7 +87,9 @@ pub async fn start(
         Some(addr) => {
             let server = serve::grpc::start(
                 addr,
-                ArchiveServiceServer::new(Replay::new(store, js, listen.partitions)),
+                ArchiveServiceServer::new(
+                    Replay::new(store, js, listen.partitions).with_retention(cfg.retention.clone()),
+                ),
                 RequireBearer::new(&listen.operator_token),
                 &listen.serve,
                 shutdown.clone(),

@@ -414,6 +414,88 @@ async fn open_runs_wait_and_runs_without_raw_chunks_say_so(store: Arc<dyn Store>
     assert_eq!(applied, Applied::Nothing);
 }
 
+/// Retention: `acme`'s runs (old) get their thinking text and tool payloads replaced by
+/// stubs and lose their raw chunks — answers, folds and timelines stay — while every
+/// other tenant's old runs are dropped under `*`; a dry run changes nothing and a second
+/// pass finds nothing to do.
+async fn retention_strips_then_drops(store: Arc<dyn Store>) {
+    use streamgate_archiver::retention::{enforce, Policies};
+    use streamgate_grammar::RunState;
+    let store = &*store;
+    let archived = archive(store).await;
+    // The same runs under another tenant.
+    for a in &archived {
+        let run = store.get_run(TENANT, &a.run_id).await.unwrap().unwrap();
+        let events: Vec<ArchivedEvent> = store
+            .events_after(TENANT, &a.run_id, 0, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|mut e| {
+                e.event.envelope.tenant = "globex".into();
+                e
+            })
+            .collect();
+        if !events.is_empty() {
+            store.insert_batch(&events).await.unwrap();
+        }
+        assert!(run.stripped_at_ms.is_none());
+    }
+    let policies: Policies = "acme:strip=30d; *:drop=400d".parse().unwrap();
+    let now = 1_700_000_000_000 + 500 * 86_400_000;
+    let runs = archived.len() as u64;
+
+    let dry = enforce(store, &policies, now, false).await.unwrap();
+    assert_eq!((dry.stripped_runs, dry.dropped_runs), (runs, runs));
+    assert!(store
+        .get_run("globex", &archived[0].run_id)
+        .await
+        .unwrap()
+        .is_some());
+
+    let done = enforce(store, &policies, now, true).await.unwrap();
+    assert_eq!((done.stripped_runs, done.dropped_runs), (runs, runs));
+    assert!(done.stripped_events > 0);
+    let mut thinking_runs = 0;
+    for a in &archived {
+        assert!(store.get_run("globex", &a.run_id).await.unwrap().is_none());
+        let run = store.get_run(TENANT, &a.run_id).await.unwrap().unwrap();
+        assert_eq!(run.stripped_at_ms, Some(now));
+        assert!(store
+            .raw_chunks(TENANT, &a.run_id)
+            .await
+            .unwrap()
+            .is_empty());
+        let kept: Vec<RunEvent> = all_events(store, &a.run_id, None).await;
+        let old = older(&a.today, a.change).unwrap();
+        assert_eq!(kept.len(), old.len(), "stripping keeps every event");
+        let before = RunState::fold(old.iter().map(|e| &e.event));
+        let after = RunState::fold(kept.iter().map(|e| &e.event));
+        // Answers, tools and segments stay; their texts are stubs.
+        assert_eq!(after.final_text, before.final_text, "{}", a.run_id);
+        assert_eq!(after.thinking.len(), before.thinking.len(), "{}", a.run_id);
+        assert_eq!(after.items.len(), before.items.len(), "{}", a.run_id);
+        for (b, k) in before.thinking.iter().zip(&after.thinking) {
+            if b.text.len() > 40 {
+                thinking_runs += 1;
+                let lines = lines(&kept).join("\n");
+                assert!(!lines.contains(&b.text), "{}: thinking text kept", a.run_id);
+                assert!(k.text.contains("[retention: "), "{}", a.run_id);
+            }
+        }
+        for (b, k) in before.items.iter().zip(&after.items) {
+            assert_eq!(b.name, k.name);
+        }
+    }
+    assert!(
+        thinking_runs > 5,
+        "the fixtures have thinking ({thinking_runs})"
+    );
+
+    let again = enforce(store, &policies, now, true).await.unwrap();
+    assert_eq!((again.stripped_runs, again.dropped_runs), (0, 0));
+}
+
 async fn sqlite() -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("archive.db").display());
@@ -445,4 +527,17 @@ async fn postgres_open_and_bare_runs() {
     let db = PgDatabase::create().await;
     let store = open_store(db.url()).await.unwrap();
     open_runs_wait_and_runs_without_raw_chunks_say_so(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_retention() {
+    let (_dir, store) = sqlite().await;
+    retention_strips_then_drops(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_retention() {
+    let db = PgDatabase::create().await;
+    let store = open_store(db.url()).await.unwrap();
+    retention_strips_then_drops(store).await;
 }

@@ -71,6 +71,10 @@ pub struct UpArgs {
     /// so `streamgate verify` and `backfill` can re-normalize its runs.
     #[arg(long)]
     pub no_archive_raw: bool,
+    /// Retention policies of the archive: `<tenant>:strip=<N>d,drop=<M>d`, `;`-separated,
+    /// `*` for every tenant (see `streamgate retention`).
+    #[arg(long, env = "STREAMGATE_RETENTION", default_value = "")]
+    pub retention: streamgate_archiver::retention::Policies,
     /// Archive URL (default: SQLite at `<data dir>/archive.db`).
     #[arg(long, env = "STREAMGATE_ARCHIVE_URL")]
     pub archive: Option<String>,
@@ -251,6 +255,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         store.clone(),
         ConsumerConfig {
             archive_raw: !args.no_archive_raw,
+            retention: args.retention.clone(),
             ..ConsumerConfig::default()
         },
         ArchiverListen {
