@@ -1644,6 +1644,27 @@ fn verify_and_backfill_after_an_adapter_change() {
     );
     let missing = cli(dir.path(), &["replay", "hist-2", "--generation", "3"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no generation 3"));
+    // Full-text search over the answers: each run once, the backfilled one included.
+    let found = json_lines(&cli(
+        dir.path(),
+        &["runs", "--search", "hello WORLD", "--json"],
+    ));
+    let mut ids: Vec<&str> = found
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["hist-1", "hist-2", "hist-3"], "{found:?}");
+    assert!(
+        found[0]["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("[Hello, world]"),
+        "{found:?}"
+    );
+    let text = String::from_utf8_lossy(&cli(dir.path(), &["runs", "--search", "Hello"]).stdout)
+        .into_owned();
+    assert!(text.contains("[Hello]"), "{text}");
     let runs = json_lines(&cli(dir.path(), &["runs", "--json"]));
     let r2 = runs.iter().find(|r| r["run_id"] == "hist-2").unwrap();
     assert_eq!(

@@ -87,6 +87,10 @@ pub struct RunsArgs {
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
+    /// Full-text search: runs whose final answer holds these words in this order, best
+    /// match first, each with the matching part of its answer.
+    #[arg(long)]
+    pub search: Option<String>,
     #[command(flatten)]
     target: ArchiveTarget,
 }
@@ -100,6 +104,7 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
             session_key: args.session,
             status: args.status,
             limit: args.limit,
+            search: args.search.clone(),
             ..Default::default()
         })
         .await?
@@ -114,6 +119,7 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
                 "usage": r.usage_json.as_deref().and_then(|u| serde_json::from_str::<serde_json::Value>(u).ok()),
                 "adapter": r.adapter, "adapter_version": r.adapter_version,
                 "grammar_version": r.grammar_version, "generation": r.generation,
+                "snippet": r.snippet,
             });
             println!("{v}");
         } else {
@@ -132,6 +138,9 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
                 made_by,
                 r.generation
             );
+            if let Some(snippet) = &r.snippet {
+                println!("    {}", snippet.replace('\n', " "));
+            }
         }
     }
     Ok(())

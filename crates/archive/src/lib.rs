@@ -461,8 +461,29 @@ pub trait Store: Send + Sync + 'static {
     /// policy, not a request). Returns the events removed.
     async fn drop_run(&self, tenant: &str, run_id: &str) -> Result<u64, ArchiveError>;
 
+    /// Runs whose final answer contains `phrase` (words in order), best match first, at
+    /// most `limit` (0 = 50): the operator's full-text search (SQLite FTS5, PostgreSQL
+    /// `tsvector`).
+    async fn search_runs(
+        &self,
+        tenant: Option<&str>,
+        phrase: &str,
+        limit: u32,
+    ) -> Result<Vec<SearchHit>, ArchiveError>;
+
     /// Conflicts seen since this store was opened, for metrics.
     fn conflicts_total(&self) -> u64;
+}
+
+/// One run found by [`Store::search_runs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchHit {
+    /// Tenant that owns the run.
+    pub tenant: String,
+    /// The run id.
+    pub run_id: String,
+    /// The answer around the match, the matched words in `[…]`.
+    pub snippet: String,
 }
 
 /// Opens a store by URL: `sqlite:///abs/path.db`, `sqlite:relative.db` or a plain path →

@@ -71,6 +71,7 @@ CREATE TABLE raw_chunks (
     (3, SQLITE_V3),
     (4, SQLITE_V4),
     (5, "ALTER TABLE runs ADD COLUMN stripped_at_ms INTEGER;"),
+    (6, SQLITE_V6),
 ];
 
 /// Version 2 on SQLite: the tenant joins every primary key; tables rebuilt, rows copied.
@@ -191,6 +192,7 @@ CREATE TABLE raw_chunks (
     (3, POSTGRES_V3),
     (4, POSTGRES_V4),
     (5, "ALTER TABLE runs ADD COLUMN stripped_at_ms BIGINT;"),
+    (6, POSTGRES_V6),
 ];
 
 /// Version 2 on PostgreSQL: the tenant joins every primary key, in place (rows kept).
@@ -301,6 +303,41 @@ CREATE TABLE erasures (
 ";
 
 // Version 5 (both backends): `runs.stripped_at_ms`, when retention stubbed the run.
+
+/// Version 6 on SQLite: full-text search over final answers (FTS5, `unicode61` words,
+/// `secure-delete` so an erased answer leaves no trace in the index), filled with the
+/// answers already archived.
+const SQLITE_V6: &str = "
+CREATE VIRTUAL TABLE run_search USING fts5(
+    tenant UNINDEXED, run_id UNINDEXED, seq UNINDEXED, answer, tokenize = 'unicode61'
+);
+INSERT INTO run_search (run_search, rank) VALUES ('secure-delete', 1);
+INSERT INTO run_search (tenant, run_id, seq, answer)
+    SELECT tenant, run_id, seq, COALESCE(json_extract(payload, '$.data.text'),
+                                         json_extract(payload, '$.data.delta'))
+    FROM events WHERE stream = 'assistant' AND phase = 'final_answer'
+      AND COALESCE(json_extract(payload, '$.data.text'), json_extract(payload, '$.data.delta'))
+          IS NOT NULL;
+";
+
+/// Version 6 on PostgreSQL: the same over a `tsvector` (`simple` configuration: no
+/// language's stemming or stop words, as answers come in every language) with a GIN index.
+const POSTGRES_V6: &str = "
+CREATE TABLE run_search (
+    tenant TEXT   NOT NULL,
+    run_id TEXT   NOT NULL,
+    seq    BIGINT NOT NULL,
+    answer TEXT   NOT NULL,
+    doc    tsvector GENERATED ALWAYS AS (to_tsvector('simple', answer)) STORED,
+    PRIMARY KEY (tenant, run_id, seq)
+);
+CREATE INDEX run_search_doc ON run_search USING GIN (doc);
+INSERT INTO run_search (tenant, run_id, seq, answer)
+    SELECT tenant, run_id, seq, COALESCE(payload::json->'data'->>'text',
+                                         payload::json->'data'->>'delta')
+    FROM events WHERE stream = 'assistant' AND phase = 'final_answer'
+      AND COALESCE(payload::json->'data'->>'text', payload::json->'data'->>'delta') IS NOT NULL;
+";
 
 /// Creates the bookkeeping table; both backends accept this statement.
 pub(crate) const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -9,7 +9,7 @@ use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
     migrations, ArchiveError, ArchivedEvent, EraseScope, Erased, Erasure, ErasureRecord,
     GenerationOutcome, InsertOutcome, NewGeneration, RawChunkRecord, RunFilter, RunPage,
-    RunProvenance, RunRecord, RunStatusKind, Store,
+    RunProvenance, RunRecord, RunStatusKind, SearchHit, Store,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::collections::{HashMap, HashSet};
@@ -299,6 +299,40 @@ async fn write_rows<'r>(
         }
     }
 
+    let answers: Vec<&EventRow> = rows
+        .iter()
+        .zip(&inserted)
+        .filter(|(r, ins)| **ins && r.answer.is_some())
+        .map(|(r, _)| r)
+        .collect();
+    if !answers.is_empty() {
+        let index = tx
+            .prepare_cached(
+                "INSERT INTO run_search (tenant, run_id, seq, answer) \
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[]) \
+                 ON CONFLICT (tenant, run_id, seq) DO NOTHING",
+            )
+            .await?;
+        tx.execute(
+            &index,
+            &[
+                &answers
+                    .iter()
+                    .map(|r| r.tenant.as_str())
+                    .collect::<Vec<_>>(),
+                &answers
+                    .iter()
+                    .map(|r| r.run_id.as_str())
+                    .collect::<Vec<_>>(),
+                &answers.iter().map(|r| r.seq).collect::<Vec<_>>(),
+                &answers
+                    .iter()
+                    .map(|r| r.answer.as_deref().unwrap_or_default())
+                    .collect::<Vec<_>>(),
+            ],
+        )
+        .await?;
+    }
     let deltas = rows::run_deltas(
         rows.iter()
             .zip(&inserted)
@@ -601,16 +635,13 @@ impl Store for PostgresStore {
             journal.insert(r.try_get::<_, i64>(0)?, r.try_get::<_, i64>(1)?);
         }
         let rows = rows::generation_rows(g, &journal)?;
-        tx.execute(
-            "DELETE FROM events WHERE tenant = $1 AND run_id = $2",
-            &[&g.tenant, &g.run_id],
-        )
-        .await?;
-        tx.execute(
-            "DELETE FROM runs WHERE tenant = $1 AND run_id = $2",
-            &[&g.tenant, &g.run_id],
-        )
-        .await?;
+        for table in ["events", "run_search", "runs"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE tenant = $1 AND run_id = $2"),
+                &[&g.tenant, &g.run_id],
+            )
+            .await?;
+        }
         let (outcome, conflicts) = write_rows(&tx, &rows).await?;
         let generation = current + 1;
         let pr = &g.provenance;
@@ -794,6 +825,39 @@ impl Store for PostgresStore {
         }
         tx.commit().await?;
         Ok(events)
+    }
+
+    async fn search_runs(
+        &self,
+        tenant: Option<&str>,
+        phrase: &str,
+        limit: u32,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        let limit = i64::from(if limit == 0 { 50 } else { limit.min(1000) });
+        let client = self.pool.get().await?;
+        let found = client
+            .query(
+                "SELECT tenant, run_id, ts_headline('simple', answer, q, \
+                   'StartSel=[, StopSel=], MaxWords=16, MinWords=4') FROM ( \
+                   SELECT DISTINCT ON (tenant, run_id) tenant, run_id, answer, q, \
+                     ts_rank(doc, q) AS rank \
+                   FROM run_search, phraseto_tsquery('simple', $1) AS q \
+                   WHERE doc @@ q AND ($2::text IS NULL OR tenant = $2) \
+                   ORDER BY tenant, run_id, rank DESC \
+                 ) hits ORDER BY rank DESC LIMIT $3",
+                &[&phrase, &tenant, &limit],
+            )
+            .await?;
+        found
+            .iter()
+            .map(|r| {
+                Ok(SearchHit {
+                    tenant: r.try_get(0)?,
+                    run_id: r.try_get(1)?,
+                    snippet: r.try_get(2)?,
+                })
+            })
+            .collect()
     }
 
     async fn erasures(

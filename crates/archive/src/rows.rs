@@ -22,6 +22,8 @@ pub(crate) struct EventRow {
     pub payload: String,
     /// What a lifecycle event contributes to `runs`.
     pub life: Option<LifeFacts>,
+    /// The text of a final answer, for the search index.
+    pub answer: Option<String>,
 }
 
 /// The `runs`-relevant parts of a lifecycle event.
@@ -113,6 +115,14 @@ pub(crate) fn to_rows(events: &[ArchivedEvent]) -> Result<Vec<EventRow>, Archive
             ts_ms: envelope.ts_ms,
             payload: event.to_json(),
             life,
+            answer: match &event.data {
+                EventData::Assistant(a) if a.phase == Some(AssistantPhase::FinalAnswer) => a
+                    .text
+                    .clone()
+                    .or_else(|| a.delta.clone())
+                    .filter(|t| !t.is_empty()),
+                _ => None,
+            },
         });
     }
     rows.sort_by(|a, b| a.key().cmp(&b.key()));
@@ -473,12 +483,14 @@ pub(crate) fn generation_rows(
 }
 
 /// The tables that hold a run, each keyed by `(tenant, run_id, …)`: what an erasure
-/// deletes from. `runs` goes last (its row is what lists the run).
-pub(crate) const RUN_TABLES: [&str; 5] = [
+/// deletes from (the search index included). `runs` goes last (its row is what lists
+/// the run).
+pub(crate) const RUN_TABLES: [&str; 6] = [
     "events",
     "event_generations",
     "run_generations",
     "raw_chunks",
+    "run_search",
     "runs",
 ];
 
@@ -552,6 +564,12 @@ pub(crate) fn stripped_payloads(
             }
         })
         .collect()
+}
+
+/// A search phrase as an FTS5 query: one quoted phrase (quotes doubled), so operators'
+/// words are matched as words, never parsed as FTS5 syntax.
+pub(crate) fn fts5_phrase(phrase: &str) -> String {
+    format!("\"{}\"", phrase.replace('"', "\"\""))
 }
 
 /// The cursor after the last run of a page: `v2:<first_ts_ms>:<tenant byte length>:<tenant><run id>`

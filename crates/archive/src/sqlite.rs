@@ -10,7 +10,7 @@ use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
     migrations, ArchiveError, ArchivedEvent, EraseScope, Erased, Erasure, ErasureRecord,
     GenerationOutcome, InsertOutcome, NewGeneration, Provenance, RawChunkRecord, RunFilter,
-    RunPage, RunProvenance, RunRecord, Store,
+    RunPage, RunProvenance, RunRecord, SearchHit, Store,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -493,6 +493,16 @@ fn write_batch(
             result.conflicts.push((i, stored.payload));
         }
     }
+    {
+        let mut index = tx.prepare_cached(
+            "INSERT INTO run_search (tenant, run_id, seq, answer) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (row, _) in rows.iter().zip(&inserted).filter(|(_, ins)| **ins) {
+            if let Some(answer) = &row.answer {
+                index.execute(params![row.tenant, row.run_id, row.seq, answer])?;
+            }
+        }
+    }
     let deltas = rows::run_deltas(
         rows.iter()
             .zip(&inserted)
@@ -600,14 +610,12 @@ fn write_generation(
         at_ms: job.at_ms,
     };
     let rows = rows::generation_rows(&new, &journal)?;
-    tx.execute(
-        "DELETE FROM events WHERE tenant = ?1 AND run_id = ?2",
-        params![job.tenant, job.run_id],
-    )?;
-    tx.execute(
-        "DELETE FROM runs WHERE tenant = ?1 AND run_id = ?2",
-        params![job.tenant, job.run_id],
-    )?;
+    for table in ["events", "run_search", "runs"] {
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE tenant = ?1 AND run_id = ?2"),
+            params![job.tenant, job.run_id],
+        )?;
+    }
     let result = write_batch(&tx, &rows)?;
     let generation = current + 1;
     let pr = &job.provenance;
@@ -1170,6 +1178,41 @@ impl Store for SqliteStore {
             run_id,
             strip_at_ms: None,
             reply,
+        })
+        .await
+    }
+
+    async fn search_runs(
+        &self,
+        tenant: Option<&str>,
+        phrase: &str,
+        limit: u32,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        let tenant = tenant.map(str::to_owned);
+        let query = rows::fts5_phrase(phrase);
+        let limit = i64::from(if limit == 0 { 50 } else { limit.min(1000) });
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT tenant, run_id, snippet(run_search, 3, '[', ']', '…', 16) \
+                 FROM run_search WHERE run_search MATCH ?1 AND (?2 IS NULL OR tenant = ?2) \
+                 ORDER BY rank LIMIT ?3",
+            )?;
+            let mut found = stmt.query(params![query, tenant, limit])?;
+            let mut out: Vec<SearchHit> = Vec::new();
+            while let Some(r) = found.next()? {
+                let hit = SearchHit {
+                    tenant: r.get(0)?,
+                    run_id: r.get(1)?,
+                    snippet: r.get(2)?,
+                };
+                if !out
+                    .iter()
+                    .any(|h| h.tenant == hit.tenant && h.run_id == hit.run_id)
+                {
+                    out.push(hit);
+                }
+            }
+            Ok(out)
         })
         .await
     }

@@ -11,7 +11,7 @@ use streamgate_archive::{
     id_hash, open_store, ArchiveError, ArchivedEvent, EraseScope, Erasure, InsertOutcome,
     NewGeneration, Provenance, RawChunkRecord, RunFilter, RunStatusKind, Store,
 };
-use streamgate_grammar::StopReason;
+use streamgate_grammar::{Assistant, AssistantPhase, EventData, StopReason};
 
 /// Where a test's store lives; `open` may be called again to test reopening.
 enum Backend {
@@ -73,6 +73,7 @@ both_backends!(
     same_run_id_under_two_tenants_is_two_runs,
     upgrade_from_version_1_keeps_rows,
     erase_removes_runs_from_every_table_and_audits_without_ids,
+    search_finds_runs_by_a_phrase_of_their_answer,
 );
 
 fn outcome(inserted: u64, duplicates: u64, conflicts: u64) -> InsertOutcome {
@@ -1126,4 +1127,120 @@ async fn erase_removes_runs_from_every_table_and_audits_without_ids(backend: Bac
         .iter()
         .all(|e| !format!("{e:?}").contains("chat-1") && !format!("{e:?}").contains("\"r1\"")));
     assert!(store.erasures(Some("globex"), 0).await.unwrap().is_empty());
+}
+
+/// A run whose final answer is `answer`.
+fn answered(tenant: &str, run: &str, answer: &str) -> Vec<ArchivedEvent> {
+    let mut events = whole_run(tenant, run, 1_000, 1, 1);
+    let last = events.pop().unwrap();
+    events.push(archived(
+        env(tenant, Some("chat-1"), run, 1_100),
+        3,
+        EventData::Assistant(Assistant {
+            phase: Some(AssistantPhase::FinalAnswer),
+            text: Some(answer.to_owned()),
+            ..Assistant::default()
+        }),
+        3,
+    ));
+    let mut end = last;
+    end.event.event.seq = 4;
+    events.push(end);
+    events
+}
+
+/// Search: a phrase of an answer finds its run (words in order, any case), scoped by
+/// tenant; syntax in the phrase is taken as words; erasing a run takes it out of the
+/// index and a new generation replaces its answer there.
+async fn search_finds_runs_by_a_phrase_of_their_answer(backend: Backend) {
+    let store = backend.open().await;
+    for (tenant, run, answer) in [
+        (
+            "acme",
+            "r1",
+            "The orbit of Phobos decays by 1.8 metres per century.",
+        ),
+        (
+            "acme",
+            "r2",
+            "Deimos, the smaller moon, drifts slowly outward.",
+        ),
+        (
+            "globex",
+            "r3",
+            "Phobos will break up into a ring in 50 million years.",
+        ),
+    ] {
+        store
+            .insert_batch(&answered(tenant, run, answer))
+            .await
+            .unwrap();
+    }
+    let found = |tenant: Option<&'static str>, phrase: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut hits: Vec<String> = store
+                .search_runs(tenant, phrase, 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|h| format!("{}/{}", h.tenant, h.run_id))
+                .collect();
+            hits.sort();
+            hits
+        }
+    };
+    assert_eq!(found(None, "orbit of Phobos").await, ["acme/r1"]);
+    assert_eq!(found(None, "phobos").await, ["acme/r1", "globex/r3"]);
+    assert_eq!(found(Some("acme"), "Phobos").await, ["acme/r1"]);
+    assert_eq!(
+        found(None, "Phobos orbit").await,
+        Vec::<String>::new(),
+        "words in order"
+    );
+    assert_eq!(found(None, "smaller moon").await, ["acme/r2"]);
+    assert_eq!(found(None, "\"moon OR NEAR(").await, Vec::<String>::new());
+    let hit = &store.search_runs(None, "smaller moon", 0).await.unwrap()[0];
+    // FTS5 brackets the phrase, PostgreSQL each word.
+    assert!(
+        hit.snippet.contains("[smaller moon]") || hit.snippet.contains("[smaller] [moon]"),
+        "{}",
+        hit.snippet
+    );
+
+    // A new generation's answer replaces the old one in the index.
+    let mut second: Vec<_> = answered("acme", "r2", "Deimos keeps a nearly circular orbit.")
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    second.sort_by_key(|e| e.event.seq);
+    store
+        .write_generation(&NewGeneration {
+            tenant: "acme",
+            run_id: "r2",
+            replaces: 1,
+            events: &second,
+            provenance: Provenance {
+                adapter: "f1".into(),
+                adapter_version: 1,
+                grammar_version: 1,
+            },
+            at_ms: 5,
+        })
+        .await
+        .unwrap();
+    assert_eq!(found(None, "smaller moon").await, Vec::<String>::new());
+    assert_eq!(found(None, "circular orbit").await, ["acme/r2"]);
+
+    // Erased: gone from the index.
+    store
+        .erase(&Erasure {
+            tenant: "globex",
+            scope: &EraseScope::All,
+            actor: "t",
+            at_ms: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(found(None, "phobos").await, ["acme/r1"]);
 }

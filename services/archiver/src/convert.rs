@@ -25,6 +25,7 @@ pub fn run(r: &RunRecord) -> v1::Run {
         adapter_version: r.provenance.as_ref().map(|p| p.adapter_version),
         grammar_version: r.provenance.as_ref().map(|p| p.grammar_version),
         generation: r.generation,
+        snippet: None,
     }
 }
 

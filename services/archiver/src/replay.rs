@@ -126,6 +126,37 @@ impl ArchiveService for Replay {
                 )))
             }
         };
+        if let Some(phrase) = r.search.as_deref() {
+            let phrase = phrase.trim();
+            if phrase.is_empty() || phrase.len() > 1000 {
+                return Err(Status::invalid_argument(
+                    "search needs 1 to 1000 bytes of words",
+                ));
+            }
+            let tenant = r.tenant.map(|t| ids::tenant_or_default(&t).to_owned());
+            let hits = self
+                .store
+                .search_runs(tenant.as_deref(), phrase, r.limit)
+                .await
+                .map_err(internal)?;
+            let mut runs = Vec::with_capacity(hits.len());
+            for hit in hits {
+                if let Some(run) = self
+                    .store
+                    .get_run(&hit.tenant, &hit.run_id)
+                    .await
+                    .map_err(internal)?
+                {
+                    let mut run = convert::run(&run);
+                    run.snippet = Some(hit.snippet);
+                    runs.push(run);
+                }
+            }
+            return Ok(Response::new(v1::ListRunsReply {
+                runs,
+                next_cursor: None,
+            }));
+        }
         let page = self
             .store
             .list_runs(&RunFilter {
