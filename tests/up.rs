@@ -1527,7 +1527,7 @@ fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
 #[test]
 fn verify_and_backfill_after_an_adapter_change() {
     let dir = tempfile::tempdir().unwrap();
-    let _up = start_up(dir.path());
+    let _up = start_up_with(dir.path(), &["--prices", "claude-*:input=3,output=15"]);
     for run in ["hist-1", "hist-2", "hist-3"] {
         assert!(ingest(dir.path(), run), "ingest {run}");
     }

@@ -91,6 +91,14 @@ pub struct RunsArgs {
     /// match first, each with the matching part of its answer.
     #[arg(long)]
     pub search: Option<String>,
+    /// Accounting instead of runs: per tenant, model and UTC day the runs, tokens
+    /// (input/output/reasoning/cache), mean time to first token and duration, and cost
+    /// from the archiver's price table.
+    #[arg(long, conflicts_with = "search")]
+    pub stats: bool,
+    /// With --stats: only runs started within this many days.
+    #[arg(long, requires = "stats")]
+    pub days: Option<u32>,
     #[command(flatten)]
     target: ArchiveTarget,
 }
@@ -98,6 +106,9 @@ pub struct RunsArgs {
 /// Runs `streamgate runs`.
 pub async fn runs(args: RunsArgs) -> Result<()> {
     let mut client = args.target.connect().await?;
+    if args.stats {
+        return stats(&mut client, &args).await;
+    }
     let reply = client
         .list_runs(ListRunsRequest {
             tenant: (!args.all_tenants).then_some(args.tenant),
@@ -120,6 +131,10 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
                 "adapter": r.adapter, "adapter_version": r.adapter_version,
                 "grammar_version": r.grammar_version, "generation": r.generation,
                 "snippet": r.snippet,
+                "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                "reasoning_tokens": r.reasoning_tokens, "cache_read_tokens": r.cache_read_tokens,
+                "cache_write_tokens": r.cache_write_tokens, "ttft_ms": r.ttft_ms,
+                "ttfa_ms": r.ttfa_ms, "duration_ms": r.duration_ms, "cost": r.cost,
             });
             println!("{v}");
         } else {
@@ -141,6 +156,72 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
             if let Some(snippet) = &r.snippet {
                 println!("    {}", snippet.replace('\n', " "));
             }
+        }
+    }
+    Ok(())
+}
+
+/// `streamgate runs --stats`.
+async fn stats(client: &mut Client, args: &RunsArgs) -> Result<()> {
+    let since = args.days.map(|d| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_millis() as i64);
+        now - i64::from(d) * 86_400_000
+    });
+    let reply = client
+        .run_stats(streamgate_proto::v1::RunStatsRequest {
+            tenant: (!args.all_tenants).then(|| args.tenant.clone()),
+            since_ts_ms: since,
+            until_ts_ms: None,
+        })
+        .await?
+        .into_inner();
+    if !args.json {
+        println!(
+            "{:<10} {:<10} {:<24} {:>6} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}",
+            "DAY",
+            "TENANT",
+            "MODEL",
+            "RUNS",
+            "INPUT",
+            "OUTPUT",
+            "REASONING",
+            "CACHE RD",
+            "TTFT ms",
+            "DUR ms",
+            "COST"
+        );
+    }
+    for r in reply.rows {
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "day": r.day, "tenant": r.tenant, "model": r.model, "runs": r.runs,
+                    "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                    "reasoning_tokens": r.reasoning_tokens, "cache_read_tokens": r.cache_read_tokens,
+                    "cache_write_tokens": r.cache_write_tokens, "mean_ttft_ms": r.mean_ttft_ms,
+                    "mean_duration_ms": r.mean_duration_ms, "cost": r.cost, "currency": reply.currency,
+                })
+            );
+        } else {
+            println!(
+                "{:<10} {:<10} {:<24} {:>6} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}",
+                r.day,
+                r.tenant,
+                r.model,
+                r.runs,
+                r.input_tokens,
+                r.output_tokens,
+                r.reasoning_tokens,
+                r.cache_read_tokens,
+                r.mean_ttft_ms
+                    .map_or_else(|| "-".to_owned(), |t| t.to_string()),
+                r.mean_duration_ms,
+                r.cost
+                    .map_or_else(|| "-".to_owned(), |c| format!("{c:.4} {}", reply.currency)),
+            );
         }
     }
     Ok(())

@@ -130,6 +130,14 @@ pub struct RunRecord {
     /// When retention replaced the run's thinking text and tool payloads with stubs
     /// ([`retention`]) and dropped its raw chunks; `None` while they are whole.
     pub stripped_at_ms: Option<i64>,
+    /// Token counts from the run's usage (per field the largest a lifecycle event
+    /// reported); `None` when no event carried usage.
+    pub tokens: Option<streamgate_grammar::usage::Tokens>,
+    /// Ingest time of the first thinking, assistant or tool event (time to first token
+    /// = this − `first_ts_ms`).
+    pub first_token_ts_ms: Option<i64>,
+    /// Ingest time of the first assistant event (time to first answer token).
+    pub first_answer_ts_ms: Option<i64>,
 }
 
 /// What made a run's events: the adapter (family, `/dialect` when one was named) and its
@@ -471,8 +479,44 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<SearchHit>, ArchiveError>;
 
+    /// Accounting by tenant, model and UTC day of the runs `filter` selects, newest day
+    /// first.
+    async fn run_stats(&self, filter: &StatsFilter) -> Result<Vec<StatsRow>, ArchiveError>;
+
     /// Conflicts seen since this store was opened, for metrics.
     fn conflicts_total(&self) -> u64;
+}
+
+/// Which runs [`Store::run_stats`] adds up.
+#[derive(Debug, Clone, Default)]
+pub struct StatsFilter {
+    /// Only this tenant.
+    pub tenant: Option<String>,
+    /// Only runs with `first_ts_ms >= since_ts_ms`.
+    pub since_ts_ms: Option<i64>,
+    /// Only runs with `first_ts_ms < until_ts_ms`.
+    pub until_ts_ms: Option<i64>,
+}
+
+/// Accounting of one (tenant, model, UTC day).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatsRow {
+    /// The tenant.
+    pub tenant: String,
+    /// The model (empty when the runs named none).
+    pub model: String,
+    /// The UTC day, as days since the Unix epoch.
+    pub day: i64,
+    /// Runs.
+    pub runs: u64,
+    /// Summed token counts.
+    pub tokens: streamgate_grammar::usage::Tokens,
+    /// Summed time to first token, ms, over `ttft_runs` runs.
+    pub ttft_ms_sum: i64,
+    /// Runs with a first token.
+    pub ttft_runs: u64,
+    /// Summed run durations (first to last event), ms.
+    pub duration_ms_sum: i64,
 }
 
 /// One run found by [`Store::search_runs`].

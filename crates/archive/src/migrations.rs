@@ -72,6 +72,7 @@ CREATE TABLE raw_chunks (
     (4, SQLITE_V4),
     (5, "ALTER TABLE runs ADD COLUMN stripped_at_ms INTEGER;"),
     (6, SQLITE_V6),
+    (7, SQLITE_V7),
 ];
 
 /// Version 2 on SQLite: the tenant joins every primary key; tables rebuilt, rows copied.
@@ -193,6 +194,7 @@ CREATE TABLE raw_chunks (
     (4, POSTGRES_V4),
     (5, "ALTER TABLE runs ADD COLUMN stripped_at_ms BIGINT;"),
     (6, POSTGRES_V6),
+    (7, POSTGRES_V7),
 ];
 
 /// Version 2 on PostgreSQL: the tenant joins every primary key, in place (rows kept).
@@ -337,6 +339,23 @@ INSERT INTO run_search (tenant, run_id, seq, answer)
                                          payload::json->'data'->>'delta')
     FROM events WHERE stream = 'assistant' AND phase = 'final_answer'
       AND COALESCE(payload::json->'data'->>'text', payload::json->'data'->>'delta') IS NOT NULL;
+";
+
+/// Version 7 on SQLite: accounting — token counts and first-token times per run (runs
+/// archived before stay NULL).
+const SQLITE_V7: &str = "
+ALTER TABLE runs ADD COLUMN input_tokens INTEGER;
+ALTER TABLE runs ADD COLUMN output_tokens INTEGER;
+ALTER TABLE runs ADD COLUMN reasoning_tokens INTEGER;
+ALTER TABLE runs ADD COLUMN cache_read_tokens INTEGER;
+ALTER TABLE runs ADD COLUMN cache_write_tokens INTEGER;
+ALTER TABLE runs ADD COLUMN first_token_ts_ms INTEGER;
+ALTER TABLE runs ADD COLUMN first_answer_ts_ms INTEGER;
+";
+
+/// Version 7 on PostgreSQL: see [`SQLITE_V7`].
+const POSTGRES_V7: &str = "
+ALTER TABLE runs ADD COLUMN input_tokens BIGINT, ADD COLUMN output_tokens BIGINT, ADD COLUMN reasoning_tokens BIGINT, ADD COLUMN cache_read_tokens BIGINT, ADD COLUMN cache_write_tokens BIGINT, ADD COLUMN first_token_ts_ms BIGINT, ADD COLUMN first_answer_ts_ms BIGINT;
 ";
 
 /// Creates the bookkeeping table; both backends accept this statement.

@@ -9,7 +9,7 @@ use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
     migrations, ArchiveError, ArchivedEvent, EraseScope, Erased, Erasure, ErasureRecord,
     GenerationOutcome, InsertOutcome, NewGeneration, RawChunkRecord, RunFilter, RunPage,
-    RunProvenance, RunRecord, RunStatusKind, SearchHit, Store,
+    RunProvenance, RunRecord, RunStatusKind, SearchHit, StatsFilter, StatsRow, Store,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::collections::{HashMap, HashSet};
@@ -149,6 +149,15 @@ fn stored_run(r: &tokio_postgres::Row) -> Result<StoredRun, ArchiveError> {
         grammar_version: r.try_get(15)?,
         generation: r.try_get(16)?,
         stripped_at_ms: r.try_get(17)?,
+        accounting: [
+            r.try_get(18)?,
+            r.try_get(19)?,
+            r.try_get(20)?,
+            r.try_get(21)?,
+            r.try_get(22)?,
+            r.try_get(23)?,
+            r.try_get(24)?,
+        ],
     })
 }
 
@@ -345,11 +354,21 @@ async fn write_rows<'r>(
                 "INSERT INTO runs ({}) SELECT * FROM UNNEST($1::text[], $2::text[], \
                  $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int8[], \
                  $9::text[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], \
-                 $14::int8[], $15::int8[]) ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
+                 $14::int8[], $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], \
+                 $20::int8[], $21::int8[], $22::int8[]) \
+                 ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
                 rows::RUN_INSERT_COLUMNS,
                 rows::RUN_UPSERT_SET
             ))
             .await?;
+        let accounting: Vec<Vec<Option<i64>>> = (0..7)
+            .map(|i| {
+                deltas
+                    .iter()
+                    .map(|d| rows::accounting_values(d)[i])
+                    .collect()
+            })
+            .collect();
         let status = |d: &rows::RunDelta| {
             d.terminal
                 .as_ref()
@@ -395,6 +414,13 @@ async fn write_rows<'r>(
                 &deltas.iter().map(|d| d.first_ts_ms).collect::<Vec<_>>(),
                 &deltas.iter().map(|d| d.last_ts_ms).collect::<Vec<_>>(),
                 &deltas.iter().map(|d| d.count).collect::<Vec<_>>(),
+                &accounting[0],
+                &accounting[1],
+                &accounting[2],
+                &accounting[3],
+                &accounting[4],
+                &accounting[5],
+                &accounting[6],
             ],
         )
         .await?;
@@ -825,6 +851,29 @@ impl Store for PostgresStore {
         }
         tx.commit().await?;
         Ok(events)
+    }
+
+    async fn run_stats(&self, filter: &StatsFilter) -> Result<Vec<StatsRow>, ArchiveError> {
+        let client = self.pool.get().await?;
+        let sql = rows::stats_query(|n| match n {
+            1 => "$1::text".to_owned(),
+            _ => format!("${n}::int8"),
+        });
+        let mut out = Vec::new();
+        for r in client
+            .query(
+                &sql,
+                &[&filter.tenant, &filter.since_ts_ms, &filter.until_ts_ms],
+            )
+            .await?
+        {
+            let mut v = [0i64; 10];
+            for (i, slot) in v.iter_mut().enumerate() {
+                *slot = r.try_get(i + 2)?;
+            }
+            out.push(rows::stats_row(r.try_get(0)?, r.try_get(1)?, v));
+        }
+        Ok(out)
     }
 
     async fn search_runs(

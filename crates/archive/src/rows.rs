@@ -173,6 +173,12 @@ pub(crate) struct RunDelta {
     pub model: Option<String>,
     pub terminal: Option<Terminal>,
     pub usage: Option<(i64, String)>,
+    /// Token counts: the per-field maximum of the batch's lifecycle usages.
+    pub tokens: Option<streamgate_grammar::usage::Tokens>,
+    /// Earliest ingest time of a thinking, assistant or item event.
+    pub first_token_ts_ms: Option<i64>,
+    /// Earliest ingest time of an assistant event.
+    pub first_answer_ts_ms: Option<i64>,
     pub first_seq: i64,
     pub last_seq: i64,
     pub first_ts_ms: i64,
@@ -195,11 +201,21 @@ impl RunDelta {
             first_ts_ms: row.ts_ms,
             last_ts_ms: row.ts_ms,
             count: 0,
+            tokens: None,
+            first_token_ts_ms: None,
+            first_answer_ts_ms: None,
         }
     }
 
     fn add(&mut self, row: &EventRow) {
         self.count += 1;
+        let min = |a: Option<i64>, b: i64| Some(a.map_or(b, |a| a.min(b)));
+        if row.stream != "lifecycle" {
+            self.first_token_ts_ms = min(self.first_token_ts_ms, row.ts_ms);
+        }
+        if row.stream == "assistant" {
+            self.first_answer_ts_ms = min(self.first_answer_ts_ms, row.ts_ms);
+        }
         self.first_seq = self.first_seq.min(row.seq);
         self.last_seq = self.last_seq.max(row.seq);
         self.first_ts_ms = self.first_ts_ms.min(row.ts_ms);
@@ -233,6 +249,10 @@ impl RunDelta {
         if let Some(usage) = &life.usage {
             if self.usage.as_ref().is_none_or(|(seq, _)| row.seq > *seq) {
                 self.usage = Some((row.seq, usage.clone()));
+            }
+            if let Some(json) = streamgate_grammar::Json::parse(usage) {
+                let tokens = streamgate_grammar::usage::Tokens::from_usage(&json);
+                self.tokens = Some(self.tokens.map_or(tokens, |t| t.max(tokens)));
             }
         }
     }
@@ -294,7 +314,8 @@ pub(crate) enum Param {
 /// The `runs` columns in the order every backend reads them.
 pub(crate) const RUN_COLUMNS: &str = "tenant, run_id, session_key, provider, model, status, \
      stop_reason, usage, first_seq, last_seq, first_ts_ms, last_ts_ms, event_count, adapter, \
-     adapter_version, grammar_version, generation, stripped_at_ms";
+     adapter_version, grammar_version, generation, stripped_at_ms, input_tokens, output_tokens, \
+     reasoning_tokens, cache_read_tokens, cache_write_tokens, first_token_ts_ms, first_answer_ts_ms";
 
 /// Columns every event read selects, in the order the backends' row decoders expect.
 pub(crate) const EVENT_COLUMNS: &str = "run_id, journal_seq, tenant, session_key, ts_ms, payload";
@@ -572,6 +593,46 @@ pub(crate) fn fts5_phrase(phrase: &str) -> String {
     format!("\"{}\"", phrase.replace('"', "\"\""))
 }
 
+/// The accounting query: placeholders tenant, since, until (each may be NULL).
+pub(crate) fn stats_query(p: impl Fn(usize) -> String) -> String {
+    let (t, since, until) = (p(1), p(2), p(3));
+    format!(
+        "SELECT tenant, COALESCE(model, ''), first_ts_ms / 86400000 AS day, COUNT(*), \
+         CAST(SUM(COALESCE(input_tokens, 0)) AS BIGINT), CAST(SUM(COALESCE(output_tokens, 0)) AS BIGINT), \
+         CAST(SUM(COALESCE(reasoning_tokens, 0)) AS BIGINT), CAST(SUM(COALESCE(cache_read_tokens, 0)) AS BIGINT), \
+         CAST(SUM(COALESCE(cache_write_tokens, 0)) AS BIGINT), \
+         CAST(SUM(CASE WHEN first_token_ts_ms IS NULL THEN 0 \
+         ELSE first_token_ts_ms - first_ts_ms END) AS BIGINT), \
+         COUNT(first_token_ts_ms), CAST(SUM(last_ts_ms - first_ts_ms) AS BIGINT) \
+         FROM runs WHERE ({t} IS NULL OR tenant = {t}) \
+         AND ({since} IS NULL OR first_ts_ms >= {since}) \
+         AND ({until} IS NULL OR first_ts_ms < {until}) \
+         GROUP BY tenant, COALESCE(model, ''), first_ts_ms / 86400000 \
+         ORDER BY day DESC, tenant, 2"
+    )
+}
+
+/// A stats row from its columns (in [`stats_query`] order).
+pub(crate) fn stats_row(tenant: String, model: String, v: [i64; 10]) -> crate::StatsRow {
+    let u = |x: i64| x.max(0) as u64;
+    crate::StatsRow {
+        tenant,
+        model,
+        day: v[0],
+        runs: u(v[1]),
+        tokens: streamgate_grammar::usage::Tokens {
+            input: u(v[2]),
+            output: u(v[3]),
+            reasoning: u(v[4]),
+            cache_read: u(v[5]),
+            cache_write: u(v[6]),
+        },
+        ttft_ms_sum: v[7],
+        ttft_runs: u(v[8]),
+        duration_ms_sum: v[9],
+    }
+}
+
 /// The cursor after the last run of a page: `v2:<first_ts_ms>:<tenant byte length>:<tenant><run id>`
 /// (the length keeps any tenant unambiguous). Versioned so its format can change; `v1`
 /// cursors (no tenant, from before schema version 2) are refused as bad cursors.
@@ -638,6 +699,9 @@ pub(crate) struct StoredRun {
     pub grammar_version: Option<i64>,
     pub generation: i64,
     pub stripped_at_ms: Option<i64>,
+    /// input, output, reasoning, cache read, cache write tokens; first token and first
+    /// answer ingest times.
+    pub accounting: [Option<i64>; 7],
 }
 
 impl StoredRun {
@@ -668,10 +732,22 @@ impl StoredRun {
             _ => None,
         };
         let generation = version(self.generation)?;
+        let [input, output, reasoning, cache_read, cache_write, first_token, first_answer] =
+            self.accounting;
+        let tokens = input.map(|_| streamgate_grammar::usage::Tokens {
+            input: input.map_or(0, |v| v.max(0) as u64),
+            output: output.map_or(0, |v| v.max(0) as u64),
+            reasoning: reasoning.map_or(0, |v| v.max(0) as u64),
+            cache_read: cache_read.map_or(0, |v| v.max(0) as u64),
+            cache_write: cache_write.map_or(0, |v| v.max(0) as u64),
+        });
         Ok(crate::RunRecord {
             provenance,
             generation,
             stripped_at_ms: self.stripped_at_ms,
+            tokens,
+            first_token_ts_ms: first_token,
+            first_answer_ts_ms: first_answer,
             first_seq: to_u64(&what, self.first_seq)?,
             last_seq: to_u64(&what, self.last_seq)?,
             event_count: to_u64(&what, self.event_count)?,
@@ -714,7 +790,23 @@ pub(crate) fn into_page(
 /// `(tenant, run_id)`, the primary key.
 pub(crate) const RUN_INSERT_COLUMNS: &str = "run_id, tenant, session_key, provider, model, \
      status, stop_reason, terminal_seq, usage, usage_seq, first_seq, last_seq, first_ts_ms, \
-     last_ts_ms, event_count";
+     last_ts_ms, event_count, input_tokens, output_tokens, reasoning_tokens, \
+     cache_read_tokens, cache_write_tokens, first_token_ts_ms, first_answer_ts_ms";
+
+/// The accounting values of a delta, in [`RUN_INSERT_COLUMNS`] order after `event_count`.
+pub(crate) fn accounting_values(d: &RunDelta) -> [Option<i64>; 7] {
+    let t = d.tokens;
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    [
+        t.map(|t| n(t.input)),
+        t.map(|t| n(t.output)),
+        t.map(|t| n(t.reasoning)),
+        t.map(|t| n(t.cache_read)),
+        t.map(|t| n(t.cache_write)),
+        d.first_token_ts_ms,
+        d.first_answer_ts_ms,
+    ]
+}
 
 /// The merge rules of the `runs` upsert, valid SQL for both backends (CASE rather than
 /// MIN/MAX or LEAST/GREATEST, which the two spell differently and treat NULL differently).
@@ -744,4 +836,20 @@ pub(crate) const RUN_UPSERT_SET: &str = "
                         THEN excluded.first_ts_ms ELSE runs.first_ts_ms END,
     last_ts_ms   = CASE WHEN excluded.last_ts_ms > runs.last_ts_ms
                         THEN excluded.last_ts_ms ELSE runs.last_ts_ms END,
-    event_count  = runs.event_count + excluded.event_count";
+    event_count  = runs.event_count + excluded.event_count,
+    input_tokens = CASE WHEN excluded.input_tokens > COALESCE(runs.input_tokens, -1)
+                        THEN excluded.input_tokens ELSE runs.input_tokens END,
+    output_tokens = CASE WHEN excluded.output_tokens > COALESCE(runs.output_tokens, -1)
+                        THEN excluded.output_tokens ELSE runs.output_tokens END,
+    reasoning_tokens = CASE WHEN excluded.reasoning_tokens > COALESCE(runs.reasoning_tokens, -1)
+                        THEN excluded.reasoning_tokens ELSE runs.reasoning_tokens END,
+    cache_read_tokens = CASE WHEN excluded.cache_read_tokens > COALESCE(runs.cache_read_tokens, -1)
+                        THEN excluded.cache_read_tokens ELSE runs.cache_read_tokens END,
+    cache_write_tokens = CASE WHEN excluded.cache_write_tokens > COALESCE(runs.cache_write_tokens, -1)
+                        THEN excluded.cache_write_tokens ELSE runs.cache_write_tokens END,
+    first_token_ts_ms = CASE WHEN excluded.first_token_ts_ms IS NOT NULL AND
+                        (runs.first_token_ts_ms IS NULL OR excluded.first_token_ts_ms < runs.first_token_ts_ms)
+                        THEN excluded.first_token_ts_ms ELSE runs.first_token_ts_ms END,
+    first_answer_ts_ms = CASE WHEN excluded.first_answer_ts_ms IS NOT NULL AND
+                        (runs.first_answer_ts_ms IS NULL OR excluded.first_answer_ts_ms < runs.first_answer_ts_ms)
+                        THEN excluded.first_answer_ts_ms ELSE runs.first_answer_ts_ms END";

@@ -10,7 +10,7 @@ use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
     migrations, ArchiveError, ArchivedEvent, EraseScope, Erased, Erasure, ErasureRecord,
     GenerationOutcome, InsertOutcome, NewGeneration, Provenance, RawChunkRecord, RunFilter,
-    RunPage, RunProvenance, RunRecord, SearchHit, Store,
+    RunPage, RunProvenance, RunRecord, SearchHit, StatsFilter, StatsRow, Store,
 };
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -511,7 +511,8 @@ fn write_batch(
     );
     let upsert = format!(
         "INSERT INTO runs ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, \
-         ?13, ?14, ?15) ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
+         ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
+         ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
         rows::RUN_INSERT_COLUMNS,
         rows::RUN_UPSERT_SET
     );
@@ -521,6 +522,7 @@ fn write_batch(
             .terminal
             .as_ref()
             .map_or(crate::RunStatusKind::Open, |t| t.status);
+        let a = rows::accounting_values(d);
         upsert.execute(params![
             d.run_id,
             d.tenant,
@@ -537,6 +539,13 @@ fn write_batch(
             d.first_ts_ms,
             d.last_ts_ms,
             d.count,
+            a[0],
+            a[1],
+            a[2],
+            a[3],
+            a[4],
+            a[5],
+            a[6],
         ])?;
     }
     Ok(result)
@@ -923,6 +932,15 @@ fn stored_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRun> {
         grammar_version: r.get(15)?,
         generation: r.get(16)?,
         stripped_at_ms: r.get(17)?,
+        accounting: [
+            r.get(18)?,
+            r.get(19)?,
+            r.get(20)?,
+            r.get(21)?,
+            r.get(22)?,
+            r.get(23)?,
+            r.get(24)?,
+        ],
     })
 }
 
@@ -1178,6 +1196,28 @@ impl Store for SqliteStore {
             run_id,
             strip_at_ms: None,
             reply,
+        })
+        .await
+    }
+
+    async fn run_stats(&self, filter: &StatsFilter) -> Result<Vec<StatsRow>, ArchiveError> {
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&rows::stats_query(|n| format!("?{n}")))?;
+            let mut found = stmt.query(params![
+                filter.tenant,
+                filter.since_ts_ms,
+                filter.until_ts_ms
+            ])?;
+            let mut out = Vec::new();
+            while let Some(r) = found.next()? {
+                let mut v = [0i64; 10];
+                for (i, slot) in v.iter_mut().enumerate() {
+                    *slot = r.get(i + 2)?;
+                }
+                out.push(rows::stats_row(r.get(0)?, r.get(1)?, v));
+            }
+            Ok(out)
         })
         .await
     }

@@ -11,7 +11,10 @@ use streamgate_archive::{
     id_hash, open_store, ArchiveError, ArchivedEvent, EraseScope, Erasure, InsertOutcome,
     NewGeneration, Provenance, RawChunkRecord, RunFilter, RunStatusKind, Store,
 };
-use streamgate_grammar::{Assistant, AssistantPhase, EventData, StopReason};
+use streamgate_grammar::usage::Tokens;
+use streamgate_grammar::{
+    Assistant, AssistantPhase, EventData, Json, Lifecycle, LifecyclePhase, StopReason,
+};
 
 /// Where a test's store lives; `open` may be called again to test reopening.
 enum Backend {
@@ -74,6 +77,7 @@ both_backends!(
     upgrade_from_version_1_keeps_rows,
     erase_removes_runs_from_every_table_and_audits_without_ids,
     search_finds_runs_by_a_phrase_of_their_answer,
+    accounting_merges_usage_across_batches_in_any_order,
 );
 
 fn outcome(inserted: u64, duplicates: u64, conflicts: u64) -> InsertOutcome {
@@ -1243,4 +1247,79 @@ async fn search_finds_runs_by_a_phrase_of_their_answer(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(found(None, "phobos").await, ["acme/r1"]);
+}
+
+/// Accounting: Anthropic reports input at the start and output at the end; whatever
+/// order the batches commit in, the run's tokens are the per-field maximum, its first
+/// token time the earliest content event; the stats add runs up per tenant, model, day.
+async fn accounting_merges_usage_across_batches_in_any_order(backend: Backend) {
+    let store = backend.open().await;
+    let mk = |run: &str| {
+        let mut events = whole_run("acme", run, 1_000, 2, 1);
+        if let EventData::Lifecycle(l) = &mut events[0].event.event.data {
+            l.usage =
+                Json::parse(r#"{"input_tokens":10,"cache_read_input_tokens":4,"output_tokens":1}"#);
+        }
+        if let EventData::Lifecycle(l) = &mut events[3].event.event.data {
+            l.usage = Json::parse(r#"{"output_tokens":6}"#);
+        }
+        events
+    };
+    let r1 = mk("r1");
+    // Later batch first.
+    store.insert_batch(&r1[2..]).await.unwrap();
+    store.insert_batch(&r1[..2]).await.unwrap();
+    store.insert_batch(&mk("r2")).await.unwrap();
+    let run = store.get_run("acme", "r1").await.unwrap().unwrap();
+    let want = Tokens {
+        input: 10,
+        output: 6,
+        reasoning: 0,
+        cache_read: 4,
+        cache_write: 0,
+    };
+    assert_eq!(run.tokens, Some(want));
+    assert_eq!(run.first_token_ts_ms, Some(1_002), "the first delta");
+    assert_eq!(run.first_answer_ts_ms, Some(1_002));
+
+    // A run whose events carry no usage has no tokens.
+    let mut bare = whole_run("acme", "r3", 1_000, 1, 1);
+    for e in &mut bare {
+        if let EventData::Lifecycle(l) = &mut e.event.event.data {
+            l.usage = None;
+        }
+    }
+    store.insert_batch(&bare).await.unwrap();
+    assert_eq!(
+        store.get_run("acme", "r3").await.unwrap().unwrap().tokens,
+        None
+    );
+
+    let stats = store.run_stats(&Default::default()).await.unwrap();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    let row = &stats[0];
+    assert_eq!(
+        (row.tenant.as_str(), row.model.as_str(), row.day),
+        ("acme", "claude-x", 0)
+    );
+    assert_eq!(row.runs, 3);
+    assert_eq!(
+        row.tokens,
+        Tokens {
+            input: 20,
+            output: 12,
+            reasoning: 0,
+            cache_read: 8,
+            cache_write: 0
+        }
+    );
+    assert_eq!((row.ttft_runs, row.ttft_ms_sum), (3, 3 * 1));
+    let none = store
+        .run_stats(&streamgate_archive::StatsFilter {
+            tenant: Some("globex".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(none.is_empty());
 }

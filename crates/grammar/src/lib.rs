@@ -12,6 +12,7 @@
 //! - [`ids`]: the rule for tenant, run and session ids at every front door.
 //! - [`invariants`]: the spec's conformance invariants I1–I10 as a checker.
 //! - [`timeline`]: segment and item spans (seq and ingest time) for replay.
+//! - [`usage`]: token counts out of every provider's usage object (accounting).
 #![forbid(unsafe_code)]
 
 pub mod batch;
@@ -22,6 +23,7 @@ pub mod ids;
 pub mod invariants;
 pub mod json;
 pub mod timeline;
+pub mod usage;
 
 /// The version of the event grammar this build emits and reads, recorded with every
 /// archived run (DESIGN §5, governable history). Bump it when the shape or meaning of an

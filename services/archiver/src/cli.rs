@@ -37,6 +37,13 @@ pub struct Args {
         default_value_t = 3600
     )]
     pub retention_interval_secs: u64,
+    /// Prices per million tokens: `<model or prefix*>:input=<p>,output=<p>,cache_read=<p>,cache_write=<p>`,
+    /// `;`-separated (cost in `runs --stats`, GetRun and ListRuns).
+    #[arg(long, env = "STREAMGATE_PRICES", default_value = "")]
+    pub prices: crate::accounting::Prices,
+    /// Currency of `--prices`.
+    #[arg(long, env = "STREAMGATE_PRICE_CURRENCY", default_value = "USD")]
+    pub price_currency: String,
     /// Partitions of the deployment.
     #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
@@ -80,6 +87,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         operator_token: args.operator_token,
         partitions: args.partitions,
         serve: args.serve.options(),
+        prices: args.prices.clone(),
+        currency: args.price_currency.clone(),
     };
     let mut running = streamgate_runtime::startup::retry_timeouts("archiver", || {
         start(

@@ -26,6 +26,15 @@ pub fn run(r: &RunRecord) -> v1::Run {
         grammar_version: r.provenance.as_ref().map(|p| p.grammar_version),
         generation: r.generation,
         snippet: None,
+        input_tokens: r.tokens.map(|t| t.input),
+        output_tokens: r.tokens.map(|t| t.output),
+        reasoning_tokens: r.tokens.map(|t| t.reasoning),
+        cache_read_tokens: r.tokens.map(|t| t.cache_read),
+        cache_write_tokens: r.tokens.map(|t| t.cache_write),
+        ttft_ms: r.first_token_ts_ms.map(|t| t - r.first_ts_ms),
+        ttfa_ms: r.first_answer_ts_ms.map(|t| t - r.first_ts_ms),
+        duration_ms: r.last_ts_ms - r.first_ts_ms,
+        cost: None,
     }
 }
 

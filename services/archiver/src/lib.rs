@@ -3,6 +3,7 @@
 //! operator-only `ArchiveService` that replays what it holds.
 //!
 //! # Layout
+//! - [`accounting`]: the price table and what runs cost.
 //! - [`cli`]: the service's flags and `run` (binary and `streamgate archiver`).
 //! - [`consumer`]: SG_EVENTS (and SG_RAW) → store, ack after commit.
 //! - [`retention`]: per-tenant retention policies and their scheduled enforcement.
@@ -14,6 +15,7 @@
 //! - [`service`]: consumer and gRPC server started together.
 #![forbid(unsafe_code)]
 
+pub mod accounting;
 pub mod cli;
 pub mod consumer;
 pub mod convert;

@@ -38,6 +38,8 @@ pub struct Replay {
     js: async_nats::jetstream::Context,
     partitions: u32,
     retention: crate::retention::Policies,
+    prices: crate::accounting::Prices,
+    currency: String,
 }
 
 impl Replay {
@@ -52,7 +54,27 @@ impl Replay {
             js,
             partitions,
             retention: crate::retention::Policies::default(),
+            prices: crate::accounting::Prices::default(),
+            currency: "USD".to_owned(),
         }
+    }
+
+    /// The price table the cost of runs comes from.
+    pub fn with_prices(mut self, prices: crate::accounting::Prices, currency: String) -> Replay {
+        self.prices = prices;
+        if !currency.is_empty() {
+            self.currency = currency;
+        }
+        self
+    }
+
+    /// A run as a reply, with its cost when the price table prices its model.
+    fn run_reply(&self, r: &streamgate_archive::RunRecord) -> v1::Run {
+        let mut reply = convert::run(r);
+        if let (Some(model), Some(tokens)) = (&r.model, &r.tokens) {
+            reply.cost = self.prices.cost(model, tokens);
+        }
+        reply
     }
 
     /// The retention policies `Retention` reports and applies.
@@ -147,7 +169,7 @@ impl ArchiveService for Replay {
                     .await
                     .map_err(internal)?
                 {
-                    let mut run = convert::run(&run);
+                    let mut run = self.run_reply(&run);
                     run.snippet = Some(hit.snippet);
                     runs.push(run);
                 }
@@ -174,7 +196,7 @@ impl ArchiveService for Replay {
             .await
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(Response::new(v1::ListRunsReply {
-            runs: page.runs.iter().map(convert::run).collect(),
+            runs: page.runs.iter().map(|r| self.run_reply(r)).collect(),
             next_cursor: page.next_cursor,
         }))
     }
@@ -187,7 +209,7 @@ impl ArchiveService for Replay {
         let tenant = ids::tenant_or_default(&r.tenant);
         let id = r.run_id;
         match self.store.get_run(tenant, &id).await.map_err(internal)? {
-            Some(r) => Ok(Response::new(convert::run(&r))),
+            Some(r) => Ok(Response::new(self.run_reply(&r))),
             None => Err(not_found(tenant, &id)),
         }
     }
@@ -457,6 +479,42 @@ impl ArchiveService for Replay {
             dropped_runs: r.dropped_runs,
             dropped_events: r.dropped_events,
             applied: apply,
+        }))
+    }
+
+    async fn run_stats(
+        &self,
+        request: Request<v1::RunStatsRequest>,
+    ) -> Result<Response<v1::RunStatsReply>, Status> {
+        let r = request.into_inner();
+        let rows = self
+            .store
+            .run_stats(&streamgate_archive::StatsFilter {
+                tenant: r.tenant.map(|t| ids::tenant_or_default(&t).to_owned()),
+                since_ts_ms: r.since_ts_ms,
+                until_ts_ms: r.until_ts_ms,
+            })
+            .await
+            .map_err(internal)?;
+        Ok(Response::new(v1::RunStatsReply {
+            rows: rows
+                .into_iter()
+                .map(|s| v1::RunStatsRow {
+                    cost: self.prices.cost(&s.model, &s.tokens),
+                    day: crate::accounting::day(s.day),
+                    runs: s.runs,
+                    input_tokens: s.tokens.input,
+                    output_tokens: s.tokens.output,
+                    reasoning_tokens: s.tokens.reasoning,
+                    cache_read_tokens: s.tokens.cache_read,
+                    cache_write_tokens: s.tokens.cache_write,
+                    mean_ttft_ms: (s.ttft_runs > 0).then(|| s.ttft_ms_sum / s.ttft_runs as i64),
+                    mean_duration_ms: s.duration_ms_sum / (s.runs.max(1) as i64),
+                    tenant: s.tenant,
+                    model: s.model,
+                })
+                .collect(),
+            currency: self.currency.clone(),
         }))
     }
 

@@ -26,6 +26,10 @@ pub struct ArchiverListen {
     pub partitions: u32,
     /// TLS and connection limits of the gRPC server.
     pub serve: ServeOptions,
+    /// Prices of models, for the cost of runs.
+    pub prices: crate::accounting::Prices,
+    /// The prices' currency.
+    pub currency: String,
 }
 
 /// A started archiver.
@@ -88,7 +92,9 @@ pub async fn start(
             let server = serve::grpc::start(
                 addr,
                 ArchiveServiceServer::new(
-                    Replay::new(store, js, listen.partitions).with_retention(cfg.retention.clone()),
+                    Replay::new(store, js, listen.partitions)
+                        .with_retention(cfg.retention.clone())
+                        .with_prices(listen.prices.clone(), listen.currency.clone()),
                 ),
                 RequireBearer::new(&listen.operator_token),
                 &listen.serve,

@@ -251,6 +251,14 @@ async fn verify_reports_exactly_the_changed_runs_and_backfill_fixes_them(store: 
 
     // verify: exactly the changed runs differ, each in the part that was changed.
     let runs = all_runs(store).await;
+    let with_tokens = runs
+        .iter()
+        .filter(|r| r.tokens.is_some_and(|t| t.input > 0 && t.output > 0))
+        .count();
+    assert!(
+        with_tokens > 50,
+        "most captures report usage ({with_tokens})"
+    );
     assert_eq!(runs.len(), archived.len());
     for run in &runs {
         let a = archived.iter().find(|a| a.run_id == run.run_id).unwrap();
@@ -260,6 +268,18 @@ async fn verify_reports_exactly_the_changed_runs_and_backfill_fixes_them(store: 
             run.provenance.as_ref().map(|p| p.adapter_version),
             Some(want_version)
         );
+        // Accounting equals the usage the capture reported (per field the largest).
+        let usages = older(&a.today, a.change)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.event.data {
+                EventData::Lifecycle(l) => l
+                    .usage
+                    .map(|u| streamgate_grammar::usage::Tokens::from_usage(&u)),
+                _ => None,
+            });
+        let want = usages.reduce(|x, y| x.max(y));
+        assert_eq!(run.tokens, want, "{}", run.run_id);
         let (report, kept) = verify_run(store, run, MAX_PAYLOAD, false).await.unwrap();
         assert!(kept.is_none());
         assert!(report.raw_bytes > 0 || a.today.is_empty(), "{}", run.run_id);

@@ -75,6 +75,10 @@ pub struct UpArgs {
     /// `*` for every tenant (see `streamgate retention`).
     #[arg(long, env = "STREAMGATE_RETENTION", default_value = "")]
     pub retention: streamgate_archiver::retention::Policies,
+    /// Prices per million tokens for the cost of runs (`runs --stats`):
+    /// `<model or prefix*>:input=<p>,output=<p>,cache_read=<p>,cache_write=<p>`, `;`-separated.
+    #[arg(long, env = "STREAMGATE_PRICES", default_value = "")]
+    pub prices: streamgate_archiver::accounting::Prices,
     /// Archive URL (default: SQLite at `<data dir>/archive.db`).
     #[arg(long, env = "STREAMGATE_ARCHIVE_URL")]
     pub archive: Option<String>,
@@ -263,6 +267,8 @@ pub async fn run(args: UpArgs) -> Result<()> {
             operator_token: operator_token.clone(),
             partitions,
             serve: serve.clone(),
+            prices: args.prices.clone(),
+            currency: "USD".to_owned(),
         },
         shutdown.clone(),
     )
