@@ -73,6 +73,9 @@ enum Command {
     /// Show the archive's retention policies and what they make due, or apply them now
     /// (operator).
     Retention(cli::history::RetentionArgs),
+    /// Export a tenant's runs over a time range as JSONL (each run with its events), or
+    /// as OpenTelemetry GenAI traces to an OTLP endpoint (operator).
+    Export(cli::export::ExportArgs),
     /// Follow a channel's runs live in this terminal (status line and final answers),
     /// through the channel's ProjectorService.
     Tail(cli::tail::TailArgs),
@@ -170,6 +173,7 @@ fn main() -> ExitCode {
         Command::Runs(_)
             | Command::Replay(_)
             | Command::Verify(_)
+            | Command::Export(_)
             | Command::Backfill(_)
             | Command::Tail(_)
             | Command::Normalize { .. }
@@ -189,6 +193,7 @@ fn main() -> ExitCode {
         Command::Backfill(a) => block_on_code(cli::history::backfill(a)),
         Command::Erase(a) => block_on(cli::history::erase(a)),
         Command::Retention(a) => block_on(cli::history::retention(a)),
+        Command::Export(a) => block_on(cli::export::run(a)),
         Command::Tail(a) => block_on(cli::tail::run(a)),
         Command::Settings(a) => block_on(cli::settings::run(a)),
         Command::Parked(a) => block_on(cli::parked::run(a)),

@@ -921,6 +921,10 @@ async fn archive_requires_the_operator_token() {
                 .err(),
             ),
             (
+                "RunStats",
+                c.run_stats(v1::RunStatsRequest::default()).await.err(),
+            ),
+            (
                 "Retention",
                 c.retention(v1::RetentionRequest { apply: true })
                     .await

@@ -43,6 +43,10 @@
 //!   policy; with `up --retention '*:strip=0d'` it shows the policy and the run due, and
 //!   `--apply` leaves the run's answer and thinking segments but its thinking text as a
 //!   stub (`replay`), its raw chunks gone (`verify` says so).
+//! - `export_writes_jsonl_and_genai_traces`: `streamgate export` writes one JSONL line per
+//!   run with all its events, and `export --otlp` sends a local OTLP receiver one trace per
+//!   run: `invoke_agent` → `chat {model}` (usage, finish reason, time to first chunk) and
+//!   `execute_tool {name}` per tool; message content only with `--content`.
 //! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
 //!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
@@ -1954,4 +1958,224 @@ fn retention_strips_thinking_on_request() {
     assert_eq!(verify[0]["verdict"], "no_raw_chunks");
     let again = String::from_utf8_lossy(&cli(dir.path(), &["retention"]).stdout).into_owned();
     assert!(again.contains("0 runs to strip"), "{again}");
+}
+
+/// A local OTLP/gRPC receiver keeping every span it gets.
+#[derive(Clone, Default)]
+struct OtlpReceiver {
+    spans: std::sync::Arc<std::sync::Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>,
+}
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+    for OtlpReceiver
+{
+    async fn export(
+        &self,
+        request: tonic::Request<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+        >,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        let spans = request
+            .into_inner()
+            .resource_spans
+            .into_iter()
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans);
+        self.spans.lock().unwrap().extend(spans);
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+/// A span attribute as text (ints and doubles formatted).
+fn attr(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| {
+            Some(match kv.value.as_ref()?.value.as_ref()? {
+                Value::StringValue(s) => s.clone(),
+                Value::IntValue(i) => i.to_string(),
+                Value::DoubleValue(d) => d.to_string(),
+                other => format!("{other:?}"),
+            })
+        })
+}
+
+#[test]
+fn export_writes_jsonl_and_genai_traces() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let receiver = OtlpReceiver::default();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    {
+        let service = opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer::new(receiver.clone());
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        rt.spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up(dir.path());
+    for (run, capture) in [
+        ("exp-answer", "f1/end-turn.sse"),
+        ("exp-tool", "f1/tool-use.sse"),
+    ] {
+        let path = dir.path().join("capture.sse");
+        std::fs::write(&path, fixture(capture)).unwrap();
+        let out = cli(
+            dir.path(),
+            &[
+                "ingest",
+                "--family",
+                "f1",
+                "--run",
+                run,
+                "--session",
+                "chat-9",
+                path.to_str().unwrap(),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let deadline = Instant::now() + PATIENCE;
+    while json_lines(&cli(dir.path(), &["runs", "--json"]))
+        .iter()
+        .filter(|r| r["status"] == "ended")
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "runs not archived");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // JSONL: one line per run, every event.
+    let file = dir.path().join("export.jsonl");
+    let out = cli(
+        dir.path(),
+        &["export", "--since", "1d", "-o", file.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        let events = l["events"].as_array().unwrap();
+        assert_eq!(
+            events.len() as u64,
+            l["run"]["event_count"].as_u64().unwrap()
+        );
+        assert_eq!(events[0]["seq"], 1);
+        assert_eq!(events[0]["run_id"], l["run"]["run_id"]);
+    }
+
+    // Traces, without content.
+    let out = cli(dir.path(), &["export", "--otlp", &endpoint]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = receiver.spans.lock().unwrap().clone();
+    let traces: std::collections::BTreeSet<Vec<u8>> =
+        spans.iter().map(|s| s.trace_id.clone()).collect();
+    assert_eq!(traces.len(), 2, "one trace per run");
+    for trace in &traces {
+        let of: Vec<_> = spans.iter().filter(|s| &s.trace_id == trace).collect();
+        let root = of
+            .iter()
+            .find(|s| s.parent_span_id.is_empty())
+            .expect("a root");
+        assert_eq!(root.name, "invoke_agent");
+        assert_eq!(
+            attr(root, "gen_ai.operation.name").as_deref(),
+            Some("invoke_agent")
+        );
+        assert_eq!(
+            attr(root, "gen_ai.provider.name").as_deref(),
+            Some("anthropic")
+        );
+        assert_eq!(
+            attr(root, "gen_ai.conversation.id").as_deref(),
+            Some("chat-9")
+        );
+        let chat = of
+            .iter()
+            .find(|s| s.name == "chat claude-test")
+            .expect("a chat span");
+        assert_eq!(chat.parent_span_id, root.span_id);
+        assert_eq!(
+            attr(chat, "gen_ai.usage.input_tokens").as_deref(),
+            Some("10")
+        );
+        assert!(attr(chat, "gen_ai.response.finish_reasons").is_some());
+        assert!(attr(chat, "gen_ai.response.time_to_first_chunk").is_some());
+        assert!(
+            attr(chat, "gen_ai.output.messages").is_none(),
+            "no content by default"
+        );
+        assert!(
+            root.start_time_unix_nano > 0 && root.end_time_unix_nano >= root.start_time_unix_nano
+        );
+    }
+    let tools: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("execute_tool"))
+        .collect();
+    assert_eq!(
+        tools.len(),
+        1,
+        "{:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    assert_eq!(tools[0].name, "execute_tool get_weather");
+    assert_eq!(
+        attr(tools[0], "gen_ai.tool.call.id").as_deref(),
+        Some("toolu_1")
+    );
+    assert!(attr(tools[0], "gen_ai.tool.call.arguments").is_none());
+
+    // With content.
+    receiver.spans.lock().unwrap().clear();
+    let out = cli(dir.path(), &["export", "--otlp", &endpoint, "--content"]);
+    assert!(out.status.success());
+    let spans = receiver.spans.lock().unwrap().clone();
+    let messages: Vec<String> = spans
+        .iter()
+        .filter_map(|s| attr(s, "gen_ai.output.messages"))
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.contains("Hello, world.")),
+        "{messages:?}"
+    );
+    let tool = spans
+        .iter()
+        .find(|s| s.name == "execute_tool get_weather")
+        .unwrap();
+    assert!(attr(tool, "gen_ai.tool.call.arguments").is_some_and(|a| a.contains("city")));
 }

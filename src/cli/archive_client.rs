@@ -122,20 +122,7 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
         .into_inner();
     for r in reply.runs {
         if args.json {
-            let v = serde_json::json!({
-                "tenant": r.tenant, "run_id": r.run_id, "session_key": r.session_key,
-                "provider": r.provider, "model": r.model, "status": r.status,
-                "stop_reason": r.stop_reason, "first_seq": r.first_seq, "last_seq": r.last_seq,
-                "first_ts_ms": r.first_ts_ms, "last_ts_ms": r.last_ts_ms, "event_count": r.event_count,
-                "usage": r.usage_json.as_deref().and_then(|u| serde_json::from_str::<serde_json::Value>(u).ok()),
-                "adapter": r.adapter, "adapter_version": r.adapter_version,
-                "grammar_version": r.grammar_version, "generation": r.generation,
-                "snippet": r.snippet,
-                "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                "reasoning_tokens": r.reasoning_tokens, "cache_read_tokens": r.cache_read_tokens,
-                "cache_write_tokens": r.cache_write_tokens, "ttft_ms": r.ttft_ms,
-                "ttfa_ms": r.ttfa_ms, "duration_ms": r.duration_ms, "cost": r.cost,
-            });
+            let v = run_json(&r);
             println!("{v}");
         } else {
             let made_by = match (&r.adapter, r.adapter_version) {
@@ -159,6 +146,24 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A run as `runs --json` prints it (and `export` writes it).
+pub fn run_json(r: &streamgate_proto::v1::Run) -> serde_json::Value {
+    serde_json::json!({
+        "tenant": r.tenant, "run_id": r.run_id, "session_key": r.session_key,
+        "provider": r.provider, "model": r.model, "status": r.status,
+        "stop_reason": r.stop_reason, "first_seq": r.first_seq, "last_seq": r.last_seq,
+        "first_ts_ms": r.first_ts_ms, "last_ts_ms": r.last_ts_ms, "event_count": r.event_count,
+        "usage": r.usage_json.as_deref().and_then(|u| serde_json::from_str::<serde_json::Value>(u).ok()),
+        "adapter": r.adapter, "adapter_version": r.adapter_version,
+        "grammar_version": r.grammar_version, "generation": r.generation,
+        "snippet": r.snippet,
+        "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+        "reasoning_tokens": r.reasoning_tokens, "cache_read_tokens": r.cache_read_tokens,
+        "cache_write_tokens": r.cache_write_tokens, "ttft_ms": r.ttft_ms,
+        "ttfa_ms": r.ttfa_ms, "duration_ms": r.duration_ms, "cost": r.cost,
+    })
 }
 
 /// `streamgate runs --stats`.

@@ -59,7 +59,7 @@ pub struct BackfillArgs {
 }
 
 /// `--since`: a duration ago, or an absolute time in ms.
-fn parse_since(s: &str) -> Result<i64, String> {
+pub(crate) fn parse_since(s: &str) -> Result<i64, String> {
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);
     }

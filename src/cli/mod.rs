@@ -8,6 +8,7 @@ pub mod bench_verify;
 pub mod channel_client;
 pub mod conform;
 pub mod discover;
+pub mod export;
 pub mod follow_gateway;
 pub mod history;
 pub mod ingest;
