@@ -127,6 +127,22 @@ fn broker_pids(dir: &std::path::Path) -> Vec<u32> {
         .collect()
 }
 
+/// A fake webhook receiver (secret `hook-secret`) on a runtime of its own.
+fn fake_webhook() -> (tokio::runtime::Runtime, streamgate_sinks::fakes::FakeServer) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let hook = rt
+        .block_on(streamgate_sinks::fakes::FakeServer::webhook(
+            "hook-secret",
+            Default::default(),
+        ))
+        .unwrap();
+    (rt, hook)
+}
+
 /// Ingests a tiny capture as run `run` through the CLI; true when it was acked.
 fn ingest(dir: &std::path::Path, run: &str) -> bool {
     let capture = dir.join("capture.sse");
@@ -641,17 +657,7 @@ fn leaks(surface: &str) -> Vec<String> {
 /// of them on the webhook, the web page or `tail` (status lines and raw events).
 #[test]
 fn secrets_reach_no_channel_surface() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let hook = rt
-        .block_on(streamgate_sinks::fakes::FakeServer::webhook(
-            "hook-secret",
-            Default::default(),
-        ))
-        .unwrap();
+    let (rt, hook) = fake_webhook();
     let dir = tempfile::tempdir().unwrap();
     let _up = start_up_with(
         dir.path(),
@@ -1722,17 +1728,7 @@ fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
 
 #[test]
 fn erase_leaves_no_trace_in_any_store() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let hook = rt
-        .block_on(streamgate_sinks::fakes::FakeServer::webhook(
-            "hook-secret",
-            Default::default(),
-        ))
-        .unwrap();
+    let (rt, hook) = fake_webhook();
     let dir = tempfile::tempdir().unwrap();
     let _up = start_up_with(
         dir.path(),

@@ -149,15 +149,13 @@ fn stored_run(r: &tokio_postgres::Row) -> Result<StoredRun, ArchiveError> {
         grammar_version: r.try_get(15)?,
         generation: r.try_get(16)?,
         stripped_at_ms: r.try_get(17)?,
-        accounting: [
-            r.try_get(18)?,
-            r.try_get(19)?,
-            r.try_get(20)?,
-            r.try_get(21)?,
-            r.try_get(22)?,
-            r.try_get(23)?,
-            r.try_get(24)?,
-        ],
+        accounting: {
+            let mut a = [None; 7];
+            for (i, slot) in a.iter_mut().enumerate() {
+                *slot = r.try_get(18 + i)?;
+            }
+            a
+        },
     })
 }
 

@@ -932,15 +932,13 @@ fn stored_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRun> {
         grammar_version: r.get(15)?,
         generation: r.get(16)?,
         stripped_at_ms: r.get(17)?,
-        accounting: [
-            r.get(18)?,
-            r.get(19)?,
-            r.get(20)?,
-            r.get(21)?,
-            r.get(22)?,
-            r.get(23)?,
-            r.get(24)?,
-        ],
+        accounting: {
+            let mut a = [None; 7];
+            for (i, slot) in a.iter_mut().enumerate() {
+                *slot = r.get(18 + i)?;
+            }
+            a
+        },
     })
 }
 

@@ -1023,21 +1023,7 @@ async fn erase_removes_runs_from_every_table_and_audits_without_ids(backend: Bac
     // r2 has a second generation: both go.
     let (_, _, r2) = &all[1];
     let second: Vec<_> = r2.iter().map(|e| e.event.clone()).collect();
-    store
-        .write_generation(&NewGeneration {
-            tenant: "acme",
-            run_id: "r2",
-            replaces: 1,
-            events: &second,
-            provenance: Provenance {
-                adapter: "f1".into(),
-                adapter_version: 1,
-                grammar_version: 1,
-            },
-            at_ms: 5,
-        })
-        .await
-        .unwrap();
+    second_generation(&*store, "acme", "r2", &second).await;
 
     let erase = |scope: EraseScope| {
         let store = store.clone();
@@ -1218,21 +1204,7 @@ async fn search_finds_runs_by_a_phrase_of_their_answer(backend: Backend) {
         .map(|e| e.event)
         .collect();
     second.sort_by_key(|e| e.event.seq);
-    store
-        .write_generation(&NewGeneration {
-            tenant: "acme",
-            run_id: "r2",
-            replaces: 1,
-            events: &second,
-            provenance: Provenance {
-                adapter: "f1".into(),
-                adapter_version: 1,
-                grammar_version: 1,
-            },
-            at_ms: 5,
-        })
-        .await
-        .unwrap();
+    second_generation(&*store, "acme", "r2", &second).await;
     assert_eq!(found(None, "smaller moon").await, Vec::<String>::new());
     assert_eq!(found(None, "circular orbit").await, ["acme/r2"]);
 
@@ -1322,4 +1294,29 @@ async fn accounting_merges_usage_across_batches_in_any_order(backend: Backend) {
         .await
         .unwrap();
     assert!(none.is_empty());
+}
+
+/// Writes `events` as the run's generation 2.
+async fn second_generation(
+    store: &dyn Store,
+    tenant: &str,
+    run_id: &str,
+    events: &[streamgate_grammar::RunEvent],
+) {
+    let outcome = store
+        .write_generation(&NewGeneration {
+            tenant,
+            run_id,
+            replaces: 1,
+            events,
+            provenance: Provenance {
+                adapter: "f1".into(),
+                adapter_version: 1,
+                grammar_version: 1,
+            },
+            at_ms: 5,
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, streamgate_archive::GenerationOutcome::Written(2));
 }
