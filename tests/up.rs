@@ -47,6 +47,8 @@
 //!   run with all its events, and `export --otlp` sends a local OTLP receiver one trace per
 //!   run: `invoke_agent` → `chat {model}` (usage, finish reason, time to first chunk) and
 //!   `execute_tool {name}` per tool; message content only with `--content`.
+//! - `continuous_export_sends_each_ended_run_once`: `up --export-otlp` sends every run
+//!   that ends to a local OTLP receiver as its trace, once.
 //! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
 //!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
@@ -2004,6 +2006,68 @@ fn attr(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option
         })
 }
 
+impl OtlpReceiver {
+    /// Serves OTLP/gRPC on a free local port of `rt`; returns the endpoint.
+    fn serve(&self, rt: &tokio::runtime::Runtime) -> String {
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let service = opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer::new(self.clone());
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        rt.spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming),
+        );
+        endpoint
+    }
+
+    /// The root spans received for `run`.
+    fn roots_of(&self, run: &str) -> usize {
+        self.spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                s.parent_span_id.is_empty() && attr(s, "streamgate.run_id").as_deref() == Some(run)
+            })
+            .count()
+    }
+}
+
+#[test]
+fn continuous_export_sends_each_ended_run_once() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let receiver = OtlpReceiver::default();
+    let endpoint = receiver.serve(&rt);
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up_with(
+        dir.path(),
+        &[
+            "--export-otlp",
+            &endpoint,
+            "--export-otlp-interval-ms",
+            "200",
+        ],
+    );
+    for run in ["cont-1", "cont-2"] {
+        assert!(ingest(dir.path(), run), "ingest {run}");
+        let deadline = Instant::now() + PATIENCE;
+        while receiver.roots_of(run) == 0 {
+            assert!(Instant::now() < deadline, "no trace for {run}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // cont-2's trace came in a later pass than cont-1's: cont-1 was not sent again.
+    assert_eq!(receiver.roots_of("cont-1"), 1);
+    assert_eq!(receiver.roots_of("cont-2"), 1);
+}
+
 #[test]
 fn export_writes_jsonl_and_genai_traces() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -2012,19 +2076,7 @@ fn export_writes_jsonl_and_genai_traces() {
         .build()
         .unwrap();
     let receiver = OtlpReceiver::default();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    {
-        let service = opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer::new(receiver.clone());
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        rt.spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming),
-        );
-    }
+    let endpoint = receiver.serve(&rt);
     let dir = tempfile::tempdir().unwrap();
     let _up = start_up(dir.path());
     for (run, capture) in [

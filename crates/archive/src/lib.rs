@@ -216,6 +216,8 @@ pub struct RunFilter {
     pub until_ts_ms: Option<i64>,
     /// Only runs retention has not stripped yet.
     pub unstripped: bool,
+    /// Only runs the continuous trace export has not sent yet.
+    pub unexported: bool,
     /// Page size: 0 means 100, values above 1000 are clamped to 1000.
     pub limit: u32,
     /// `next_cursor` of the previous page; `None` for the first page.
@@ -478,6 +480,14 @@ pub trait Store: Send + Sync + 'static {
         phrase: &str,
         limit: u32,
     ) -> Result<Vec<SearchHit>, ArchiveError>;
+
+    /// Marks runs as sent by the continuous trace export (they leave
+    /// [`RunFilter::unexported`] lists).
+    async fn mark_exported(
+        &self,
+        runs: &[(String, String)],
+        at_ms: i64,
+    ) -> Result<(), ArchiveError>;
 
     /// Accounting by tenant, model and UTC day of the runs `filter` selects, newest day
     /// first.

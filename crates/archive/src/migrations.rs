@@ -73,6 +73,7 @@ CREATE TABLE raw_chunks (
     (5, "ALTER TABLE runs ADD COLUMN stripped_at_ms INTEGER;"),
     (6, SQLITE_V6),
     (7, SQLITE_V7),
+    (8, "ALTER TABLE runs ADD COLUMN exported_at_ms INTEGER;"),
 ];
 
 /// Version 2 on SQLite: the tenant joins every primary key; tables rebuilt, rows copied.
@@ -195,6 +196,7 @@ CREATE TABLE raw_chunks (
     (5, "ALTER TABLE runs ADD COLUMN stripped_at_ms BIGINT;"),
     (6, POSTGRES_V6),
     (7, POSTGRES_V7),
+    (8, "ALTER TABLE runs ADD COLUMN exported_at_ms BIGINT;"),
 ];
 
 /// Version 2 on PostgreSQL: the tenant joins every primary key, in place (rows kept).
@@ -357,6 +359,9 @@ ALTER TABLE runs ADD COLUMN first_answer_ts_ms INTEGER;
 const POSTGRES_V7: &str = "
 ALTER TABLE runs ADD COLUMN input_tokens BIGINT, ADD COLUMN output_tokens BIGINT, ADD COLUMN reasoning_tokens BIGINT, ADD COLUMN cache_read_tokens BIGINT, ADD COLUMN cache_write_tokens BIGINT, ADD COLUMN first_token_ts_ms BIGINT, ADD COLUMN first_answer_ts_ms BIGINT;
 ";
+
+// Version 8 (both backends): `runs.exported_at_ms`, when the continuous trace export sent
+// the run.
 
 /// Creates the bookkeeping table; both backends accept this statement.
 pub(crate) const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -832,6 +832,29 @@ impl Store for PostgresStore {
         Ok(changed.len() as u64)
     }
 
+    async fn mark_exported(
+        &self,
+        runs: &[(String, String)],
+        at_ms: i64,
+    ) -> Result<(), ArchiveError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE runs SET exported_at_ms = $3 FROM UNNEST($1::text[], $2::text[]) \
+                 AS k(tenant, run_id) WHERE runs.tenant = k.tenant AND runs.run_id = k.run_id",
+                &[
+                    &runs.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+                    &runs.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(),
+                    &at_ms,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
     async fn drop_run(&self, tenant: &str, run_id: &str) -> Result<u64, ArchiveError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;

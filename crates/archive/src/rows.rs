@@ -383,6 +383,9 @@ pub(crate) fn list_query(
     if filter.unstripped {
         conds.push("stripped_at_ms IS NULL".to_owned());
     }
+    if filter.unexported {
+        conds.push("exported_at_ms IS NULL".to_owned());
+    }
     if let Some(cursor) = &filter.cursor {
         let (ts, tenant, run_id) = decode_cursor(cursor)?;
         let ts1 = bind(&mut params, Param::Int(ts));

@@ -70,6 +70,11 @@ enum WriteJob {
         job: EraseJob,
         reply: oneshot::Sender<Result<Erased, ArchiveError>>,
     },
+    Exported {
+        runs: Vec<(String, String)>,
+        at_ms: i64,
+        reply: oneshot::Sender<Result<(), ArchiveError>>,
+    },
     /// Retention: strip (`Some(at_ms)`) or drop (`None`) one run.
     Retain {
         tenant: String,
@@ -369,6 +374,9 @@ fn writer_loop(
             }
             WriteJob::Erase { job, reply } => {
                 let _ = reply.send(erase(&mut conn, &job));
+            }
+            WriteJob::Exported { runs, at_ms, reply } => {
+                let _ = reply.send(mark_exported(&mut conn, &runs, at_ms));
             }
             WriteJob::Retain {
                 tenant,
@@ -726,6 +734,25 @@ fn erasure_record(r: &rusqlite::Row<'_>) -> Result<ErasureRecord, ArchiveError> 
         events: rows::to_u64("events", r.get(7)?)?,
         raw_chunks: rows::to_u64("raw_chunks", r.get(8)?)?,
     })
+}
+
+/// [`Store::mark_exported`] on the writer connection.
+fn mark_exported(
+    conn: &mut Connection,
+    runs: &[(String, String)],
+    at_ms: i64,
+) -> Result<(), ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut mark = tx.prepare_cached(
+            "UPDATE runs SET exported_at_ms = ?3 WHERE tenant = ?1 AND run_id = ?2",
+        )?;
+        for (tenant, run_id) in runs {
+            mark.execute(params![tenant, run_id, at_ms])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 /// [`Store::strip_run`] on the writer connection.
@@ -1185,6 +1212,19 @@ impl Store for SqliteStore {
             reply,
         })
         .await
+    }
+
+    async fn mark_exported(
+        &self,
+        runs: &[(String, String)],
+        at_ms: i64,
+    ) -> Result<(), ArchiveError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let runs = runs.to_vec();
+        self.submit(|reply| WriteJob::Exported { runs, at_ms, reply })
+            .await
     }
 
     async fn drop_run(&self, tenant: &str, run_id: &str) -> Result<u64, ArchiveError> {

@@ -12,9 +12,7 @@ use streamgate_archive::{
     NewGeneration, Provenance, RawChunkRecord, RunFilter, RunStatusKind, Store,
 };
 use streamgate_grammar::usage::Tokens;
-use streamgate_grammar::{
-    Assistant, AssistantPhase, EventData, Json, Lifecycle, LifecyclePhase, StopReason,
-};
+use streamgate_grammar::{Assistant, AssistantPhase, EventData, Json, StopReason};
 
 /// Where a test's store lives; `open` may be called again to test reopening.
 enum Backend {
@@ -1285,7 +1283,8 @@ async fn accounting_merges_usage_across_batches_in_any_order(backend: Backend) {
             cache_write: 0
         }
     );
-    assert_eq!((row.ttft_runs, row.ttft_ms_sum), (3, 3 * 1));
+    // One ms from each run's start to its first delta.
+    assert_eq!((row.ttft_runs, row.ttft_ms_sum), (3, 3));
     let none = store
         .run_stats(&streamgate_archive::StatsFilter {
             tenant: Some("globex".into()),

@@ -40,6 +40,8 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_archiver_conflicts_total", Kind::Counter, "Events whose (run, seq) the archive holds with other content"),
     ("streamgate_archiver_retention_stripped_runs_total", Kind::Counter, "Runs whose thinking text and tool payloads retention replaced with stubs"),
     ("streamgate_archiver_retention_dropped_runs_total", Kind::Counter, "Runs retention dropped from the archive"),
+    ("streamgate_archiver_otlp_exported_runs_total", Kind::Counter, "Ended runs sent as OpenTelemetry GenAI traces by the continuous export"),
+    ("streamgate_archiver_otlp_export_errors_total", Kind::Counter, "Continuous trace export passes that failed (retried on the next pass)"),
     ("streamgate_archiver_undecodable_total", Kind::Counter, "SG_EVENTS messages that could not be decoded, skipped"),
     ("streamgate_archive_commit_latency_seconds", Kind::Histogram, "From a chunk's ingest to the commit of its events in the archive"),
     // Projector and delivery.

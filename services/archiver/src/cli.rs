@@ -44,6 +44,10 @@ pub struct Args {
     /// Currency of `--prices`.
     #[arg(long, env = "STREAMGATE_PRICE_CURRENCY", default_value = "USD")]
     pub price_currency: String,
+    /// Send every run that ends as an OpenTelemetry GenAI trace to this OTLP/gRPC
+    /// endpoint (`http://collector:4317`).
+    #[command(flatten)]
+    pub export: crate::genai::follow::ExportArgs,
     /// Partitions of the deployment.
     #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
@@ -80,6 +84,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         archive_raw: args.archive_raw,
         retention: args.retention.clone(),
         retention_interval: std::time::Duration::from_secs(args.retention_interval_secs.max(1)),
+        export_otlp: args.export.config(),
         ..ConsumerConfig::default()
     };
     let listen = ArchiverListen {

@@ -48,6 +48,8 @@ pub struct ConsumerConfig {
     pub retention: crate::retention::Policies,
     /// How often retention is enforced.
     pub retention_interval: Duration,
+    /// Continuous export of ended runs as GenAI traces (off: `None`).
+    pub export_otlp: Option<crate::genai::follow::FollowConfig>,
 }
 
 impl Default for ConsumerConfig {
@@ -61,6 +63,7 @@ impl Default for ConsumerConfig {
             on_commit: None,
             retention: crate::retention::Policies::default(),
             retention_interval: Duration::from_secs(3600),
+            export_otlp: None,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! - [`history`]: `verify` and `backfill` (re-normalizing archived raw chunks, new
 //!   generations).
 //! - [`erase`]: erasing a run, session or tenant from the broker and the archive.
+//! - [`genai`]: runs as OpenTelemetry GenAI traces over OTLP (batch and continuous).
 //! - [`convert`]: archive records and folds → protobuf replies.
 //! - [`service`]: consumer and gRPC server started together.
 #![forbid(unsafe_code)]
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod consumer;
 pub mod convert;
 pub mod erase;
+pub mod genai;
 pub mod history;
 pub mod replay;
 pub mod retention;

@@ -190,6 +190,7 @@ impl ArchiveService for Replay {
                 since_ts_ms: r.since_ts_ms,
                 until_ts_ms: r.until_ts_ms,
                 unstripped: false,
+                unexported: false,
                 limit: r.limit,
                 cursor: r.cursor,
             })

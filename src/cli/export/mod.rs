@@ -1,12 +1,10 @@
 //! `streamgate export`: a tenant's archived runs over a time range — as JSONL (one line
 //! per run: the run's record and its events), or as OpenTelemetry GenAI traces sent to an
-//! OTLP endpoint (`--otlp`, [`otlp`]).
+//! OTLP endpoint (`--otlp`, `streamgate_archiver::genai`).
 //!
 //! Runs are read a page at a time and each run's events one run at a time, so memory
 //! holds one run whatever the range. Open runs are left out of traces (a trace is written
 //! once a run has ended) but included in JSONL.
-
-mod otlp;
 
 use super::archive_client::{run_json, ArchiveTarget, Client};
 use anyhow::{Context, Result};
@@ -61,7 +59,9 @@ pub async fn run(args: ExportArgs) -> Result<()> {
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     let mut otlp = match &args.otlp {
-        Some(endpoint) => Some(otlp::Exporter::connect(endpoint, args.content).await?),
+        Some(endpoint) => {
+            Some(streamgate_archiver::genai::Exporter::connect(endpoint, args.content).await?)
+        }
         None => None,
     };
     let mut request = ListRunsRequest {

@@ -79,6 +79,9 @@ pub struct UpArgs {
     /// `<model or prefix*>:input=<p>,output=<p>,cache_read=<p>,cache_write=<p>`, `;`-separated.
     #[arg(long, env = "STREAMGATE_PRICES", default_value = "")]
     pub prices: streamgate_archiver::accounting::Prices,
+    /// Continuous export of ended runs as OpenTelemetry GenAI traces.
+    #[command(flatten)]
+    pub export: streamgate_archiver::genai::follow::ExportArgs,
     /// Archive URL (default: SQLite at `<data dir>/archive.db`).
     #[arg(long, env = "STREAMGATE_ARCHIVE_URL")]
     pub archive: Option<String>,
@@ -260,6 +263,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         ConsumerConfig {
             archive_raw: !args.no_archive_raw,
             retention: args.retention.clone(),
+            export_otlp: args.export.config(),
             ..ConsumerConfig::default()
         },
         ArchiverListen {

@@ -1,17 +1,4 @@
-//! Runs as OpenTelemetry GenAI traces (semantic conventions for GenAI agent, inference
-//! and tool spans), sent over OTLP/gRPC.
-//!
-//! One trace per run, its ids derived from the tenant and run id (a re-export sends the
-//! same trace, which a backend deduplicates):
-//! - `invoke_agent` (root, the whole run): `gen_ai.operation.name`, `gen_ai.provider.name`,
-//!   `gen_ai.conversation.id` (the session), token usage, an error status when it failed;
-//! - `chat {model}` (the model's turn): request/response model, finish reason, usage with
-//!   cache and reasoning tokens, `gen_ai.response.time_to_first_chunk` (seconds, the
-//!   time from the run's start to its first streamed chunk, as the archive saw them);
-//!   with `--content`, `gen_ai.output.messages`;
-//! - `execute_tool {name}` per tool the run used, over the span its events took:
-//!   `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`; with `--content`,
-//!   `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result`.
+//! One run as an OpenTelemetry GenAI trace, and the OTLP/gRPC client that sends them.
 
 use anyhow::{Context, Result};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
@@ -28,6 +15,7 @@ use streamgate_grammar::{timeline, EntryKind, RunEvent, RunState};
 use streamgate_proto::v1::Run;
 
 /// Collects runs' spans and sends them in batches.
+#[derive(Clone)]
 pub struct Exporter {
     client: TraceServiceClient<tonic::transport::Channel>,
     content: bool,
