@@ -123,30 +123,6 @@ async fn read_current(
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_are_safe_distinct_and_reversible() {
-        assert_eq!(key(&["tg", "-100123", "run.1"]), "tg.-100123.run=2E1");
-        assert_ne!(
-            key(&["tg", "-100123", "run.1"]),
-            key(&["tg", "-100123.run", "1"])
-        );
-        assert_eq!(key(&["d", "", "r"]), "d.=.r");
-        for s in ["", "a", "run.7", "é 中 🦀", "=3D", "a.b>c*"] {
-            let t = token(s);
-            assert!(t
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_=".contains(&b)));
-            assert_eq!(untoken(&t).as_deref(), Some(s));
-        }
-        assert_eq!(untoken("a.b"), None);
-        assert_eq!(untoken("=4"), None);
-    }
-}
-
 /// Gets or creates a KV bucket that allows its entries to be *erased*
 /// ([`crate::erase`]): the same stream a `create_or_update_key_value` makes, except
 /// that single-message deletes are allowed. JetStream never lets a stream go back from
@@ -200,4 +176,28 @@ pub async fn open_erasable(
     js.get_key_value(&config.bucket)
         .await
         .map_err(crate::nats("open kv bucket"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_safe_distinct_and_reversible() {
+        assert_eq!(key(&["tg", "-100123", "run.1"]), "tg.-100123.run=2E1");
+        assert_ne!(
+            key(&["tg", "-100123", "run.1"]),
+            key(&["tg", "-100123.run", "1"])
+        );
+        assert_eq!(key(&["d", "", "r"]), "d.=.r");
+        for s in ["", "a", "run.7", "é 中 🦀", "=3D", "a.b>c*"] {
+            let t = token(s);
+            assert!(t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_=".contains(&b)));
+            assert_eq!(untoken(&t).as_deref(), Some(s));
+        }
+        assert_eq!(untoken("a.b"), None);
+        assert_eq!(untoken("=4"), None);
+    }
 }
