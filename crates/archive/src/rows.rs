@@ -34,6 +34,8 @@ pub(crate) struct LifeFacts {
     pub model: Option<String>,
     pub reason: Option<String>,
     pub usage: Option<String>,
+    /// The token counts in `usage`.
+    pub tokens: Option<streamgate_grammar::usage::Tokens>,
 }
 
 /// The stored columns compared to decide duplicate vs conflict.
@@ -101,6 +103,10 @@ pub(crate) fn to_rows(events: &[ArchivedEvent]) -> Result<Vec<EventRow>, Archive
                 model: l.model.clone(),
                 reason: l.reason.as_ref().map(|r| r.as_str().to_owned()),
                 usage: l.usage.as_ref().map(|u| u.get().to_owned()),
+                tokens: l
+                    .usage
+                    .as_ref()
+                    .map(streamgate_grammar::usage::Tokens::from_usage),
             }),
             _ => None,
         };
@@ -250,10 +256,9 @@ impl RunDelta {
             if self.usage.as_ref().is_none_or(|(seq, _)| row.seq > *seq) {
                 self.usage = Some((row.seq, usage.clone()));
             }
-            if let Some(json) = streamgate_grammar::Json::parse(usage) {
-                let tokens = streamgate_grammar::usage::Tokens::from_usage(&json);
-                self.tokens = Some(self.tokens.map_or(tokens, |t| t.max(tokens)));
-            }
+        }
+        if let Some(tokens) = life.tokens {
+            self.tokens = Some(self.tokens.map_or(tokens, |t| t.max(tokens)));
         }
     }
 }

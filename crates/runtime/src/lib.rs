@@ -3,6 +3,7 @@
 //! (operator/channel bearer-token auth, health, reflection).
 //!
 //! # Layout
+//! - [`clock`]: `now_ms`, the wall clock in ms since the Unix epoch.
 //! - [`telemetry`]: logging, Prometheus metrics, OpenTelemetry span export.
 //! - [`metrics`]: the catalogue of every metric and its help text.
 //! - [`config`]: `KEY=VALUE` config files that back flags and environment variables.
@@ -15,6 +16,7 @@
 //!   health, reflection, TLS/mTLS, connection limit, header-read and idle timeouts.
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod config;
 pub mod metrics;
 pub mod nats;

@@ -414,7 +414,7 @@ impl ArchiveService for Replay {
             &tenant,
             &scope,
             &actor,
-            now_ms(),
+            streamgate_runtime::clock::now_ms(),
         )
         .await
         .map_err(|e| {
@@ -468,7 +468,7 @@ impl ArchiveService for Replay {
         let r = crate::retention::enforce(
             &*self.store,
             &self.retention,
-            crate::retention::now_ms(),
+            streamgate_runtime::clock::now_ms(),
             apply,
         )
         .await
@@ -537,12 +537,6 @@ impl ArchiveService for Replay {
 /// broker's control-line limit and drop this service's connection.
 fn check_run_id(tenant: &str, run_id: &str) -> Result<(), Status> {
     ids::check_run(tenant, run_id, None).map_err(|e| Status::invalid_argument(e.to_string()))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// NOT_FOUND for the run `(tenant, run_id)`.

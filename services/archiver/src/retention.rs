@@ -205,7 +205,14 @@ pub async fn run(
             () = shutdown.cancelled() => return Ok(()),
             _ = tick.tick() => {}
         }
-        match enforce(&*store, &policies, now_ms(), true).await {
+        match enforce(
+            &*store,
+            &policies,
+            streamgate_runtime::clock::now_ms(),
+            true,
+        )
+        .await
+        {
             Ok(r) => {
                 metrics::counter!("streamgate_archiver_retention_stripped_runs_total")
                     .increment(r.stripped_runs);
@@ -218,11 +225,4 @@ pub async fn run(
             Err(e) => tracing::warn!(error = %e, "retention pass failed; next pass retries"),
         }
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -89,7 +89,11 @@ pub async fn run(args: ExportArgs) -> Result<()> {
                 None => {
                     let line = serde_json::json!({
                         "run": run_json(run),
-                        "events": events.iter().map(|e| serde_json::from_str::<serde_json::Value>(&e.to_json()).unwrap_or_default()).collect::<Vec<_>>(),
+                        // Each event's canonical line as it is, not parsed and re-encoded.
+                        "events": events
+                            .iter()
+                            .map(|e| serde_json::value::RawValue::from_string(e.to_json()))
+                            .collect::<Result<Vec<_>, _>>()?,
                     });
                     serde_json::to_writer(&mut out, &line)?;
                     out.write_all(b"\n")?;

@@ -70,7 +70,7 @@ impl ExportArgs {
             endpoint,
             content: self.export_otlp_content,
             every: Duration::from_millis(self.export_otlp_interval_ms.max(100)),
-            since_ts_ms: crate::retention::now_ms().saturating_sub(backlog),
+            since_ts_ms: streamgate_runtime::clock::now_ms().saturating_sub(backlog),
         })
     }
 }
@@ -143,7 +143,7 @@ async fn pass(
         .map(|r| (r.tenant.clone(), r.run_id.clone()))
         .collect();
     store
-        .mark_exported(&done, crate::retention::now_ms())
+        .mark_exported(&done, streamgate_runtime::clock::now_ms())
         .await?;
     metrics::counter!("streamgate_archiver_otlp_exported_runs_total").increment(done.len() as u64);
     Ok(())

@@ -4,7 +4,6 @@
 use super::backfill::{backfill_run, Applied};
 use super::{in_family, runs_in_scope, RunReport, Scope, Verdict};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use streamgate_archive::{Provenance, Store};
 use streamgate_grammar::ids;
 use streamgate_proto::v1;
@@ -55,7 +54,14 @@ pub fn spawn(
                             Applied::Nothing,
                         ),
                         Some(apply) => {
-                            backfill_run(&*store, &run, max_payload, apply, now_ms()).await?
+                            backfill_run(
+                                &*store,
+                                &run,
+                                max_payload,
+                                apply,
+                                streamgate_runtime::clock::now_ms(),
+                            )
+                            .await?
                         }
                     };
                     if !in_family(
@@ -78,12 +84,6 @@ pub fn spawn(
         }
     });
     rx
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn label(p: &Provenance) -> String {
