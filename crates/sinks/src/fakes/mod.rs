@@ -13,6 +13,7 @@ mod webhook;
 
 use axum::Router;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -150,7 +151,8 @@ pub(crate) struct Recorder {
     seen_keys: std::collections::HashSet<String>,
     duplicates: u32,
     counter: u64,
-    blocked_until: Option<Instant>,
+    /// Per rate-limit scope (`""` for the whole API): until when a 429 holds.
+    blocked_until: HashMap<String, Instant>,
     early_calls: u32,
     delayed: usize,
     next_id: u64,
@@ -189,29 +191,37 @@ impl Shared {
         self.rec.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Rate limiting: a call inside a previous 429's window is counted as early (and
-    /// refused, like the real APIs); every n-th call is refused.
+    /// Rate limiting over the whole API: a call inside a previous 429's window is
+    /// counted as early (and refused, like the real APIs); every n-th call is refused.
     pub(crate) fn gate(&self, retry_after_secs: f64) -> Gate {
+        self.gate_scoped("", retry_after_secs)
+    }
+
+    /// [`Shared::gate`] for an API whose limits hold per scope (Slack: per method, and
+    /// per channel for `chat.postMessage`): a 429 refuses only calls of its own scope
+    /// until it expires. The n-th call count stays API-wide.
+    pub(crate) fn gate_scoped(&self, scope: &str, retry_after_secs: f64) -> Gate {
         let now = Instant::now();
         let mut r = self.lock();
         r.counter += 1;
-        if let Some(until) = r.blocked_until {
+        if let Some(until) = r.blocked_until.get(scope).copied() {
             if now < until {
                 r.early_calls += 1;
                 return Gate::RateLimited((until - now).as_secs_f64());
             }
         }
+        let block = now + Duration::from_secs_f64(retry_after_secs);
         let in_burst = self
             .behavior
             .rate_limit_burst
             .is_some_and(|(from, n)| (from..from + n).contains(&r.counter));
         match self.behavior.rate_limit_every {
             _ if in_burst => {
-                r.blocked_until = Some(now + Duration::from_secs_f64(retry_after_secs));
+                r.blocked_until.insert(scope.to_owned(), block);
                 Gate::RateLimited(retry_after_secs)
             }
             Some(n) if n > 0 && r.counter.is_multiple_of(n) => {
-                r.blocked_until = Some(now + Duration::from_secs_f64(retry_after_secs));
+                r.blocked_until.insert(scope.to_owned(), block);
                 Gate::RateLimited(retry_after_secs)
             }
             _ => Gate::Proceed,

@@ -88,7 +88,19 @@ async fn handle(
         ctx.shared.record(&method, &body, 200);
         return Json(fail("invalid_auth")).into_response();
     }
-    let limited = match ctx.shared.gate(ctx.shared.behavior.retry_after_secs) {
+    let channel = body
+        .get("channel")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    // Slack limits "per API method per app per workspace", `chat.postMessage` also per
+    // channel; its Retry-After is whole seconds, and the window is what it says.
+    let scope = match method.as_str() {
+        "chat.postMessage" => format!("{method} {channel}"),
+        _ => method.clone(),
+    };
+    let retry_after = ctx.shared.behavior.retry_after_secs.ceil().max(1.0);
+    let limited = match ctx.shared.gate_scoped(&scope, retry_after) {
         Gate::RateLimited(secs) => Some(secs),
         Gate::Proceed => over_tier(&ctx, &method),
     };
@@ -100,11 +112,6 @@ async fn handle(
         }
         return r;
     }
-    let channel = body
-        .get("channel")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
     let ts = body
         .get("ts")
         .and_then(Value::as_str)

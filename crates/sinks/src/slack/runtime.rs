@@ -11,8 +11,9 @@ use crate::text::{slack_mrkdwn, slack_unit, Unit};
 use futures::future::BoxFuture;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use streamgate_projection::Op;
 
 /// Slack's `text` limit (longer texts are truncated or refused), counted on the
@@ -33,6 +34,19 @@ pub struct SlackSink {
     /// Chats with a stream open on this replica: their `Typing` sets no status (Slack
     /// shows the stream itself).
     pub(super) open_streams: Mutex<HashSet<String>>,
+    /// Rate-limit holds by scope ([`limit_scope`]): a 429's `Retry-After` applies to
+    /// every chat calling that method with this token, so no chat calls it before the
+    /// hold ends (Slack counts calls refused early against the app too).
+    holds: Mutex<HashMap<String, Instant>>,
+}
+
+/// The scope a Slack rate limit holds in: "per API method per app per workspace", and
+/// `chat.postMessage` also per channel (about one message per second each).
+fn limit_scope(method: &str, body: &Value) -> String {
+    match (method, body.get("channel").and_then(Value::as_str)) {
+        ("chat.postMessage", Some(channel)) => format!("{method} {channel}"),
+        _ => method.to_owned(),
+    }
 }
 
 /// A failed Web API call.
@@ -64,10 +78,28 @@ impl SlackSink {
             streaming: config.streaming,
             team_id: config.team_id,
             open_streams: Mutex::new(HashSet::new()),
+            holds: Mutex::new(HashMap::new()),
         })
     }
 
+    /// How long the scope's last 429 still holds, if it does.
+    fn held(&self, scope: &str, now: Instant) -> Option<Duration> {
+        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        holds.retain(|_, until| *until > now);
+        holds.get(scope).map(|until| *until - now)
+    }
+
+    fn hold(&self, scope: String, until: Instant) {
+        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = holds.entry(scope).or_insert(until);
+        *slot = (*slot).max(until);
+    }
+
     pub(super) async fn call(&self, method: &str, body: Value) -> Result<Value, Fail> {
+        let scope = limit_scope(method, &body);
+        if let Some(retry_after) = self.held(&scope, Instant::now()) {
+            return Err(Fail::Sink(SinkError::RateLimited { retry_after }));
+        }
         let resp = self
             .client
             .post(format!("{}/{method}", self.base_url))
@@ -91,6 +123,7 @@ impl SlackSink {
             .to_owned();
         if status == StatusCode::TOO_MANY_REQUESTS || error == "ratelimited" {
             let retry_after = header_retry.unwrap_or(http::DEFAULT_RETRY_AFTER);
+            self.hold(scope, Instant::now() + retry_after);
             return Err(Fail::Sink(SinkError::RateLimited { retry_after }));
         }
         let Some(v) = v else {

@@ -418,14 +418,16 @@ async fn tier_limits_are_honoured_and_every_stream_ends() -> Result<(), Box<dyn 
 }
 
 /// Every fixture run, projected as a channel sees it and delivered through the engine
-/// into its own DM thread while the API answers every 5th call with a 429: each run with
-/// an answer ends with exactly one message holding it, and no stream is left open.
+/// into its own DM thread while the API answers every 10th call with a 429 (a hold of one
+/// second on that method for every chat, as Slack's limits are per method and
+/// workspace): each run with an answer ends with exactly one message holding it, and no
+/// stream is left open.
 #[tokio::test]
 async fn every_fixture_run_streams_to_exactly_one_answer_under_429s(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let behavior = Behavior {
-        rate_limit_every: Some(5),
-        retry_after_secs: 0.05,
+        rate_limit_every: Some(10),
+        retry_after_secs: 1.0,
         ..Behavior::default()
     };
     let fake = FakeServer::slack(TOKEN, behavior).await?;

@@ -86,3 +86,43 @@ async fn ratelimited_is_honoured() -> Result<(), Box<dyn std::error::Error>> {
     assert!(st.final_delivered);
     Ok(())
 }
+
+/// Slack's limits hold per method and workspace (`chat.postMessage` per channel too): a
+/// 429 holds that scope for every chat of the token, with no request sent until it
+/// ends, while other scopes go on.
+#[tokio::test]
+async fn a_429_holds_its_method_for_every_chat_and_only_that_method(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let behavior = Behavior {
+        rate_limit_burst: Some((1, 1)),
+        retry_after_secs: 30.0,
+        ..Behavior::default()
+    };
+    let fake = FakeServer::slack(TOKEN, behavior).await?;
+    let sl = sink(&fake)?;
+    let post = |channel: &str| serde_json::json!({"channel": channel, "text": "hi"});
+    let first = sl
+        .call("chat.update", post("C1"))
+        .await
+        .map_err(super::runtime::plain);
+    assert!(
+        matches!(first, Err(SinkError::RateLimited { .. })),
+        "{first:?}"
+    );
+    let held = sl
+        .call("chat.update", post("C2"))
+        .await
+        .map_err(super::runtime::plain);
+    match held {
+        Err(SinkError::RateLimited { retry_after }) => {
+            assert!(retry_after > Duration::from_secs(25), "{retry_after:?}")
+        }
+        other => panic!("not held: {other:?}"),
+    }
+    assert_eq!(fake.calls().len(), 1, "the held call was not sent");
+    sl.call("chat.postMessage", post("C2"))
+        .await
+        .map_err(super::runtime::plain)?;
+    assert_eq!(fake.live_messages().len(), 1, "another method goes on");
+    Ok(())
+}
