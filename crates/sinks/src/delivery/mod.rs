@@ -37,6 +37,11 @@
 //! [`DeliveryError::Closed`]. Whoever needs an op delivered across a restart keeps its
 //! own record until `flush_run` says `true` (the projector's active-run markers).
 //!
+//! **Handover.** When a partition moves to another replica, [`Delivery::hand_over`]
+//! drops its runs' queued ops, makes an op of theirs waiting to retry give up, and waits
+//! for their attempt in flight: the next owner rebuilds what is left from the events and
+//! the saved state, and two owners never act on one chat at once.
+//!
 //! **Finals exactly once.** Before each attempt the lane loads the run's
 //! [`DeliveryState`] from the [`StateStore`]; after each attempt — success, error or
 //! timeout — it saves the state the sink left. Sinks record each confirmed effect in the
@@ -61,7 +66,7 @@ pub use store::{MemoryStore, StateKey, StateStore, StoreError};
 use crate::sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
 use breaker::Breaker;
 use rand::Rng;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use streamgate_projection::{DraftKey, Op};
@@ -205,12 +210,18 @@ struct LaneQueue {
     bucket: Option<Bucket>,
     /// The lane's task ended after it idled (`LANE_IDLE`); a submit looks again.
     retired: bool,
+    /// Runs handed to another owner ([`Delivery::hand_over`]) and not submitted here
+    /// since: an op of theirs still running gives up at its next wait instead of trying
+    /// again, and [`Delivery::flush_run`] says they were not delivered here.
+    handed_over: HashSet<DraftKey>,
 }
 
 struct Lane {
     chat: ChatTarget,
     queue: Mutex<LaneQueue>,
     wake: Notify,
+    /// Wakes the lane's waits when one of its runs is handed over.
+    handover: Notify,
 }
 
 impl Lane {
@@ -227,6 +238,52 @@ impl Lane {
 
     fn pending(&self, run: &DraftKey) -> usize {
         self.lock().runs.get(run).copied().unwrap_or(0)
+    }
+
+    fn is_handed_over(&self, run: Option<&DraftKey>) -> bool {
+        run.is_some_and(|r| self.lock().handed_over.contains(r))
+    }
+
+    /// Takes the queued ops of the runs `theirs` picks out of the queue and marks those
+    /// runs handed over: the runs and how many ops were taken.
+    fn hand_over(
+        &self,
+        theirs: &impl Fn(&ChatTarget, &DraftKey) -> bool,
+    ) -> (Vec<DraftKey>, usize) {
+        let mut q = self.lock();
+        let runs: Vec<DraftKey> = q
+            .runs
+            .keys()
+            .filter(|r| theirs(&self.chat, r))
+            .cloned()
+            .collect();
+        if runs.is_empty() {
+            return (runs, 0);
+        }
+        let mut taken = 0;
+        let LaneQueue {
+            ops,
+            runs: counts,
+            handed_over,
+            ..
+        } = &mut *q;
+        ops.retain(|o| {
+            let Some(run) = op_run(&o.op).filter(|r| runs.contains(r)) else {
+                return true;
+            };
+            taken += 1;
+            if let Some(n) = counts.get_mut(run) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    counts.remove(run);
+                }
+            }
+            false
+        });
+        handed_over.extend(runs.iter().cloned());
+        drop(q);
+        self.handover.notify_waiters();
+        (runs, taken)
     }
 }
 
@@ -414,6 +471,10 @@ impl Delivery {
                 // Retired idle between the lookup and the lock: take the new one.
                 continue;
             }
+            if let Some(run) = op_run(&op) {
+                // The run is ours (again).
+                q.handed_over.remove(run);
+            }
             let now = Instant::now();
             match &op {
                 Op::Typing => {
@@ -477,7 +538,8 @@ impl Delivery {
 
     /// Wait until no op of the run `run` (tenant and run id, as its ops' draft key names
     /// it) is queued for `chat` or being executed: `true` (each was delivered, dropped or
-    /// given up on); `false` when the engine closed first. Other chats and other runs —
+    /// given up on); `false` when the engine closed or the run was handed over
+    /// ([`Delivery::hand_over`]) first. Other chats and other runs —
     /// the same run id under another tenant included — do not hold it up.
     pub async fn flush_run(&self, chat: &ChatTarget, run: &DraftKey) -> bool {
         let lane = self
@@ -494,7 +556,7 @@ impl Delivery {
         let mut done = false;
         let _ = rx
             .wait_for(|f| {
-                if f.closed {
+                if f.closed || lane.is_handed_over(Some(run)) {
                     return true;
                 }
                 done = lane.pending(run) == 0;
@@ -552,6 +614,54 @@ impl Delivery {
         }
     }
 
+    /// Gives up the runs `theirs` picks out (by chat and run) to another owner — a
+    /// partition moving to another replica: their queued ops are dropped (the next
+    /// owner rebuilds them from the events and the saved [`DeliveryState`]), an op of
+    /// theirs waiting to be tried again gives up, and this returns once no attempt of
+    /// theirs is in flight any more and its outcome is saved (bounded like
+    /// [`Delivery::attempts_done`]). After it, this engine sends nothing more for those
+    /// runs unless they are submitted again, so two owners never act on a chat at once.
+    pub async fn hand_over(&self, theirs: impl Fn(&ChatTarget, &DraftKey) -> bool) {
+        let lanes: Vec<Arc<Lane>> = self
+            .inner
+            .lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut marked = Vec::new();
+        let mut dropped = 0;
+        for lane in lanes {
+            let (runs, taken) = lane.hand_over(&theirs);
+            dropped += taken;
+            marked.extend(runs.into_iter().map(|r| (Arc::clone(&lane), r)));
+        }
+        if marked.is_empty() {
+            return;
+        }
+        self.inner
+            .flow
+            .send_modify(|f| f.queued = f.queued.saturating_sub(dropped));
+        if dropped > 0 {
+            tracing::info!(
+                runs = marked.len(),
+                ops = dropped,
+                "queued ops handed over to the next owner"
+            );
+        }
+        let bound = self.inner.config.attempt_timeout + Duration::from_secs(5);
+        let mut rx = self.inner.flow.subscribe();
+        // A closed engine's lanes stop without counting their ops off: there, no attempt
+        // in flight is what matters.
+        let idle = rx.wait_for(|f| {
+            (f.closed && f.attempts == 0) || marked.iter().all(|(lane, run)| lane.pending(run) == 0)
+        });
+        if timeout(bound, idle).await.is_err() {
+            tracing::warn!("an attempt of a handed-over run still in flight after its bound");
+        }
+    }
+
     /// Close the engine now: lanes stop taking ops and give up their waits (an attempt
     /// already sent finishes: [`Delivery::attempts_done`]), queued ops are left
     /// undelivered, waiting `flush`es return `false`, `submit` is refused.
@@ -591,8 +701,10 @@ impl Delivery {
                 paused_until: None,
                 bucket: entry.pacing.per_chat.map(Bucket::new),
                 retired: false,
+                handed_over: HashSet::new(),
             }),
             wake: Notify::new(),
+            handover: Notify::new(),
         });
         lanes.insert(chat.clone(), Arc::clone(&lane));
         let task = tokio::spawn(run_lane(
@@ -674,6 +786,8 @@ enum Outcome {
     Failed,
     /// The engine closed before the op was attempted (again): left for the next owner.
     Shutdown,
+    /// Its run went to another owner before the op was attempted (again).
+    HandedOver,
 }
 
 impl Outcome {
@@ -686,6 +800,7 @@ impl Outcome {
             Outcome::Parked => "parked",
             Outcome::Failed => "failed",
             Outcome::Shutdown => "shutdown",
+            Outcome::HandedOver => "handed_over",
         }
     }
 }
@@ -713,14 +828,40 @@ impl Inner {
         true
     }
 
-    /// Runs `fut` unless the engine closes first (`None`): the waits between attempts
-    /// give way to a shutdown; an attempt itself does not.
-    async fn unless_closed<T>(&self, fut: impl std::future::Future<Output = T>) -> Option<T> {
+    /// Runs `fut` unless the engine closes or `run` is handed over first (`None`): the
+    /// waits between attempts give way to a shutdown or a handover; an attempt itself
+    /// does not.
+    async fn unless_stopped<T>(
+        &self,
+        lane: &Lane,
+        run: Option<&DraftKey>,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
         let mut flow = self.flow.subscribe();
-        tokio::select! {
-            biased;
-            _ = flow.wait_for(|f| f.closed) => None,
-            v = fut => Some(v),
+        let fut = std::pin::pin!(fut);
+        let mut fut = fut;
+        loop {
+            let handover = std::pin::pin!(lane.handover.notified());
+            let mut handover = handover;
+            handover.as_mut().enable();
+            if lane.is_handed_over(run) {
+                return None;
+            }
+            tokio::select! {
+                biased;
+                _ = flow.wait_for(|f| f.closed) => return None,
+                () = &mut handover => {}
+                v = &mut fut => return Some(v),
+            }
+        }
+    }
+
+    /// Why a lane stopped working on an op before it was done.
+    fn stopped(&self) -> Outcome {
+        if self.flow.borrow().closed {
+            Outcome::Shutdown
+        } else {
+            Outcome::HandedOver
         }
     }
 
@@ -840,8 +981,8 @@ impl Inner {
         let mut attempt = 0u32;
         let mut refused = 0u32;
         loop {
-            if self.flow.borrow().closed {
-                return Outcome::Shutdown;
+            if self.flow.borrow().closed || lane.is_handed_over(run) {
+                return self.stopped();
             }
             // 1. The chat API's own pause (retry_after) comes first.
             let paused = lane.lock().paused_until;
@@ -849,8 +990,12 @@ impl Inner {
                 if is_typing {
                     return Outcome::Skipped;
                 }
-                if self.unless_closed(sleep_until(until)).await.is_none() {
-                    return Outcome::Shutdown;
+                if self
+                    .unless_stopped(lane, run, sleep_until(until))
+                    .await
+                    .is_none()
+                {
+                    return self.stopped();
                 }
             }
             // 2. The sink's breaker.
@@ -858,8 +1003,12 @@ impl Inner {
                 Ok(probe) => probe,
                 Err(_) if is_typing => return Outcome::Skipped,
                 Err(until) => {
-                    if self.unless_closed(sleep_until(until)).await.is_none() {
-                        return Outcome::Shutdown;
+                    if self
+                        .unless_stopped(lane, run, sleep_until(until))
+                        .await
+                        .is_none()
+                    {
+                        return self.stopped();
                     }
                     continue;
                 }
@@ -867,14 +1016,14 @@ impl Inner {
             // 3. The sink's pacing: the chat's and the sink's token buckets, then a
             //    slot among the requests in flight.
             let permit = self
-                .unless_closed(async {
+                .unless_stopped(lane, run, async {
                     self.take_tokens(lane, entry).await;
                     entry.permits.acquire().await
                 })
                 .await;
             let Some(permit) = permit else {
                 breaker.neutral(probe);
-                return Outcome::Shutdown;
+                return self.stopped();
             };
             let Ok(permit) = permit else {
                 return Outcome::Failed;
@@ -889,11 +1038,11 @@ impl Inner {
                         attempt += 1;
                         tracing::warn!(error = %e, "loading delivery state failed");
                         if self
-                            .unless_closed(sleep(self.backoff(attempt)))
+                            .unless_stopped(lane, run, sleep(self.backoff(attempt)))
                             .await
                             .is_none()
                         {
-                            return Outcome::Shutdown;
+                            return self.stopped();
                         }
                         continue;
                     }
@@ -910,7 +1059,7 @@ impl Inner {
             let Some(in_flight) = InFlight::start(&self.flow) else {
                 drop(permit);
                 breaker.neutral(probe);
-                return Outcome::Shutdown;
+                return self.stopped();
             };
             let result = match timeout(
                 self.config.attempt_timeout,
@@ -977,11 +1126,11 @@ impl Inner {
                         return Outcome::Superseded;
                     }
                     if self
-                        .unless_closed(sleep(self.backoff(attempt)))
+                        .unless_stopped(lane, run, sleep(self.backoff(attempt)))
                         .await
                         .is_none()
                     {
-                        return Outcome::Shutdown;
+                        return self.stopped();
                     }
                 }
                 Err(e @ SinkError::TooLarge(_)) => {
@@ -1002,11 +1151,11 @@ impl Inner {
                         return Outcome::Superseded;
                     }
                     if self
-                        .unless_closed(sleep(self.backoff(refused)))
+                        .unless_stopped(lane, run, sleep(self.backoff(refused)))
                         .await
                         .is_none()
                     {
-                        return Outcome::Shutdown;
+                        return self.stopped();
                     }
                 }
             }

@@ -588,3 +588,58 @@ async fn idle_lanes_go_and_come_back() -> Result<(), DeliveryError> {
     assert_eq!(script.finals(), 51);
     Ok(())
 }
+
+/// A partition moving to another replica: the handed-over run's queued ops go, its
+/// attempt in flight is waited for, the chat's other run goes on, and the run's flush
+/// says it was not delivered here — until it is submitted here again.
+#[tokio::test(start_paused = true)]
+async fn hand_over_drops_queued_ops_and_waits_for_the_attempt_in_flight(
+) -> Result<(), DeliveryError> {
+    let script = Script::new(&[Step::Slow(Duration::from_secs(2))]);
+    let d = engine(&script, DeliveryConfig::default());
+    d.submit(chat(), draft("r", "working", 1)).await?;
+    d.submit(chat(), final_op("r", "answer", 2)).await?;
+    d.submit(chat(), final_op("r2", "other answer", 1)).await?;
+    sleep(Duration::from_millis(100)).await;
+    let t0 = Instant::now();
+    d.hand_over(|_, run| run.run_id == "r").await;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1800),
+        "returned before the attempt in flight ended: {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        !d.flush_run(&chat(), &key("r")).await,
+        "a handed-over run is not delivered here"
+    );
+    assert!(d.flush().await);
+    let names: Vec<_> = script.calls().iter().map(|(_, op)| op.name()).collect();
+    assert_eq!(
+        names,
+        ["draft", "final"],
+        "r's final was handed over, r2's sent"
+    );
+    assert_eq!(script.finals(), 1);
+    // The run comes back (the partition returned): it is this engine's again.
+    d.submit(chat(), final_op("r", "answer", 2)).await?;
+    assert!(d.flush_run(&chat(), &key("r")).await);
+    assert_eq!(script.finals(), 2);
+    Ok(())
+}
+
+/// An op of a handed-over run waiting out a long `retry_after` gives up at once instead
+/// of trying again after the next owner took the run.
+#[tokio::test(start_paused = true)]
+async fn hand_over_ends_a_retry_wait_without_another_attempt() -> Result<(), DeliveryError> {
+    let script = Script::new(&[Step::RateLimited(Duration::from_secs(600))]);
+    let d = engine(&script, DeliveryConfig::default());
+    d.submit(chat(), final_op("r", "answer", 1)).await?;
+    sleep(Duration::from_millis(100)).await;
+    let t0 = Instant::now();
+    d.hand_over(|_, run| run.run_id == "r").await;
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    sleep(Duration::from_secs(700)).await;
+    assert_eq!(script.calls().len(), 1, "no attempt after the handover");
+    assert_eq!(script.finals(), 0);
+    Ok(())
+}

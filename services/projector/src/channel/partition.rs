@@ -3,15 +3,16 @@
 //! the worker ends.
 
 use super::recovery::Recovery;
-use super::{lock, Channel};
+use super::{lock, run_key, Channel, RunKey};
 use crate::error::{nats, ProjectorError};
 use async_nats::jetstream;
 use futures::FutureExt as _;
 use futures::StreamExt as _;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use streamgate_bus::lease::PartitionWork;
-use streamgate_bus::subject::RunAddr;
+use streamgate_bus::subject::{partition_of, RunAddr};
 use streamgate_bus::{consume, events, trace, EVENTS_STREAM};
 use tracing::Instrument as _;
 
@@ -23,6 +24,15 @@ use tracing::Instrument as _;
 const HANDOVER_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
 impl Channel {
+    /// The partition of every run in memory (a run not in memory is on the partition its
+    /// id hashes to).
+    fn run_partitions(&self) -> HashMap<RunKey, u32> {
+        lock(&self.runs)
+            .iter()
+            .map(|(k, e)| (k.clone(), e.partition))
+            .collect()
+    }
+
     /// Forgets the runs of a partition this replica no longer holds.
     fn drop_partition(&self, partition: u32) {
         lock(&self.runs).retain(|_, e| e.partition != partition);
@@ -99,11 +109,24 @@ impl Channel {
             .await
             .is_err()
         {
-            tracing::warn!(
+            tracing::info!(
                 partition,
                 "ops still queued at handover; the next owner re-submits them"
             );
         }
+        // Whatever of this partition is still queued (a chat paced to a few messages a
+        // minute, a long retry_after) goes to the next owner, and an attempt of it in
+        // flight ends before the lease does: two owners never act on one chat at once.
+        let theirs = self.run_partitions();
+        self.delivery
+            .hand_over(|chat, key| {
+                chat.channel == self.cfg.name
+                    && theirs.get(&run_key(&key.tenant, &key.run_id)).map_or_else(
+                        || partition_of(&key.run_id, self.cfg.partitions) == partition,
+                        |p| *p == partition,
+                    )
+            })
+            .await;
         if self.delivery.is_closed() {
             // Shutdown: the engine takes no more ops, but a request it already sent
             // finishes and its outcome is saved before the partition goes to its next
