@@ -2,7 +2,8 @@
 //! the ports it bound (`<data dir>/addresses.json`) and its tokens (the ingest token and
 //! each channel's, in their files). A listener asked for port 0 (the default) takes its
 //! remembered address again when that is free (else a fresh port, said in one line);
-//! `--rotate-tokens` writes fresh tokens.
+//! fresh ports come from below the ephemeral range, where no other program's port-0 bind
+//! lands while `up` is stopped. `--rotate-tokens` writes fresh tokens.
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -21,6 +22,30 @@ fn path(data_dir: &Path) -> PathBuf {
     data_dir.join("addresses.json")
 }
 
+/// A free port on `asked`'s IP below the kernel's ephemeral range (Linux:
+/// `ip_local_port_range`, 32768 and up by default), so that while `up` is stopped no
+/// outgoing connection or port-0 listener of another program takes the port it will ask
+/// for again; `asked` (port 0) when none is found.
+fn outside_ephemeral(asked: SocketAddr) -> SocketAddr {
+    use rand::Rng as _;
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    const FIRST: u16 = 10_000;
+    if low <= FIRST + 100 {
+        return asked;
+    }
+    let mut rng = rand::rng();
+    for _ in 0..32 {
+        let candidate = SocketAddr::new(asked.ip(), rng.random_range(FIRST..low));
+        if std::net::TcpListener::bind(candidate).is_ok() {
+            return candidate;
+        }
+    }
+    asked
+}
+
 impl Addresses {
     /// What the data dir remembers (nothing when the file is missing or unreadable).
     pub(super) fn load(data_dir: &Path) -> Addresses {
@@ -33,12 +58,17 @@ impl Addresses {
     /// The address listener `name` should bind: `asked`, or, when that is port 0, the
     /// remembered address on the same IP if it is free now.
     pub(super) fn pick(&self, name: &str, asked: SocketAddr) -> SocketAddr {
-        let Some(kept) = self.bound.get(name).copied() else {
-            return asked;
-        };
-        if asked.port() != 0 || kept.ip() != asked.ip() {
+        if asked.port() != 0 {
             return asked;
         }
+        let Some(kept) = self
+            .bound
+            .get(name)
+            .copied()
+            .filter(|k| k.ip() == asked.ip())
+        else {
+            return outside_ephemeral(asked);
+        };
         match std::net::TcpListener::bind(kept) {
             Ok(probe) => {
                 drop(probe);
@@ -46,7 +76,7 @@ impl Addresses {
             }
             Err(e) => {
                 eprintln!("streamgate: {name} cannot have its earlier address {kept} back ({e}): a new port");
-                asked
+                outside_ephemeral(asked)
             }
         }
     }
@@ -82,4 +112,22 @@ pub(super) fn token(path: &Path, rotate: bool) -> Result<String> {
     let t = streamgate_runtime::rpc::random_token();
     streamgate_bus::local::write_private(path, &t)?;
     Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Addresses;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn a_fresh_port_comes_from_below_the_ephemeral_range_and_is_kept() {
+        let asked: SocketAddr = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+        let mut memory = Addresses::default();
+        let fresh = memory.pick("ingest_http", asked);
+        assert!((10_000..32_768).contains(&fresh.port()), "{fresh}");
+        memory.record("ingest_http", Some(fresh));
+        assert_eq!(memory.pick("ingest_http", asked), fresh, "remembered");
+        let explicit: SocketAddr = "127.0.0.1:7555".parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(memory.pick("ingest_http", explicit), explicit, "asked for");
+    }
 }
