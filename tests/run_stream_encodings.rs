@@ -146,15 +146,21 @@ fn ai_sdk_and_ag_ui_encodings_satisfy_their_real_consumers() {
     // Every run ended (the archive lists it with a terminal status).
     // (run, tenant): the demo's runs are tenant `demo`'s, the extras `default`'s.
     let runs: Vec<(String, String)> = loop {
-        let out = String::from_utf8_lossy(&cli(dir.path(), &["runs", "--all-tenants"]).stdout)
-            .into_owned();
-        let rows: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
-        if rows.len() >= 12 && rows.iter().all(|r| !r.contains(" open ")) {
+        let out =
+            String::from_utf8_lossy(&cli(dir.path(), &["runs", "--all-tenants", "--json"]).stdout)
+                .into_owned();
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if rows.len() >= 12 && rows.iter().all(|r| r["status"] != "open") {
             break rows
                 .iter()
                 .filter_map(|r| {
-                    let mut w = r.split_whitespace();
-                    Some((w.next()?.to_owned(), w.next()?.to_owned()))
+                    Some((
+                        r["run_id"].as_str()?.to_owned(),
+                        r["tenant"].as_str()?.to_owned(),
+                    ))
                 })
                 .collect();
         }

@@ -1728,6 +1728,58 @@ fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
     found
 }
 
+/// Thinking is searchable only when asked for (`--search-thinking`): an ended run's
+/// reasoning is indexed, `runs --search … --thinking` finds it by a phrase of it, and the
+/// answer search does not look there.
+#[test]
+fn thinking_search_finds_a_run_by_its_reasoning_when_turned_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let _up = start_up_with(dir.path(), &["--search-thinking"]);
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/f1/zero-text.sse");
+    let out = cli(
+        dir.path(),
+        &[
+            "ingest",
+            "--family",
+            "f1",
+            "--run",
+            "think-1",
+            fixture.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + PATIENCE;
+    let found = loop {
+        let found = json_lines(&cli(
+            dir.path(),
+            &["runs", "--search", "nothing to SAY", "--thinking", "--json"],
+        ));
+        if !found.is_empty() || Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["run_id"], "think-1");
+    assert!(
+        found[0]["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("[Nothing to say]"),
+        "{found:?}"
+    );
+    let answers = json_lines(&cli(
+        dir.path(),
+        &["runs", "--search", "nothing to say", "--json"],
+    ));
+    assert!(answers.is_empty(), "{answers:?}");
+}
+
 #[test]
 fn erase_leaves_no_trace_in_any_store() {
     let (rt, hook) = fake_webhook();
@@ -1737,6 +1789,8 @@ fn erase_leaves_no_trace_in_any_store() {
         &[
             "--channel",
             &format!("webhook={}", hook.base_url),
+            "--channel",
+            "web=127.0.0.1:0",
             "--channel-secret",
             "hook-secret",
         ],
@@ -1801,6 +1855,26 @@ fn erase_leaves_no_trace_in_any_store() {
         assert!(!files_holding(&data, run).is_empty(), "{run}");
     }
 
+    // The web page lists the runs (in the projector's memory) until the erasure.
+    let (page, token) = page_address(dir.path());
+    let listed_on_page = |rt: &tokio::runtime::Runtime, want: bool| {
+        rt.block_on(async {
+            let client = reqwest::Client::new();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let rows = get_json(&client, &format!("{page}/api/runs"), &token).await;
+                let text = rows.to_string();
+                let now = text.contains("erasable-run-one") && text.contains("erasable-run-two");
+                let gone = !text.contains("erasable-run") && text.contains("kept-run-three");
+                if (want && now) || (!want && gone) || Instant::now() > deadline {
+                    break text;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let before = listed_on_page(&rt, true);
+    assert!(before.contains("erasable-run-one"), "{before}");
     let out = cli(
         dir.path(),
         &["erase", "--session", "s-erase", "--actor", "dpo"],
@@ -1865,6 +1939,12 @@ fn erase_leaves_no_trace_in_any_store() {
         !files_holding(&data, answer).is_empty(),
         "the other session's run stays"
     );
+    let after = listed_on_page(&rt, false);
+    assert!(
+        !after.contains("erasable-run") && !after.contains("Zebra quartz"),
+        "the page forgot the erased runs: {after}"
+    );
+    assert!(after.contains(kept), "{after}");
     let listed = json_lines(&cli(dir.path(), &["runs", "--json"]));
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["run_id"], kept);

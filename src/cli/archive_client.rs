@@ -91,6 +91,10 @@ pub struct RunsArgs {
     /// match first, each with the matching part of its answer.
     #[arg(long)]
     pub search: Option<String>,
+    /// With --search: search the runs' thinking instead of their answers (indexed only
+    /// when the archiver runs with --search-thinking).
+    #[arg(long, requires = "search")]
+    pub thinking: bool,
     /// Accounting instead of runs: per tenant, model and UTC day the runs, tokens
     /// (input/output/reasoning/cache), mean time to first token and duration, and cost
     /// from the archiver's price table.
@@ -116,33 +120,44 @@ pub async fn runs(args: RunsArgs) -> Result<()> {
             status: args.status,
             limit: args.limit,
             search: args.search.clone(),
+            search_thinking: args.thinking,
             ..Default::default()
         })
         .await?
         .into_inner();
+    if args.json {
+        for r in &reply.runs {
+            println!("{}", run_json(r));
+        }
+        return Ok(());
+    }
+    if reply.runs.is_empty() {
+        eprintln!("no runs match");
+        return Ok(());
+    }
+    println!(
+        "{:<19}  {:<28} {:<10} {:<7} {:<14} {:>6}  {:<24} {:<16} GEN",
+        "STARTED (UTC)", "RUN", "TENANT", "STATUS", "REASON", "EVENTS", "MODEL", "MADE BY"
+    );
     for r in reply.runs {
-        if args.json {
-            let v = run_json(&r);
-            println!("{v}");
-        } else {
-            let made_by = match (&r.adapter, r.adapter_version) {
-                (Some(a), Some(v)) => format!("{a}@{v}"),
-                _ => "-".to_owned(),
-            };
-            println!(
-                "{:<28} {:<10} {:<7} {:<14} {:>5} events  {:<24} {:<16} g{}",
-                r.run_id,
-                r.tenant,
-                r.status,
-                r.stop_reason.unwrap_or_default(),
-                r.event_count,
-                r.model.unwrap_or_default(),
-                made_by,
-                r.generation
-            );
-            if let Some(snippet) = &r.snippet {
-                println!("    {}", snippet.replace('\n', " "));
-            }
+        let made_by = match (&r.adapter, r.adapter_version) {
+            (Some(a), Some(v)) => format!("{a}@{v}"),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "{:<19}  {:<28} {:<10} {:<7} {:<14} {:>6}  {:<24} {:<16} {}",
+            streamgate_runtime::clock::utc_datetime(r.first_ts_ms),
+            r.run_id,
+            r.tenant,
+            r.status,
+            r.stop_reason.unwrap_or_default(),
+            r.event_count,
+            r.model.unwrap_or_default(),
+            made_by,
+            r.generation
+        );
+        if let Some(snippet) = &r.snippet {
+            println!("    {}", snippet.replace('\n', " "));
         }
     }
     Ok(())

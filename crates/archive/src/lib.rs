@@ -1,11 +1,11 @@
-//! The streamgate event archive (DESIGN §5): the system of record for every canonical
+//! The streamgate event archive (docs/architecture.md §5): the system of record for every canonical
 //! event, behind one [`Store`] trait with an embedded SQLite backend (the default for
 //! `streamgate up`) and a PostgreSQL backend for deployments.
 //!
 //! Both backends keep the same schema and the same semantics:
 //!
 //! - A run is identified by `(tenant, run_id)`: a run id is unique only within its tenant
-//!   (DESIGN §3), so every key and every per-run query names both.
+//!   (docs/architecture.md §3), so every key and every per-run query names both.
 //! - `events` is keyed by `(tenant, run_id, seq)`. Inserting is idempotent: an identical duplicate
 //!   (a JetStream redelivery, a re-normalization) is counted, never re-written; the same
 //!   key with different bytes is a *conflict*: the original row is kept, the newcomer is
@@ -17,8 +17,8 @@
 //! - `raw_chunks` optionally keeps the provider bytes of `SG_RAW`, keyed by
 //!   `(tenant, run_id, chunk)`.
 //!
-//! - Runs have *generations* (DESIGN §5, governable history): generation 1 is what the
-//!   normalizer published live; a backfill ([`Store::write_generation`]) replaces a run's
+//! - Runs have *generations* (docs/architecture.md §5, governable history): generation 1 is what
+//!   the normalizer published live; a backfill ([`Store::write_generation`]) replaces a run's
 //!   events with a re-normalization and keeps the old ones in `event_generations`, so
 //!   replay reads the latest and an older generation stays readable. Each run records the
 //!   adapter and grammar versions that made its current generation ([`Provenance`]).
@@ -218,6 +218,8 @@ pub struct RunFilter {
     pub unstripped: bool,
     /// Only runs the continuous trace export has not sent yet.
     pub unexported: bool,
+    /// Only runs the thinking indexer has not indexed yet ([`Store::index_thinking`]).
+    pub thinking_unindexed: bool,
     /// Page size: 0 means 100, values above 1000 are clamped to 1000.
     pub limit: u32,
     /// `next_cursor` of the previous page; `None` for the first page.
@@ -480,6 +482,28 @@ pub trait Store: Send + Sync + 'static {
         phrase: &str,
         limit: u32,
     ) -> Result<Vec<SearchHit>, ArchiveError>;
+
+    /// Runs whose thinking contains `phrase` (words in order), best match first, at most
+    /// `limit` (0 = 50): the opt-in search over reasoning, over what the thinking
+    /// indexer put in ([`Store::index_thinking`]); the snippet is from the thinking.
+    async fn search_thinking(
+        &self,
+        tenant: Option<&str>,
+        phrase: &str,
+        limit: u32,
+    ) -> Result<Vec<SearchHit>, ArchiveError>;
+
+    /// Puts a run's reasoning segments (`(seq of the segment's end, its text)`) in the
+    /// thinking search, replacing what it held of the run, and marks the run indexed (it
+    /// leaves [`RunFilter::thinking_unindexed`] lists). A new generation of the run, or
+    /// retention stripping it, takes its thinking out of the search again.
+    async fn index_thinking(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        segments: &[(i64, String)],
+        at_ms: i64,
+    ) -> Result<(), ArchiveError>;
 
     /// Marks runs as sent by the continuous trace export (they leave
     /// [`RunFilter::unexported`] lists).

@@ -6,9 +6,9 @@
 //! JSONB: the archive must give back the exact bytes it was given, and JSONB re-formats
 //! numbers and key order.
 //!
-//! Version 2 puts the tenant into every key (DESIGN §3: a run id is unique only within its
-//! tenant): `events (tenant, run_id, seq)`, `runs (tenant, run_id)`, `raw_chunks (tenant,
-//! run_id, chunk)`. Rows of version 1 are kept: the columns are the same, only the keys
+//! Version 2 puts the tenant into every key (docs/architecture.md §3: a run id is unique only
+//! within its tenant): `events (tenant, run_id, seq)`, `runs (tenant, run_id)`, `raw_chunks
+//! (tenant, run_id, chunk)`. Rows of version 1 are kept: the columns are the same, only the keys
 //! and the indexes that order by run id change. SQLite cannot alter a primary key, so
 //! there each table is rebuilt (create, copy, drop, rename) inside the migration's
 //! transaction; PostgreSQL swaps the constraint in place.
@@ -74,6 +74,7 @@ CREATE TABLE raw_chunks (
     (6, SQLITE_V6),
     (7, SQLITE_V7),
     (8, "ALTER TABLE runs ADD COLUMN exported_at_ms INTEGER;"),
+    (9, SQLITE_V9),
 ];
 
 /// Version 2 on SQLite: the tenant joins every primary key; tables rebuilt, rows copied.
@@ -197,6 +198,7 @@ CREATE TABLE raw_chunks (
     (6, POSTGRES_V6),
     (7, POSTGRES_V7),
     (8, "ALTER TABLE runs ADD COLUMN exported_at_ms BIGINT;"),
+    (9, POSTGRES_V9),
 ];
 
 /// Version 2 on PostgreSQL: the tenant joins every primary key, in place (rows kept).
@@ -362,6 +364,31 @@ ALTER TABLE runs ADD COLUMN input_tokens BIGINT, ADD COLUMN output_tokens BIGINT
 
 // Version 8 (both backends): `runs.exported_at_ms`, when the continuous trace export sent
 // the run.
+
+/// Version 9 on SQLite: the opt-in search over thinking — one row per reasoning segment,
+/// filled by the archiver's thinking indexer (`--search-thinking`) once a run ended, and
+/// `runs.thinking_indexed_at_ms`, when it was.
+const SQLITE_V9: &str = "
+CREATE VIRTUAL TABLE thinking_search USING fts5(
+    tenant UNINDEXED, run_id UNINDEXED, seq UNINDEXED, thinking, tokenize = 'unicode61'
+);
+INSERT INTO thinking_search (thinking_search, rank) VALUES ('secure-delete', 1);
+ALTER TABLE runs ADD COLUMN thinking_indexed_at_ms INTEGER;
+";
+
+/// Version 9 on PostgreSQL: see [`SQLITE_V9`].
+const POSTGRES_V9: &str = "
+CREATE TABLE thinking_search (
+    tenant   TEXT   NOT NULL,
+    run_id   TEXT   NOT NULL,
+    seq      BIGINT NOT NULL,
+    thinking TEXT   NOT NULL,
+    doc      tsvector GENERATED ALWAYS AS (to_tsvector('simple', thinking)) STORED,
+    PRIMARY KEY (tenant, run_id, seq)
+);
+CREATE INDEX thinking_search_doc ON thinking_search USING GIN (doc);
+ALTER TABLE runs ADD COLUMN thinking_indexed_at_ms BIGINT;
+";
 
 /// Creates the bookkeeping table; both backends accept this statement.
 pub(crate) const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

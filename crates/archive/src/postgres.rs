@@ -168,6 +168,45 @@ impl PostgresStore {
             rows::log_conflict(row, &stored);
         }
     }
+
+    /// A phrase search over one of the `tsvector` tables (`run_search` over `answer`,
+    /// `thinking_search` over `thinking`), one hit per run, best first.
+    async fn search(
+        &self,
+        table: &'static str,
+        column: &'static str,
+        tenant: Option<&str>,
+        phrase: &str,
+        limit: u32,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        let limit = i64::from(if limit == 0 { 50 } else { limit.min(1000) });
+        let client = self.pool.get().await?;
+        let found = client
+            .query(
+                &format!(
+                    "SELECT tenant, run_id, ts_headline('simple', {column}, q, \
+                       'StartSel=[, StopSel=], MaxWords=16, MinWords=4') FROM ( \
+                       SELECT DISTINCT ON (tenant, run_id) tenant, run_id, {column}, q, \
+                         ts_rank(doc, q) AS rank \
+                       FROM {table}, phraseto_tsquery('simple', $1) AS q \
+                       WHERE doc @@ q AND ($2::text IS NULL OR tenant = $2) \
+                       ORDER BY tenant, run_id, rank DESC \
+                     ) hits ORDER BY rank DESC LIMIT $3"
+                ),
+                &[&phrase, &tenant, &limit],
+            )
+            .await?;
+        found
+            .iter()
+            .map(|r| {
+                Ok(SearchHit {
+                    tenant: r.try_get(0)?,
+                    run_id: r.try_get(1)?,
+                    snippet: r.try_get(2)?,
+                })
+            })
+            .collect()
+    }
 }
 
 fn raw_record(r: &tokio_postgres::Row) -> Result<RawChunkRecord, ArchiveError> {
@@ -659,7 +698,7 @@ impl Store for PostgresStore {
             journal.insert(r.try_get::<_, i64>(0)?, r.try_get::<_, i64>(1)?);
         }
         let rows = rows::generation_rows(g, &journal)?;
-        for table in ["events", "run_search", "runs"] {
+        for table in ["events", "run_search", "thinking_search", "runs"] {
             tx.execute(
                 &format!("DELETE FROM {table} WHERE tenant = $1 AND run_id = $2"),
                 &[&g.tenant, &g.run_id],
@@ -818,11 +857,13 @@ impl Store for PostgresStore {
                 }
             };
         }
-        tx.execute(
-            "DELETE FROM raw_chunks WHERE tenant = $1 AND run_id = $2",
-            &[&tenant, &run_id],
-        )
-        .await?;
+        for table in ["raw_chunks", "thinking_search"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE tenant = $1 AND run_id = $2"),
+                &[&tenant, &run_id],
+            )
+            .await?;
+        }
         tx.execute(
             "UPDATE runs SET stripped_at_ms = $3 WHERE tenant = $1 AND run_id = $2",
             &[&tenant, &run_id, &at_ms],
@@ -903,31 +944,52 @@ impl Store for PostgresStore {
         phrase: &str,
         limit: u32,
     ) -> Result<Vec<SearchHit>, ArchiveError> {
-        let limit = i64::from(if limit == 0 { 50 } else { limit.min(1000) });
-        let client = self.pool.get().await?;
-        let found = client
-            .query(
-                "SELECT tenant, run_id, ts_headline('simple', answer, q, \
-                   'StartSel=[, StopSel=], MaxWords=16, MinWords=4') FROM ( \
-                   SELECT DISTINCT ON (tenant, run_id) tenant, run_id, answer, q, \
-                     ts_rank(doc, q) AS rank \
-                   FROM run_search, phraseto_tsquery('simple', $1) AS q \
-                   WHERE doc @@ q AND ($2::text IS NULL OR tenant = $2) \
-                   ORDER BY tenant, run_id, rank DESC \
-                 ) hits ORDER BY rank DESC LIMIT $3",
-                &[&phrase, &tenant, &limit],
-            )
-            .await?;
-        found
-            .iter()
-            .map(|r| {
-                Ok(SearchHit {
-                    tenant: r.try_get(0)?,
-                    run_id: r.try_get(1)?,
-                    snippet: r.try_get(2)?,
-                })
-            })
-            .collect()
+        self.search("run_search", "answer", tenant, phrase, limit)
+            .await
+    }
+
+    async fn search_thinking(
+        &self,
+        tenant: Option<&str>,
+        phrase: &str,
+        limit: u32,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        self.search("thinking_search", "thinking", tenant, phrase, limit)
+            .await
+    }
+
+    async fn index_thinking(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        segments: &[(i64, String)],
+        at_ms: i64,
+    ) -> Result<(), ArchiveError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "DELETE FROM thinking_search WHERE tenant = $1 AND run_id = $2",
+            &[&tenant, &run_id],
+        )
+        .await?;
+        tx.execute(
+            "INSERT INTO thinking_search (tenant, run_id, seq, thinking) \
+             SELECT $1, $2, * FROM UNNEST($3::int8[], $4::text[])",
+            &[
+                &tenant,
+                &run_id,
+                &segments.iter().map(|s| s.0).collect::<Vec<_>>(),
+                &segments.iter().map(|s| s.1.as_str()).collect::<Vec<_>>(),
+            ],
+        )
+        .await?;
+        tx.execute(
+            "UPDATE runs SET thinking_indexed_at_ms = $3 WHERE tenant = $1 AND run_id = $2",
+            &[&tenant, &run_id, &at_ms],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn erasures(

@@ -391,6 +391,9 @@ pub(crate) fn list_query(
     if filter.unexported {
         conds.push("exported_at_ms IS NULL".to_owned());
     }
+    if filter.thinking_unindexed {
+        conds.push("thinking_indexed_at_ms IS NULL".to_owned());
+    }
     if let Some(cursor) = &filter.cursor {
         let (ts, tenant, run_id) = decode_cursor(cursor)?;
         let ts1 = bind(&mut params, Param::Int(ts));
@@ -514,12 +517,13 @@ pub(crate) fn generation_rows(
 /// The tables that hold a run, each keyed by `(tenant, run_id, …)`: what an erasure
 /// deletes from (the search index included). `runs` goes last (its row is what lists
 /// the run).
-pub(crate) const RUN_TABLES: [&str; 6] = [
+pub(crate) const RUN_TABLES: [&str; 7] = [
     "events",
     "event_generations",
     "run_generations",
     "raw_chunks",
     "run_search",
+    "thinking_search",
     "runs",
 ];
 

@@ -75,6 +75,13 @@ enum WriteJob {
         at_ms: i64,
         reply: oneshot::Sender<Result<(), ArchiveError>>,
     },
+    Thinking {
+        tenant: String,
+        run_id: String,
+        segments: Vec<(i64, String)>,
+        at_ms: i64,
+        reply: oneshot::Sender<Result<(), ArchiveError>>,
+    },
     /// Retention: strip (`Some(at_ms)`) or drop (`None`) one run.
     Retain {
         tenant: String,
@@ -204,6 +211,44 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| ArchiveError::WorkerGone(e.to_string()))?
+    }
+
+    /// A phrase search over one of the FTS5 tables (`run_search`, `thinking_search`:
+    /// tenant, run id, seq, text), one hit per run, best first.
+    async fn search(
+        &self,
+        table: &'static str,
+        tenant: Option<&str>,
+        phrase: &str,
+        limit: u32,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        let tenant = tenant.map(str::to_owned);
+        let query = rows::fts5_phrase(phrase);
+        let limit = i64::from(if limit == 0 { 50 } else { limit.min(1000) });
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT tenant, run_id, snippet({table}, 3, '[', ']', '…', 16) \
+                 FROM {table} WHERE {table} MATCH ?1 AND (?2 IS NULL OR tenant = ?2) \
+                 ORDER BY rank LIMIT ?3"
+            ))?;
+            let mut found = stmt.query(params![query, tenant, limit])?;
+            let mut out: Vec<SearchHit> = Vec::new();
+            while let Some(r) = found.next()? {
+                let hit = SearchHit {
+                    tenant: r.get(0)?,
+                    run_id: r.get(1)?,
+                    snippet: r.get(2)?,
+                };
+                if !out
+                    .iter()
+                    .any(|h| h.tenant == hit.tenant && h.run_id == hit.run_id)
+                {
+                    out.push(hit);
+                }
+            }
+            Ok(out)
+        })
+        .await
     }
 
     async fn submit<R>(
@@ -377,6 +422,17 @@ fn writer_loop(
             }
             WriteJob::Exported { runs, at_ms, reply } => {
                 let _ = reply.send(mark_exported(&mut conn, &runs, at_ms));
+            }
+            WriteJob::Thinking {
+                tenant,
+                run_id,
+                segments,
+                at_ms,
+                reply,
+            } => {
+                let _ = reply.send(index_thinking(
+                    &mut conn, &tenant, &run_id, &segments, at_ms,
+                ));
             }
             WriteJob::Retain {
                 tenant,
@@ -627,7 +683,7 @@ fn write_generation(
         at_ms: job.at_ms,
     };
     let rows = rows::generation_rows(&new, &journal)?;
-    for table in ["events", "run_search", "runs"] {
+    for table in ["events", "run_search", "thinking_search", "runs"] {
         tx.execute(
             &format!("DELETE FROM {table} WHERE tenant = ?1 AND run_id = ?2"),
             params![job.tenant, job.run_id],
@@ -755,6 +811,35 @@ fn mark_exported(
     Ok(())
 }
 
+/// [`Store::index_thinking`] on the writer connection.
+fn index_thinking(
+    conn: &mut Connection,
+    tenant: &str,
+    run_id: &str,
+    segments: &[(i64, String)],
+    at_ms: i64,
+) -> Result<(), ArchiveError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute(
+        "DELETE FROM thinking_search WHERE tenant = ?1 AND run_id = ?2",
+        params![tenant, run_id],
+    )?;
+    {
+        let mut index = tx.prepare_cached(
+            "INSERT INTO thinking_search (tenant, run_id, seq, thinking) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (seq, text) in segments {
+            index.execute(params![tenant, run_id, seq, text])?;
+        }
+    }
+    tx.execute(
+        "UPDATE runs SET thinking_indexed_at_ms = ?3 WHERE tenant = ?1 AND run_id = ?2",
+        params![tenant, run_id, at_ms],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
 /// [`Store::strip_run`] on the writer connection.
 fn strip_run(
     conn: &mut Connection,
@@ -788,10 +873,12 @@ fn strip_run(
             )?,
         };
     }
-    tx.execute(
-        "DELETE FROM raw_chunks WHERE tenant = ?1 AND run_id = ?2",
-        params![tenant, run_id],
-    )?;
+    for table in ["raw_chunks", "thinking_search"] {
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE tenant = ?1 AND run_id = ?2"),
+            params![tenant, run_id],
+        )?;
+    }
     tx.execute(
         "UPDATE runs SET stripped_at_ms = ?3 WHERE tenant = ?1 AND run_id = ?2",
         params![tenant, run_id, at_ms],
@@ -1266,31 +1353,32 @@ impl Store for SqliteStore {
         phrase: &str,
         limit: u32,
     ) -> Result<Vec<SearchHit>, ArchiveError> {
-        let tenant = tenant.map(str::to_owned);
-        let query = rows::fts5_phrase(phrase);
-        let limit = i64::from(if limit == 0 { 50 } else { limit.min(1000) });
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT tenant, run_id, snippet(run_search, 3, '[', ']', '…', 16) \
-                 FROM run_search WHERE run_search MATCH ?1 AND (?2 IS NULL OR tenant = ?2) \
-                 ORDER BY rank LIMIT ?3",
-            )?;
-            let mut found = stmt.query(params![query, tenant, limit])?;
-            let mut out: Vec<SearchHit> = Vec::new();
-            while let Some(r) = found.next()? {
-                let hit = SearchHit {
-                    tenant: r.get(0)?,
-                    run_id: r.get(1)?,
-                    snippet: r.get(2)?,
-                };
-                if !out
-                    .iter()
-                    .any(|h| h.tenant == hit.tenant && h.run_id == hit.run_id)
-                {
-                    out.push(hit);
-                }
-            }
-            Ok(out)
+        self.search("run_search", tenant, phrase, limit).await
+    }
+
+    async fn search_thinking(
+        &self,
+        tenant: Option<&str>,
+        phrase: &str,
+        limit: u32,
+    ) -> Result<Vec<SearchHit>, ArchiveError> {
+        self.search("thinking_search", tenant, phrase, limit).await
+    }
+
+    async fn index_thinking(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        segments: &[(i64, String)],
+        at_ms: i64,
+    ) -> Result<(), ArchiveError> {
+        let (tenant, run_id, segments) = (tenant.to_owned(), run_id.to_owned(), segments.to_vec());
+        self.submit(|reply| WriteJob::Thinking {
+            tenant,
+            run_id,
+            segments,
+            at_ms,
+            reply,
         })
         .await
     }

@@ -75,6 +75,7 @@ both_backends!(
     upgrade_from_version_1_keeps_rows,
     erase_removes_runs_from_every_table_and_audits_without_ids,
     search_finds_runs_by_a_phrase_of_their_answer,
+    thinking_search_holds_what_was_indexed_until_retention_or_erasure,
     accounting_merges_usage_across_batches_in_any_order,
 );
 
@@ -756,8 +757,8 @@ async fn sqlite_wal_shrinks_when_writes_pause() {
         .unwrap();
 }
 
-/// A run id is unique only within its tenant (DESIGN §3): the same id under two tenants
-/// is two runs with their own events, `runs` row and raw chunks, never a conflict.
+/// A run id is unique only within its tenant (docs/architecture.md §3): the same id under two
+/// tenants is two runs with their own events, `runs` row and raw chunks, never a conflict.
 async fn same_run_id_under_two_tenants_is_two_runs(backend: Backend) {
     let store = backend.open().await;
     let acme = whole_run("acme", "r1", 1_000, 2, 1);
@@ -1217,6 +1218,97 @@ async fn search_finds_runs_by_a_phrase_of_their_answer(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(found(None, "phobos").await, ["acme/r1"]);
+}
+
+/// The opt-in thinking search: a run is listed as not indexed until its segments are
+/// put in; then a phrase of its thinking finds it (and the answer search does not);
+/// re-indexing replaces; retention's strip and an erasure take the rows out.
+async fn thinking_search_holds_what_was_indexed_until_retention_or_erasure(backend: Backend) {
+    let store = backend.open().await;
+    store
+        .insert_batch(&answered("acme", "r1", "The comet returns in 2061."))
+        .await
+        .unwrap();
+    let unindexed = |store: Arc<dyn Store>| async move {
+        store
+            .list_runs(&RunFilter {
+                thinking_unindexed: true,
+                ..RunFilter::default()
+            })
+            .await
+            .unwrap()
+            .runs
+            .len()
+    };
+    assert_eq!(unindexed(store.clone()).await, 1);
+    let segments = [
+        (2, "Halley's period is about 76 years.".to_owned()),
+        (
+            5,
+            "So the tail points away from the sun again in 2061.".to_owned(),
+        ),
+    ];
+    store
+        .index_thinking("acme", "r1", &segments, 10)
+        .await
+        .unwrap();
+    store
+        .index_thinking("acme", "r1", &segments, 11)
+        .await
+        .unwrap();
+    assert_eq!(unindexed(store.clone()).await, 0);
+    let found = |phrase: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .search_thinking(Some("acme"), phrase, 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|h| (h.run_id, h.snippet))
+                .collect::<Vec<_>>()
+        }
+    };
+    let hits = found("tail points away").await;
+    assert_eq!(hits.len(), 1, "one hit per run, indexed twice: {hits:?}");
+    assert_eq!(hits[0].0, "r1");
+    assert!(
+        hits[0].1.contains("tail") && hits[0].1.contains('['),
+        "{hits:?}"
+    );
+    assert!(store
+        .search_runs(None, "tail points away", 0)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(
+        found("comet returns").await.is_empty(),
+        "answers are not thinking"
+    );
+    assert!(store
+        .search_thinking(Some("globex"), "tail points", 0)
+        .await
+        .unwrap()
+        .is_empty());
+
+    store.strip_run("acme", "r1", 20).await.unwrap();
+    assert!(found("tail points away").await.is_empty(), "stripped");
+
+    store
+        .index_thinking("acme", "r1", &segments, 30)
+        .await
+        .unwrap();
+    assert_eq!(found("period is about").await.len(), 1);
+    store
+        .erase(&Erasure {
+            tenant: "acme",
+            scope: &EraseScope::Run("r1".to_owned()),
+            actor: "t",
+            at_ms: 40,
+        })
+        .await
+        .unwrap();
+    assert!(found("period is about").await.is_empty(), "erased");
 }
 
 /// Accounting: Anthropic reports input at the start and output at the end; whatever

@@ -1,4 +1,4 @@
-//! Erasing runs from the broker (DESIGN §5, erasure): every stream that holds a run's
+//! Erasing runs from the broker (docs/architecture.md §5, erasure): every stream that holds a run's
 //! bytes or ids — its raw chunks (`SG_RAW`), its events (`SG_EVENTS`), the projectors'
 //! delivery states and active-run markers (`SG_DELIVERY`) and the normalizer's open-run
 //! registry (`SG_OPEN_RUNS`) — named in one place, [`run_filters`].
@@ -6,6 +6,10 @@
 //! Messages are removed one by one with JetStream's message delete, which by default
 //! *erases*: the stored message is overwritten before it is dropped (a purge would only
 //! unlink it), so the text does not linger in the stream's files.
+//!
+//! What services hold of a run in memory (a projector's run list, the answers of runs
+//! that just ended) goes when the erasure is announced on [`ERASED_SUBJECT`]
+//! ([`announce`], [`Erased`]): ids only, never content.
 
 use crate::kv::{DELIVERY_BUCKET, OPEN_RUNS_BUCKET};
 use crate::subject::{encode_token, RunAddr};
@@ -13,6 +17,63 @@ use crate::{nats, BusError, EVENTS_STREAM, RAW_STREAM};
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use futures::StreamExt;
 use std::time::Duration;
+
+/// The core NATS subject erasures are announced on.
+pub const ERASED_SUBJECT: &str = "sg.ctl.erased";
+
+/// An erasure as announced on [`ERASED_SUBJECT`]: which runs of which tenant are gone.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Erased {
+    /// The tenant.
+    pub tenant: String,
+    /// The runs erased; `None`: every run of the tenant.
+    #[serde(default)]
+    pub runs: Option<Vec<String>>,
+}
+
+impl Erased {
+    /// Whether `run_id` of `tenant` is among the erased runs (the default tenant
+    /// however it is spelled).
+    pub fn covers(&self, tenant: &str, run_id: &str) -> bool {
+        use streamgate_grammar::ids::tenant_or_default;
+        tenant_or_default(tenant) == tenant_or_default(&self.tenant)
+            && self
+                .runs
+                .as_ref()
+                .is_none_or(|runs| runs.iter().any(|r| r == run_id))
+    }
+}
+
+/// Tells every service listening on [`ERASED_SUBJECT`] to drop what it holds in memory
+/// of the erased runs. Core NATS, so at most once: a service that was disconnected keeps
+/// its copy until it ages out (a projector's run list: hours) or it restarts.
+pub async fn announce(client: &async_nats::Client, erased: &Erased) -> Result<(), BusError> {
+    let body = serde_json::to_vec(erased).map_err(nats("encode erasure notice"))?;
+    client
+        .publish(ERASED_SUBJECT, body.into())
+        .await
+        .map_err(nats("announce erasure"))?;
+    client.flush().await.map_err(nats("announce erasure"))
+}
+
+/// The erasures announced from now on; a notice that does not decode is skipped.
+pub async fn erasures(
+    client: &async_nats::Client,
+) -> Result<impl futures::Stream<Item = Erased> + Send + 'static, BusError> {
+    let sub = client
+        .subscribe(ERASED_SUBJECT)
+        .await
+        .map_err(nats("subscribe to erasures"))?;
+    Ok(sub.filter_map(|m| async move {
+        match serde_json::from_slice(&m.payload) {
+            Ok(erased) => Some(erased),
+            Err(e) => {
+                tracing::warn!(error = %e, "undecodable erasure notice skipped");
+                None
+            }
+        }
+    }))
+}
 
 /// How a stream's messages are removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

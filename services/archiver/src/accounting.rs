@@ -1,4 +1,4 @@
-//! Accounting (DESIGN §5): what runs cost, from a price table in config.
+//! Accounting (docs/architecture.md §5): what runs cost, from a price table in config.
 //!
 //! `STREAMGATE_PRICES` / `--prices`: `<model>:input=<p>,output=<p>,cache_read=<p>,cache_write=<p>`
 //! entries, `;`-separated, prices per million tokens in `STREAMGATE_PRICE_CURRENCY` (USD);
@@ -93,30 +93,8 @@ impl Prices {
     }
 }
 
-/// `days` since the Unix epoch as `YYYY-MM-DD` (proleptic Gregorian, UTC).
-pub fn day(days: i64) -> String {
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn days_as_dates() {
-        assert_eq!(super::day(0), "1970-01-01");
-        assert_eq!(super::day(20_454), "2026-01-01");
-        assert_eq!(super::day(19_782), "2024-02-29");
-    }
-
     use super::*;
 
     #[test]

@@ -48,6 +48,10 @@ pub struct Args {
     /// endpoint (`http://collector:4317`).
     #[command(flatten)]
     pub export: crate::genai::follow::ExportArgs,
+    /// Index the thinking of ended runs for `streamgate runs --search … --thinking`
+    /// (reasoning is sensitive: off unless asked for; retention and erasure cover it).
+    #[arg(long, env = "STREAMGATE_SEARCH_THINKING")]
+    pub search_thinking: bool,
     /// Partitions of the deployment.
     #[arg(long, env = "STREAMGATE_PARTITIONS", default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
@@ -85,6 +89,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         retention: args.retention.clone(),
         retention_interval: std::time::Duration::from_secs(args.retention_interval_secs.max(1)),
         export_otlp: args.export.config(),
+        search_thinking: args.search_thinking,
         ..ConsumerConfig::default()
     };
     let listen = ArchiverListen {

@@ -50,6 +50,8 @@ pub struct ConsumerConfig {
     pub retention_interval: Duration,
     /// Continuous export of ended runs as GenAI traces (off: `None`).
     pub export_otlp: Option<crate::genai::follow::FollowConfig>,
+    /// Index ended runs' thinking for `runs --search --thinking` ([`crate::thinking`]).
+    pub search_thinking: bool,
 }
 
 impl Default for ConsumerConfig {
@@ -64,6 +66,7 @@ impl Default for ConsumerConfig {
             retention: crate::retention::Policies::default(),
             retention_interval: Duration::from_secs(3600),
             export_otlp: None,
+            search_thinking: false,
         }
     }
 }

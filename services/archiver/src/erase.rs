@@ -1,4 +1,4 @@
-//! Erasure (DESIGN §5): a tenant's run, session or every run removed from every store
+//! Erasure (docs/architecture.md §5): a tenant's run, session or every run removed from every store
 //! that holds it, with an audit record and no content kept.
 //!
 //! Order matters for a request that fails half way: the broker's copies go first
@@ -65,6 +65,18 @@ pub async fn erase(
             at_ms,
         })
         .await?;
+    // What services hold of the runs in memory goes too (a projector's run list).
+    let notice = streamgate_bus::erase::Erased {
+        tenant: tenant.to_owned(),
+        runs: match scope {
+            EraseScope::All => None,
+            EraseScope::Run(run) => Some(vec![run.clone()]),
+            EraseScope::Session(_) => Some(archive.runs.clone()),
+        },
+    };
+    if let Err(e) = streamgate_bus::erase::announce(&js.client(), &notice).await {
+        tracing::warn!(error = %e, "erasure not announced; projectors keep their in-memory copy until it ages out");
+    }
     tracing::info!(
         tenant,
         scope = scope.kind(),

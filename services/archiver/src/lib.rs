@@ -12,6 +12,7 @@
 //!   generations).
 //! - [`erase`]: erasing a run, session or tenant from the broker and the archive.
 //! - [`genai`]: runs as OpenTelemetry GenAI traces over OTLP (batch and continuous).
+//! - [`thinking`]: the opt-in search over thinking (`--search-thinking`).
 //! - [`convert`]: archive records and folds → protobuf replies.
 //! - [`service`]: consumer and gRPC server started together.
 #![forbid(unsafe_code)]
@@ -26,6 +27,7 @@ pub mod history;
 pub mod replay;
 pub mod retention;
 pub mod service;
+pub mod thinking;
 
 pub use consumer::{CommitHook, ConsumerConfig};
 pub use service::{start, ArchiverListen, Running};

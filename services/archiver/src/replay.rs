@@ -1,7 +1,7 @@
 //! `streamgate.v1.ArchiveService`: operator-only replay of what the archive holds.
 //!
-//! A run is `(tenant, run_id)`: a run id is unique only within its tenant (DESIGN §3).
-//! Every per-run request names the tenant (empty = [`ids::DEFAULT_TENANT`]), and every
+//! A run is `(tenant, run_id)`: a run id is unique only within its tenant (docs/architecture.md
+//! §3). Every per-run request names the tenant (empty = [`ids::DEFAULT_TENANT`]), and every
 //! lookup — archive rows, the live follow subject, the raw fallback subject — is scoped
 //! to it, so two tenants' runs with the same id never mix.
 //!
@@ -156,11 +156,16 @@ impl ArchiveService for Replay {
                 ));
             }
             let tenant = r.tenant.map(|t| ids::tenant_or_default(&t).to_owned());
-            let hits = self
-                .store
-                .search_runs(tenant.as_deref(), phrase, r.limit)
-                .await
-                .map_err(internal)?;
+            let hits = if r.search_thinking {
+                self.store
+                    .search_thinking(tenant.as_deref(), phrase, r.limit)
+                    .await
+            } else {
+                self.store
+                    .search_runs(tenant.as_deref(), phrase, r.limit)
+                    .await
+            }
+            .map_err(internal)?;
             let mut runs = Vec::with_capacity(hits.len());
             for hit in hits {
                 if let Some(run) = self
@@ -191,6 +196,7 @@ impl ArchiveService for Replay {
                 until_ts_ms: r.until_ts_ms,
                 unstripped: false,
                 unexported: false,
+                thinking_unindexed: false,
                 limit: r.limit,
                 cursor: r.cursor,
             })
@@ -502,7 +508,7 @@ impl ArchiveService for Replay {
                 .into_iter()
                 .map(|s| v1::RunStatsRow {
                     cost: self.prices.cost(&s.model, &s.tokens),
-                    day: crate::accounting::day(s.day),
+                    day: streamgate_runtime::clock::utc_date(s.day),
                     runs: s.runs,
                     input_tokens: s.tokens.input,
                     output_tokens: s.tokens.output,

@@ -82,6 +82,10 @@ pub async fn start(
         let every = cfg.retention_interval;
         tasks.spawn(async move { crate::retention::run(store, policies, every, stop).await });
     }
+    if cfg.search_thinking {
+        let (store, stop) = (store.clone(), shutdown.clone());
+        tasks.spawn(async move { crate::thinking::run(store, stop).await });
+    }
     if let Some(follow) = cfg.export_otlp.clone() {
         let (store, stop) = (store.clone(), shutdown.clone());
         tasks.spawn(async move { crate::genai::follow::run(store, follow, stop).await });

@@ -9,6 +9,7 @@ use crate::config::{with_name, ChannelConfig, ChannelSink};
 use crate::grpc::Projector;
 use crate::kv;
 use crate::web::{self, WebSink};
+use futures::StreamExt as _;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -205,6 +206,32 @@ pub async fn start(
             Some(bound)
         }
     };
+    {
+        // An erasure takes what this replica holds of the erased runs in memory with it.
+        let erasures = streamgate_bus::erase::erasures(&channel.jetstream().client()).await?;
+        let (c, page, stop) = (
+            channel.clone(),
+            web_sink.as_ref().map(|(sink, _)| sink.clone()),
+            shutdown.clone(),
+        );
+        tasks.spawn(async move {
+            let mut erasures = std::pin::pin!(erasures);
+            loop {
+                let erased = tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    e = erasures.next() => e,
+                };
+                let Some(erased) = erased else {
+                    return Ok(());
+                };
+                c.forget_erased(&erased);
+                if let Some(page) = &page {
+                    page.runs().forget(&erased);
+                }
+                tracing::info!(tenant = %erased.tenant.escape_debug(), runs = erased.runs.as_ref().map_or(0, Vec::len), "erased runs forgotten");
+            }
+        });
+    }
     let web = match web_sink {
         None => None,
         Some((sink, listen)) => {

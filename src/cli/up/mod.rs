@@ -75,6 +75,10 @@ pub struct UpArgs {
     /// `*` for every tenant (see `streamgate retention`).
     #[arg(long, env = "STREAMGATE_RETENTION", default_value = "")]
     pub retention: streamgate_archiver::retention::Policies,
+    /// Index the thinking of ended runs for `streamgate runs --search … --thinking`
+    /// (reasoning is sensitive: off unless asked for).
+    #[arg(long, env = "STREAMGATE_SEARCH_THINKING")]
+    pub search_thinking: bool,
     /// Prices per million tokens for the cost of runs (`runs --stats`):
     /// `<model or prefix*>:input=<p>,output=<p>,cache_read=<p>,cache_write=<p>`, `;`-separated.
     #[arg(long, env = "STREAMGATE_PRICES", default_value = "")]
@@ -264,6 +268,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             archive_raw: !args.no_archive_raw,
             retention: args.retention.clone(),
             export_otlp: args.export.config(),
+            search_thinking: args.search_thinking,
             ..ConsumerConfig::default()
         },
         ArchiverListen {

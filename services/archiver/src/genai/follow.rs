@@ -149,7 +149,8 @@ async fn pass(
     Ok(())
 }
 
-async fn events_of(
+/// Every event of a run, read from the archive page by page.
+pub(crate) async fn events_of(
     store: &dyn Store,
     tenant: &str,
     run_id: &str,

@@ -45,6 +45,14 @@ impl EndedRuns {
         }
     }
 
+    /// Forgets the runs an erasure removed.
+    pub(super) fn forget(&mut self, erased: &streamgate_bus::erase::Erased) {
+        self.by_run
+            .retain(|(tenant, run), _| !erased.covers(tenant, run));
+        let by_run = &self.by_run;
+        self.order.retain(|(_, key)| by_run.contains_key(key));
+    }
+
     /// Every run remembered, in no particular order.
     pub(super) fn all(&mut self) -> Vec<(RunKey, EndedRun)> {
         self.expire(Instant::now());

@@ -202,6 +202,14 @@ impl Channel {
         }
     }
 
+    /// Forgets what this replica holds in memory of the runs an erasure removed: the
+    /// projections of open runs and the answers of runs that just ended (their events,
+    /// delivery states and markers went with the erasure).
+    pub fn forget_erased(&self, erased: &streamgate_bus::erase::Erased) {
+        lock(&self.runs).retain(|(tenant, run), _| !erased.covers(tenant, run));
+        lock(&self.ended).forget(erased);
+    }
+
     /// Runs this replica's crash recovery settled as "agent interrupted" so far.
     pub fn interrupted(&self) -> usize {
         self.interrupted.load(Ordering::Relaxed)

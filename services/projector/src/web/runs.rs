@@ -262,6 +262,19 @@ impl Runs {
         self.bump();
     }
 
+    /// Forgets the runs an erasure removed (their row and preview).
+    pub fn forget(&self, erased: &streamgate_bus::erase::Erased) {
+        let before = {
+            let mut runs = self.lock();
+            let before = runs.len();
+            runs.retain(|(tenant, run), _| !erased.covers(tenant, run));
+            before - runs.len()
+        };
+        if before > 0 {
+            self.bump();
+        }
+    }
+
     /// Drops runs past the age window, then the oldest (ended first) down to `keep`.
     fn evict(runs: &mut HashMap<RunKey, RunRow>, now: i64, keep: usize, max_age_ms: i64) {
         runs.retain(|_, r| now.saturating_sub(r.ended_ms.unwrap_or(r.updated_ms)) < max_age_ms);
