@@ -165,8 +165,8 @@ pub fn render_op(run: &str, op: &Op) -> Option<(String, bool)> {
     }
 }
 
-/// The tier terminal views render at: the spec's tier C, a status line (DESIGN §6 T2
-/// with `status_line`).
+/// The tier terminal views render at: the spec's tier C, a status line
+/// (docs/architecture.md §6: T2 with `status_line`).
 pub const STATUS_TIER: Tier = Tier::T2 { status_line: true };
 
 /// Prints ops of `run` as [`render_op`] renders them: on a TTY a status text replaces

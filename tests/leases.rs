@@ -1,4 +1,4 @@
-//! Normalizer replicas under partition leases (DESIGN §4), end to end on a real
+//! Normalizer replicas under partition leases (docs/architecture.md §4), end to end on a real
 //! nats-server and archive:
 //!
 //! - `two_normalizers_split_the_partitions_and_each_run_is_normalized_once`: two replicas

@@ -20,8 +20,8 @@
 //!   with no conflict.
 //! - `late_duplicates_do_not_reopen_a_closed_run`: late copies of a closed run's middle
 //!   chunks (after the dedupe window) reaching a restarted normalizer leave SG_RAW with
-//!   one close marker and the archive without conflicts (DESIGN §3: do not rely on the
-//!   dedupe window).
+//!   one close marker and the archive without conflicts (docs/architecture.md §3: nothing relies
+//!   on the dedupe window).
 //! - `normalizer_sigkill_mid_run`, `archiver_sigkill_mid_batch_{sqlite,postgres}`,
 //!   `nats_server_killed_mid_run`: a large run is ingested while the normalizer process,
 //!   the archiver process or nats-server is SIGKILLed after the first events were
@@ -262,8 +262,8 @@ async fn duplicate_ingest_changes_nothing() {
     );
 }
 
-/// DESIGN §3: "do not rely on JetStream's dedupe window". A restarted normalizer that gets
-/// late copies of a closed run's middle chunks (after the window) must not treat the run
+/// docs/architecture.md §3: no step relies on JetStream's dedupe window. A restarted normalizer
+/// that gets late copies of a closed run's middle chunks (after the window) must not treat the run
 /// as open again: no timeout close marker, no second terminal event, no conflict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_duplicates_do_not_reopen_a_closed_run() {

@@ -1,5 +1,5 @@
-//! Settings change pixels, never the record (DESIGN §6, spec §4.3 "Archival"): the same
-//! provider stream is pushed through two whole pipelines — nats-server, normalizer,
+//! Settings change pixels, never the record (docs/architecture.md §6, spec §4.3 "Archival"): the
+//! same provider stream is pushed through two whole pipelines — nats-server, normalizer,
 //! archiver on SQLite, and a projector channel — identical but for one thing: on one of
 //! them the chat's `/reasoning` and `/verbose` are flipped several times mid-turn over the
 //! projector's gRPC `SetSettings`. The archives must then hold the same events byte for

@@ -1,5 +1,5 @@
-//! Tenant is part of every identity (issue #11, DESIGN §3: a run id is unique only within
-//! its tenant).
+//! Tenant is part of every identity (issue #11, docs/architecture.md §3: a run id is unique only
+//! within its tenant).
 //!
 //! `same_run_id_under_two_tenants`: the same run id `r1` under tenants `acme` and
 //! `globex`, with *different* captures, ingested at the same time through the real

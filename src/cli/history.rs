@@ -1,5 +1,5 @@
 //! `streamgate verify` and `streamgate backfill`: operator clients of the ArchiveService's
-//! `Verify` and `Backfill` (DESIGN §5, governable history).
+//! `Verify` and `Backfill` (docs/architecture.md §5, governable history).
 //!
 //! Both print one line per run as the archiver finishes it (`--json`: one object per
 //! run), a progress line on a terminal's stderr, and a summary with throughput. Exit

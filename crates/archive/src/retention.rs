@@ -1,4 +1,4 @@
-//! Retention stubs (DESIGN §5): what an event keeps once a retention policy drops its
+//! Retention stubs (docs/architecture.md §5): what an event keeps once a retention policy drops its
 //! thinking text and tool payloads. The event stays (same seq, stream, ids, phases,
 //! names, statuses), so folds and timelines of an old run still work; each text becomes a
 //! stub naming its size and SHA-256, so what was there can still be told apart and

@@ -1,5 +1,5 @@
 //! Consumers: durable pull consumers for the services, and a bounded read of one subject
-//! for rebuilding an in-flight run after a crash or lease move (DESIGN §4).
+//! for rebuilding an in-flight run after a crash or lease move (docs/architecture.md §4).
 
 use std::time::Duration;
 

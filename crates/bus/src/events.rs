@@ -5,7 +5,7 @@
 //! - a batch: consecutive events of one run, body protobuf `streamgate.v1.EventBatch`,
 //!   header `Sg-Batch` = the event count, `Nats-Msg-Id` `<tenant>/<run>/<first>-<last>`.
 //!
-//! A run id is unique only within its tenant (DESIGN §3), so every id names both; the
+//! A run id is unique only within its tenant (docs/architecture.md §3), so every id names both; the
 //! tenant and run id are token-encoded ([`encode_token`]), so neither can hold a `/`.
 //!
 //! The normalizer publishes what one raw chunk produced as one message ([`publish_batches`]),
@@ -45,7 +45,7 @@ pub const MAX_BATCH_EVENTS: usize = 1024;
 /// single event larger than this travels alone.
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 
-/// `"<tenant>/<run>/<seq>"`, the event id (DESIGN §3). Tenant and run id are
+/// `"<tenant>/<run>/<seq>"`, the event id (docs/architecture.md §3). Tenant and run id are
 /// token-encoded, which leaves ordinary ids (`[A-Za-z0-9_-]`) unchanged, keeps any id a
 /// valid header value and makes the id unambiguous (neither part can hold a `/`).
 pub fn event_msg_id(tenant: &str, run_id: &str, seq: u64) -> String {

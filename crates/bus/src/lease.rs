@@ -1,4 +1,4 @@
-//! Partition leases (DESIGN §4): which replica of a service group works on which
+//! Partition leases (docs/architecture.md §4): which replica of a service group works on which
 //! partitions, so that every partition — and with it every run — is consumed by exactly
 //! one replica at a time.
 //!
@@ -33,7 +33,7 @@
 //!   The margin ([`LeaseTiming`]) makes a replica cut off from the broker stop its
 //!   workers before the server can expire its lease and hand the partition to another
 //!   replica. Whatever the stopped worker had not acknowledged is redelivered to the
-//!   next owner, which is safe because effects are idempotent (DESIGN §3).
+//!   next owner, which is safe because effects are idempotent (docs/architecture.md §3).
 //!
 //! The TTL belongs to the bucket: the first replica creates `SG_LEASES` with its
 //! configured TTL and every replica times its renewals by the bucket's `max_age`, whatever

@@ -1,5 +1,5 @@
 //! streamgate on NATS JetStream: subjects, stream provisioning, raw and event messages,
-//! consumers, partition leases and trace propagation (DESIGN §1, §3, §4).
+//! consumers, partition leases and trace propagation (docs/architecture.md §1, §3, §4).
 //!
 //! Two streams carry the pipeline:
 //! - [`RAW_STREAM`] (`SG_RAW`, subjects `sg.raw.>`): provider wire bytes as producers saw

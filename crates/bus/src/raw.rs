@@ -110,7 +110,7 @@ pub struct RawChunk {
 }
 
 impl RawChunk {
-    /// `"<tenant>/<run>/raw/<chunk>"` (DESIGN §3); close markers use
+    /// `"<tenant>/<run>/raw/<chunk>"` (docs/architecture.md §3); close markers use
     /// `"<tenant>/<run>/raw/close"` so that only one close marker per run is ever
     /// accepted by the dedupe window. A run id is unique only within its tenant, so the
     /// tenant is part of the id: the same run id under two tenants never dedupes.

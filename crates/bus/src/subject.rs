@@ -1,4 +1,5 @@
-//! Subjects (DESIGN §3): `sg.raw.<tenant>.<part>.<run>` and `sg.evt.<tenant>.<part>.<run>`.
+//! Subjects (docs/architecture.md §3): `sg.raw.<tenant>.<part>.<run>` and
+//! `sg.evt.<tenant>.<part>.<run>`.
 //!
 //! Tenant and run ids are arbitrary strings, but a NATS subject token may not contain
 //! `.`, `*`, `>` or whitespace and may not be empty. [`encode_token`] maps any string to a

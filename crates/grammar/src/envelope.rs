@@ -1,5 +1,5 @@
-//! Routing fields around an event (DESIGN §2): who the run belongs to and when its bytes
-//! arrived. The event itself stays the golden shape; the envelope travels beside it.
+//! Routing fields around an event (docs/architecture.md §2): who the run belongs to and when its
+//! bytes arrived. The event itself stays the golden shape; the envelope travels beside it.
 
 use crate::event::Event;
 use serde::{Deserialize, Serialize};
@@ -20,8 +20,8 @@ pub struct Envelope {
 }
 
 impl Envelope {
-    /// The event id `<tenant>/<run_id>/<seq>` (DESIGN §3), ids as they are: a run id is
-    /// unique only within its tenant. (The bus message id token-encodes both ids.)
+    /// The event id `<tenant>/<run_id>/<seq>` (docs/architecture.md §3), ids as they are: a run id
+    /// is unique only within its tenant. (The bus message id token-encodes both ids.)
     pub fn event_id(&self, seq: u64) -> String {
         format!("{}/{}/{}", self.tenant, self.run_id, seq)
     }

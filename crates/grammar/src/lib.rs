@@ -26,8 +26,8 @@ pub mod timeline;
 pub mod usage;
 
 /// The version of the event grammar this build emits and reads, recorded with every
-/// archived run (DESIGN §5, governable history). Bump it when the shape or meaning of an
-/// event changes, so an archive can tell which runs were written under the older rules.
+/// archived run (docs/architecture.md §5, governable history). Bump it when the shape or meaning of
+/// an event changes, so an archive can tell which runs were written under the older rules.
 pub const GRAMMAR_VERSION: u32 = 1;
 
 pub use batch::fold_token_updates;

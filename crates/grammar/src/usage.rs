@@ -1,4 +1,4 @@
-//! Token counts out of a provider's usage object (DESIGN §5, accounting). Usage stays
+//! Token counts out of a provider's usage object (docs/architecture.md §5, accounting). Usage stays
 //! verbatim in the events; this reads the counts every provider reports under its own
 //! names: Anthropic and OpenAI Responses (`input_tokens`, `output_tokens`,
 //! `cache_read_input_tokens`, `output_tokens_details.reasoning_tokens`), OpenAI Chat

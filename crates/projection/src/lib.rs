@@ -1,5 +1,5 @@
 //! The projection core: what a channel shows for a run, as a pure function of the run's
-//! events, the chat's settings and the channel's tier (DESIGN §6). Sinks execute the
+//! events, the chat's settings and the channel's tier (docs/architecture.md §6). Sinks execute the
 //! resulting ops; nothing here does I/O.
 //!
 //! # Layout

@@ -2,8 +2,8 @@
 //! item details also paths shortened, whitespace collapsed, length capped.
 //!
 //! A chat, a webhook, the web page and `streamgate tail` are a far wider audience than
-//! the archive (spec §10 item 7 keeps the archive operator/audit-only; DESIGN §6: channel
-//! surfaces are display-safe, raw events stay operator-only). So everything a channel
+//! the archive (spec §10 item 7 keeps the archive operator/audit-only; docs/architecture.md §6:
+//! channel surfaces are display-safe, raw events stay operator-only). So everything a channel
 //! shows of a run's *progress* goes through [`redact`]: draft text (thinking, commentary,
 //! tool rows, status lines), notices and settle lines, and the events `ProjectorService`
 //! hands to channel token holders. It runs on the *accumulated* text (the fold's segment

@@ -2,7 +2,7 @@
 //! message of at most `budgets.draft_max_chars` chars (spec §4.3, §7.2).
 //!
 //! Rendering is a pure function of the fold, so flipping `/reasoning` or `/verbose`
-//! mid-turn re-renders from the same state (DESIGN §6) and a replayed run renders the
+//! mid-turn re-renders from the same state (docs/architecture.md §6) and a replayed run renders the
 //! same text as the live one.
 //!
 //! Status lines of enabled update tags ([`crate::status`]) come in already display-safe

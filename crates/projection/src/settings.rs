@@ -220,7 +220,7 @@ impl std::fmt::Display for Delivery {
     }
 }
 
-/// Channel capability tier (DESIGN §6; RFC 0015 names, spec v0.4 letters accepted).
+/// Channel capability tier (docs/architecture.md §6; RFC 0015 names, spec v0.4 letters accepted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Tier {
     /// Editable draft + durable messages (spec "A": Telegram, Discord, Slack).

@@ -100,9 +100,9 @@ impl Family {
     ];
 
     /// The version of this family's adapter, recorded with every archived run so that
-    /// `streamgate verify` and `backfill` can tell runs normalized by older code (DESIGN
-    /// §5). Bump a family's number in the change that makes its adapter emit different
-    /// events for the same provider bytes (the goldens of that family change with it).
+    /// `streamgate verify` and `backfill` can tell runs normalized by older code
+    /// (docs/architecture.md §5). Bump a family's number in the change that makes its adapter emit
+    /// different events for the same provider bytes (the goldens of that family change with it).
     pub fn adapter_version(self) -> u32 {
         match self {
             Family::F1

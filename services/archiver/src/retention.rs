@@ -1,4 +1,4 @@
-//! Retention (DESIGN §5): per-tenant policies that, after N days, replace a run's
+//! Retention (docs/architecture.md §5): per-tenant policies that, after N days, replace a run's
 //! thinking text and tool payloads with stubs holding their sizes and hashes (the run's
 //! answers, tools, timings and usage stay; folds and timelines still work) and drop its
 //! raw chunks, and after M days drop the whole run.

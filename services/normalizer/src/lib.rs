@@ -1,8 +1,8 @@
 //! The streamgate normalizer service: ingest front doors land raw provider bytes in
 //! SG_RAW; the worker turns each run's chunks into canonical events on SG_EVENTS.
 //!
-//! A run is `(tenant, run id)`: a run id is unique only within its tenant (DESIGN §3). The
-//! run table, the open-run registry (KV key `<partition>.<tenant>.<run>`) and the
+//! A run is `(tenant, run id)`: a run id is unique only within its tenant (docs/architecture.md
+//! §3). The run table, the open-run registry (KV key `<partition>.<tenant>.<run>`) and the
 //! one-request-per-run ingest lock are all keyed by both, so the same run id under two
 //! tenants is ingested and normalized as two independent runs.
 //!

@@ -7,7 +7,7 @@
 //! A released partition's worker drains: the batch in hand and what is already
 //! buffered are processed and acknowledged before the lease goes. A lost partition's
 //! worker is aborted; what it had not acknowledged is redelivered to the next owner,
-//! which rebuilds the run from SG_RAW (DESIGN §4).
+//! which rebuilds the run from SG_RAW (docs/architecture.md §4).
 //!
 //! Messages are taken in batches. Each batch is applied to the run table in stream order
 //! (which is per-run chunk order), the events each raw chunk yields are published as one

@@ -1,4 +1,4 @@
-//! The projector's JetStream KV buckets (DESIGN §3):
+//! The projector's JetStream KV buckets (docs/architecture.md §3):
 //! - [`DELIVERY_BUCKET`] `SG_DELIVERY`: one [`DeliveryState`] per channel+chat+run under
 //!   [`state_kv_key`] ([`KvStateStore`]), plus an active-run marker per run under
 //!   `active.<state key>` ([`ActiveRun`]) that crash recovery walks. A run is tenant +

@@ -2,7 +2,7 @@
 //! channel sees is folded by the pure projection core into ops (typing, draft upsert,
 //! settle, final, …) that the delivery engine executes on the channel's sink, with the
 //! delivery state in JetStream KV so a restarted projector neither repeats a final nor
-//! duplicates a draft (DESIGN §3, §4, §6; spec §7.3).
+//! duplicates a draft (docs/architecture.md §3, §4, §6; spec §7.3).
 //!
 //! # Layout
 //! - [`config`]: [`ChannelConfig`] (sink, tier, filters, default settings, budgets, rate

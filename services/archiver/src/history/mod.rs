@@ -1,4 +1,4 @@
-//! Governable history (DESIGN §5): `verify` re-normalizes a run's archived raw chunks
+//! Governable history (docs/architecture.md §5): `verify` re-normalizes a run's archived raw chunks
 //! with this build's adapters and compares the result with the archived events; `backfill`
 //! writes the differing runs' re-normalization as a new generation (the old one is kept).
 //!

@@ -184,7 +184,7 @@ impl Channel {
             };
             let rebuilt = if ev.event.seq > 1 {
                 // Restart or redelivery: rebuild from the run's earlier messages —
-                // DESIGN §4 — and hand their durable ops over again (idempotent).
+                // docs/architecture.md §4 — and hand their durable ops over again (idempotent).
                 let earlier: Vec<RunEvent> = self
                     .read_run(subject)
                     .await?

@@ -10,8 +10,8 @@
 //!
 //! `Watch` (in [`watch`]) is the same for every run at once, for `streamgate tail`.
 //!
-//! Both send display-safe events (DESIGN §6, issue 11): a channel token holder gets the
-//! events with thinking, commentary and tool text passed through the projection's one
+//! Both send display-safe events (docs/architecture.md §6, issue 11): a channel token holder gets
+//! the events with thinking, commentary and tool text passed through the projection's one
 //! redactor ([`streamgate_projection::EventRedactor`], on each lane's accumulated text);
 //! final answers verbatim. Raw events stay operator-only (`ArchiveService`).
 //!
@@ -55,7 +55,7 @@ impl Projector {
     }
 }
 
-/// The display-safe form of `ev` (DESIGN §6: channel surfaces are display-safe; raw
+/// The display-safe form of `ev` (docs/architecture.md §6: channel surfaces are display-safe; raw
 /// events stay operator-only): progress text redacted on each lane's accumulated text,
 /// finals verbatim. `None` when the redactor has seen that seq already.
 pub(crate) fn display_safe(redactor: &mut EventRedactor, ev: &RunEvent) -> Option<v1::Event> {

@@ -1,4 +1,4 @@
-//! The run stream (DESIGN §6): one run's display-safe events over HTTP, for any
+//! The run stream (docs/architecture.md §6): one run's display-safe events over HTTP, for any
 //! application that wants to follow a run live.
 //!
 //! `GET /v1/runs/{tenant}/{run}/events` answers Server-Sent Events, one canonical event
