@@ -406,6 +406,24 @@ fn metrics_carry_help_text_build_info_and_consumer_lag() {
         text.contains("streamgate_consumer_pending_messages{"),
         "{text}"
     );
+    // The process_* family every Prometheus client exports.
+    for process in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+    ] {
+        assert!(text.contains(&format!("\n{process} ")), "{process}: {text}");
+    }
+    // Counters exist at zero before their first event: a dashboard shows 0, not "No data".
+    for counter in [
+        "streamgate_lease_lost_total",
+        "streamgate_delivery_dropped_total",
+    ] {
+        assert!(
+            text.contains(&format!("\n{counter} 0")),
+            "{counter}: {text}"
+        );
+    }
     assert!(
         text.contains("streamgate_archive_commit_latency_seconds_bucket"),
         "{text}"
@@ -1778,6 +1796,27 @@ fn thinking_search_finds_a_run_by_its_reasoning_when_turned_on() {
         &["runs", "--search", "nothing to say", "--json"],
     ));
     assert!(answers.is_empty(), "{answers:?}");
+
+    // The run is closed: ingesting it again is refused at once, not retried.
+    let started = Instant::now();
+    let again = cli(
+        dir.path(),
+        &[
+            "ingest",
+            "--family",
+            "f1",
+            "--run",
+            "think-1",
+            fixture.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success());
+    assert!(err.contains("already ingested and closed"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "retried: {err}"
+    );
 }
 
 #[test]

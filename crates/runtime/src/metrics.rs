@@ -42,6 +42,7 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_archiver_retention_dropped_runs_total", Kind::Counter, "Runs retention dropped from the archive"),
     ("streamgate_archiver_otlp_exported_runs_total", Kind::Counter, "Ended runs sent as OpenTelemetry GenAI traces by the continuous export"),
     ("streamgate_archiver_otlp_export_errors_total", Kind::Counter, "Continuous trace export passes that failed (retried on the next pass)"),
+    ("streamgate_archiver_thinking_indexed_runs_total", Kind::Counter, "Ended runs whose thinking the opt-in thinking search indexed (--search-thinking)"),
     ("streamgate_archiver_undecodable_total", Kind::Counter, "SG_EVENTS messages that could not be decoded, skipped"),
     ("streamgate_archive_commit_latency_seconds", Kind::Histogram, "From a chunk's ingest to the commit of its events in the archive"),
     // Projector and delivery.
@@ -70,12 +71,16 @@ pub const SECONDS_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// Describes every metric of [`CATALOGUE`] to the installed recorder and sets
-/// `streamgate_build_info`.
+/// Describes every metric of [`CATALOGUE`] to the installed recorder, registers every
+/// counter at zero (a dashboard shows 0, not "No data", before the first event — a lost
+/// lease, a dropped op) and sets `streamgate_build_info`.
 pub fn describe_all() {
     for (name, kind, help) in CATALOGUE {
         match kind {
-            Kind::Counter => metrics::describe_counter!(*name, *help),
+            Kind::Counter => {
+                metrics::describe_counter!(*name, *help);
+                metrics::counter!(*name).absolute(0);
+            }
             Kind::Gauge => metrics::describe_gauge!(*name, *help),
             Kind::Histogram => {
                 metrics::describe_histogram!(*name, metrics::Unit::Seconds, *help);

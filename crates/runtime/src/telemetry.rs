@@ -85,6 +85,8 @@ static TRACER_PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 /// How long an export may take before it is given up (a collector that is down must
 /// not hold anything up).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the process_* metrics are read.
+const PROCESS_METRICS_EVERY: Duration = Duration::from_secs(5);
 
 /// Installs logging (filter from `RUST_LOG`, else [`TelemetryConfig::default_filter`]), the OTLP span exporter when
 /// an endpoint is configured, and the Prometheus exporter when an address is. Safe to
@@ -116,7 +118,13 @@ pub fn init(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
             .try_init()
     } else {
         registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(
+                fmt::layer()
+                    // Colours only for a person at a terminal, never into a log file
+                    // or a pipe.
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                    .with_writer(std::io::stderr),
+            )
             .try_init()
     };
     if let Some(addr) = cfg.metrics_addr {
@@ -136,6 +144,19 @@ pub fn init(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
                 reason: e.to_string(),
             })?;
         crate::metrics::describe_all();
+        // process_* (CPU seconds, resident and virtual memory, open and max fds, threads,
+        // start time) as every Prometheus client library exports them: read by the
+        // metrics-process crate, refreshed every few seconds.
+        let process = metrics_process::Collector::default();
+        process.describe();
+        process.collect();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PROCESS_METRICS_EVERY);
+            loop {
+                tick.tick().await;
+                process.collect();
+            }
+        });
     }
     let _ = INSTALLED.set(());
     Ok(())
