@@ -216,10 +216,32 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if prints && is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("streamgate: {e:#}");
+            eprintln!("streamgate: {}", human(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error as a person reads it: its chain joined by ": ", leaving out a cause the
+/// message before it already says (error types that print their source, such as an
+/// io::Error wrapped with its own text), and a gRPC status as its message and code name
+/// instead of tonic's `status: '…', message: "…"` form.
+fn human(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = match cause.downcast_ref::<tonic::Status>() {
+            Some(s) if s.message().is_empty() => format!("{:?}", s.code()),
+            Some(s) => format!("{} ({:?})", s.message(), s.code()),
+            None => cause.to_string(),
+        };
+        let said = parts
+            .last()
+            .is_some_and(|prev| prev.contains(text.as_str()));
+        if !text.is_empty() && !said {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
 }
 
 /// True when `e` came from writing to a closed pipe.
@@ -228,4 +250,22 @@ fn is_closed_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+
+    #[test]
+    fn errors_read_once_and_statuses_read_as_their_message() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        let e = anyhow::Error::new(io).context("binding 127.0.0.1:7320: Address already in use");
+        assert_eq!(human(&e), "binding 127.0.0.1:7320: Address already in use");
+        let status = tonic::Status::failed_precondition("run r1 is already closed");
+        let e = anyhow::Error::new(status).context("ingest r1");
+        assert_eq!(
+            human(&e),
+            "ingest r1: run r1 is already closed (FailedPrecondition)"
+        );
+    }
 }

@@ -330,3 +330,43 @@ async fn normalizer_follower_lands_runs_through_its_ingestor() {
     follower.await.unwrap().unwrap();
     server.abort();
 }
+
+/// A gateway nobody listens at: `follow-gateway` says so and exits 1 at once instead of
+/// retrying forever, and what it writes to a file carries no terminal colour codes.
+#[test]
+fn an_unreachable_gateway_is_an_error_not_an_endless_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let err_path = dir.path().join("follow.err");
+    let mut child = Command::new(bin())
+        .args([
+            "follow-gateway",
+            &format!("ws://127.0.0.1:{port}"),
+            "--addr",
+            "127.0.0.1:9",
+            "--ingest-token",
+            "t",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still retrying after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot follow the gateway"), "{err}");
+    assert!(!err.contains('\u{1b}'), "ANSI escapes in a file: {err:?}");
+}

@@ -165,6 +165,7 @@ pub async fn run(args: FollowGatewayArgs) -> Result<()> {
         token: args.token.clone(),
         tenant: args.tenant.clone(),
         queue: args.queue,
+        fail_first_connect: true,
         ..FollowConfig::new(args.url.clone())
     };
     let shutdown = streamgate_runtime::shutdown::on_signal();

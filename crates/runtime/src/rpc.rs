@@ -104,28 +104,48 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The gRPC reflection service for every streamgate proto.
-pub fn reflection() -> Result<
+/// Names a port always serves beside its service: health and reflection.
+const STANDARD_SERVICES: [&str; 3] = [
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// A reflection builder that advertises `service` and the standard services only — what
+/// the port answers — with every streamgate proto (and health's) to describe them.
+fn reflection_builder(service: &str) -> tonic_reflection::server::Builder<'static> {
+    STANDARD_SERVICES.iter().fold(
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(streamgate_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(service),
+        |b, name| b.with_service_name(*name),
+    )
+}
+
+/// The gRPC reflection service of a port serving `service` (its full name, e.g.
+/// `streamgate.v1.ArchiveService`).
+pub fn reflection(
+    service: &str,
+) -> Result<
     tonic_reflection::server::v1::ServerReflectionServer<
         impl tonic_reflection::server::v1::ServerReflection,
     >,
     tonic_reflection::server::Error,
 > {
-    tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(streamgate_proto::FILE_DESCRIPTOR_SET)
-        .build_v1()
+    reflection_builder(service).build_v1()
 }
 
 /// The gRPC reflection service, v1alpha (what older `grpcurl` and tools ask for).
-pub fn reflection_v1alpha() -> Result<
+pub fn reflection_v1alpha(
+    service: &str,
+) -> Result<
     tonic_reflection::server::v1alpha::ServerReflectionServer<
         impl tonic_reflection::server::v1alpha::ServerReflection,
     >,
     tonic_reflection::server::Error,
 > {
-    tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(streamgate_proto::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
+    reflection_builder(service).build_v1alpha()
 }
 
 /// A random token for local instances (`streamgate up`): 32 bytes, hex.

@@ -430,3 +430,46 @@ async fn connections_beyond_the_limit_wait_for_a_free_slot() {
     drop(b);
     stop.cancel();
 }
+
+/// Reflection lists what the port serves — its service, health, reflection — not every
+/// streamgate service (an ingest port does not advertise the archive's operator API).
+#[tokio::test]
+async fn reflection_lists_only_the_services_of_the_port() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    let stop = CancellationToken::new();
+    let addr = grpc(&ServeOptions::default(), &stop).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut c = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies = c
+        .server_reflection_info(futures::stream::iter([request]))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let reply = replies.message().await.expect("reply").expect("one reply");
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("not a service list: {reply:?}");
+    };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+            "streamgate.v1.IngestService"
+        ]
+    );
+    stop.cancel();
+}

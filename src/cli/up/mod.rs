@@ -289,7 +289,6 @@ pub async fn run(args: UpArgs) -> Result<()> {
         Some(a) if tls => format!("https://{a}"),
         a => addr(a),
     };
-    let http_scheme = if tls { "https" } else { "http" };
     let mut specs = args.channels.clone();
     if specs.is_empty() && !args.no_web {
         specs.push("web=127.0.0.1:0".to_owned());
@@ -366,62 +365,23 @@ pub async fn run(args: UpArgs) -> Result<()> {
     addresses.save(&data_dir)?;
     // Written last: a client that finds up.json finds everything listening.
     instance.write(&data_dir)?;
-    eprintln!("streamgate is up");
-    eprintln!(
-        "  nats            {}",
-        streamgate_runtime::nats::redact_servers(&nats_url)
-    );
-    eprintln!("  ingest (gRPC)   {}", instance.ingest_grpc);
-    eprintln!(
-        "  ingest (HTTP)   {http_scheme}://{}/v1/ingest/<tenant>/<run>?family=<f>",
-        instance.ingest_http
-    );
-    eprintln!(
-        "  ingest token    {}  (Authorization: Bearer …)",
-        ingest_token_path(&data_dir).display()
-    );
-    eprintln!(
-        "  archive (gRPC)  {}  (operator token in {}/up.json)",
-        instance.archive_grpc,
-        data_dir.display()
-    );
-    eprintln!("  archive store   {archive_url}");
-    if !args.quiet {
-        eprintln!("  channel         terminal (this window)");
-    }
-    for c in &instance.channels {
-        match &c.web {
-            Some(web) => eprintln!(
-                "  channel         {}: {http_scheme}://{web}/?token={}  (ProjectorService {})",
-                c.name,
-                page_tokens.get(&c.name).map_or("", String::as_str),
-                c.grpc
-            ),
-            None => eprintln!(
-                "  channel         {} ({}; ProjectorService {})",
-                c.name, c.kind, c.grpc
-            ),
-        }
-    }
-    if tls {
+    if args.demo && !args.stay {
+        // Its addresses would be dead by the time anyone used them: the demo ends, and
+        // so does this process.
         eprintln!(
-            "  TLS             every server above{}; clients: --ca <CA certificate>{}",
-            if mtls {
-                ", client certificates required"
-            } else {
-                ""
-            },
-            if mtls {
-                " --client-cert <cert> --client-key <key>"
-            } else {
-                ""
-            }
+            "streamgate is up for the demo: it exits once every run is shown (--stay keeps it serving, with its addresses)"
+        );
+    } else {
+        print_addresses(
+            &instance,
+            &args,
+            &data_dir,
+            &archive_url,
+            &page_tokens,
+            tls,
+            mtls,
         );
     }
-    eprintln!(
-        "try: streamgate ingest capture.sse --family f1 --run r1 && streamgate replay r1 --json"
-    );
-    eprintln!("     streamgate tail   (follow runs live through a channel)");
 
     let js = async_nats::jetstream::new(nats.clone());
     let mut tasks = tokio::task::JoinSet::new();
@@ -567,4 +527,73 @@ async fn recorded_partitions(js: &async_nats::jetstream::Context) -> Option<u32>
         .get(streamgate_bus::PARTITIONS_METADATA)?
         .parse()
         .ok()
+}
+
+/// What `up` prints once everything listens: each address and where its token is.
+fn print_addresses(
+    instance: &Instance,
+    args: &UpArgs,
+    data_dir: &std::path::Path,
+    archive_url: &str,
+    page_tokens: &std::collections::HashMap<String, String>,
+    tls: bool,
+    mtls: bool,
+) {
+    let http_scheme = if tls { "https" } else { "http" };
+    eprintln!("streamgate is up");
+    eprintln!(
+        "  nats            {}",
+        streamgate_runtime::nats::redact_servers(&instance.nats_url)
+    );
+    eprintln!("  ingest (gRPC)   {}", instance.ingest_grpc);
+    eprintln!(
+        "  ingest (HTTP)   {http_scheme}://{}/v1/ingest/<tenant>/<run>?family=<f>",
+        instance.ingest_http
+    );
+    eprintln!(
+        "  ingest token    {}  (Authorization: Bearer …)",
+        ingest_token_path(data_dir).display()
+    );
+    eprintln!(
+        "  archive (gRPC)  {}  (operator token in {}/up.json)",
+        instance.archive_grpc,
+        data_dir.display()
+    );
+    eprintln!("  archive store   {archive_url}");
+    if !args.quiet {
+        eprintln!("  channel         terminal (this window)");
+    }
+    for c in &instance.channels {
+        match &c.web {
+            Some(web) => eprintln!(
+                "  channel         {}: {http_scheme}://{web}/?token={}  (ProjectorService {})",
+                c.name,
+                page_tokens.get(&c.name).map_or("", String::as_str),
+                c.grpc
+            ),
+            None => eprintln!(
+                "  channel         {} ({}; ProjectorService {})",
+                c.name, c.kind, c.grpc
+            ),
+        }
+    }
+    if tls {
+        eprintln!(
+            "  TLS             every server above{}; clients: --ca <CA certificate>{}",
+            if mtls {
+                ", client certificates required"
+            } else {
+                ""
+            },
+            if mtls {
+                " --client-cert <cert> --client-key <key>"
+            } else {
+                ""
+            }
+        );
+    }
+    eprintln!(
+        "try: streamgate ingest capture.sse --family f1 --run r1 && streamgate replay r1 --json"
+    );
+    eprintln!("     streamgate tail   (follow runs live through a channel)");
 }

@@ -76,8 +76,8 @@ where
     }
     let mut routes = Routes::new(InterceptedService::new(service, auth))
         .add_service(health)
-        .add_service(reflection()?)
-        .add_service(reflection_v1alpha()?);
+        .add_service(reflection(S::NAME)?)
+        .add_service(reflection_v1alpha(S::NAME)?);
     if let Some(http) = http {
         routes = Routes::from(routes.into_axum_router().merge(http));
         builder = builder.accept_http1(true);

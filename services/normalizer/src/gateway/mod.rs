@@ -49,6 +49,10 @@ pub struct FollowConfig {
     pub reconnect_base: Duration,
     /// Longest wait between reconnects.
     pub reconnect_cap: Duration,
+    /// Stop with [`FollowError::Connect`] when the first connection fails, instead of
+    /// retrying until the gateway is there (a person at the command line wants the
+    /// error; a service started before its gateway wants the retries).
+    pub fail_first_connect: bool,
 }
 
 impl FollowConfig {
@@ -63,6 +67,7 @@ impl FollowConfig {
             feed: feed::FeedConfig::default(),
             reconnect_base: Duration::from_millis(500),
             reconnect_cap: Duration::from_secs(30),
+            fail_first_connect: false,
         }
     }
 }
@@ -76,6 +81,16 @@ pub enum FollowError {
     /// The tenant breaks the id rule.
     #[error(transparent)]
     Tenant(#[from] streamgate_grammar::ids::IdError),
+    /// The gateway refused the connect request (a wrong token), or the first connection
+    /// failed and [`FollowConfig::fail_first_connect`] is set: following stops. A
+    /// connection lost later is retried with backoff.
+    #[error("cannot follow the gateway {gateway}: {reason}")]
+    Connect {
+        /// The gateway, as logged (no query).
+        gateway: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// Why a connection ended.
@@ -127,25 +142,41 @@ pub async fn follow<S: RunSink>(
         cancel.clone(),
     );
     let mut backoff = Backoff::new(cfg.reconnect_base, cfg.reconnect_cap);
+    let mut ever_greeted = false;
     loop {
         let mut hello = None;
         let ended = tokio::select! {
             r = session(&cfg, &mut router, &mut hello) => r,
             () = cancel.cancelled() => break,
         };
+        ever_greeted |= hello.is_some();
         // The backoff starts over only after a connection that stayed up: a gateway that
         // greets and then sends a frame this follower cannot read (over the size limit)
         // would otherwise be reconnected to several times a second.
         if hello.is_some_and(|t: Instant| t.elapsed() >= STABLE) {
             backoff.reset();
         }
-        match ended {
+        match &ended {
             Ok(()) => {
                 tracing::info!(%gateway, open_runs = router.open_runs(), "gateway connection closed")
             }
             Err(e) => {
                 tracing::warn!(%gateway, error = %e, open_runs = router.open_runs(), "gateway connection failed")
             }
+        }
+        // A refused connect request (a wrong token) is refused again on every retry; a
+        // first connection that failed is the person's wrong URL, when they asked so.
+        let give_up = match ended {
+            Err(e @ SessionError::Refused(_)) => Some(e),
+            Err(e) if !ever_greeted && cfg.fail_first_connect => Some(e),
+            _ => None,
+        };
+        if let Some(e) = give_up {
+            router.finish().await;
+            return Err(FollowError::Connect {
+                gateway,
+                reason: e.to_string(),
+            });
         }
         let delay = backoff.next_delay();
         tracing::info!(%gateway, attempt = backoff.attempts(), delay_ms = delay.as_millis() as u64, "reconnecting to the gateway");

@@ -15,7 +15,7 @@
 //! `SG_SETTINGS` ([`Channel::follow_settings`]) so a change made through any replica
 //! reaches all of them without a restart and re-renders their runs of that chat. Cached
 //! values carry the key's KV revision; an older value (a lazy load racing the watch)
-//! never replaces a newer one.//!
+//! never replaces a newer one.
 //!
 //! Identity: a run is `(tenant, run id)` ([`RunKey`]): a run id is unique only within its
 //! tenant, so the run table, the ended-run memory, the active-run markers and delivery
