@@ -145,6 +145,29 @@ fn fake_webhook() -> (tokio::runtime::Runtime, streamgate_sinks::fakes::FakeServ
     (rt, hook)
 }
 
+/// `streamgate ingest --family f1 --run <run> <extra…> <capture>` in `dir`.
+fn ingest_f1(
+    dir: &std::path::Path,
+    run: &str,
+    capture: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = vec!["ingest", "--family", "f1", "--run", run];
+    args.extend_from_slice(extra);
+    args.push(capture.to_str().unwrap());
+    cli(dir, &args)
+}
+
+/// [`ingest_f1`], which must succeed.
+fn ingested_f1(dir: &std::path::Path, run: &str, capture: &std::path::Path, extra: &[&str]) {
+    let out = ingest_f1(dir, run, capture, extra);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Ingests a tiny capture as run `run` through the CLI; true when it was acked.
 fn ingest(dir: &std::path::Path, run: &str) -> bool {
     let capture = dir.join("capture.sse");
@@ -1755,22 +1778,7 @@ fn thinking_search_finds_a_run_by_its_reasoning_when_turned_on() {
     let _up = start_up_with(dir.path(), &["--search-thinking"]);
     let fixture =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/f1/zero-text.sse");
-    let out = cli(
-        dir.path(),
-        &[
-            "ingest",
-            "--family",
-            "f1",
-            "--run",
-            "think-1",
-            fixture.to_str().unwrap(),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ingested_f1(dir.path(), "think-1", &fixture, &[]);
     let deadline = Instant::now() + PATIENCE;
     let found = loop {
         let found = json_lines(&cli(
@@ -1799,17 +1807,7 @@ fn thinking_search_finds_a_run_by_its_reasoning_when_turned_on() {
 
     // The run is closed: ingesting it again is refused at once, not retried.
     let started = Instant::now();
-    let again = cli(
-        dir.path(),
-        &[
-            "ingest",
-            "--family",
-            "f1",
-            "--run",
-            "think-1",
-            fixture.to_str().unwrap(),
-        ],
-    );
+    let again = ingest_f1(dir.path(), "think-1", &fixture, &[]);
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(!again.status.success());
     assert!(err.contains("already ingested and closed"), "{err}");
@@ -1842,24 +1840,7 @@ fn erase_leaves_no_trace_in_any_store() {
     for (run, session, answer) in runs {
         let path = dir.path().join(format!("{run}.sse"));
         std::fs::write(&path, answer_capture(answer)).unwrap();
-        let out = cli(
-            dir.path(),
-            &[
-                "ingest",
-                "--family",
-                "f1",
-                "--run",
-                run,
-                "--session",
-                session,
-                path.to_str().unwrap(),
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ingested_f1(dir.path(), run, &path, &["--session", session]);
         std::fs::remove_file(&path).unwrap();
     }
     // Archived, and delivered (the channel's delivery state is in the broker's KV).
@@ -2022,22 +2003,7 @@ fn retention_strips_thinking_on_request() {
     let thinking = "Thinking about the orbit of Phobos in detail before answering.";
     let path = dir.path().join("think.sse");
     std::fs::write(&path, thinking_capture(thinking)).unwrap();
-    let out = cli(
-        dir.path(),
-        &[
-            "ingest",
-            "--family",
-            "f1",
-            "--run",
-            "ret-1",
-            path.to_str().unwrap(),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ingested_f1(dir.path(), "ret-1", &path, &[]);
     let deadline = Instant::now() + PATIENCE;
     while !json_lines(&cli(dir.path(), &["runs", "--json"]))
         .iter()
@@ -2204,24 +2170,7 @@ fn export_writes_jsonl_and_genai_traces() {
     ] {
         let path = dir.path().join("capture.sse");
         std::fs::write(&path, fixture(capture)).unwrap();
-        let out = cli(
-            dir.path(),
-            &[
-                "ingest",
-                "--family",
-                "f1",
-                "--run",
-                run,
-                "--session",
-                "chat-9",
-                path.to_str().unwrap(),
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ingested_f1(dir.path(), run, &path, &["--session", "chat-9"]);
     }
     let deadline = Instant::now() + PATIENCE;
     while json_lines(&cli(dir.path(), &["runs", "--json"]))

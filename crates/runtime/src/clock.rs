@@ -4,8 +4,12 @@
 
 /// Milliseconds since the Unix epoch (0 before it, saturating far after it).
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    ms_of(std::time::SystemTime::now())
+}
+
+/// `t` in milliseconds since the Unix epoch (0 before it, saturating far after it).
+pub fn ms_of(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 

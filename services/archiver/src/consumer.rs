@@ -263,9 +263,7 @@ pub async fn run_raw(
 /// Ingest → commit, per event of a committed batch (the envelope carries the chunk's
 /// ingest time).
 fn record_commit_latency(events: &[ArchivedEvent]) {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now_ms = streamgate_runtime::clock::now_ms();
     let histogram = metrics::histogram!("streamgate_archive_commit_latency_seconds");
     for e in events {
         let ms = now_ms.saturating_sub(e.event.envelope.ts_ms).max(0);

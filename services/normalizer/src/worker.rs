@@ -23,7 +23,7 @@ use async_nats::jetstream::message::AckKind;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legacy};
 use streamgate_bus::events::{publish_batches, Batch, MadeBy};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
@@ -37,12 +37,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub use streamgate_runtime::clock::now_ms;
 
 /// The lease group of the normalizer's partitions.
 pub fn lease_group() -> String {

@@ -124,10 +124,7 @@ impl Channel {
                 (mine, true)
             }
         };
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
+        let now_ms = streamgate_runtime::clock::now_ms();
         let orphan_ms = i64::try_from(self.cfg.orphan_after.as_millis()).unwrap_or(i64::MAX);
         let mut interrupted = 0;
         for m in markers {

@@ -243,9 +243,7 @@ impl Channel {
         };
         let target = self.target(&env.tenant, &chat);
         if !ops.is_empty() {
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            let now_ms = streamgate_runtime::clock::now_ms();
             let ms = now_ms.saturating_sub(ev.envelope.ts_ms).max(0);
             metrics::histogram!("streamgate_projector_event_to_submit_seconds")
                 .record(ms as f64 / 1000.0);

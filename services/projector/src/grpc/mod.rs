@@ -301,10 +301,7 @@ impl ProjectorService for Projector {
             }
             Lookup::Ambiguous => return Err(ambiguous(&req.run_id)),
         };
-        let ended_at_ms = ended
-            .ended_at
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let ended_at_ms = streamgate_runtime::clock::ms_of(ended.ended_at);
         Ok(Response::new(v1::EndedRun {
             run_id,
             tenant,
@@ -346,10 +343,7 @@ impl ProjectorService for Projector {
                 run_id: p.run.run_id,
                 chat_id: p.chat.chat_id,
                 error: p.error,
-                parked_at_ms: p
-                    .at
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                parked_at_ms: streamgate_runtime::clock::ms_of(p.at),
             })
             .collect();
         Ok(Response::new(v1::ListParkedReply { finals }))

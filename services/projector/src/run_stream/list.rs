@@ -11,7 +11,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use std::time::UNIX_EPOCH;
 
 /// Rows of one page by default, and at most.
 const DEFAULT_LIMIT: usize = 100;
@@ -111,11 +110,7 @@ pub(super) async fn list(State(s): State<RunStreamState>, Query(q): Query<ListQu
                     chat_id: e.chat_id,
                     session_key: None,
                     last_seq: None,
-                    ended_at_ms: e
-                        .ended_at
-                        .duration_since(UNIX_EPOCH)
-                        .ok()
-                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    ended_at_ms: u64::try_from(streamgate_runtime::clock::ms_of(e.ended_at)).ok(),
                 }),
         );
     }

@@ -12,11 +12,12 @@
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use streamgate_grammar::{EventData, LifecyclePhase, RunEvent, StopReason};
 use streamgate_projection::{
     DraftKey, Op, ERRORED, INCOMPLETE, INTERRUPTED, PAUSED, REJECT_PLACEHOLDER,
 };
+use streamgate_runtime::clock::now_ms;
 use tokio::sync::watch;
 
 /// Most runs listed; the oldest ended runs go first.
@@ -30,13 +31,6 @@ pub const MIN_PUSH_INTERVAL: Duration = Duration::from_millis(250);
 const PREVIEW_CHARS: usize = 90;
 
 type RunKey = (String, String);
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 /// How a run stands, for the status dot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
