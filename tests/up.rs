@@ -1941,16 +1941,13 @@ fn erase_leaves_no_trace_in_any_store() {
             "{answer} is gone"
         );
         assert!(!keys.iter().any(|k| k.contains(run)), "{run} in {keys:?}");
-        // Byte for byte: the archive and the streams erase in place. A KV bucket keeps a
-        // key's overwritten versions (its value before the projector updated or deleted
-        // it) in its block file until the broker compacts the block, which JetStream
-        // offers no call for; those entries hold ids and delivery bookkeeping, never
-        // answer text (asserted just above for every file).
-        let holding: Vec<String> = files_holding(&data, run)
-            .into_iter()
-            .filter(|f| !f.contains("/streams/KV_"))
-            .collect();
-        assert_eq!(holding, Vec::<String>::new(), "{run} is gone");
+        // Byte for byte: the archive, the streams and the KV buckets erase in place (a
+        // KV write erases the versions it replaces, the erasure every version left).
+        assert_eq!(
+            files_holding(&data, run),
+            Vec::<String>::new(),
+            "{run} is gone"
+        );
         let replay = cli(dir.path(), &["replay", run]);
         assert!(!replay.status.success());
     }

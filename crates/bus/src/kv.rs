@@ -123,6 +123,63 @@ async fn read_current(
     Ok(out)
 }
 
+/// How many versions of a key the erasable buckets keep (their `history`). Each write
+/// through [`put_erasing`] or [`delete_erasing`] erases the versions before it, so a key
+/// normally holds one; the room for a few more is there so that a write whose erasure
+/// failed (a crash, a timeout) is not then dropped by the history limit, which only
+/// unlinks a message, leaving its bytes in the block file until the broker compacts it.
+pub const ERASABLE_HISTORY: i64 = 4;
+
+/// Writes `value` under `key` and erases the key's earlier versions: an overwritten value
+/// (delivery bookkeeping, run ids) does not linger in the bucket's files, as it would if
+/// the history limit dropped it. Returns the new revision. The erasure is best effort
+/// after the write succeeded: a failure is logged, and the next write or an erasure of
+/// the run takes those versions.
+pub async fn put_erasing(store: &Store, key: &str, value: bytes::Bytes) -> Result<u64, BusError> {
+    let revision = store.put(key, value).await.map_err(nats("kv put"))?;
+    erase_before(store, key, revision).await;
+    Ok(revision)
+}
+
+/// Deletes `key` (a tombstone, as `Store::delete`) and erases every version before the
+/// tombstone.
+pub async fn delete_erasing(store: &Store, key: &str) -> Result<(), BusError> {
+    store.delete(key).await.map_err(nats("kv delete"))?;
+    let subject = format!("{}{key}", store.prefix);
+    match store.stream.direct_get_last_for_subject(&subject).await {
+        Ok(tombstone) => erase_before(store, key, tombstone.sequence).await,
+        Err(e) => tracing::warn!(key, error = %e, "earlier versions of a deleted key not erased"),
+    }
+    Ok(())
+}
+
+/// Erases the versions of `key` older than `revision`, oldest first; at most
+/// [`ERASABLE_HISTORY`] of them, which is all a bucket holds.
+async fn erase_before(store: &Store, key: &str, revision: u64) {
+    let subject = format!("{}{key}", store.prefix);
+    for _ in 0..ERASABLE_HISTORY {
+        let oldest = match store.stream.direct_get_first_for_subject(&subject).await {
+            Ok(m) => m.sequence,
+            Err(e) => {
+                tracing::debug!(key, error = %e, "no earlier version to erase");
+                return;
+            }
+        };
+        if oldest >= revision {
+            return;
+        }
+        match store.stream.delete_message(oldest).await {
+            Ok(_) => {}
+            // Erased meanwhile by another writer of the key or by the age limit.
+            Err(e) if e.to_string().contains("no message found") => {}
+            Err(e) => {
+                tracing::warn!(key, revision = oldest, error = %e, "overwritten kv version not erased");
+                return;
+            }
+        }
+    }
+}
+
 /// Gets or creates a KV bucket that allows its entries to be *erased*
 /// ([`crate::erase`]): the same stream a `create_or_update_key_value` makes, except
 /// that single-message deletes are allowed. JetStream never lets a stream go back from

@@ -805,3 +805,80 @@ async fn partition_durables_start_after_the_legacy_consumers_ack_floor() {
         jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: 7 }
     );
 }
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path)
+                .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// A key written over and deleted through the erasing writes leaves none of its earlier
+/// values in the broker's files — unlike a plain `put`, whose history limit only unlinks
+/// the value it replaces (checked too, so the search is known to see the files).
+#[tokio::test]
+async fn overwritten_kv_values_are_erased_from_the_files() {
+    use streamgate_bus::kv::{delete_erasing, open_erasable, put_erasing, ERASABLE_HISTORY};
+    let (server, js) = setup().await;
+    let config = |bucket: &str, history| async_nats::jetstream::kv::Config {
+        bucket: bucket.to_owned(),
+        history,
+        storage: jetstream::stream::StorageType::File,
+        ..Default::default()
+    };
+    let erasing = open_erasable(&js, config("ERASING", ERASABLE_HISTORY))
+        .await
+        .unwrap();
+    let plain = open_erasable(&js, config("PLAIN", 1)).await.unwrap();
+    for (i, value) in ["first-value-qx17", "second-value-qx17", "third-value-qx17"]
+        .into_iter()
+        .enumerate()
+    {
+        put_erasing(&erasing, "k", Bytes::from(value))
+            .await
+            .unwrap();
+        plain.put("k", Bytes::from(value)).await.unwrap();
+        assert_eq!(
+            erasing.get("k").await.unwrap().as_deref(),
+            Some(value.as_bytes()),
+            "write {i}"
+        );
+    }
+    let on_disk = |needle: &str| {
+        let mut found = files_holding(server.store_dir(), needle);
+        found.sort();
+        found
+    };
+    for overwritten in ["first-value-qx17", "second-value-qx17"] {
+        let found = on_disk(overwritten);
+        assert!(
+            found.iter().all(|f| f.contains("KV_PLAIN")),
+            "{overwritten}: {found:?}"
+        );
+        assert!(!found.is_empty(), "the plain bucket keeps {overwritten}");
+    }
+    assert!(on_disk("third-value-qx17")
+        .iter()
+        .any(|f| f.contains("KV_ERASING")));
+
+    delete_erasing(&erasing, "k").await.unwrap();
+    assert_eq!(erasing.get("k").await.unwrap(), None);
+    assert!(on_disk("third-value-qx17")
+        .iter()
+        .all(|f| f.contains("KV_PLAIN")));
+    // Only the tombstone is left of the key.
+    let stream = js.get_stream("KV_ERASING").await.unwrap();
+    assert_eq!(stream.cached_info().state.messages, 1);
+}

@@ -37,7 +37,8 @@ impl OpenRuns {
             kv::Config {
                 bucket: OPEN_RUNS_BUCKET.to_owned(),
                 description: "streamgate runs started and not yet closed, per partition".to_owned(),
-                history: 1,
+                // Room for the writes below to erase the versions they replace.
+                history: streamgate_bus::kv::ERASABLE_HISTORY,
                 storage: jetstream::stream::StorageType::File,
                 num_replicas: replicas.max(1),
                 ..Default::default()
@@ -63,9 +64,9 @@ impl OpenRuns {
         let key = self.key(addr);
         if open {
             let subject = Bytes::from(addr.raw_subject());
-            self.kv.put(key, subject).await?;
+            streamgate_bus::kv::put_erasing(&self.kv, &key, subject).await?;
         } else {
-            self.kv.delete(key).await?;
+            streamgate_bus::kv::delete_erasing(&self.kv, &key).await?;
         }
         Ok(())
     }

@@ -34,9 +34,11 @@ pub const DELIVERY_TTL: std::time::Duration = std::time::Duration::from_secs(7 *
 /// makes that a pause instead of a crash; other errors fail at once.
 const BUCKET_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Gets or creates a KV bucket (history 1: only the current value matters; file storage,
-/// `replicas` copies). The delivery bucket expires entries after [`DELIVERY_TTL`];
-/// settings never expire. JetStream timeouts are retried for [`BUCKET_PATIENCE`].
+/// Gets or creates a KV bucket (file storage, `replicas` copies). Only a key's current
+/// value matters: settings keep one version; the delivery bucket, whose keys name runs,
+/// keeps [`streamgate_bus::kv::ERASABLE_HISTORY`] so that its writes can erase the
+/// versions they replace ([`streamgate_bus::kv::put_erasing`]), and expires entries after
+/// [`DELIVERY_TTL`]; settings never expire. JetStream timeouts are retried for [`BUCKET_PATIENCE`].
 pub async fn bucket(
     js: &jetstream::Context,
     name: &str,
@@ -44,7 +46,11 @@ pub async fn bucket(
 ) -> Result<kv::Store, ProjectorError> {
     let config = kv::Config {
         bucket: name.to_owned(),
-        history: 1,
+        history: if name == DELIVERY_BUCKET {
+            streamgate_bus::kv::ERASABLE_HISTORY
+        } else {
+            1
+        },
         storage: jetstream::stream::StorageType::File,
         num_replicas: replicas.max(1),
         max_age: if name == DELIVERY_BUCKET {
@@ -127,8 +133,7 @@ impl StateStore for KvStateStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let bytes = serde_json::to_vec(state).map_err(|e| StoreError(e.to_string()))?;
-            self.store
-                .put(state_kv_key(key), bytes.into())
+            streamgate_bus::kv::put_erasing(&self.store, &state_kv_key(key), bytes.into())
                 .await
                 .map(|_| ())
                 .map_err(|e| StoreError(e.to_string()))
@@ -187,19 +192,13 @@ impl ActiveRun {
 /// Writes an active-run marker.
 pub async fn put_active(store: &kv::Store, run: &ActiveRun) -> Result<(), ProjectorError> {
     let bytes = serde_json::to_vec(run).map_err(|e| ProjectorError::Config(e.to_string()))?;
-    store
-        .put(run.kv_key(), bytes.into())
-        .await
-        .map_err(nats("put active marker"))?;
+    streamgate_bus::kv::put_erasing(store, &run.kv_key(), bytes.into()).await?;
     Ok(())
 }
 
 /// Removes an active-run marker.
 pub async fn delete_active(store: &kv::Store, run: &ActiveRun) -> Result<(), ProjectorError> {
-    store
-        .delete(run.kv_key())
-        .await
-        .map_err(nats("delete active marker"))
+    Ok(streamgate_bus::kv::delete_erasing(store, &run.kv_key()).await?)
 }
 
 /// Every active-run marker of `channel`. Unreadable markers are logged and skipped (a
@@ -222,10 +221,7 @@ pub async fn list_active(
             Ok(r) => {
                 if entry.key != r.kv_key() {
                     put_active(store, &r).await?;
-                    store
-                        .delete(&entry.key)
-                        .await
-                        .map_err(nats("delete legacy active marker"))?;
+                    streamgate_bus::kv::delete_erasing(store, &entry.key).await?;
                 }
                 out.push(r)
             }
