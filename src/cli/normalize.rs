@@ -42,8 +42,11 @@ pub fn run(family: &str, transcript: Option<&Path>, capture: &Path) -> Result<Ex
             };
             normalizer.feed(&buf[..n]);
             write_events(&mut normalizer, &mut out)?;
+            // Taken even when not written: left in the normalizer, a long run's
+            // signatures and snapshots would pile up in memory.
+            let transcript = normalizer.take_transcript();
             if let Some(t) = transcript_out.as_mut() {
-                write_transcript(normalizer.take_transcript(), t)?;
+                write_transcript(transcript, t)?;
             }
         }
         normalizer.close(Close::Normal);

@@ -23,7 +23,12 @@ const DELTA_MARKERS: [&str; 10] = [
 
 /// Records that look like deltas but end or summarize a segment, or carry a tool call's
 /// arguments, and must stay once.
-const NOT_DELTA_MARKERS: [&str; 13] = [
+const NOT_DELTA_MARKERS: [&str; 15] = [
+    // Anthropic opens a block with an empty `"thinking":""` / `"text":""`: a start, not a
+    // delta (repeated, it would reopen the block each time).
+    "content_block_start",
+    // claude-cli's snapshot of the message so far: once per block, not per delta.
+    "\"type\":\"assistant\"",
     "finish_reason\":\"",
     "\"done\":true",
     "finishReason",
@@ -138,5 +143,13 @@ mod tests {
         assert_eq!(text.matches("start").count(), 1);
         assert_eq!(text.matches("finish_reason").count(), 1);
         assert!(text.matches("\"content\":\"a\"").count() > 5);
+    }
+
+    #[test]
+    fn a_block_start_stays_once() {
+        let cap = b"data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"x\"}}\n\n";
+        let text = String::from_utf8(inflate(cap, 2000)).unwrap();
+        assert_eq!(text.matches("content_block_start").count(), 1);
+        assert!(text.matches("thinking_delta").count() > 10);
     }
 }

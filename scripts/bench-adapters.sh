@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Whole-process adapter throughput and peak memory, per wire family (docs/performance.md).
+#
+# Grows one of the project's own fixtures to a single run of SIZE MiB with `streamgate
+# synth` (its delta records repeated in place), then times `streamgate normalize` over it
+# RUNS times with /usr/bin/time and prints the median MB/s and the largest peak RSS.
+#
+#   scripts/bench-adapters.sh [SIZE_MIB=100] [RUNS=3] [FAMILY ...]
+#
+# Needs a release build (`cargo build --release`); writes its captures to $TMPDIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+size="${1:-100}"
+runs="${2:-3}"
+shift $(( $# > 2 ? 2 : $# ))
+bin=target/release/streamgate
+[ -x "$bin" ] || { echo "no $bin: run cargo build --release first" >&2; exit 2; }
+
+# family → the fixture grown for it (one with reasoning where the family has it).
+declare -A fixture=(
+  [f1]=fixtures/f1/zero-text.sse
+  [f1e]=fixtures/f1e/thinking.jsonl
+  [f2]=fixtures/f2/deepseek-thinking.sse
+  [f3]=fixtures/f3/reasoning.sse
+  [f5]=fixtures/f5/thinking.sse
+  [ollama-native]=fixtures/ollama-native/text.jsonl
+  [codex-appserver]=fixtures/codex-appserver/reasoning.jsonl
+  [codex-exec]=fixtures/codex-exec/answer.jsonl
+  [openclaw-events]=fixtures/openclaw-events/answer.jsonl
+  [acp]=fixtures/acp/answer.jsonl
+)
+families=("$@")
+[ ${#families[@]} -gt 0 ] || families=(f1 f1e f2 f3 f5 ollama-native codex-appserver codex-exec openclaw-events acp)
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+printf '%-16s %10s %10s %12s  %s\n' family "MiB" "MB/s" "peak RSS" fixture
+for family in "${families[@]}"; do
+  src="${fixture[$family]:?unknown family $family}"
+  big="$tmp/$family.capture"
+  "$bin" synth "$src" --mib "$size" -o "$big" >/dev/null 2>&1
+  bytes=$(stat -c %s "$big")
+  secs=()
+  peak=0
+  for _ in $(seq "$runs"); do
+    out=$( { /usr/bin/time -f '%e %M' "$bin" normalize --family "$family" "$big" >/dev/null; } 2>&1 | tail -1)
+    secs+=("${out% *}")
+    kib="${out#* }"
+    (( kib > peak )) && peak=$kib
+  done
+  median=$(printf '%s\n' "${secs[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  mbps=$(awk -v b="$bytes" -v s="$median" 'BEGIN {printf "%.0f", (s > 0 ? b / s / 1e6 : 0)}')
+  printf '%-16s %10.1f %10s %9.1f MiB  %s\n' "$family" "$(awk -v b="$bytes" 'BEGIN {print b/1048576}')" \
+    "$mbps" "$(awk -v k="$peak" 'BEGIN {print k/1024}')" "$src"
+  rm -f "$big"
+done
