@@ -521,7 +521,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: cases(200), ..ProptestConfig::default() })]
 
         /// Whatever the updates hold and whichever tags are on: no panic, drafts within
         /// the turn budget and never empty, status lines within their cap, one final.
@@ -585,4 +585,12 @@ fn a_diagnostic_named_like_an_event_lane_is_no_status_line() {
     let ops = flat(&events, &Settings::default(), Tier::T1);
     assert!(drafts(&ops).is_empty(), "{:?}", drafts(&ops));
     assert!(ops.contains(&final_op("done", n + 1)));
+}
+
+/// `default` property cases, or `$PROPTEST_CASES` (the fast test tier asks for fewer).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

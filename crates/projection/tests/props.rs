@@ -230,7 +230,7 @@ fn expected_final(events: &[Event]) -> Option<String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(400), ..ProptestConfig::default() })]
 
     #[test]
     fn projection_invariants(
@@ -332,4 +332,12 @@ proptest! {
             prop_assert!(out.chars().count() <= c);
         }
     }
+}
+
+/// `default` property cases, or `$PROPTEST_CASES` (the fast test tier asks for fewer).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

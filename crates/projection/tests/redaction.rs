@@ -125,7 +125,7 @@ fn a_secret_split_at_every_position_is_never_shown() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(300), ..ProptestConfig::default() })]
 
     /// Any secret of the catalogue, split at any position across two deltas, inside any
     /// surrounding text: the rendered drafts (every one of them, not only the last) never
@@ -399,4 +399,12 @@ fn secrets_in_streamed_tool_arguments_are_redacted_at_every_split() {
             );
         }
     }
+}
+
+/// `default` property cases, or `$PROPTEST_CASES` (the fast test tier asks for fewer).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

@@ -127,7 +127,7 @@ fn every_capture_cut_anywhere_keeps_every_invariant() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
 
     #[test]
     fn any_chunking_gives_identical_events(
@@ -297,4 +297,12 @@ fn json_ish_line() -> impl Strategy<Value = String> {
         ]
     });
     value
+}
+
+/// `default` property cases, or `$PROPTEST_CASES` (the fast test tier asks for fewer).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
