@@ -397,12 +397,7 @@ pub(crate) const CREATE_SCHEMA_MIGRATIONS: &str = "CREATE TABLE IF NOT EXISTS sc
 )";
 
 /// Milliseconds since the Unix epoch, for `applied_at_ms`.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+pub(crate) use streamgate_grammar::clock::now_ms;
 
 #[cfg(test)]
 mod tests {

@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`event`]: typed events and their canonical JSON line `{"seq","stream","data"}`.
 //! - [`json`]: provider objects (usage, tool arguments, diagnostic detail) kept verbatim.
+//! - [`clock`]: the wall clock in epoch milliseconds, and as UTC dates.
 //! - [`envelope`]: the routing fields around an event on the bus and in the archive.
 //! - [`batch`]: the live form of a run (thinking tokens as a separate update) versus its
 //!   batch (golden) form, and the fold between them (spec §3.2).
@@ -16,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod clock;
 pub mod envelope;
 pub mod event;
 pub mod fold;

@@ -10,6 +10,7 @@ use crate::sink::{
 };
 use crate::text::{truncate, Unit};
 use futures::future::BoxFuture;
+use streamgate_grammar::clock::now_ms_u64 as now_ms;
 use streamgate_projection::{DraftKey, Op, Tier};
 
 /// Result of an edit.
@@ -133,12 +134,6 @@ impl<A: MessageApi> Sink for A {
 /// An unchanged native draft is sent again after this long: the platform drops it ~30 s
 /// after its last update, and a long tool call must not leave the chat empty.
 pub(crate) const NATIVE_DRAFT_REFRESH_MS: u64 = 20_000;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// The run's native draft id: stable for the run (the same id animates one preview),
 /// non-zero, within 31 bits: FNV-1a of tenant, NUL, run ([`NativeStream::hash`], which

@@ -90,10 +90,7 @@ fn raw_key(channel: &str, op: &Op) -> String {
     });
     let seq = match (op, seq) {
         (_, Some(s)) => s,
-        (Op::Typing, None) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0),
+        (Op::Typing, None) => streamgate_grammar::clock::now_ms_u64(),
         _ => 0,
     };
     format!(
