@@ -5,7 +5,8 @@ use crate::event::Event;
 use serde::{Deserialize, Serialize};
 
 /// Where an event belongs: tenant, session and run, plus the ingest time of the raw chunk
-/// that produced it (carried in the raw message, so replays are deterministic).
+/// that produced it (carried in the raw message, so replays are deterministic). An event's
+/// id is built in one place, `streamgate_bus::events::event_msg_id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Envelope {
     /// Tenant that owns the run.
@@ -17,14 +18,6 @@ pub struct Envelope {
     pub run_id: String,
     /// Ingest time of the raw chunk, milliseconds since the Unix epoch.
     pub ts_ms: i64,
-}
-
-impl Envelope {
-    /// The event id `<tenant>/<run_id>/<seq>` (docs/architecture.md §3), ids as they are: a run id
-    /// is unique only within its tenant. (The bus message id token-encodes both ids.)
-    pub fn event_id(&self, seq: u64) -> String {
-        format!("{}/{}/{}", self.tenant, self.run_id, seq)
-    }
 }
 
 /// An event with its envelope.
