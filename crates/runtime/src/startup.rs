@@ -8,6 +8,7 @@
 //! timeout is tried again (with backoff, for a bounded time); any other error fails at
 //! once, as before.
 
+use backon::{ExponentialBuilder, Retryable as _};
 use std::future::Future;
 use std::time::Duration;
 
@@ -18,24 +19,39 @@ pub const STARTUP_PATIENCE: Duration = Duration::from_secs(60);
 /// or [`STARTUP_PATIENCE`] has passed. `start` must be safe to run again after a failed
 /// attempt (the services' `start` functions are: what a failed start spawned is dropped
 /// with it, and every stream, bucket and consumer is created idempotently).
-pub async fn retry_timeouts<T, F, Fut>(what: &str, mut start: F) -> anyhow::Result<T>
+pub async fn retry_timeouts<T, F, Fut>(what: &str, start: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<T>>,
 {
-    let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
-    let mut delay = Duration::from_millis(500);
-    loop {
-        match start().await {
-            Ok(v) => return Ok(v),
-            Err(e) if is_timeout(&e) && tokio::time::Instant::now() + delay < deadline => {
-                tracing::warn!(service = what, error = %format!("{e:#}"), retry_in = ?delay, "JetStream not ready; starting again");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(8));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    retry_timeouts_within(what, STARTUP_PATIENCE, start).await
+}
+
+/// [`retry_timeouts`] with a patience of its own: waits from 0.5 s doubling to 8 s
+/// (jittered up to twice each, backon's jitter), until `patience` of waiting is spent.
+pub async fn retry_timeouts_within<T, F, Fut>(
+    what: &str,
+    patience: Duration,
+    start: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let waits = ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(4))
+        .with_jitter()
+        .without_max_times()
+        .with_total_delay(Some(patience));
+    start
+        .retry(waits)
+        .sleep(tokio::time::sleep)
+        .when(is_timeout)
+        .notify(|e, retry_in| {
+            tracing::warn!(service = what, error = %format!("{e:#}"), ?retry_in, "JetStream not ready; starting again");
+        })
+        .await
 }
 
 /// A JetStream request that timed out. async-nats reports it only in its error text

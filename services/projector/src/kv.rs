@@ -38,7 +38,8 @@ const BUCKET_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 /// value matters: settings keep one version; the delivery bucket, whose keys name runs,
 /// keeps [`streamgate_bus::kv::ERASABLE_HISTORY`] so that its writes can erase the
 /// versions they replace ([`streamgate_bus::kv::put_erasing`]), and expires entries after
-/// [`DELIVERY_TTL`]; settings never expire. JetStream timeouts are retried for [`BUCKET_PATIENCE`].
+/// [`DELIVERY_TTL`]; settings never expire. JetStream timeouts are retried for
+/// [`BUCKET_PATIENCE`] (the services' one startup retry, `streamgate_runtime::startup`).
 pub async fn bucket(
     js: &jetstream::Context,
     name: &str,
@@ -60,24 +61,14 @@ pub async fn bucket(
         },
         ..Default::default()
     };
-    let deadline = tokio::time::Instant::now() + BUCKET_PATIENCE;
-    let mut delay = std::time::Duration::from_millis(250);
-    loop {
-        match streamgate_bus::kv::open_erasable(js, config.clone()).await {
-            Ok(store) => return Ok(store),
-            // async-nats reports a JetStream request timeout inside its error text only
-            // (the kind is a generic JetStream one), hence the text match.
-            Err(e)
-                if e.to_string().contains("timed out")
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tracing::warn!(bucket = name, error = %e, "JetStream not ready; asking again");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(std::time::Duration::from_secs(4));
-            }
-            Err(e) => return Err(nats("create kv bucket")(e)),
-        }
-    }
+    streamgate_runtime::startup::retry_timeouts_within(name, BUCKET_PATIENCE, || async {
+        Ok(streamgate_bus::kv::open_erasable(js, config.clone()).await?)
+    })
+    .await
+    .map_err(|e| match e.downcast::<streamgate_bus::BusError>() {
+        Ok(bus) => ProjectorError::Bus(bus),
+        Err(e) => ProjectorError::Config(format!("create kv bucket {name}: {e:#}")),
+    })
 }
 
 /// Key of a delivery state in [`DELIVERY_BUCKET`]: `<channel>.<chat>.<tenant>.<run>`.

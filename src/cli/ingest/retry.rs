@@ -87,9 +87,11 @@ fn retry_after(status: &tonic::Status) -> Option<Duration> {
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
-/// Bounded exponential backoff until a deadline.
+/// Bounded exponential backoff until a deadline (backon's exponential backoff for the
+/// waits, without jitter: one client retrying alone).
 #[derive(Debug)]
 pub struct Backoff {
+    waits: backon::ExponentialBackoff,
     attempt: u32,
     deadline: Instant,
 }
@@ -97,7 +99,13 @@ pub struct Backoff {
 impl Backoff {
     /// Retries allowed for `budget` from now.
     pub fn new(budget: Duration) -> Backoff {
+        use backon::BackoffBuilder as _;
         Backoff {
+            waits: backon::ExponentialBuilder::new()
+                .with_min_delay(BASE_DELAY)
+                .with_max_delay(MAX_DELAY)
+                .without_max_times()
+                .build(),
             attempt: 0,
             deadline: Instant::now() + budget,
         }
@@ -111,7 +119,7 @@ impl Backoff {
     /// The wait before the next attempt — the backoff, or the service's `retry_after`
     /// when longer, capped at [`MAX_DELAY`] — or `None` when the budget is spent.
     pub fn next_delay(&mut self, retry_after: Option<Duration>) -> Option<Duration> {
-        let backoff = BASE_DELAY.saturating_mul(1 << self.attempt.min(6));
+        let backoff = self.waits.next().unwrap_or(MAX_DELAY);
         let delay = retry_after
             .map_or(backoff, |r| r.max(backoff))
             .min(MAX_DELAY);
@@ -176,12 +184,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn backoff_doubles_honours_retry_after_and_stops_at_the_budget() {
         let mut b = Backoff::new(Duration::from_secs(3));
-        assert_eq!(b.next_delay(None), Some(Duration::from_millis(200)));
-        assert_eq!(b.next_delay(None), Some(Duration::from_millis(400)));
-        assert_eq!(
-            b.next_delay(Some(Duration::from_secs(1))),
-            Some(Duration::from_secs(1))
-        );
+        // Whole milliseconds: backon doubles in f32.
+        let mut next = |after| b.next_delay(after).map(|d| d.as_millis());
+        assert_eq!(next(None), Some(200));
+        assert_eq!(next(None), Some(400));
+        assert_eq!(next(Some(Duration::from_secs(1))), Some(1000));
         assert_eq!(b.attempts(), 3);
         tokio::time::advance(Duration::from_millis(2500)).await;
         assert_eq!(b.next_delay(None), None, "past the budget");

@@ -86,18 +86,24 @@ struct View {
     json: bool,
 }
 
-/// Reconnect pacing: from 100 ms, doubling, at most 2 s.
-struct Backoff(Duration);
+/// Reconnect pacing: from 100 ms, doubling, at most 2 s (backon's exponential backoff).
+struct Backoff(backon::ExponentialBackoff);
 
 impl Backoff {
     fn new() -> Backoff {
-        Backoff(Duration::from_millis(100))
+        use backon::BackoffBuilder as _;
+        Backoff(
+            backon::ExponentialBuilder::new()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(2))
+                .without_max_times()
+                .build(),
+        )
     }
 
     /// Waits the current delay (or until `stop`); false when stopped.
     async fn wait(&mut self, stop: &CancellationToken) -> bool {
-        let d = self.0;
-        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+        let d = self.0.next().unwrap_or(Duration::from_secs(2));
         tokio::select! {
             () = stop.cancelled() => false,
             () = tokio::time::sleep(d) => true,

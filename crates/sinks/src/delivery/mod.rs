@@ -65,7 +65,6 @@ pub use store::{MemoryStore, StateKey, StateStore, StoreError};
 
 use crate::sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
 use breaker::Breaker;
-use rand::Rng;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -865,16 +864,21 @@ impl Inner {
         }
     }
 
+    /// The wait before retry `attempt` (from 1): `retry_base` doubling up to `retry_max`,
+    /// drawn from the upper half, which spreads retries of many lanes apart while keeping
+    /// the delay growing. backon's exponential backoff, whose jitter adds up to the wait
+    /// again: so it starts from half.
     fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .config
-            .retry_base
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-        let cap = exp.min(self.config.retry_max);
-        // Full jitter over the upper half: spreads retries of many lanes apart while
-        // keeping the delay growing.
-        let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX).max(1);
-        Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
+        use backon::BackoffBuilder as _;
+        let step = usize::try_from(attempt.saturating_sub(1).min(32)).unwrap_or(32);
+        backon::ExponentialBuilder::new()
+            .with_min_delay(self.config.retry_base / 2)
+            .with_max_delay(self.config.retry_max / 2)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            .nth(step)
+            .unwrap_or(self.config.retry_max)
     }
 
     /// Wait for the chat's token, then the sink's; returns when both are taken.

@@ -1,23 +1,30 @@
 //! Exponential backoff with jitter, capped: the waits between reconnects to a gateway
 //! and between retries of a chunk the ingest side could not take right now.
 
+use backon::{BackoffBuilder as _, ExponentialBackoff, ExponentialBuilder};
 use std::time::Duration;
 
-/// Doubling waits from `base` up to `cap`, each drawn in `[d/2, d]` so that followers
-/// restarted together do not reconnect in lockstep.
-#[derive(Debug, Clone)]
+/// Doubling waits from `base` up to `cap`, each drawn in `[d/2, d)` so that followers
+/// restarted together do not reconnect in lockstep (backon's exponential backoff: its
+/// jitter adds up to the wait again, so it starts from half).
+#[derive(Debug)]
 pub struct Backoff {
-    base: Duration,
-    cap: Duration,
+    policy: ExponentialBuilder,
+    waits: ExponentialBackoff,
     attempt: u32,
 }
 
 impl Backoff {
     /// Waits from `base`, doubling per attempt, never above `cap`.
     pub fn new(base: Duration, cap: Duration) -> Backoff {
+        let policy = ExponentialBuilder::new()
+            .with_min_delay(base / 2)
+            .with_max_delay(cap.max(base) / 2)
+            .with_jitter()
+            .without_max_times();
         Backoff {
-            base,
-            cap: cap.max(base),
+            policy,
+            waits: policy.build(),
             attempt: 0,
         }
     }
@@ -29,18 +36,15 @@ impl Backoff {
 
     /// Starts over from `base` (after a success).
     pub fn reset(&mut self) {
+        self.waits = self.policy.build();
         self.attempt = 0;
     }
 
     /// The next wait.
     pub fn next_delay(&mut self) -> Duration {
-        let full = self
-            .base
-            .saturating_mul(1 << self.attempt.min(16))
-            .min(self.cap);
         self.attempt = self.attempt.saturating_add(1);
-        let half = full / 2;
-        half + half.mul_f64(rand::random::<f64>())
+        // Without a limit on times or total, the iterator never ends.
+        self.waits.next().unwrap_or_default()
     }
 }
 
