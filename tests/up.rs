@@ -451,6 +451,17 @@ fn metrics_carry_help_text_build_info_and_consumer_lag() {
         text.contains("streamgate_archive_commit_latency_seconds_bucket"),
         "{text}"
     );
+    // The ingested capture's bytes, and the ingest call among the servers' responses.
+    let ingested: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("streamgate_ingest_bytes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(ingested > 0, "{text}");
+    assert!(
+        text.contains("streamgate_server_responses_total{server=\"grpc\",status=\"200\"}"),
+        "{text}"
+    );
     for line in text.lines() {
         let Some(name) = line.split(['{', ' ']).next() else {
             continue;

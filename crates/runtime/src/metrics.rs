@@ -19,6 +19,8 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_build_info", Kind::Gauge, "Always 1; the version of the running binary as a label"),
     // Ingest and normalizer.
     ("streamgate_ingest_chunks_total", Kind::Counter, "Raw chunks accepted at the ingest front doors"),
+    ("streamgate_ingest_bytes_total", Kind::Counter, "Provider bytes accepted at the ingest front doors (stored in SG_RAW)"),
+    ("streamgate_server_responses_total", Kind::Counter, "Responses of the gRPC and HTTP servers, by server (grpc, http) and status: the HTTP status, or the gRPC code of an immediate answer (a stream's closing code travels in its trailers and is not counted here)"),
     ("streamgate_ingest_unavailable_total", Kind::Counter, "Ingest requests answered 503 / UNAVAILABLE because JetStream could not take chunks right now (by transport)"),
     ("streamgate_gateway_events_total", Kind::Counter, "OpenClaw gateway agent events forwarded into runs (follow-gateway)"),
     ("streamgate_gateway_events_rejected_total", Kind::Counter, "OpenClaw gateway agent events that could not be routed (no or bad runId)"),

@@ -78,10 +78,14 @@ where
         .add_service(health)
         .add_service(reflection(S::NAME)?)
         .add_service(reflection_v1alpha(S::NAME)?);
-    if let Some(http) = http {
-        routes = Routes::from(routes.into_axum_router().merge(http));
-        builder = builder.accept_http1(true);
-    }
+    let counted = super::counted::grpc(routes.into_axum_router());
+    routes = match http {
+        Some(http) => {
+            builder = builder.accept_http1(true);
+            Routes::from(counted.merge(super::counted::http(http)))
+        }
+        None => Routes::from(counted),
+    };
     let router = builder.add_routes(routes);
     let incoming = conn::incoming(listener, limits);
     let task = async move {

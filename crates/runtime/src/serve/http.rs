@@ -39,6 +39,7 @@ pub fn start_on(
         Some(files) => Some(tokio_rustls::TlsAcceptor::from(files.server_config()?)),
         None => None,
     };
+    let app = super::counted::http(app);
     let limits = opts.limits;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder

@@ -25,8 +25,10 @@
 //!   (`--ca`, `--client-cert`, `--client-key`) for the CLI clients.
 //! - [`grpc`], [`http`]: the two server kinds.
 //! - `conn`: the accepted connection with its limit permit and idle timer.
+//! - `counted`: every response counted by server and status.
 
 mod conn;
+mod counted;
 pub mod grpc;
 pub mod http;
 pub mod tls;

@@ -251,6 +251,7 @@ impl Ingestor {
             .await
             .map_err(from_bus)?;
         let fenced = at.expect_last_seq.is_some();
+        let bytes = u64::try_from(raw.body.len()).unwrap_or(u64::MAX);
         Ok(Box::pin(async move {
             let seq = ack
                 .await
@@ -267,6 +268,7 @@ impl Ingestor {
                 })?
                 .sequence;
             metrics::counter!("streamgate_ingest_chunks_total").increment(1);
+            metrics::counter!("streamgate_ingest_bytes_total").increment(bytes);
             Ok(seq)
         }))
     }
