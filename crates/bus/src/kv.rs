@@ -156,6 +156,11 @@ pub async fn delete_erasing(store: &Store, key: &str) -> Result<(), BusError> {
 /// Erases the versions of `key` older than `revision`, oldest first; at most
 /// [`ERASABLE_HISTORY`] of them, which is all a bucket holds.
 async fn erase_before(store: &Store, key: &str, revision: u64) {
+    if store.stream.cached_info().config.deny_delete {
+        // A bucket made before buckets were erasable: JetStream cannot lift that, and
+        // the history limit (1 there) drops what the write replaced.
+        return;
+    }
     let subject = format!("{}{key}", store.prefix);
     for _ in 0..ERASABLE_HISTORY {
         let oldest = match store.stream.direct_get_first_for_subject(&subject).await {
