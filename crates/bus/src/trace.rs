@@ -7,61 +7,115 @@
 //! OpenTelemetry setup (`streamgate_runtime::telemetry`); in a process without it,
 //! `follow` hands the incoming context on unchanged, so a hop that does not export does
 //! not cut the trace in two.
+//!
+//! Reading and writing the `traceparent` / `tracestate` headers is OpenTelemetry's own
+//! W3C propagator (`TraceContextPropagator`): what it refuses is no context, and what it
+//! accepts goes on in its canonical form.
+
+use std::collections::HashMap;
 
 use async_nats::HeaderMap;
-use opentelemetry::trace::{
-    SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
-};
+use opentelemetry::propagation::{Extractor, TextMapPropagator as _};
+use opentelemetry::trace::{SpanContext, TraceContextExt as _};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::hdr;
 
-/// A W3C trace context as it travels between hops.
+/// A W3C trace context as it travels between hops, in the propagator's canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceContext {
-    /// `version-traceid-parentid-flags`, valid per [`is_valid_traceparent`].
+    /// `version-traceid-parentid-flags`.
     pub traceparent: String,
-    /// Vendor trace state, passed along untouched.
+    /// Vendor trace state (dropped when the propagator finds it malformed).
     pub tracestate: Option<String>,
+}
+
+/// The two header values, as the propagator reads them.
+struct Fields<'a> {
+    traceparent: Option<&'a str>,
+    tracestate: Option<&'a str>,
+}
+
+impl Extractor for Fields<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            HDR_TRACEPARENT => self.traceparent,
+            HDR_TRACESTATE => self.tracestate,
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![HDR_TRACEPARENT, HDR_TRACESTATE]
+    }
 }
 
 impl TraceContext {
     /// A context from header values; `None` when `traceparent` is absent or malformed.
     pub fn parse(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
-        let traceparent = traceparent
-            .map(str::trim)
-            .filter(|v| is_valid_traceparent(v))?;
+        TraceContext::of(&remote_parent(traceparent, tracestate)?)
+    }
+
+    /// The context that names `sc` as the parent; `None` for an invalid span context.
+    fn of(sc: &SpanContext) -> Option<TraceContext> {
+        if !sc.is_valid() {
+            return None;
+        }
+        let cx = opentelemetry::Context::new().with_remote_span_context(sc.clone());
+        let mut headers: HashMap<String, String> = HashMap::new();
+        TraceContextPropagator::new().inject_context(&cx, &mut headers);
         Some(TraceContext {
-            traceparent: traceparent.to_owned(),
-            tracestate: tracestate
-                .map(str::trim)
-                .filter(|v| !v.is_empty() && !v.contains(['\r', '\n']))
-                .map(str::to_owned),
+            traceparent: headers.remove(HDR_TRACEPARENT)?,
+            tracestate: headers.remove(HDR_TRACESTATE).filter(|s| !s.is_empty()),
         })
     }
 
     /// The 32-hex-digit trace id.
     pub fn trace_id(&self) -> &str {
-        &self.traceparent[3..35]
+        self.traceparent.get(3..35).unwrap_or_default()
     }
 
     /// The 16-hex-digit id of the span that sent it (the next span's parent).
     pub fn parent_id(&self) -> &str {
-        &self.traceparent[36..52]
+        self.traceparent.get(36..52).unwrap_or_default()
+    }
+
+    /// The remote parent this context names, for OpenTelemetry.
+    fn span_context(&self) -> Option<SpanContext> {
+        remote_parent(Some(&self.traceparent), self.tracestate.as_deref())
     }
 }
 
-/// The trace context a message carries, if any.
+/// The remote span context the header values name, read by the W3C propagator.
+fn remote_parent(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<SpanContext> {
+    let fields = Fields {
+        traceparent: traceparent.map(str::trim),
+        tracestate: tracestate.map(str::trim),
+    };
+    let cx = TraceContextPropagator::new().extract(&fields);
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then_some(sc)
+}
+
+/// The trace context a message carries, if any (header names matched case-insensitively:
+/// some clients send `Traceparent`).
 pub fn extract_context(headers: Option<&HeaderMap>) -> Option<TraceContext> {
     let h = headers?;
     TraceContext::parse(hdr::get(h, HDR_TRACEPARENT), hdr::get(h, HDR_TRACESTATE))
 }
 
-/// Puts `cx` on a message about to be published.
+/// Puts `cx` on a message about to be published. A context the propagator does not
+/// accept is not sent (with a debug log): a broken header would only break tracing
+/// downstream.
 pub fn inject_context(headers: &mut HeaderMap, cx: &TraceContext) {
-    inject(headers, &cx.traceparent);
-    if let Some(state) = &cx.tracestate {
-        inject_state(headers, state);
+    let Some(valid) = TraceContext::parse(Some(&cx.traceparent), cx.tracestate.as_deref()) else {
+        tracing::debug!(traceparent = %cx.traceparent, "not injecting invalid traceparent");
+        return;
+    };
+    headers.insert(HDR_TRACEPARENT, valid.traceparent.as_str());
+    if let Some(state) = &valid.tracestate {
+        headers.insert(HDR_TRACESTATE, state.as_str());
     }
 }
 
@@ -77,40 +131,7 @@ pub fn follow(span: &tracing::Span, incoming: Option<TraceContext>) -> Option<Tr
     }
     let own = span.context();
     let own = own.span();
-    let sc = own.span_context();
-    if !sc.is_valid() {
-        return incoming;
-    }
-    let state = sc.trace_state().header();
-    Some(TraceContext {
-        traceparent: format!(
-            "00-{}-{}-{:02x}",
-            sc.trace_id(),
-            sc.span_id(),
-            sc.trace_flags().to_u8()
-        ),
-        tracestate: (!state.is_empty()).then_some(state),
-    })
-}
-
-impl TraceContext {
-    /// The remote parent this context names, for OpenTelemetry.
-    fn span_context(&self) -> Option<SpanContext> {
-        let flags = u8::from_str_radix(&self.traceparent[53..55], 16).ok()?;
-        let state = self
-            .tracestate
-            .as_deref()
-            .and_then(|s| s.parse::<TraceState>().ok())
-            .unwrap_or_default();
-        Some(SpanContext::new(
-            TraceId::from_hex(self.trace_id()).ok()?,
-            SpanId::from_hex(self.parent_id()).ok()?,
-            // Only the sampled bit is defined; the rest must not be propagated blindly.
-            TraceFlags::new(flags) & TraceFlags::SAMPLED,
-            true,
-            state,
-        ))
-    }
+    TraceContext::of(own.span_context()).or(incoming)
 }
 
 /// Header carrying `version-traceid-parentid-flags`.
@@ -118,82 +139,35 @@ pub const HDR_TRACEPARENT: &str = "traceparent";
 /// Header carrying vendor-specific trace state.
 pub const HDR_TRACESTATE: &str = "tracestate";
 
-/// Sets `traceparent`. A value that is not a valid `traceparent` is ignored (with a debug
-/// log) rather than sent: a broken header would only break tracing downstream.
-pub fn inject(headers: &mut HeaderMap, traceparent: &str) {
-    if is_valid_traceparent(traceparent) {
-        headers.insert(HDR_TRACEPARENT, traceparent);
-    } else {
-        tracing::debug!(traceparent, "not injecting invalid traceparent");
-    }
-}
-
-/// Sets `tracestate` next to [`inject`]'s `traceparent`; ignored when it holds CR/LF or
-/// is empty.
-pub fn inject_state(headers: &mut HeaderMap, tracestate: &str) {
-    if !tracestate.is_empty() && !tracestate.contains(['\r', '\n']) {
-        headers.insert(HDR_TRACESTATE, tracestate);
-    }
-}
-
-/// The `traceparent`, when present and well-formed. The header name is matched
-/// case-insensitively because some clients canonicalize it to `Traceparent`.
-pub fn extract(headers: &HeaderMap) -> Option<String> {
-    hdr::get(headers, HDR_TRACEPARENT)
-        .map(str::trim)
-        .filter(|v| is_valid_traceparent(v))
-        .map(str::to_owned)
-}
-
-/// The `tracestate`, when present.
-pub fn extract_state(headers: &HeaderMap) -> Option<String> {
-    hdr::get(headers, HDR_TRACESTATE)
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned)
-}
-
-/// `2hex-32hex-16hex-2hex`, lowercase, version not `ff`, ids not all zero (W3C §3.2).
-/// Future versions may append fields after the flags; those are accepted too.
-pub fn is_valid_traceparent(v: &str) -> bool {
-    let b = v.as_bytes();
-    let hex = |s: &[u8]| s.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
-    let zero = |s: &[u8]| s.iter().all(|&c| c == b'0');
-    if b.len() < 55 || !(b.len() == 55 || b[55] == b'-') {
-        return false;
-    }
-    let (ver, trace, parent, flags) = (&b[0..2], &b[3..35], &b[36..52], &b[53..55]);
-    b[2] == b'-'
-        && b[35] == b'-'
-        && b[52] == b'-'
-        && hex(ver)
-        && hex(trace)
-        && hex(parent)
-        && hex(flags)
-        && ver != b"ff"
-        // Version 00 has exactly these four fields.
-        && (ver != b"00" || b.len() == 55)
-        && !zero(trace)
-        && !zero(parent)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
+    fn through_headers(traceparent: &str, tracestate: Option<&str>) -> Option<TraceContext> {
+        let mut h = HeaderMap::new();
+        h.insert(HDR_TRACEPARENT, traceparent);
+        if let Some(s) = tracestate {
+            h.insert(HDR_TRACESTATE, s);
+        }
+        extract_context(Some(&h))
+    }
+
     #[test]
     fn round_trip_and_validation() {
-        let mut h = HeaderMap::new();
-        inject(&mut h, TP);
-        inject_state(&mut h, "congo=t61rcWkgMzE");
-        assert_eq!(extract(&h).as_deref(), Some(TP));
-        assert_eq!(extract_state(&h).as_deref(), Some("congo=t61rcWkgMzE"));
+        let cx = through_headers(TP, Some("congo=t61rcWkgMzE")).unwrap();
+        assert_eq!(cx.traceparent, TP);
+        assert_eq!(cx.tracestate.as_deref(), Some("congo=t61rcWkgMzE"));
+        assert_eq!(cx.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(cx.parent_id(), "00f067aa0ba902b7");
+        let mut out = HeaderMap::new();
+        inject_context(&mut out, &cx);
+        assert_eq!(extract_context(Some(&out)), Some(cx));
 
         let mut g = HeaderMap::new();
         g.insert("Traceparent", TP);
-        assert_eq!(extract(&g).as_deref(), Some(TP));
+        assert_eq!(extract_context(Some(&g)).unwrap().traceparent, TP);
 
         for bad in [
             "",
@@ -203,12 +177,23 @@ mod tests {
             "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
         ] {
+            assert_eq!(through_headers(bad, None), None, "{bad:?}");
             let mut h = HeaderMap::new();
-            inject(&mut h, bad);
-            assert!(extract(&h).is_none(), "{bad:?}");
+            inject_context(
+                &mut h,
+                &TraceContext {
+                    traceparent: bad.to_owned(),
+                    tracestate: None,
+                },
+            );
+            assert!(h.get(HDR_TRACEPARENT).is_none(), "{bad:?} injected");
         }
-        assert!(is_valid_traceparent(
-            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future"
-        ));
+        // A later version's extra fields are accepted; it goes on as version 00.
+        let future = through_headers(
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future",
+            None,
+        )
+        .unwrap();
+        assert_eq!(future.traceparent, TP);
     }
 }
