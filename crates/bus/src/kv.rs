@@ -130,27 +130,75 @@ async fn read_current(
 /// unlinks a message, leaving its bytes in the block file until the broker compacts it.
 pub const ERASABLE_HISTORY: i64 = 4;
 
-/// Writes `value` under `key` and erases the key's earlier versions: an overwritten value
-/// (delivery bookkeeping, run ids) does not linger in the bucket's files, as it would if
-/// the history limit dropped it. Returns the new revision. The erasure is best effort
-/// after the write succeeded: a failure is logged, and the next write or an erasure of
-/// the run takes those versions.
+/// Erasures of replaced versions running at once, per process. They run beside the
+/// writes, never in their way: an erasure is a replicated delete on an R3 bucket, and
+/// waiting for it made every state save (and a projector's handover) several times
+/// slower. Beyond this many, a write leaves its erasure to the key's next write (which
+/// erases every version below its own) or to the run's erasure.
+const CONCURRENT_ERASURES: usize = 64;
+
+static ERASURES: std::sync::LazyLock<std::sync::Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| {
+        std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_ERASURES))
+    });
+
+/// Writes `value` under `key`, then has the key's earlier versions erased in the
+/// background: an overwritten value (delivery bookkeeping, run ids) does not linger in
+/// the bucket's files, as it would if the history limit dropped it. Returns the new
+/// revision once the write is stored. The erasure is best effort: a failure is logged,
+/// and the next write or an erasure of the run takes those versions.
 pub async fn put_erasing(store: &Store, key: &str, value: bytes::Bytes) -> Result<u64, BusError> {
     let revision = store.put(key, value).await.map_err(nats("kv put"))?;
-    erase_before(store, key, revision).await;
+    erase_in_background(store, key, revision);
     Ok(revision)
 }
 
-/// Deletes `key` (a tombstone, as `Store::delete`) and erases every version before the
-/// tombstone.
+/// Deletes `key` (a tombstone, as `Store::delete`), then has every version before the
+/// tombstone erased in the background.
 pub async fn delete_erasing(store: &Store, key: &str) -> Result<(), BusError> {
     store.delete(key).await.map_err(nats("kv delete"))?;
-    let subject = format!("{}{key}", store.prefix);
-    match store.stream.direct_get_last_for_subject(&subject).await {
-        Ok(tombstone) => erase_before(store, key, tombstone.sequence).await,
-        Err(e) => tracing::warn!(key, error = %e, "earlier versions of a deleted key not erased"),
-    }
+    erase_in_background(store, key, u64::MAX);
     Ok(())
+}
+
+/// Erases the versions of `key` before `revision` (`u64::MAX`: before its latest) on a
+/// task of its own, when fewer than [`CONCURRENT_ERASURES`] run.
+fn erase_in_background(store: &Store, key: &str, revision: u64) {
+    let Ok(permit) = ERASURES.clone().try_acquire_owned() else {
+        tracing::debug!(
+            key,
+            "erasures busy; the key's next write erases its versions"
+        );
+        return;
+    };
+    let (store, key) = (store.clone(), key.to_owned());
+    tokio::spawn(async move {
+        let revision = if revision == u64::MAX {
+            let subject = format!("{}{key}", store.prefix);
+            match store.stream.direct_get_last_for_subject(&subject).await {
+                Ok(latest) => latest.sequence,
+                Err(e) => {
+                    tracing::debug!(key, error = %e, "earlier versions of a deleted key not erased");
+                    return;
+                }
+            }
+        } else {
+            revision
+        };
+        erase_before(&store, &key, revision).await;
+        drop(permit);
+    });
+}
+
+/// Waits until the erasures started so far have finished (tests that then read the
+/// broker's files).
+pub async fn erasures_done() {
+    if let Ok(all) = ERASURES
+        .acquire_many(u32::try_from(CONCURRENT_ERASURES).unwrap_or(u32::MAX))
+        .await
+    {
+        drop(all);
+    }
 }
 
 /// Erases the versions of `key` older than `revision`, oldest first; at most

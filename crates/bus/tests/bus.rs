@@ -830,7 +830,9 @@ fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
 /// the value it replaces (checked too, so the search is known to see the files).
 #[tokio::test]
 async fn overwritten_kv_values_are_erased_from_the_files() {
-    use streamgate_bus::kv::{delete_erasing, open_erasable, put_erasing, ERASABLE_HISTORY};
+    use streamgate_bus::kv::{
+        delete_erasing, erasures_done, open_erasable, put_erasing, ERASABLE_HISTORY,
+    };
     let (server, js) = setup().await;
     let config = |bucket: &str, history| async_nats::jetstream::kv::Config {
         bucket: bucket.to_owned(),
@@ -856,6 +858,7 @@ async fn overwritten_kv_values_are_erased_from_the_files() {
             "write {i}"
         );
     }
+    erasures_done().await;
     let on_disk = |needle: &str| {
         let mut found = files_holding(server.store_dir(), needle);
         found.sort();
@@ -874,6 +877,7 @@ async fn overwritten_kv_values_are_erased_from_the_files() {
         .any(|f| f.contains("KV_ERASING")));
 
     delete_erasing(&erasing, "k").await.unwrap();
+    erasures_done().await;
     assert_eq!(erasing.get("k").await.unwrap(), None);
     assert!(on_disk("third-value-qx17")
         .iter()
