@@ -534,6 +534,94 @@ async fn webhook_gets_the_exact_final_with_a_valid_signature() -> R {
     Ok(())
 }
 
+/// A message of an ended run that comes again (its ack was lost, or a failed attempt
+/// was retried after the run's later messages went through) finds the run gone from
+/// memory: the run is rebuilt, caught up with what `SG_EVENTS` holds after the message
+/// (its end included), and leaves memory again — it is not kept as in flight, waiting
+/// for events that never come again — and its final is not sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_message_of_an_ended_run_leaves_no_run_in_flight() -> R {
+    let nats = NatsServer::start();
+    let js = nats.jetstream().await;
+    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let fake = FakeServer::webhook("whsec-test", Behavior::default()).await?;
+    let f = rich_fixture().ok_or("no fixture")?;
+    let evs = run_events("run-again", "chat-again", &f.events, now_ms());
+    let cfg = channel(
+        "hook",
+        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
+            "hook",
+            fake.base_url.clone(),
+            "whsec-test",
+        ))),
+    );
+    let running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
+    publish(&js, &evs).await?;
+    let is_final = |e: &serde_json::Value| e.get("op").and_then(|v| v.as_str()) == Some("final");
+    assert!(
+        wait_until(Duration::from_secs(20), || fake
+            .events()
+            .iter()
+            .any(is_final))
+        .await,
+        "no final delivered"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || running
+            .channel
+            .active_runs()
+            .is_empty())
+        .await,
+        "the run stayed in flight after its end"
+    );
+    // Two of the run's middle events once more, as a message of their own (a new id:
+    // the broker would drop a copy of one already stored).
+    let mid = evs.len() / 2;
+    let addr = streamgate_bus::subject::RunAddr::new(
+        TENANT,
+        "run-again",
+        streamgate_bus::DEFAULT_PARTITIONS,
+    );
+    streamgate_bus::events::publish_batches(&js, &addr, [&evs[mid..mid + 2]]).await?;
+    assert!(
+        all_acked(&js, Duration::from_secs(20)).await?,
+        "the message was never acked"
+    );
+    let in_flight = running.channel.active_runs();
+    assert!(in_flight.is_empty(), "runs left in flight: {in_flight:?}");
+    assert_eq!(fake.events().iter().filter(|e| is_final(e)).count(), 1);
+    Ok(())
+}
+
+/// Waits (up to `limit`) until the consumers of `SG_EVENTS` have acked every message
+/// of the stream: none pending or unacked, and the stream's last message acked.
+async fn all_acked(
+    js: &async_nats::jetstream::Context,
+    limit: Duration,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    use futures::TryStreamExt as _;
+    let t = Instant::now();
+    let mut stream = js.get_stream(streamgate_bus::EVENTS_STREAM).await?;
+    loop {
+        let last = stream.info().await?.state.last_sequence;
+        let consumers: Vec<_> = stream.consumers().try_collect().await?;
+        let idle = consumers
+            .iter()
+            .all(|c| c.num_pending == 0 && c.num_ack_pending == 0);
+        if idle
+            && consumers
+                .iter()
+                .any(|c| c.ack_floor.stream_sequence >= last)
+        {
+            return Ok(true);
+        }
+        if t.elapsed() > limit {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
     let nats = NatsServer::start();
@@ -1302,7 +1390,8 @@ async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> 
             .collect();
         assert!(open.is_empty(), "{}: streams left open: {open:?}", p.name);
     }
-    assert!(done, "not every run finished");
+    let in_flight: Vec<_> = a.iter().flat_map(|r| r.channel.active_runs()).collect();
+    assert!(done, "not every run finished; in flight: {in_flight:?}");
     for p in &platforms {
         eprintln!(
             "{}: {} runs, {} API calls",

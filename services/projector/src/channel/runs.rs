@@ -58,6 +58,27 @@ pub(super) fn rebuild<'a>(
     }
 }
 
+/// Applies `ev` and then the run's `later` events (already in `SG_EVENTS`) to `proj`,
+/// the draft rendered once after the last of them — or left due for the rest of the
+/// message when `batched`.
+fn catch_up(
+    proj: &mut RunProjection,
+    ev: &RunEvent,
+    later: &[RunEvent],
+    settings: &Settings,
+    tier: Tier,
+    batched: bool,
+) -> Vec<Op> {
+    let mut ops = proj.apply_run_event_batched(ev, settings, tier);
+    for l in later {
+        ops.extend(proj.apply_run_event_batched(l, settings, tier));
+    }
+    if !batched {
+        ops.extend(proj.flush_draft(settings, tier));
+    }
+    ops
+}
+
 pub(super) fn track_draft(draft: &mut String, final_text: &mut Option<String>, ops: &[Op]) {
     for op in ops {
         match op {
@@ -171,6 +192,7 @@ impl Channel {
         let run_id = env.run_id.clone();
         let key = run_key(&env.tenant, &run_id);
         let known = lock(&self.runs).contains_key(&key);
+        let mut later = Vec::new();
         let chat = self.cfg.chat_for(env.session_key.as_deref());
         let settings = self.settings_for(&env.tenant, &chat).await?;
         if !known {
@@ -185,12 +207,17 @@ impl Channel {
             let rebuilt = if ev.event.seq > 1 {
                 // Restart or redelivery: rebuild from the run's earlier messages —
                 // docs/architecture.md §4 — and hand their durable ops over again (idempotent).
-                let earlier: Vec<RunEvent> = self
+                let (earlier, after): (Vec<RunEvent>, Vec<RunEvent>) = self
                     .read_run(subject)
                     .await?
                     .into_iter()
-                    .filter(|e| e.event.seq < ev.event.seq)
-                    .collect();
+                    .filter(|e| e.event.seq != ev.event.seq)
+                    .partition(|e| e.event.seq < ev.event.seq);
+                // What the run has after this event is applied with it: a message
+                // redelivered after its successors were acked (a lost ack, a retry of a
+                // failed attempt) would otherwise leave the run waiting for events that
+                // never come again — in memory and marked active for good.
+                later = after;
                 rebuild(&env.tenant, &run_id, &earlier, &settings, self.tier)
             } else {
                 rebuild(&env.tenant, &run_id, [], &settings, self.tier)
@@ -222,13 +249,19 @@ impl Channel {
             let settings = lock(&self.chat_settings)
                 .get(&super::settings::chat_key(&env.tenant, &chat))
                 .map_or(settings, |c| c.settings.clone());
-            let ops = if batched {
-                e.proj.apply_run_event_batched(&ev, &settings, self.tier)
+            let ops = if later.is_empty() {
+                if batched {
+                    e.proj.apply_run_event_batched(&ev, &settings, self.tier)
+                } else {
+                    e.proj.apply_run_event(&ev, &settings, self.tier)
+                }
             } else {
-                e.proj.apply_run_event(&ev, &settings, self.tier)
+                catch_up(&mut e.proj, &ev, &later, &settings, self.tier, batched)
             };
             track_draft(&mut e.draft, &mut e.final_text, &ops);
-            let done = e.proj.is_settled() || ev.event.is_terminal();
+            let done = e.proj.is_settled()
+                || ev.event.is_terminal()
+                || later.iter().any(|l| l.event.is_terminal());
             if done {
                 lock(&self.ended).insert(
                     key.clone(),
