@@ -45,6 +45,11 @@ pub struct ProjectorArgs {
     /// (the web page, watched by one SSE client per run).
     #[arg(long, default_value = "webhook")]
     pub sink: BenchSink,
+    /// Events/s offered over all runs (0: as fast as the broker takes them). Latency
+    /// below saturation is measured with a rate under the events/s a run without it
+    /// reports.
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
 }
 
 /// Which channel `bench projector` loads.
@@ -62,6 +67,11 @@ type Seen = Arc<Mutex<Vec<(String, u64, String, Instant)>>>;
 
 /// Runs the benchmark.
 pub async fn projector(args: ProjectorArgs) -> Result<()> {
+    // The projector's own histograms split the latency by hop (none when a recorder is
+    // already installed).
+    let hops = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .ok();
     let tmp = std::env::temp_dir().join(format!("sg-bench-proj-{}", std::process::id()));
     let nats_server = LocalNats::spawn(&nats_server_binary(), free_port()?, &tmp.join("nats"))?;
     let nats = async_nats::connect(nats_server.url()).await?;
@@ -131,8 +141,18 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         .map_or(0, |e| e.seq);
     let mut published: HashMap<(String, u64), Instant> = HashMap::with_capacity(total);
     let started = Instant::now();
+    // One round publishes an event of every run: at `rate`, a round every runs/rate s.
+    let mut pace = (args.rate > 0).then(|| {
+        let round = Duration::from_secs_f64(args.runs as f64 / args.rate as f64);
+        let mut t = tokio::time::interval(round);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
     // Interleave runs event by event, like concurrent live turns.
     for ev in &events {
+        if let Some(t) = pace.as_mut() {
+            t.tick().await;
+        }
         let mut batch = Vec::with_capacity(args.runs);
         for (r, run_id) in run_ids.iter().enumerate() {
             let re = RunEvent {
@@ -222,6 +242,13 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         finished.as_secs_f64(),
         total as f64 / finished.as_secs_f64()
     );
+    if args.rate > 0 {
+        println!(
+            "offered   {} events/s; published at {:.0} events/s",
+            args.rate,
+            total as f64 / published_in.as_secs_f64()
+        );
+    }
     println!(
         "delivery  {} webhook ops; event→sink latency p50 {:.1} ms, p99 {:.1} ms; finals p50 {:.1} ms",
         seen.len(),
@@ -233,9 +260,39 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             f.get(f.len() / 2).copied().unwrap_or(0.0)
         }
     );
+    if let Some(h) = hops {
+        print_hops(&h.render());
+    }
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// Prints the per-hop latency the projector recorded: event (its timestamp at publish)
+/// → op submitted to the delivery engine, and op queued → executed at the sink, p50 and
+/// p99 of each (from the recorder's summaries).
+fn print_hops(rendered: &str) {
+    let quantile = |metric: &str, q: &str| -> Option<f64> {
+        let label = format!("quantile=\"{q}\"");
+        let ms: Vec<f64> = rendered
+            .lines()
+            .filter(|l| l.starts_with(metric) && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|s| s * 1000.0)
+            .collect();
+        ms.into_iter().reduce(f64::max)
+    };
+    for (hop, metric) in [
+        (
+            "event→submit",
+            "streamgate_projector_event_to_submit_seconds",
+        ),
+        ("queued→sent", "streamgate_delivery_latency_seconds"),
+    ] {
+        if let (Some(p50), Some(p99)) = (quantile(metric, "0.5"), quantile(metric, "0.99")) {
+            println!("hop       {hop}: p50 {p50:.1} ms, p99 {p99:.1} ms");
+        }
+    }
 }
 
 /// Prints the web page figures (its run stream): first event and final shown, p50/p99 over runs.
