@@ -1017,27 +1017,23 @@ impl Inner {
                     continue;
                 }
             };
-            // 3. The sink's pacing: the chat's and the sink's token buckets, then a
-            //    slot among the requests in flight.
-            let permit = self
-                .unless_stopped(lane, run, async {
-                    self.take_tokens(lane, entry).await;
-                    entry.permits.acquire().await
-                })
-                .await;
-            let Some(permit) = permit else {
+            // 3. The sink's pacing: the chat's and the sink's token buckets.
+            if self
+                .unless_stopped(lane, run, self.take_tokens(lane, entry))
+                .await
+                .is_none()
+            {
                 breaker.neutral(probe);
                 return self.stopped();
-            };
-            let Ok(permit) = permit else {
-                return Outcome::Failed;
-            };
-            // 4. What is already done for this run.
+            }
+            // 4. What is already done for this run. Read before a request slot is
+            //    taken: the slots bound requests to the platform, and a state read held
+            //    in one made every chat's op wait for other chats' reads (finals of 200
+            //    chats at once waited 120 ms for 16 slots, 0.3 ms of it the request).
             let mut state = match &key {
                 Some(k) => match self.load(k).await {
                     Ok(s) => s,
                     Err(e) => {
-                        drop(permit);
                         breaker.neutral(probe);
                         attempt += 1;
                         tracing::warn!(error = %e, "loading delivery state failed");
@@ -1057,9 +1053,20 @@ impl Inner {
                 breaker.neutral(probe);
                 return Outcome::Skipped;
             }
-            // 5. The attempt, bounded. A timed-out attempt leaves in `state` whatever
-            //    the sink recorded before the cut; it is saved like any other. It counts
-            //    as in flight until then: a shutdown waits for it.
+            // 5. A slot among the requests in flight, then the attempt, bounded. A
+            //    timed-out attempt leaves in `state` whatever the sink recorded before
+            //    the cut; it is saved like any other. It counts as in flight until then:
+            //    a shutdown waits for it.
+            let permit = self
+                .unless_stopped(lane, run, entry.permits.acquire())
+                .await;
+            let Some(permit) = permit else {
+                breaker.neutral(probe);
+                return self.stopped();
+            };
+            let Ok(permit) = permit else {
+                return Outcome::Failed;
+            };
             let Some(in_flight) = InFlight::start(&self.flow) else {
                 drop(permit);
                 breaker.neutral(probe);
@@ -1074,11 +1081,11 @@ impl Inner {
                 Ok(r) => r,
                 Err(_) => Err(SinkError::Transient("attempt timed out".into())),
             };
+            drop(permit);
             if let Some(k) = &key {
                 self.save(k, &state).await;
             }
             drop(in_flight);
-            drop(permit);
             let superseded = || match run {
                 Some(r) if matches!(op, Op::Draft { .. }) => lane.has_queued_draft(r),
                 _ => false,
