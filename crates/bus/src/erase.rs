@@ -204,13 +204,31 @@ pub async fn erase_messages(
     }
     let mut erased = 0;
     for seq in seqs {
-        match stream.delete_message(seq).await {
-            Ok(true) => erased += 1,
-            Ok(false) => {}
-            // Gone meanwhile (age limit, a concurrent erase): nothing left to erase.
-            Err(e) if e.to_string().contains("no message found") => {}
-            Err(e) => return Err(nats("erase message")(e)),
+        if erase_message(&stream, seq)
+            .await
+            .map_err(nats("erase message"))?
+        {
+            erased += 1;
         }
     }
     Ok(erased)
+}
+
+/// Erases message `seq` of `stream` (JetStream's delete, which overwrites the stored
+/// bytes); true when this call erased it. A message already gone — the age limit, a
+/// concurrent erasure — leaves nothing to erase: false, not an error.
+pub(crate) async fn erase_message(
+    stream: &jetstream::stream::Stream,
+    seq: u64,
+) -> Result<bool, jetstream::stream::DeleteMessageError> {
+    match stream.delete_message(seq).await {
+        Ok(erased) => Ok(erased),
+        Err(e)
+            if matches!(e.kind(), jetstream::stream::DeleteMessageErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }

@@ -149,7 +149,7 @@ static ERASURES: std::sync::LazyLock<std::sync::Arc<tokio::sync::Semaphore>> =
 /// and the next write or an erasure of the run takes those versions.
 pub async fn put_erasing(store: &Store, key: &str, value: bytes::Bytes) -> Result<u64, BusError> {
     let revision = store.put(key, value).await.map_err(nats("kv put"))?;
-    erase_in_background(store, key, revision);
+    erase_in_background(store, key, Some(revision));
     Ok(revision)
 }
 
@@ -157,13 +157,14 @@ pub async fn put_erasing(store: &Store, key: &str, value: bytes::Bytes) -> Resul
 /// tombstone erased in the background.
 pub async fn delete_erasing(store: &Store, key: &str) -> Result<(), BusError> {
     store.delete(key).await.map_err(nats("kv delete"))?;
-    erase_in_background(store, key, u64::MAX);
+    erase_in_background(store, key, None);
     Ok(())
 }
 
-/// Erases the versions of `key` before `revision` (`u64::MAX`: before its latest) on a
-/// task of its own, when fewer than [`CONCURRENT_ERASURES`] run.
-fn erase_in_background(store: &Store, key: &str, revision: u64) {
+/// Erases the versions of `key` before `revision` (`None`: before its latest, the
+/// tombstone a delete just wrote) on a task of its own, when fewer than
+/// [`CONCURRENT_ERASURES`] run.
+fn erase_in_background(store: &Store, key: &str, revision: Option<u64>) {
     let Ok(permit) = ERASURES.clone().try_acquire_owned() else {
         tracing::debug!(
             key,
@@ -173,17 +174,18 @@ fn erase_in_background(store: &Store, key: &str, revision: u64) {
     };
     let (store, key) = (store.clone(), key.to_owned());
     tokio::spawn(async move {
-        let revision = if revision == u64::MAX {
-            let subject = format!("{}{key}", store.prefix);
-            match store.stream.direct_get_last_for_subject(&subject).await {
-                Ok(latest) => latest.sequence,
-                Err(e) => {
-                    tracing::debug!(key, error = %e, "earlier versions of a deleted key not erased");
-                    return;
+        let revision = match revision {
+            Some(r) => r,
+            None => {
+                let subject = format!("{}{key}", store.prefix);
+                match store.stream.direct_get_last_for_subject(&subject).await {
+                    Ok(latest) => latest.sequence,
+                    Err(e) => {
+                        tracing::debug!(key, error = %e, "earlier versions of a deleted key not erased");
+                        return;
+                    }
                 }
             }
-        } else {
-            revision
         };
         erase_before(&store, &key, revision).await;
         drop(permit);
@@ -221,10 +223,9 @@ async fn erase_before(store: &Store, key: &str, revision: u64) {
         if oldest >= revision {
             return;
         }
-        match store.stream.delete_message(oldest).await {
+        // Erased meanwhile by another writer of the key or by the age limit: fine too.
+        match crate::erase::erase_message(&store.stream, oldest).await {
             Ok(_) => {}
-            // Erased meanwhile by another writer of the key or by the age limit.
-            Err(e) if e.to_string().contains("no message found") => {}
             Err(e) => {
                 tracing::warn!(key, revision = oldest, error = %e, "overwritten kv version not erased");
                 return;
