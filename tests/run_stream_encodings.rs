@@ -340,15 +340,21 @@ fn the_ai_sdk_resumes_a_run_in_flight() {
     let types = v["chunkTypes"].as_array().unwrap();
     assert_eq!(types.first().and_then(Value::as_str), Some("start"), "{v}");
     assert_eq!(types.last().and_then(Value::as_str), Some("finish"), "{v}");
-    let state: Value = serde_json::from_slice(
-        &Command::new(bin())
+    // The live run stream ends with the run; the archive writes the same events on its
+    // own consumer, so it may hold the final answer a moment later.
+    let archived = Instant::now() + PATIENCE;
+    let state = loop {
+        let out = Command::new(bin())
             .args(["replay", "resumed", "--state"])
             .current_dir(dir.path())
             .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+            .unwrap();
+        let state: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if state["final_text"].is_string() || Instant::now() > archived {
+            break state;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let texts = parts(&v["message"], "text");
     assert_eq!(
         texts.last().and_then(|p| p["text"].as_str()),
