@@ -54,10 +54,47 @@ where
         .await
 }
 
-/// A JetStream request that timed out. async-nats reports it only in its error text
-/// (the error kinds are per operation and generic), hence the text match.
+/// A JetStream request that timed out: some link of the error's chain is an async-nats
+/// error whose kind is `TimedOut`. async-nats has one error type per operation (each a
+/// `Error<Kind>` with its own kind enum), so the check lists the operations a start makes
+/// — streams, consumers, buckets, plain requests — and asks each for its kind; the
+/// bus's `BusError::Nats` keeps the client's error as its source, so the chain reaches it.
 fn is_timeout(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.to_string().contains("timed out"))
+    e.chain().any(timed_out)
+}
+
+/// True when `e` itself is one of async-nats's timeout errors.
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::{consumer, context, kv, stream};
+    macro_rules! kind_is {
+        ($($error:ty => $kind:expr),* $(,)?) => {
+            $(if let Some(e) = e.downcast_ref::<$error>() {
+                return e.kind() == $kind;
+            })*
+        };
+    }
+    kind_is! {
+        async_nats::RequestError => async_nats::RequestErrorKind::TimedOut,
+        context::RequestError => context::RequestErrorKind::TimedOut,
+        context::PublishError => context::PublishErrorKind::TimedOut,
+        context::CreateStreamError => context::CreateStreamErrorKind::TimedOut,
+        context::ConsumerInfoError => context::ConsumerInfoErrorKind::TimedOut,
+        context::CreateKeyValueError => context::CreateKeyValueErrorKind::TimedOut,
+        context::UpdateKeyValueError => context::UpdateKeyValueErrorKind::TimedOut,
+        context::AccountError => context::AccountErrorKind::TimedOut,
+        stream::ConsumerError => stream::ConsumerErrorKind::TimedOut,
+        stream::ConsumerCreateStrictError => stream::ConsumerCreateStrictErrorKind::TimedOut,
+        stream::ConsumerUpdateError => stream::ConsumerUpdateErrorKind::TimedOut,
+        stream::DirectGetError => stream::DirectGetErrorKind::TimedOut,
+        stream::PurgeError => stream::PurgeErrorKind::TimedOut,
+        consumer::StreamError => consumer::StreamErrorKind::TimedOut,
+        kv::StatusError => kv::StatusErrorKind::TimedOut,
+        kv::EntryError => kv::EntryErrorKind::TimedOut,
+        kv::WatchError => kv::WatchErrorKind::TimedOut,
+        kv::UpdateError => kv::UpdateErrorKind::TimedOut,
+    }
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
 }
 
 #[cfg(test)]
@@ -67,12 +104,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn timeouts_are_retried_and_other_errors_are_not() {
+        use async_nats::jetstream::context::{CreateStreamError, CreateStreamErrorKind};
+        let timeout =
+            || anyhow::Error::new(CreateStreamError::new(CreateStreamErrorKind::TimedOut));
         let calls = AtomicU32::new(0);
         let v = retry_timeouts("t", || async {
             match calls.fetch_add(1, Ordering::SeqCst) {
-                0 | 1 => Err(anyhow::anyhow!(
-                    "JetStream error: jetstream request timed out"
-                )),
+                0 | 1 => Err(timeout().context("creating SG_RAW")),
                 _ => Ok(7),
             }
         })
@@ -80,20 +118,39 @@ mod tests {
         .unwrap();
         assert_eq!((v, calls.load(Ordering::SeqCst)), (7, 3));
 
-        let calls = AtomicU32::new(0);
-        let e = retry_timeouts::<(), _, _>("t", || async {
-            calls.fetch_add(1, Ordering::SeqCst);
-            Err(anyhow::anyhow!("stream settings conflict"))
-        })
-        .await
-        .unwrap_err();
-        assert_eq!(calls.load(Ordering::SeqCst), 1, "{e}");
+        // Another kind of the same error, and an error that only *says* "timed out",
+        // are not retried.
+        for other in [
+            anyhow::Error::new(CreateStreamError::new(
+                CreateStreamErrorKind::JetStreamUnavailable,
+            )),
+            anyhow::anyhow!("stream settings conflict"),
+            anyhow::anyhow!("a model's text: the request timed out"),
+        ] {
+            let calls = AtomicU32::new(0);
+            let mut other = Some(other);
+            let e = retry_timeouts::<(), _, _>("t", || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let e = other.take().unwrap_or_else(|| anyhow::anyhow!("again"));
+                async move { Err(e) }
+            })
+            .await
+            .unwrap_err();
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "{e}");
+        }
 
-        let e = retry_timeouts::<(), _, _>("t", || async {
-            Err(anyhow::anyhow!("jetstream request timed out"))
-        })
-        .await
-        .unwrap_err();
+        // A bus error keeps the client's error as its source: still a timeout.
+        let bus = anyhow::Error::new(streamgate_bus::BusError::Nats {
+            op: "creating a consumer",
+            source: Box::new(async_nats::jetstream::stream::ConsumerError::new(
+                async_nats::jetstream::stream::ConsumerErrorKind::TimedOut,
+            )),
+        });
+        assert!(is_timeout(&bus));
+
+        let e = retry_timeouts::<(), _, _>("t", || async { Err(timeout()) })
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("timed out"));
     }
 }
