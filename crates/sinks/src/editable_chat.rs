@@ -1,3 +1,5 @@
+//! Chats whose messages can be edited (Telegram, Discord, Slack: tier T1).
+//!
 //! The tier-T1 (editable draft + durable messages) op semantics, written once over four
 //! message primitives. Telegram, Discord and Slack differ only in those primitives —
 //! and in whether a chat shows drafts natively ([`MessageApi::native_drafts`]: an

@@ -5,8 +5,10 @@
 //!
 //! # Layout
 //! One folder per sink, each with `config.rs` (serde config, secrets redacted),
-//! `runtime.rs` (the [`Sink`] impl) and `tests.rs` (against the local fake server) side
-//! by side, registered by name in [`SinkConfig`] / [`KINDS`] — like Vector's components:
+//! `runtime.rs` (the [`Sink`] impl), `format.rs` (how model markdown looks in that chat),
+//! `fake.rs` (a local server that behaves like the platform's API, feature `fakes`) and
+//! `tests.rs` (the sink against its fake) side by side, registered by name in
+//! [`SinkConfig`] / [`KINDS`] — like Vector's components:
 //! - [`telegram`]: Bot API, `parse_mode=HTML`, 4096 UTF-16 units.
 //! - [`discord`]: webhook execute/edit/delete, 2000 chars.
 //! - [`slack`]: Web API `chat.*`, mrkdwn, 40 000 chars.
@@ -15,8 +17,10 @@
 //!
 //! Shared pieces: [`sink`] (the contract: [`Sink`], [`ChatTarget`], [`DeliveryState`],
 //! [`SinkError`]), [`delivery`] (the engine, [`StateStore`]), [`format`] (model markdown
-//! → each chat's format, split at its limit without breaking a code block or a tag; one
-//! module per target: `format/telegram.rs`, `format/slack.rs`, `format/discord.rs`),
+//! → each chat's format, split at its limit without breaking a code block or a tag; the
+//! renderer and packer, with each target's look in its sink's `format.rs`),
+//! `editable_chat` (the op semantics of chats with editable messages, written once over
+//! the four message primitives Telegram, Discord and Slack each implement),
 //! [`text`] (measuring, escaping of projection text), [`http`] (client, [`Secret`]),
 //! and `fakes` (feature `fakes`):
 //! local axum servers that behave like the chat APIs, for tests here and end-to-end
@@ -35,6 +39,7 @@
 mod conformance;
 pub mod delivery;
 pub mod discord;
+mod editable_chat;
 #[cfg(feature = "fakes")]
 pub mod fakes;
 pub mod format;
@@ -42,7 +47,6 @@ pub mod http;
 pub mod plain;
 pub mod sink;
 pub mod slack;
-mod t1;
 pub mod telegram;
 #[cfg(test)]
 mod testutil;

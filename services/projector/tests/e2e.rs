@@ -60,7 +60,7 @@ fn expected_on_telegram(events: &[Event]) -> Option<String> {
             let html = streamgate_sinks::format::Target::Telegram
                 .parts(&text, suffix, usize::MAX)
                 .concat();
-            streamgate_sinks::fakes::telegram::parse_html(&html).ok()
+            streamgate_sinks::telegram::fake::parse_html(&html).ok()
         }
         _ => None,
     })

@@ -1,6 +1,6 @@
 //! Fake Discord webhook API.
 
-use super::{maybe_delay, Gate, Message, Shared};
+use crate::fakes::{maybe_delay, Gate, Message, Shared};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -19,7 +19,7 @@ struct Ctx {
     token: String,
 }
 
-pub(super) fn router(shared: Shared, id: String, token: String) -> Router {
+pub(crate) fn router(shared: Shared, id: String, token: String) -> Router {
     Router::new()
         .route("/webhooks/{id}/{token}", post(execute))
         .route(

@@ -5,7 +5,7 @@
 //! get a zero-width space so they never ping (the sink also sends
 //! `allowed_mentions: {parse: []}`). Discord counts chars.
 
-use super::{Frame, Style};
+use crate::format::{Frame, Style};
 use std::borrow::Cow;
 
 pub(crate) struct Discord;

@@ -4,6 +4,9 @@
 //! of every response ([`ratelimit`]).
 
 mod config;
+#[cfg(feature = "fakes")]
+pub mod fake;
+pub mod format;
 mod ratelimit;
 mod runtime;
 #[cfg(all(test, feature = "fakes"))]

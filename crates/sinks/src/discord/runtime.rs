@@ -2,10 +2,10 @@
 
 use super::config::DiscordConfig;
 use super::ratelimit::{Hold, Limits};
+use crate::editable_chat::{Edited, MessageApi};
 use crate::format::Target;
 use crate::http::{self, Secret};
 use crate::sink::{ChatTarget, Pacing, SinkError};
-use crate::t1::{Edited, MessageApi};
 use crate::text::{char_unit, Unit};
 use futures::future::BoxFuture;
 use reqwest::{Method, StatusCode};

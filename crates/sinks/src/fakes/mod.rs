@@ -5,11 +5,10 @@
 //! assert what a person in the chat would see.
 //!
 //! Each server records every call. Shut down when dropped.
-
-mod discord;
-mod slack;
-pub mod telegram;
-mod webhook;
+//!
+//! This module holds what every fake shares (the server, the recorder, rate limiting,
+//! [`Behavior`]); each platform's routes live beside its sink, in `telegram/fake.rs`,
+//! `discord/fake.rs`, `slack/fake.rs` and `webhook/fake.rs`.
 
 use axum::Router;
 use serde_json::Value;
@@ -144,20 +143,20 @@ impl Draft {
 
 #[derive(Debug, Default)]
 pub(crate) struct Recorder {
-    calls: Vec<Call>,
-    messages: Vec<Message>,
-    drafts: Vec<Draft>,
-    events: Vec<Value>,
-    seen_keys: std::collections::HashSet<String>,
-    duplicates: u32,
-    counter: u64,
+    pub(crate) calls: Vec<Call>,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) drafts: Vec<Draft>,
+    pub(crate) events: Vec<Value>,
+    pub(crate) seen_keys: std::collections::HashSet<String>,
+    pub(crate) duplicates: u32,
+    pub(crate) counter: u64,
     /// Per rate-limit scope (`""` for the whole API): until when a 429 holds.
-    blocked_until: HashMap<String, Instant>,
-    early_calls: u32,
-    delayed: usize,
-    next_id: u64,
+    pub(crate) blocked_until: HashMap<String, Instant>,
+    pub(crate) early_calls: u32,
+    pub(crate) delayed: usize,
+    pub(crate) next_id: u64,
     /// [`FakeServer::recover`] was called: `refuse_status` no longer applies.
-    recovered: bool,
+    pub(crate) recovered: bool,
     /// Discord bucket: when the current window started and the requests it took.
     pub(crate) bucket_window: Option<(Instant, u64)>,
     /// Slack streams, by `ts`.
@@ -354,21 +353,21 @@ impl FakeServer {
     /// A fake Telegram Bot API for `token`; `base_url` is the API root.
     pub async fn telegram(token: &str, behavior: Behavior) -> std::io::Result<FakeServer> {
         let shared = Shared::new(behavior);
-        let router = telegram::router(shared.clone(), token.to_owned());
+        let router = crate::telegram::fake::router(shared.clone(), token.to_owned());
         FakeServer::start(router, shared, "").await
     }
 
     /// A fake Discord API serving webhook `id`/`token`; `base_url` is the API root.
     pub async fn discord(id: &str, token: &str, behavior: Behavior) -> std::io::Result<FakeServer> {
         let shared = Shared::new(behavior);
-        let router = discord::router(shared.clone(), id.to_owned(), token.to_owned());
+        let router = crate::discord::fake::router(shared.clone(), id.to_owned(), token.to_owned());
         FakeServer::start(router, shared, "").await
     }
 
     /// A fake Slack Web API for bot `token`; `base_url` ends in `/api`.
     pub async fn slack(token: &str, behavior: Behavior) -> std::io::Result<FakeServer> {
         let shared = Shared::new(behavior);
-        let router = slack::router(shared.clone(), token.to_owned());
+        let router = crate::slack::fake::router(shared.clone(), token.to_owned());
         FakeServer::start(router, shared, "/api").await
     }
 
@@ -376,7 +375,7 @@ impl FakeServer {
     /// `Idempotency-Key`; `base_url` is the URL to POST to.
     pub async fn webhook(secret: &str, behavior: Behavior) -> std::io::Result<FakeServer> {
         let shared = Shared::new(behavior);
-        let router = webhook::router(shared.clone(), secret.to_owned());
+        let router = crate::webhook::fake::router(shared.clone(), secret.to_owned());
         FakeServer::start(router, shared, "/hook").await
     }
 

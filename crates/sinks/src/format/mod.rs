@@ -3,7 +3,8 @@
 //! One renderer walks [`pulldown_cmark`] events and emits a flat token stream
 //! ([`Tok`]): frames (`<b>…</b>`, `*…*`, a code fence) that open and close, text to
 //! escape, literal markup, line breaks and preferred break points. A target ([`Style`],
-//! one module each: [`telegram`], [`slack`], [`discord`]) says what each construct looks
+//! one module each, in the sink's folder: [`crate::telegram::format`],
+//! [`crate::slack::format`], [`crate::discord::format`]) says what each construct looks
 //! like and how long a piece of wire text counts. The packer then fills parts up to the
 //! limit, always reserving room to close every open frame: a part that ends inside a
 //! frame closes it, and the next part reopens it (a code block keeps its language), so
@@ -13,10 +14,6 @@
 //! Model output is untrusted: raw HTML in the markdown is text (escaped), and links
 //! keep only `http`, `https` and `mailto` targets (anything else, `javascript:`
 //! included, is dropped and its text kept).
-
-pub mod discord;
-pub mod slack;
-pub mod telegram;
 
 use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd, TextMergeStream};
 use std::borrow::Cow;
@@ -682,9 +679,9 @@ pub enum Target {
 impl Target {
     fn style(self) -> &'static dyn Style {
         match self {
-            Target::Telegram => &telegram::Telegram,
-            Target::Slack => &slack::Slack,
-            Target::Discord => &discord::Discord,
+            Target::Telegram => &crate::telegram::format::Telegram,
+            Target::Slack => &crate::slack::format::Slack,
+            Target::Discord => &crate::discord::format::Discord,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Splitting: parts stay well formed and within the limit, and lose no text.
 
 use super::Target;
-use crate::fakes::telegram::parse_html;
+use crate::telegram::fake::parse_html;
 use crate::text::{measure, utf16_unit};
 use proptest::prelude::*;
 

@@ -2,7 +2,7 @@
 //! methods (`chat.startStream` / `appendStream` / `stopStream`, with stream states,
 //! expiry and `message_not_in_streaming_state`) and `assistant.threads.setStatus`.
 
-use super::{maybe_delay, Gate, Message, Shared, Stream};
+use crate::fakes::{maybe_delay, Gate, Message, Shared, Stream};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -26,7 +26,7 @@ struct Ctx {
     tiers: Arc<Mutex<HashMap<String, (Instant, u32)>>>,
 }
 
-pub(super) fn router(shared: Shared, token: String) -> Router {
+pub(crate) fn router(shared: Shared, token: String) -> Router {
     Router::new()
         .route("/api/{method}", post(handle))
         .with_state(Ctx {
@@ -47,7 +47,7 @@ fn tier(method: &str) -> Option<u32> {
     }
 }
 
-/// With [`super::Behavior::slack_tier_window`] set (the stand-in for a minute), a method
+/// With [`crate::fakes::Behavior::slack_tier_window`] set (the stand-in for a minute), a method
 /// called more often than its tier allows in one window is refused until the window
 /// ends: the seconds left.
 fn over_tier(ctx: &Ctx, method: &str) -> Option<f64> {

@@ -3,7 +3,7 @@
 //! can never write `<!channel>` or a user mention). Headings are bold lines, list
 //! items `• ` / `1. ` lines. Slack counts the escaped text.
 
-use super::{Frame, Style};
+use crate::format::{Frame, Style};
 
 pub(crate) struct Slack;
 

@@ -11,6 +11,9 @@
 
 mod chat;
 mod config;
+#[cfg(feature = "fakes")]
+pub mod fake;
+pub mod format;
 mod runtime;
 mod stream;
 #[cfg(all(test, feature = "fakes"))]

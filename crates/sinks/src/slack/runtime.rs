@@ -2,11 +2,11 @@
 
 use super::chat::SlackChat;
 use super::config::{SlackConfig, Streaming};
+use crate::editable_chat::{Edited, MessageApi, Streamed};
 use crate::format::Target;
 use crate::http::{self, Secret};
 use crate::sink::DeliveryState;
 use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
-use crate::t1::{Edited, MessageApi, Streamed};
 use crate::text::{slack_mrkdwn, slack_unit, Unit};
 use futures::future::BoxFuture;
 use reqwest::StatusCode;

@@ -22,8 +22,8 @@
 use super::chat::SlackChat;
 use super::config::Streaming;
 use super::runtime::{plain, Fail, SlackSink};
+use crate::editable_chat::{Edited, MessageApi, Streamed};
 use crate::sink::{final_display_text, ChatTarget, DeliveryState, NativeStream, SinkError};
-use crate::t1::{Edited, MessageApi, Streamed};
 use crate::text::slack_unit;
 use serde_json::{json, Value};
 use streamgate_projection::{Live, LiveText, Op, Outcome};

@@ -1,6 +1,6 @@
 //! Fake Telegram Bot API.
 
-use super::{maybe_delay, Gate, Message, Shared};
+use crate::fakes::{maybe_delay, Gate, Message, Shared};
 use crate::text::{measure, utf16_unit};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -35,7 +35,7 @@ struct Ctx {
     token: String,
 }
 
-pub(super) fn router(shared: Shared, token: String) -> Router {
+pub(crate) fn router(shared: Shared, token: String) -> Router {
     Router::new()
         .route("/{bot}/{method}", post(handle))
         .with_state(Ctx { shared, token })

@@ -3,7 +3,7 @@
 //! Headings are bold lines, list items `• ` / `1. ` lines. Telegram counts the visible
 //! text (after entity parsing) in UTF-16 units, so tags cost nothing.
 
-use super::{Frame, Style};
+use crate::format::{Frame, Style};
 
 pub(crate) struct Telegram;
 

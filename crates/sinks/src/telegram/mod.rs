@@ -2,6 +2,9 @@
 //! `parse_mode=HTML`, `sendChatAction` for typing; 4096-unit messages.
 
 mod config;
+#[cfg(feature = "fakes")]
+pub mod fake;
+pub mod format;
 mod runtime;
 #[cfg(all(test, feature = "fakes"))]
 mod tests;

@@ -1,10 +1,10 @@
 //! Telegram sink runtime.
 
 use super::config::{DraftMode, TelegramConfig};
+use crate::editable_chat::{Edited, MessageApi};
 use crate::format::Target;
 use crate::http::{self, Secret};
 use crate::sink::{ChatTarget, Pacing, Rate, SinkError};
-use crate::t1::{Edited, MessageApi};
 use crate::text::{telegram_html, utf16_unit, Unit};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};

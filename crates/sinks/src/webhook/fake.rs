@@ -1,7 +1,7 @@
 //! Fake webhook receiver: verifies `X-Streamgate-Signature`, dedupes on
 //! `Idempotency-Key` (as a well-behaved receiver must), keeps the applied ops.
 
-use super::{maybe_delay, Gate, Shared};
+use crate::fakes::{maybe_delay, Gate, Shared};
 use crate::webhook::verify;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -17,7 +17,7 @@ struct Ctx {
     secret: String,
 }
 
-pub(super) fn router(shared: Shared, secret: String) -> Router {
+pub(crate) fn router(shared: Shared, secret: String) -> Router {
     Router::new()
         .route("/hook", post(handle))
         .with_state(Ctx { shared, secret })

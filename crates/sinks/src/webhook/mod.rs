@@ -3,6 +3,8 @@
 //! once even when we retry after a lost response.
 
 mod config;
+#[cfg(feature = "fakes")]
+pub mod fake;
 mod runtime;
 #[cfg(all(test, feature = "fakes"))]
 mod tests;
