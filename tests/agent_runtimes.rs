@@ -137,6 +137,7 @@ async fn every_agent_runtime_fixture_reaches_a_channel() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     wait_quiet(&p.js).await;
+    // Negative window, not a wait: a duplicate or stray final gets 500 ms to show up.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(finals(fake), want, "after the channel went quiet");
     channel.stop.cancel();

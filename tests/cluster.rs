@@ -379,7 +379,7 @@ async fn assert_finals_once(fake: &FakeServer, runs: &[String], ctx: &str) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // A moment for any late repeat to show up.
+    // Negative window, not a wait: a late repeat of a final gets 500 ms to show up.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let f = finals(fake);
     let twice: Vec<_> = f.iter().filter(|(_, n)| **n != 1).collect();
@@ -880,10 +880,12 @@ struct Probe {
     failed: Vec<(u16, Option<String>)>,
 }
 
-/// Ingests small fresh runs over HTTP until `stop`, noting every answer.
+/// Ingests small fresh runs over HTTP until `stop`, noting every answer; counts each
+/// accepted one in `accepted` as it goes.
 fn spawn_http_probe(
     http: std::net::SocketAddr,
     stop: CancellationToken,
+    accepted: Arc<AtomicUsize>,
 ) -> tokio::task::JoinHandle<Probe> {
     tokio::spawn(async move {
         let client = reqwest::Client::new();
@@ -896,7 +898,10 @@ fn spawn_http_probe(
             let url = format!("http://{http}/v1/ingest/{TENANT}/probe-{i:04}?family=f1");
             let sent = client.post(url).body(body.clone()).send();
             match tokio::time::timeout(Duration::from_secs(20), sent).await {
-                Ok(Ok(r)) if r.status().is_success() => probe.ok += 1,
+                Ok(Ok(r)) if r.status().is_success() => {
+                    probe.ok += 1;
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(Ok(r)) => {
                     let after = r
                         .headers()
@@ -947,8 +952,15 @@ async fn ingest_retries_through_a_leader_election() {
                 .await
         })
     };
-    let probe = spawn_http_probe(http, stop.clone());
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let probe = spawn_http_probe(http, stop.clone(), accepted.clone());
+    // Both front doors carry load before the kill: an HTTP ingest accepted, and the first
+    // CLI run's events archived.
+    wait_for("an HTTP ingest accepted before the kill", SETTLE, || {
+        accepted.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    wait_some(&*env.store, "cli-000", 1).await;
     env.cluster.kill(victim);
     let killed_at = Instant::now();
     let leader = env
@@ -957,7 +969,14 @@ async fn ingest_retries_through_a_leader_election() {
         .await;
     assert_ne!(leader, victim, "SG_RAW still led by the killed node");
     let elected = killed_at.elapsed();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Ingest goes on through the new leader before the load stops.
+    let accepted_at_election = accepted.load(Ordering::Relaxed);
+    wait_for(
+        "an HTTP ingest accepted after the new leader was elected",
+        SETTLE,
+        || accepted.load(Ordering::Relaxed) > accepted_at_election,
+    )
+    .await;
     stop.cancel();
     let runs = tokio::time::timeout(SETTLE + SETTLE, cli)
         .await

@@ -819,7 +819,7 @@ async fn finals_of(fake: &FakeServer, run: &str, d: &Deployed) -> usize {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // A moment for a late repeat to show up.
+    // Negative window, not a wait: a late repeat of the final gets 1 s to show up.
     tokio::time::sleep(Duration::from_secs(1)).await;
     count()
 }

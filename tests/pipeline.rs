@@ -288,10 +288,13 @@ async fn late_duplicates_do_not_reopen_a_closed_run() {
     assert_archive_eq(run, &first, &want, &format!("first ingest, seed {seed}"));
 
     p.restart_normalizer().await;
-    // Past the dedupe window, then the middle chunks again (no chunk 0, no close).
+    // Past the dedupe window, then the middle chunks again (no chunk 0, no close). The
+    // broker's window is a clock with nothing to poll: this sleep outlasts it (1 s).
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(publish_all(&p.js, &raws[1..raws.len() - 1]).await, 0);
-    // Longer than the idle timeout: a reaper that thinks the run is open fires now.
+    // The late copies are consumed; then a negative window longer than the idle timeout:
+    // a reaper that thinks the run is open fires in it.
+    wait_quiet(&p.js).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     wait_quiet(&p.js).await;
 
@@ -495,7 +498,8 @@ async fn abandoned_run_is_closed_once_by_timeout() {
     assert_eq!(terminals[0]["data"]["phase"], "error");
     assert_eq!(terminals[0]["data"]["reason"], "stream_closed");
 
-    // Longer than the idle timeout again: no second marker, no second terminal.
+    // Negative window, longer than the idle timeout again: no second marker, no second
+    // terminal.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     wait_quiet(&p.js).await;
     assert_eq!(p.store.events_after(TENANT, run, 0, 0).await.unwrap(), got);
@@ -570,7 +574,8 @@ async fn abandoned_run_is_closed_once_across_a_normalizer_restart() {
     assert_eq!(terminals.len(), 1, "terminal events: {terminals:?}");
     assert_eq!(terminals[0]["data"]["reason"], "stream_closed");
 
-    // Closed runs leave the registry, and nothing more happens after another timeout.
+    // Closed runs leave the registry, and nothing more happens after another timeout
+    // (a negative window longer than the 3 s idle timeout).
     tokio::time::sleep(Duration::from_secs(4)).await;
     wait_quiet(&p.js).await;
     assert_eq!(p.store.events_after(TENANT, run, 0, 0).await.unwrap(), got);

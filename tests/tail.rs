@@ -196,7 +196,8 @@ async fn tail_follows_a_run_across_an_up_restart_without_duplicates_or_gaps() {
         || seqs(&log(dir, "tail-all.out"), "r1").len() as u64 >= want,
         dir,
     );
-    // A moment for anything duplicated to show up before the last look.
+    // Negative window, not a wait: anything duplicated gets 300 ms to show up before the
+    // last look.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         tail_all.stop(Duration::from_secs(10)).map(|s| s.success()),
@@ -232,14 +233,25 @@ async fn tail_shows_back_to_back_runs_and_the_final_of_an_ended_run() {
         || log(dir, "tail-all.err").is_empty() || !log(dir, "tail-all.err").contains("retrying"),
         dir,
     );
-    // Give tail a moment to have its watch open before the burst.
-    tokio::time::sleep(Duration::from_millis(500)).await;
 
     let bytes = fixture(CAPTURE);
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
+    // tail's watch is open before the burst (a run that has ended is not replayed to a
+    // later watch): it follows a warm-up run, half of it published and left open.
+    let lines: Vec<Bytes> = bytes
+        .split_inclusive(|b| *b == b'\n')
+        .map(Bytes::copy_from_slice)
+        .collect();
+    let warmup = raw_chunks(&spec("warmup", FAMILY), &lines, ts);
+    publish_to(&inst, &warmup[..lines.len() / 2]).await;
+    wait_for(
+        "tail never followed the warm-up run (its watch never opened)",
+        || log(dir, "tail-all.err").contains("following run warmup"),
+        dir,
+    );
     let mut raws = Vec::new();
     for i in 0..5 {
         raws.extend(raw_chunks(
@@ -346,8 +358,8 @@ async fn tail_on_a_terminal_shows_a_line_per_live_run_and_rendered_finals() {
         }
         tmux(&socket, &args)
     };
-    // Give tail a moment to have its watch open.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // No wait for tail's watch here: these runs stay open until all three live lines
+    // show (polled below), and a watch opened late replays the open runs.
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -424,6 +436,8 @@ async fn tail_on_a_terminal_shows_a_line_per_live_run_and_rendered_finals() {
 fn tail_without_an_instance_says_so_in_one_line_and_retries() {
     let tmp = tempfile::tempdir().unwrap();
     let mut tail = spawn_logged(&["tail"], tmp.path(), "tail");
+    // Negative window, not a wait: tail must keep retrying (not exit, not print more)
+    // for 2 s.
     std::thread::sleep(Duration::from_secs(2));
     assert!(tail.0.try_wait().unwrap().is_none(), "tail gave up");
     let err = log(tmp.path(), "tail.err");

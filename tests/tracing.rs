@@ -177,27 +177,36 @@ async fn one_trace_follows_a_run_from_ingest_to_archive_and_channel() {
 
     // Spans reach the collector in the exporters' batches (every few seconds).
     let deadline = Instant::now() + Duration::from_secs(60);
-    let complete = |spans: &[Received]| {
-        let count = |name: &str| spans.iter().filter(|s| s.name == name).count();
-        count("ingest") == 1
-            && count("normalize") == chunks
-            && count("archive") >= 1
-            && count("project") >= 1
-    };
+    let count = |spans: &[Received], name: &str| spans.iter().filter(|s| s.name == name).count();
+    let normalized =
+        |spans: &[Received]| count(spans, "ingest") == 1 && count(spans, "normalize") == chunks;
+    // Once every chunk is normalized (its span ends after its events are published), each
+    // message of the run on SG_EVENTS gets an archive and a project span: all of them are
+    // in before parentage is judged.
+    let mut messages = None;
     let spans = loop {
         let spans = collector.in_trace(TRACE_ID);
-        if complete(&spans) {
-            // The last archive/project messages may still be in flight: give the
-            // exporters one more round before judging parentage.
-            tokio::time::sleep(Duration::from_secs(6)).await;
-            break collector.in_trace(TRACE_ID);
+        if messages.is_none() && normalized(&spans) {
+            let on_events =
+                streamgate_bus::consume::read_subject(&js, EVENTS_STREAM, &addr.events_subject())
+                    .await
+                    .unwrap()
+                    .len();
+            assert!(on_events >= 1, "no event message of the run on SG_EVENTS");
+            messages = Some(on_events);
+        }
+        if let Some(n) = messages {
+            if count(&spans, "archive") >= n && count(&spans, "project") >= n {
+                break spans;
+            }
         }
         for s in &mut services {
             s.assert_running();
         }
         assert!(
             Instant::now() < deadline,
-            "incomplete trace after 60 s: {spans:#?}\n{}",
+            "incomplete trace after 60 s (want 1 ingest, {chunks} normalize, and an archive \
+             and a project span per event message: {messages:?}): {spans:#?}\n{}",
             services
                 .iter()
                 .map(|s| common::tail(&s.log_text(), 20))

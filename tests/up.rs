@@ -755,16 +755,30 @@ fn secrets_reach_no_channel_surface() {
             if raw {
                 cmd.arg("--raw-events");
             }
+            // Stderr in a file, to see below when the tail waits for its run.
+            let err = dir.path().join(format!("tail-{run}-raw-{raw}.err"));
             let child = cmd
                 .current_dir(dir.path())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
+                .stderr(std::fs::File::create(&err).unwrap())
                 .spawn()
                 .unwrap();
-            tails.push((format!("tail {run} raw={raw}"), child));
+            tails.push((format!("tail {run} raw={raw}"), child, err));
         }
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Every tail is connected and waiting for its run (it says so just before it
+    // watches) before the runs start.
+    wait_until(
+        "every `tail --run` saying it waits for its run to start",
+        PATIENCE,
+        || {
+            tails.iter().all(|(_, _, err)| {
+                std::fs::read_to_string(err)
+                    .unwrap_or_default()
+                    .contains("waiting for it to start")
+            })
+        },
+    );
     for (run, capture) in &runs {
         let path = dir.path().join(format!("{run}.sse"));
         std::fs::write(&path, capture).unwrap();
@@ -779,7 +793,7 @@ fn secrets_reach_no_channel_surface() {
     }
 
     let mut surfaces: Vec<(String, String)> = Vec::new();
-    for (name, mut child) in tails {
+    for (name, mut child, err) in tails {
         // A tail that never sees its run end is killed (and then fails below).
         let deadline = Instant::now() + PATIENCE;
         while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
@@ -788,7 +802,7 @@ fn secrets_reach_no_channel_surface() {
         let _ = child.kill();
         let out = child.wait_with_output().unwrap();
         let shown = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
+            + &std::fs::read_to_string(&err).unwrap_or_default();
         surfaces.push((name, shown));
     }
     // The webhook's ops: drafts (thinking, tool rows), notices, the settle.

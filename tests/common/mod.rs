@@ -343,6 +343,20 @@ pub async fn wait_run_in(
     }
 }
 
+/// Blocks (polling every 25 ms) until `ready` holds; panics naming `what` (the condition
+/// that never came true) after `patience`. For plain `#[test]`s and child processes;
+/// async tests poll with their own `tokio::time::sleep` loop.
+pub fn wait_until(what: &str, patience: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "never happened within {patience:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 /// Waits until the archive holds at least `n` events of `run`.
 pub async fn wait_some(store: &dyn Store, run: &str, n: u64) {
     let deadline = Instant::now() + PATIENCE;
