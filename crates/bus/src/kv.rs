@@ -276,8 +276,14 @@ pub async fn open_erasable(
             {
                 match js.create_stream(&wanted).await {
                     Ok(_) => break,
-                    // Another replica created it meanwhile: update it instead.
-                    Err(e) if e.to_string().contains("already in use") => continue,
+                    // Another replica created it meanwhile (10058, "stream name already
+                    // in use"): update it instead.
+                    Err(e)
+                        if matches!(e.kind(), async_nats::jetstream::context::CreateStreamErrorKind::JetStream(j)
+                            if j.error_code() == async_nats::jetstream::ErrorCode::STREAM_NAME_EXIST) =>
+                    {
+                        continue
+                    }
                     Err(e) => return Err(crate::nats("create kv bucket")(e)),
                 }
             }

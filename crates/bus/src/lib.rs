@@ -217,17 +217,26 @@ impl BusError {
     pub fn is_transient(&self) -> bool {
         use async_nats::jetstream::context::PublishErrorKind;
         match self {
+            BusError::Nats { .. } => !matches!(
+                self.publish_error(),
+                Some(
+                    PublishErrorKind::MaxPayloadExceeded
+                        | PublishErrorKind::WrongLastMessageId
+                        | PublishErrorKind::WrongLastSequence
+                )
+            ),
+            _ => false,
+        }
+    }
+
+    /// What kind of JetStream publish failure this is, when it is one (a fenced
+    /// publish's `WrongLastSequence`, a payload over the broker's limit, …).
+    pub fn publish_error(&self) -> Option<async_nats::jetstream::context::PublishErrorKind> {
+        match self {
             BusError::Nats { source, .. } => source
                 .downcast_ref::<async_nats::jetstream::context::PublishError>()
-                .is_none_or(|e| {
-                    !matches!(
-                        e.kind(),
-                        PublishErrorKind::MaxPayloadExceeded
-                            | PublishErrorKind::WrongLastMessageId
-                            | PublishErrorKind::WrongLastSequence
-                    )
-                }),
-            _ => false,
+                .map(|e| e.kind()),
+            _ => None,
         }
     }
 }

@@ -282,6 +282,38 @@ async fn publish_raw_dedupes_on_msg_id() {
     assert_eq!(message_count(&js, RAW_STREAM).await, 1);
 }
 
+/// A fenced publish that finds the run moved on is refused with a typed
+/// `WrongLastSequence` (what HTTP ingest turns into "send it again"), and is permanent.
+#[tokio::test]
+async fn a_fenced_publish_after_the_run_moved_on_is_refused_by_kind() {
+    use async_nats::jetstream::context::PublishErrorKind;
+    let (_server, js) = setup().await;
+    let addr = RunAddr::new("acme", "run-fence", DEFAULT_PARTITIONS);
+    let first = raw::publish_raw(&js, &data_chunk(&addr, 0, b"a"))
+        .await
+        .unwrap();
+    let fenced = |chunk, seq| {
+        let js = js.clone();
+        let c = data_chunk(&addr, chunk, b"b");
+        async move {
+            let at = raw::Placement {
+                offset: None,
+                expect_last_seq: Some(seq),
+            };
+            raw::send_raw_placed(&js, &c, None, at).await?.await
+        }
+    };
+    let e = fenced(1, first + 7).await.unwrap_err();
+    assert_eq!(
+        e.publish_error(),
+        Some(PublishErrorKind::WrongLastSequence),
+        "{e}"
+    );
+    assert!(!e.is_transient(), "{e}");
+    // The right fence is taken.
+    assert!(fenced(1, first).await.is_ok());
+}
+
 #[tokio::test]
 async fn only_one_close_marker_per_run() {
     let (_server, js) = setup().await;

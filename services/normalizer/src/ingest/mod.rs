@@ -23,6 +23,7 @@ pub mod grpc;
 pub mod http;
 
 use crate::worker::now_ms;
+use async_nats::jetstream::context::PublishErrorKind;
 use bytes::Bytes;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -257,7 +258,9 @@ impl Ingestor {
                 .await
                 .map_err(|e| match e {
                     // JetStream's "wrong last sequence" (10071): the fence held.
-                    e if fenced && e.to_string().contains("wrong last sequence") => {
+                    e if fenced
+                        && e.publish_error() == Some(PublishErrorKind::WrongLastSequence) =>
+                    {
                         IngestError::Unavailable(
                             "the run's stored bytes changed while this request started \
                              (a cut request's chunks landed): send it again"
