@@ -25,7 +25,7 @@ impl Drop for Server {
 
 fn chunk(tenant: &str, run: &str) -> RawChunk {
     RawChunk {
-        addr: RunAddr::new(tenant, run, DEFAULT_PARTITIONS),
+        addr: RunAddr::parse(tenant, run, DEFAULT_PARTITIONS).unwrap(),
         session_key: None,
         family: "f1".into(),
         dialect: None,

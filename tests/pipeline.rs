@@ -211,7 +211,7 @@ async fn duplicate_ingest_changes_nothing() {
         .map(|r| v1::IngestChunk {
             tenant: TENANT.into(),
             run_id: run.into(),
-            session_key: sp.session_key.clone(),
+            session_key: sp.session_key.clone().map(String::from),
             family: "f1".into(),
             dialect: None,
             chunk: r.chunk,
@@ -582,7 +582,8 @@ async fn abandoned_run_is_closed_once_across_a_normalizer_restart() {
     let open = streamgate_normalizer::open_runs::OpenRuns::open(&p.js, DEFAULT_PARTITIONS, 1)
         .await
         .unwrap();
-    let addr = streamgate_bus::subject::RunAddr::new(&sp.tenant, run, DEFAULT_PARTITIONS);
+    let addr =
+        streamgate_bus::subject::RunAddr::parse(&sp.tenant, run, DEFAULT_PARTITIONS).unwrap();
     assert!(
         !open
             .in_partition(addr.partition)
@@ -1314,9 +1315,9 @@ async fn longest_ids_reach_a_channel() {
     let run = format!("{}.", "中".repeat(85));
     let spec = v1_spec("é".repeat(128), run.clone(), Some("🦀".repeat(64)));
     for id in [
-        &spec.tenant,
-        &spec.run_id,
-        spec.session_key.as_ref().unwrap(),
+        spec.tenant.as_str(),
+        spec.run_id.as_str(),
+        spec.session_key.as_ref().unwrap().as_str(),
     ] {
         assert_eq!(id.len(), streamgate_grammar::ids::MAX_ID_BYTES);
     }
@@ -1327,8 +1328,8 @@ async fn longest_ids_reach_a_channel() {
     assert_eq!(as_json(&got), want, "256-byte ids: archived events");
     let env = &got[0].event.envelope;
     assert_eq!(
-        (&env.tenant, &env.session_key),
-        (&spec.tenant, &spec.session_key)
+        (env.tenant.as_str(), env.session_key.as_deref()),
+        (spec.tenant.as_str(), spec.session_key.as_deref())
     );
 
     let kv =
@@ -1371,13 +1372,14 @@ fn v1_spec(
     run_id: String,
     session_key: Option<String>,
 ) -> streamgate_normalizer::ingest::RunSpec {
-    streamgate_normalizer::ingest::RunSpec {
-        tenant,
-        run_id,
-        session_key,
-        family: "f1".into(),
-        dialect: None,
-    }
+    streamgate_normalizer::ingest::RunSpec::new(
+        &tenant,
+        &run_id,
+        session_key.as_deref(),
+        "f1",
+        None,
+    )
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1393,9 +1395,12 @@ async fn raw_messages_breaking_the_id_rule_are_terminated() {
     let bytes = fixture("f1/end-turn.sse");
     let mut partitions = BTreeSet::new();
     for (tenant, run, session) in &bad {
-        // Published by hand: `publish_raw` itself refuses such ids.
+        // Published by hand: a `RunAddr` cannot hold such ids, and `publish_raw` refuses
+        // such a session. The subject and headers are written the way a foreign producer
+        // would.
+        use streamgate_bus::subject::{encode_token, partition_of};
         let raw = streamgate_bus::raw::RawChunk {
-            addr: streamgate_bus::subject::RunAddr::new(tenant, run, DEFAULT_PARTITIONS),
+            addr: streamgate_bus::subject::RunAddr::parse("placeholder", "placeholder", 1).unwrap(),
             session_key: session.map(str::to_owned),
             family: "f1".into(),
             dialect: None,
@@ -1404,8 +1409,17 @@ async fn raw_messages_breaking_the_id_rule_are_terminated() {
             close: None,
             body: Bytes::from(bytes.clone()),
         };
-        partitions.insert(raw.addr.partition);
-        p.js.publish_with_headers(raw.addr.raw_subject(), raw.headers(), raw.body.clone())
+        let partition = partition_of(run, DEFAULT_PARTITIONS);
+        partitions.insert(partition);
+        let subject = format!(
+            "sg.raw.{}.{partition}.{}",
+            encode_token(tenant),
+            encode_token(run)
+        );
+        let mut headers = raw.headers();
+        headers.insert(streamgate_bus::raw::HDR_TENANT, &*encode_token(tenant));
+        headers.insert(streamgate_bus::raw::HDR_RUN, &*encode_token(run));
+        p.js.publish_with_headers(subject, headers, raw.body.clone())
             .await
             .expect("publish")
             .await

@@ -125,8 +125,8 @@ async fn ingest(
                     let before = draft(client, run).await;
                     let reply = client
                         .set_settings(v1::SetSettingsRequest {
-                            chat_id: sp.session_key.clone().unwrap_or_default(),
-                            tenant: sp.tenant.clone(),
+                            chat_id: sp.session_key.clone().map(String::from).unwrap_or_default(),
+                            tenant: sp.tenant.to_string(),
                             reasoning: reasoning.into(),
                             verbose: verbose.into(),
                             ..Default::default()

@@ -113,8 +113,8 @@ async fn same_run_id_under_two_tenants() {
         .iter()
         .map(|(tenant, capture, _)| {
             let mut spec = spec(RUN, "f1");
-            spec.tenant = (*tenant).to_owned();
-            spec.session_key = Some(format!("chat-{tenant}"));
+            spec.tenant = tenant.parse().unwrap();
+            spec.session_key = Some(format!("chat-{tenant}").parse().unwrap());
             let mut rng = rng(seed(&format!("tenants-{tenant}")));
             (spec, split(&fixture(capture), &mut rng, 48))
         })

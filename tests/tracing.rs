@@ -163,11 +163,12 @@ async fn one_trace_follows_a_run_from_ingest_to_archive_and_channel() {
         .unwrap();
     assert!(reply.status().is_success(), "{:?}", reply.text().await);
     // Data chunks (cut as the body arrived) + the close marker, as stored.
-    let addr = streamgate_bus::subject::RunAddr::new(
+    let addr = streamgate_bus::subject::RunAddr::parse(
         "acme",
         "run-traced",
         streamgate_bus::DEFAULT_PARTITIONS,
-    );
+    )
+    .unwrap();
     let chunks =
         streamgate_bus::consume::read_subject(&js, streamgate_bus::RAW_STREAM, &addr.raw_subject())
             .await

@@ -164,13 +164,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
                 i
             });
             for r in 0..rounds {
-                let spec = RunSpec {
-                    tenant: "bench".into(),
-                    run_id: format!("bench-{p}-{r}"),
-                    session_key: None,
-                    family: family.clone(),
-                    dialect: None,
-                };
+                let spec = RunSpec::new("bench", &format!("bench-{p}-{r}"), None, &family, None)?;
                 put_capture(&ingestor, &spec, &capture, chunk_bytes, pace.as_mut()).await?;
             }
             anyhow::Ok(())

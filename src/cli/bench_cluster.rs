@@ -503,13 +503,13 @@ async fn produce(
                 i
             });
             for r in 0..rounds {
-                let spec = RunSpec {
-                    tenant: "bench".into(),
-                    run_id: format!("{prefix}-{p}-{r}"),
-                    session_key: Some(format!("chat-{p}")),
-                    family: "f2".into(),
-                    dialect: None,
-                };
+                let spec = RunSpec::new(
+                    "bench",
+                    &format!("{prefix}-{p}-{r}"),
+                    Some(&format!("chat-{p}")),
+                    "f2",
+                    None,
+                )?;
                 crate::cli::bench::put_capture(
                     &ingestor,
                     &spec,

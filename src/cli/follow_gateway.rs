@@ -96,9 +96,9 @@ impl GrpcSink {
 
     fn chunk(run: &RunSpec, index: u64, body: Vec<u8>, close: Option<&str>) -> IngestChunk {
         IngestChunk {
-            tenant: run.tenant.clone(),
-            run_id: run.run_id.clone(),
-            session_key: run.session_key.clone(),
+            tenant: run.tenant.to_string(),
+            run_id: run.run_id.to_string(),
+            session_key: run.session_key.clone().map(String::from),
             family: run.family.clone(),
             dialect: run.dialect.clone(),
             chunk: index,
@@ -114,8 +114,8 @@ impl RunSink for GrpcSink {
             .client
             .clone()
             .resume_point(ResumePointRequest {
-                tenant: run.tenant.clone(),
-                run_id: run.run_id.clone(),
+                tenant: run.tenant.to_string(),
+                run_id: run.run_id.to_string(),
             })
             .await
             .map_err(sink_error)?

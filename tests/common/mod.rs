@@ -167,13 +167,7 @@ pub fn split(bytes: &[u8], rng: &mut StdRng, max: usize) -> Vec<Bytes> {
 
 /// The run spec of a test run.
 pub fn spec(run: &str, family: &str) -> RunSpec {
-    RunSpec {
-        tenant: TENANT.into(),
-        run_id: run.into(),
-        session_key: Some(format!("session-{run}")),
-        family: family.into(),
-        dialect: None,
-    }
+    RunSpec::new(TENANT, run, Some(&format!("session-{run}")), family, None).unwrap()
 }
 
 /// Lands one chunk, retrying while the broker is unreachable (tests kill it on purpose).
@@ -228,13 +222,13 @@ pub async fn put_run(ingestor: &Ingestor, spec: &RunSpec, chunks: &[Bytes]) {
 
 /// The raw messages `put_run` would store, as values (to re-publish identical ones).
 pub fn raw_chunks(spec: &RunSpec, chunks: &[Bytes], ts_ms: i64) -> Vec<RawChunk> {
-    let addr = RunAddr::new(&spec.tenant, &spec.run_id, DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse(&spec.tenant, &spec.run_id, DEFAULT_PARTITIONS).unwrap();
     let mut out: Vec<RawChunk> = chunks
         .iter()
         .enumerate()
         .map(|(i, b)| RawChunk {
             addr: addr.clone(),
-            session_key: spec.session_key.clone(),
+            session_key: spec.session_key.clone().map(String::from),
             family: spec.family.clone(),
             dialect: None,
             chunk: i as u64,
@@ -245,7 +239,7 @@ pub fn raw_chunks(spec: &RunSpec, chunks: &[Bytes], ts_ms: i64) -> Vec<RawChunk>
         .collect();
     out.push(RawChunk {
         addr,
-        session_key: spec.session_key.clone(),
+        session_key: spec.session_key.clone().map(String::from),
         family: spec.family.clone(),
         dialect: None,
         chunk: chunks.len() as u64,

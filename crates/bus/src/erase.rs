@@ -17,6 +17,7 @@ use crate::{nats, BusError, EVENTS_STREAM, RAW_STREAM};
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use futures::StreamExt;
 use std::time::Duration;
+use streamgate_grammar::ids::{RunId, RunRef, TenantId};
 
 /// The core NATS subject erasures are announced on.
 pub const ERASED_SUBJECT: &str = "sg.ctl.erased";
@@ -93,15 +94,19 @@ const LIST_PATIENCE: Duration = Duration::from_secs(10);
 /// `(stream, filter subject)` of everything the broker holds about one run of `tenant`
 /// (`run_id: None`: about every run of the tenant).
 pub fn run_filters(
-    tenant: &str,
-    run_id: Option<&str>,
+    tenant: &TenantId,
+    run_id: Option<&RunId>,
     partitions: u32,
 ) -> Vec<(String, String, Removal)> {
     let kv_tenant = crate::kv::token(tenant);
-    let kv_run = run_id.map_or_else(|| "*".to_owned(), crate::kv::token);
+    let kv_run = run_id.map_or_else(|| "*".to_owned(), |r| crate::kv::token(r));
     let (raw, events) = match run_id {
         Some(run) => {
-            let addr = RunAddr::new(tenant, run, partitions);
+            let run = RunRef {
+                tenant: tenant.clone(),
+                run: run.clone(),
+            };
+            let addr = RunAddr::new(&run, partitions);
             (addr.raw_subject(), addr.events_subject())
         }
         None => {

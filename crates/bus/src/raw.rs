@@ -210,19 +210,22 @@ impl RawChunk {
         payload: Bytes,
         fallback_ts_ms: Option<i64>,
     ) -> Result<RawChunk, BusError> {
-        let (addr, kind) = RunAddr::parse_subject_kind(subject)?;
+        let (addr, kind) = RunAddr::parse_subject_kind(subject).map_err(|e| match e {
+            SubjectError::InvalidId(e) => BusError::InvalidId(e),
+            e => e.into(),
+        })?;
         if kind != SubjectKind::Raw {
             return Err(SubjectError::Malformed(subject.to_owned()).into());
         }
         let empty = HeaderMap::new();
         let h = headers.unwrap_or(&empty);
-        for (name, from_subject) in [(HDR_TENANT, &addr.tenant), (HDR_RUN, &addr.run_id)] {
+        for (name, from_subject) in [(HDR_TENANT, &*addr.tenant), (HDR_RUN, &*addr.run_id)] {
             if let Some(v) = hdr::text(h, name)? {
-                if &v != from_subject {
+                if v != from_subject {
                     return Err(BusError::HeaderMismatch {
                         name,
                         header: v,
-                        subject: from_subject.clone(),
+                        subject: from_subject.to_owned(),
                     });
                 }
             }
@@ -241,12 +244,15 @@ impl RawChunk {
             })
             .transpose()?;
         if close.is_some() && !payload.is_empty() {
-            return Err(BusError::CloseWithBody(addr.run_id));
+            return Err(BusError::CloseWithBody(addr.run_id.into()));
         }
         let session_key = hdr::text(h, HDR_SESSION)?;
         // The id rule, as at the other front doors: a message that breaks it is refused
-        // here, so it never reaches a run table, a KV key or an outbound header.
-        ids::check_run(&addr.tenant, &addr.run_id, session_key.as_deref())?;
+        // here, so it never reaches a run table, a KV key or an outbound header (the
+        // tenant and run id were checked as the subject was parsed).
+        if let Some(session) = &session_key {
+            ids::check(ids::IdKind::Session, session)?;
+        }
         let family = hdr::text(h, HDR_FAMILY)?
             .filter(|f| !f.is_empty())
             .unwrap_or_else(|| FAMILY_AUTO.to_owned());
@@ -314,15 +320,14 @@ pub async fn send_raw_placed(
 > {
     if chunk.close.is_some() && !chunk.body.is_empty() {
         // Refuse instead of publishing bytes that the dedupe id would make unrecoverable.
-        return Err(BusError::CloseWithBody(chunk.addr.run_id.clone()));
+        return Err(BusError::CloseWithBody(chunk.addr.run_id.to_string()));
     }
     // Refused before it reaches the connection: an over-long id would make a subject
-    // past the broker's control-line limit, which drops the whole client connection.
-    ids::check_run(
-        &chunk.addr.tenant,
-        &chunk.addr.run_id,
-        chunk.session_key.as_deref(),
-    )?;
+    // past the broker's control-line limit, which drops the whole client connection
+    // (the address's ids are checked by their type; the session is a plain string).
+    if let Some(session) = &chunk.session_key {
+        ids::check(ids::IdKind::Session, session)?;
+    }
     let mut headers = chunk.headers();
     if let Some(cx) = trace {
         crate::trace::inject_context(&mut headers, cx);
@@ -352,7 +357,7 @@ mod tests {
 
     fn chunk(close: Option<CloseKind>) -> RawChunk {
         RawChunk {
-            addr: RunAddr::new("acme", "run 1", 32),
+            addr: RunAddr::parse("acme", "run 1", 32).unwrap(),
             session_key: Some("tg:42 é".into()),
             family: "f2".into(),
             dialect: Some("openrouter".into()),
@@ -382,13 +387,13 @@ mod tests {
         );
         // The same run id under another tenant is another message.
         let mut other = chunk(None);
-        other.addr = RunAddr::new("globex", "run 1", 32);
+        other.addr = RunAddr::parse("globex", "run 1", 32).unwrap();
         assert_eq!(other.msg_id(), "globex/run%201/raw/3");
         // A `/` inside an id cannot make two pairs collide.
         let mut a = chunk(None);
-        a.addr = RunAddr::new("a/b", "c", 32);
+        a.addr = RunAddr::parse("a/b", "c", 32).unwrap();
         let mut b = chunk(None);
-        b.addr = RunAddr::new("a", "b/c", 32);
+        b.addr = RunAddr::parse("a", "b/c", 32).unwrap();
         assert_ne!(a.msg_id(), b.msg_id());
     }
 
@@ -423,6 +428,7 @@ mod tests {
             Err(BusError::MissingHeader(HDR_CHUNK))
         ));
         // The id rule: control characters, over-long and empty ids are refused.
+        // A subject's ids are checked as it is parsed; a session when its header is read.
         for (tenant, run, session) in [
             ("acme", "run\n1", None),
             ("acme", &*"r".repeat(257), None),
@@ -430,23 +436,36 @@ mod tests {
             ("", "run", None),
             ("acme", "run", Some("s\r\n")),
         ] {
-            let mut bad = chunk(None);
-            bad.addr = RunAddr::new(tenant, run, 32);
-            bad.session_key = session.map(str::to_owned);
+            assert_eq!(
+                RunAddr::parse(tenant, run, 32).is_err(),
+                session.is_none(),
+                "{run:?}"
+            );
+            let subject = format!(
+                "sg.raw.{}.{}.{}",
+                crate::subject::encode_token(tenant),
+                crate::subject::partition_of(run, 32),
+                crate::subject::encode_token(run)
+            );
+            // A run whose ids pass (the session case) sends its own headers.
+            let mut c = chunk(None);
+            if let Ok(addr) = RunAddr::parse(tenant, run, 32) {
+                c.addr = addr;
+            }
+            let mut h = c.headers();
+            if let Some(s) = session {
+                hdr::put_text(&mut h, HDR_SESSION, s);
+            }
             assert!(
                 matches!(
-                    RawChunk::from_parts(
-                        &bad.addr.raw_subject(),
-                        Some(&bad.headers()),
-                        bad.body.clone()
-                    ),
+                    RawChunk::from_parts(&subject, Some(&h), raw.body.clone()),
                     Err(BusError::InvalidId(_))
                 ),
                 "{run:?}"
             );
         }
         let mut ok = chunk(None);
-        ok.addr = RunAddr::new(&"t".repeat(256), &"é".repeat(128), 32);
+        ok.addr = RunAddr::parse(&"t".repeat(256), &"é".repeat(128), 32).unwrap();
         assert!(
             RawChunk::from_parts(&ok.addr.raw_subject(), Some(&ok.headers()), ok.body.clone())
                 .is_ok()

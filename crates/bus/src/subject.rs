@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
+use streamgate_grammar::ids::{IdError, RunId, RunRef, TenantId};
 
 /// A subject or token that does not follow the streamgate scheme.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,6 +27,9 @@ pub enum SubjectError {
     /// The partition token is not a canonical decimal number.
     #[error("bad partition token {0:?}")]
     BadPartition(String),
+    /// A decoded tenant or run id breaks the id rule.
+    #[error(transparent)]
+    InvalidId(#[from] IdError),
     /// The partition in the subject is not the one the run id hashes to.
     #[error(
         "run {run_id:?} belongs to partition {expected} of {partitions}, subject says {found}"
@@ -183,24 +187,38 @@ impl SubjectKind {
     }
 }
 
-/// Who a run is: tenant, run id and the partition the run id hashes to.
+/// Who a run is: tenant, run id (both checked against the id rule) and the partition the
+/// run id hashes to. It owns the run's subject encoding.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RunAddr {
     /// Tenant that owns the run (decoded, as the producer named it).
-    pub tenant: String,
+    pub tenant: TenantId,
     /// The run id (decoded).
-    pub run_id: String,
+    pub run_id: RunId,
     /// `partition_of(run_id, P)` for the deployment's partition count P.
     pub partition: u32,
 }
 
 impl RunAddr {
     /// Addresses a run, computing its partition with [`partition_of`].
-    pub fn new(tenant: &str, run_id: &str, partitions: u32) -> RunAddr {
+    pub fn new(run: &RunRef, partitions: u32) -> RunAddr {
         RunAddr {
-            tenant: tenant.to_owned(),
-            run_id: run_id.to_owned(),
-            partition: partition_of(run_id, partitions),
+            tenant: run.tenant.clone(),
+            run_id: run.run.clone(),
+            partition: partition_of(&run.run, partitions),
+        }
+    }
+
+    /// Addresses a run named by plain strings, checking both against the id rule.
+    pub fn parse(tenant: &str, run_id: &str, partitions: u32) -> Result<RunAddr, IdError> {
+        Ok(RunAddr::new(&RunRef::new(tenant, run_id)?, partitions))
+    }
+
+    /// The run this address names.
+    pub fn run(&self) -> RunRef {
+        RunRef {
+            tenant: self.tenant.clone(),
+            run: self.run_id.clone(),
         }
     }
 
@@ -258,8 +276,8 @@ impl RunAddr {
             .ok_or_else(|| SubjectError::BadPartition(part.to_owned()))?;
         Ok((
             RunAddr {
-                tenant: decode_token(tenant)?,
-                run_id: decode_token(run)?,
+                tenant: TenantId::new(decode_token(tenant)?)?,
+                run_id: RunId::new(decode_token(run)?)?,
                 partition,
             },
             kind,
@@ -275,7 +293,7 @@ impl RunAddr {
             Ok(())
         } else {
             Err(SubjectError::WrongPartition {
-                run_id: self.run_id.clone(),
+                run_id: self.run_id.to_string(),
                 expected,
                 found: self.partition,
                 partitions,
@@ -326,7 +344,7 @@ mod tests {
 
     #[test]
     fn subjects_round_trip() {
-        let a = RunAddr::new("acme corp", "run.7", 32);
+        let a = RunAddr::parse("acme corp", "run.7", 32).unwrap();
         assert_eq!(
             a.raw_subject(),
             format!("sg.raw.acme%20corp.{}.run%2E7", a.partition)

@@ -50,9 +50,23 @@ fn token_encoding_round_trips_random_strings() {
             "{s:?} -> {t:?} is not subject-safe"
         );
         assert_eq!(decode_token(&t).unwrap(), s, "token {t:?}");
-        // The whole subject must parse back to the same run.
-        let addr = RunAddr::new(&random_string(&mut rng), &s, DEFAULT_PARTITIONS);
-        assert_eq!(RunAddr::parse_subject(&addr.raw_subject()).unwrap(), addr);
+        // The whole subject must parse back to the same run (when its ids pass the id
+        // rule; one that breaks it is refused as the subject is parsed).
+        let tenant = random_string(&mut rng);
+        match RunAddr::parse(&tenant, &s, DEFAULT_PARTITIONS) {
+            Ok(addr) => assert_eq!(RunAddr::parse_subject(&addr.raw_subject()).unwrap(), addr),
+            Err(e) => {
+                let subject = format!(
+                    "sg.raw.{}.{}.{t}",
+                    encode_token(&tenant),
+                    partition_of(&s, DEFAULT_PARTITIONS)
+                );
+                assert_eq!(
+                    RunAddr::parse_subject(&subject).unwrap_err(),
+                    subject::SubjectError::InvalidId(e)
+                );
+            }
+        }
     }
 }
 
@@ -273,7 +287,7 @@ async fn replicas_starting_together_all_succeed() {
 #[tokio::test]
 async fn publish_raw_dedupes_on_msg_id() {
     let (_server, js) = setup().await;
-    let addr = RunAddr::new("acme", "run-dedupe", DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("acme", "run-dedupe", DEFAULT_PARTITIONS).unwrap();
     let c = data_chunk(&addr, 0, b"data: hello\n\n");
     let first = raw::publish_raw(&js, &c).await.unwrap();
     let again = raw::publish_raw_with(&js, &c, None).await.unwrap();
@@ -288,7 +302,7 @@ async fn publish_raw_dedupes_on_msg_id() {
 async fn a_fenced_publish_after_the_run_moved_on_is_refused_by_kind() {
     use async_nats::jetstream::context::PublishErrorKind;
     let (_server, js) = setup().await;
-    let addr = RunAddr::new("acme", "run-fence", DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("acme", "run-fence", DEFAULT_PARTITIONS).unwrap();
     let first = raw::publish_raw(&js, &data_chunk(&addr, 0, b"a"))
         .await
         .unwrap();
@@ -317,7 +331,7 @@ async fn a_fenced_publish_after_the_run_moved_on_is_refused_by_kind() {
 #[tokio::test]
 async fn only_one_close_marker_per_run() {
     let (_server, js) = setup().await;
-    let addr = RunAddr::new("acme", "run-close", DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("acme", "run-close", DEFAULT_PARTITIONS).unwrap();
     raw::publish_raw(&js, &data_chunk(&addr, 0, b"x"))
         .await
         .unwrap();
@@ -398,7 +412,7 @@ fn run_events(tenant: &str, run_id: &str) -> Vec<RunEvent> {
 #[tokio::test]
 async fn events_round_trip_through_a_durable_pull_consumer() {
     let (_server, js) = setup().await;
-    let addr = RunAddr::new("acme", "run-events", DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("acme", "run-events", DEFAULT_PARTITIONS).unwrap();
     let evs = run_events("acme", "run-events");
     events::publish_events(&js, &addr, &evs).await.unwrap();
     // Re-publishing (a normalizer replaying after a crash) adds nothing.
@@ -492,7 +506,7 @@ fn many_events(run_id: &str, n: u64) -> Vec<RunEvent> {
 #[tokio::test]
 async fn batches_travel_as_one_message_each_and_republish_adds_nothing() {
     let (_server, js) = setup().await;
-    let addr = RunAddr::new("acme", "run-batches", DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("acme", "run-batches", DEFAULT_PARTITIONS).unwrap();
     let evs = run_events("acme", "run-batches");
     // What three raw chunks yielded: [start], [delta, delta], [final, end].
     let groups = [&evs[..1], &evs[1..3], &evs[3..]];
@@ -603,8 +617,8 @@ fn oversized_batches_split_the_same_way_every_time() {
 async fn read_subject_returns_exactly_the_runs_messages_in_order() {
     let (_server, js) = setup().await;
     // Same tenant and (by construction) same partition, interleaved publishes.
-    let a = RunAddr::new("acme", "run-a", 1);
-    let b = RunAddr::new("acme", "run-b", 1);
+    let a = RunAddr::parse("acme", "run-a", 1).unwrap();
+    let b = RunAddr::parse("acme", "run-b", 1).unwrap();
     for i in 0..20u64 {
         raw::publish_raw(&js, &data_chunk(&a, i, b"a"))
             .await
@@ -634,7 +648,7 @@ async fn read_subject_returns_exactly_the_runs_messages_in_order() {
 #[tokio::test]
 async fn messages_survive_a_server_kill_and_restart() {
     let (mut server, js) = setup().await;
-    let addr = RunAddr::new("t", "run-crash", DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("t", "run-crash", DEFAULT_PARTITIONS).unwrap();
     for i in 0..5 {
         raw::publish_raw(&js, &data_chunk(&addr, i, b"payload"))
             .await
@@ -704,7 +718,7 @@ async fn a_foreign_client_can_ingest_with_plain_headers() {
         .collect();
     assert_eq!(
         c[0].addr,
-        RunAddr::new("acme", "run-42", DEFAULT_PARTITIONS)
+        RunAddr::parse("acme", "run-42", DEFAULT_PARTITIONS).unwrap()
     );
     assert_eq!((c[0].family.as_str(), c[0].chunk), ("f1", 0));
     assert_eq!(c[0].session_key.as_deref(), Some("telegram:12345"));
@@ -737,7 +751,7 @@ async fn a_stopped_local_server_shuts_down_cleanly_and_keeps_its_store() {
     ensure_streams(&js, &StreamSettings::default())
         .await
         .unwrap();
-    let addr = RunAddr::new("t", "run-stop", DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("t", "run-stop", DEFAULT_PARTITIONS).unwrap();
     raw::publish_raw(&js, &data_chunk(&addr, 0, b"kept"))
         .await
         .unwrap();
@@ -768,7 +782,7 @@ async fn a_stopped_local_server_shuts_down_cleanly_and_keeps_its_store() {
 #[tokio::test]
 async fn partition_durables_start_after_the_legacy_consumers_ack_floor() {
     let (_server, js) = setup().await;
-    let addr = RunAddr::new("t", "r", DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
     for i in 0..10 {
         raw::publish_raw(&js, &data_chunk(&addr, i, b"x"))
             .await

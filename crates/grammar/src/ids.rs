@@ -7,6 +7,11 @@
 //! and outbound headers (webhooks). A control character breaks a header line; an id of
 //! kilobytes pushes a subject past the broker's control-line limit, which drops the
 //! whole connection. 256 bytes keeps every derived key far inside NATS' limits.
+//!
+//! [`TenantId`], [`RunId`], [`SessionId`] and [`RunRef`] hold ids that passed the rule:
+//! a front door parses into them once (the normalizer's `RunSpec`, the bus's `RunAddr`
+//! as it parses a subject, the run stream's routes), and what takes them never checks
+//! again.
 
 /// Longest id, in UTF-8 bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -156,9 +161,182 @@ pub fn check_run(tenant: &str, run_id: &str, session: Option<&str>) -> Result<()
     Ok(())
 }
 
+/// Defines an id type whose only constructor checks [`check`]: a value of it has passed
+/// the rule, so code that holds one never checks again.
+macro_rules! typed_id {
+    ($(#[$doc:meta])* $name:ident, $kind:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Checks `value` against the id rule.
+            pub fn new(value: impl Into<String>) -> Result<$name, IdError> {
+                let value = value.into();
+                check($kind, &value)?;
+                Ok($name(value))
+            }
+
+            /// The id as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The id's text, owned.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<$name, IdError> {
+                $name::new(s)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                let s = String::deserialize(d)?;
+                $name::new(s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+typed_id!(
+    /// A tenant, checked against the id rule.
+    TenantId,
+    IdKind::Tenant
+);
+typed_id!(
+    /// A run id, checked against the id rule.
+    RunId,
+    IdKind::Run
+);
+typed_id!(
+    /// A chat session key, checked against the id rule.
+    SessionId,
+    IdKind::Session
+);
+
+/// One run: its tenant and its id, both checked. Runs are only ever named by this pair —
+/// the same run id under two tenants is two runs.
+#[derive(
+    Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, serde::Serialize, serde::Deserialize,
+)]
+pub struct RunRef {
+    /// The tenant that owns the run.
+    pub tenant: TenantId,
+    /// The run's id.
+    pub run: RunId,
+}
+
+impl RunRef {
+    /// Checks both ids; the error names the one that breaks the rule.
+    pub fn new(tenant: &str, run: &str) -> Result<RunRef, IdError> {
+        Ok(RunRef {
+            tenant: TenantId::new(tenant)?,
+            run: RunId::new(run)?,
+        })
+    }
+}
+
+impl std::fmt::Display for RunRef {
+    /// `<tenant>/<run>`, for logs and messages (not a key: a `/` may be in either id).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.tenant, self.run)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_ids_hold_only_what_passes_the_rule() {
+        let run = RunRef::new("acme", "run 1").unwrap();
+        assert_eq!(run.tenant, "acme");
+        assert_eq!(&*run.run, "run 1");
+        assert_eq!(run.to_string(), "acme/run 1");
+        assert_eq!(
+            RunRef::new("acme", "a\nb").unwrap_err().to_string(),
+            "run id: no control characters (found U+000A at byte 1)"
+        );
+        assert_eq!(
+            RunRef::new("", "r").unwrap_err(),
+            IdError::Empty(IdKind::Tenant)
+        );
+        assert!("x".repeat(257).parse::<SessionId>().is_err());
+        // Serde: plain strings on the wire, and the rule on the way in.
+        let json = serde_json::to_string(&run).unwrap();
+        assert_eq!(json, r#"{"tenant":"acme","run":"run 1"}"#);
+        assert_eq!(serde_json::from_str::<RunRef>(&json).unwrap(), run);
+        let bad = serde_json::from_str::<RunId>("\"r\\u202e\"").unwrap_err();
+        assert!(bad.to_string().contains("bidi"), "{bad}");
+    }
 
     #[test]
     fn the_rule() {

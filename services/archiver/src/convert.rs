@@ -49,8 +49,8 @@ pub fn event(e: &ArchivedEvent) -> v1::ArchivedEvent {
 /// A raw chunk from SG_RAW as an archive record.
 pub fn raw_record(c: streamgate_bus::raw::RawChunk) -> RawChunkRecord {
     RawChunkRecord {
-        tenant: c.addr.tenant,
-        run_id: c.addr.run_id,
+        tenant: c.addr.tenant.into(),
+        run_id: c.addr.run_id.into(),
         chunk: c.chunk,
         family: c.family,
         ingest_ts_ms: c.ingest_ts_ms,

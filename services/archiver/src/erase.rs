@@ -11,6 +11,7 @@ use std::sync::Arc;
 use streamgate_archive::{ArchiveError, EraseScope, Erased, Erasure, RunFilter, Store};
 use streamgate_bus::erase::{erase_messages, run_filters};
 use streamgate_bus::BusError;
+use streamgate_grammar::ids::{RunId, TenantId};
 
 /// What an erasure removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,6 +32,9 @@ pub enum EraseError {
     /// The broker failed.
     #[error("broker: {0}")]
     Bus(#[from] BusError),
+    /// A tenant or run id breaks the id rule (no run of it can exist).
+    #[error(transparent)]
+    InvalidId(#[from] streamgate_grammar::ids::IdError),
 }
 
 /// Erases `scope` of `tenant` from the broker, then the archive.
@@ -44,14 +48,21 @@ pub async fn erase(
     at_ms: i64,
 ) -> Result<EraseReport, EraseError> {
     let mut filters = Vec::new();
+    let tenant_id = TenantId::new(tenant)?;
     match scope {
-        EraseScope::Run(run) => filters.extend(run_filters(tenant, Some(run), partitions)),
+        EraseScope::Run(run) => {
+            filters.extend(run_filters(
+                &tenant_id,
+                Some(&RunId::new(run.as_str())?),
+                partitions,
+            ));
+        }
         EraseScope::Session(session) => {
             for run in session_runs(store, tenant, session).await? {
-                filters.extend(run_filters(tenant, Some(&run), partitions));
+                filters.extend(run_filters(&tenant_id, Some(&RunId::new(run)?), partitions));
             }
         }
-        EraseScope::All => filters.extend(run_filters(tenant, None, partitions)),
+        EraseScope::All => filters.extend(run_filters(&tenant_id, None, partitions)),
     }
     let mut bus_messages = 0;
     for (stream, filter, removal) in &filters {

@@ -351,7 +351,9 @@ impl ArchiveService for Replay {
         if chunks.is_empty() {
             // No raw archive: SG_RAW itself is the provider-native transcript, read from
             // this tenant's subject of the run only.
-            let subject = RunAddr::new(tenant, &run_id, self.partitions).raw_subject();
+            let subject = RunAddr::parse(tenant, &run_id, self.partitions)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?
+                .raw_subject();
             let msgs = streamgate_bus::consume::read_subject(
                 &self.js,
                 streamgate_bus::RAW_STREAM,
@@ -423,8 +425,9 @@ impl ArchiveService for Replay {
             streamgate_runtime::clock::now_ms(),
         )
         .await
-        .map_err(|e| {
-            Status::unavailable(format!("{e} (erased so far stays erased; run it again)"))
+        .map_err(|e| match e {
+            crate::erase::EraseError::InvalidId(e) => Status::invalid_argument(e.to_string()),
+            e => Status::unavailable(format!("{e} (erased so far stays erased; run it again)")),
         })?;
         let a = report.archive;
         Ok(Response::new(v1::EraseReply {
@@ -591,7 +594,9 @@ impl Replay {
         }
         // Live: this tenant's subject of the run from the start of SG_EVENTS; only
         // last+1 goes out.
-        let subject = RunAddr::new(tenant, run_id, self.partitions).events_subject();
+        let subject = RunAddr::parse(tenant, run_id, self.partitions)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?
+            .events_subject();
         let stream = self
             .js
             .get_stream(EVENTS_STREAM)

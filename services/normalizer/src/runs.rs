@@ -22,7 +22,7 @@ use streamgate_grammar::{Envelope, RunEvent};
 use streamgate_wire::{Close, Family, FamilyChoice, Normalizer};
 
 /// Key of a run: tenant and run id.
-pub type RunKey = (String, String);
+pub type RunKey = streamgate_grammar::ids::RunRef;
 
 /// What applying a chunk did.
 #[derive(Debug)]
@@ -179,7 +179,7 @@ impl RunTable {
 
     /// Applies one chunk that arrived from the consumer.
     pub fn apply(&mut self, chunk: &RawChunk) -> Applied {
-        let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
+        let key = chunk.addr.run();
         if self.closed.contains(&key) {
             return Applied::Duplicate;
         }
@@ -213,7 +213,7 @@ impl RunTable {
     /// run — and returns every event they yield (to be re-published), grouped per chunk
     /// as they were first published, so the re-publish carries the same message ids.
     pub fn rebuild(&mut self, upto: &RawChunk, history: Vec<RawChunk>) -> Vec<Vec<RunEvent>> {
-        let key = (upto.addr.tenant.clone(), upto.addr.run_id.clone());
+        let key = upto.addr.run();
         self.unload(&key);
         self.dormant.remove(&key);
         // A close marker already in SG_RAW means the run is over, even when it sits after
@@ -274,7 +274,7 @@ impl RunTable {
     /// it counts as idle since that chunk's ingest time. A run the table knows already
     /// (open, dormant or closed) is left alone, as is one whose last chunk closes it.
     pub fn watch_idle(&mut self, last: &RawChunk, now_ms: i64) {
-        let key = (last.addr.tenant.clone(), last.addr.run_id.clone());
+        let key = last.addr.run();
         if last.close.is_some()
             || self.open.contains_key(&key)
             || self.dormant.contains_key(&key)
@@ -409,9 +409,9 @@ impl RunTable {
         drop(run.normalizer.take_transcript());
         run.next_chunk = chunk.chunk + 1;
         let envelope = Envelope {
-            tenant: run.addr.tenant.clone(),
+            tenant: run.addr.tenant.to_string(),
             session_key: run.session_key.clone(),
-            run_id: run.addr.run_id.clone(),
+            run_id: run.addr.run_id.to_string(),
             ts_ms: chunk.ingest_ts_ms,
         };
         run.normalizer
@@ -447,10 +447,11 @@ pub fn close_marker(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use streamgate_grammar::ids::RunRef;
 
     fn chunk(run: &str, index: u64) -> RawChunk {
         RawChunk {
-            addr: RunAddr::new("t", run, 32),
+            addr: RunAddr::parse("t", run, 32).unwrap(),
             session_key: None,
             family: "f2".to_owned(),
             dialect: None,
@@ -482,7 +483,7 @@ mod tests {
         // A dropped table (a released partition) gives its runs back.
         drop(a);
         assert_eq!(budget.used(), 1);
-        b.forget(&("t".to_owned(), "b2".to_owned()));
+        b.forget(&RunRef::new("t", "b2").unwrap());
         assert_eq!(budget.used(), 0);
     }
 }

@@ -379,7 +379,7 @@ async fn apply_and_publish(
         let span = streamgate_runtime::hop_span!("normalize", run = %chunk.addr.run_id, chunk = chunk.chunk);
         let trace = trace::follow(&span, trace::extract_context(msg.headers.as_ref()));
         spans.push(span);
-        let key = (chunk.addr.tenant.clone(), chunk.addr.run_id.clone());
+        let key = chunk.addr.run();
         let mut rebuilt = false;
         let groups = match table.apply(&chunk) {
             Applied::Events(evs) => vec![evs],

@@ -577,11 +577,12 @@ async fn a_redelivered_message_of_an_ended_run_leaves_no_run_in_flight() -> R {
     // Two of the run's middle events once more, as a message of their own (a new id:
     // the broker would drop a copy of one already stored).
     let mid = evs.len() / 2;
-    let addr = streamgate_bus::subject::RunAddr::new(
+    let addr = streamgate_bus::subject::RunAddr::parse(
         TENANT,
         "run-again",
         streamgate_bus::DEFAULT_PARTITIONS,
-    );
+    )
+    .unwrap();
     streamgate_bus::events::publish_batches(&js, &addr, [&evs[mid..mid + 2]]).await?;
     assert!(
         all_acked(&js, Duration::from_secs(20)).await?,

@@ -108,7 +108,7 @@ async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
     .await?;
     let mut c = client(running.grpc.ok_or("no grpc")?).await?;
     let evs = events();
-    let addr = RunAddr::new("acme", RUN, streamgate_bus::DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("acme", RUN, streamgate_bus::DEFAULT_PARTITIONS).unwrap();
     streamgate_bus::events::publish_events(&js, &addr, &evs).await?;
 
     // Channel defaults: the status updates are hidden.

@@ -51,7 +51,7 @@ async fn publish(js: &async_nats::jetstream::Context, lines: &[&str]) -> R {
             })
         })
         .collect::<Result<_, Box<dyn std::error::Error>>>()?;
-    let addr = RunAddr::new("acme", "handover", streamgate_bus::DEFAULT_PARTITIONS);
+    let addr = RunAddr::parse("acme", "handover", streamgate_bus::DEFAULT_PARTITIONS).unwrap();
     streamgate_bus::events::publish_events(js, &addr, &evs).await?;
     Ok(())
 }

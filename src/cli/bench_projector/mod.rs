@@ -165,7 +165,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
                 event: ev.clone(),
             };
             batch.push((
-                RunAddr::new("bench", run_id, streamgate_bus::DEFAULT_PARTITIONS),
+                RunAddr::parse("bench", run_id, streamgate_bus::DEFAULT_PARTITIONS).unwrap(),
                 re,
             ));
         }

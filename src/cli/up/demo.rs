@@ -62,13 +62,7 @@ const DEMO_TENANT: &str = "demo";
 
 /// Ingests one capture in small random chunks, like a live provider.
 async fn demo_ingest(ingestor: &Ingestor, run: &str, family: &str, bytes: &[u8]) -> Result<()> {
-    let spec = RunSpec {
-        tenant: DEMO_TENANT.into(),
-        run_id: run.into(),
-        session_key: Some("demo-session".into()),
-        family: family.into(),
-        dialect: None,
-    };
+    let spec = RunSpec::new(DEMO_TENANT, run, Some("demo-session"), family, None)?;
     let mut pos = 0;
     let mut chunk = 0;
     while pos < bytes.len() {

@@ -132,15 +132,9 @@ pub async fn follow<S: RunSink>(
     if !(cfg.url.starts_with("ws://") || cfg.url.starts_with("wss://")) {
         return Err(FollowError::Url(shown_url(&cfg.url).to_owned()));
     }
-    streamgate_grammar::ids::check(streamgate_grammar::ids::IdKind::Tenant, &cfg.tenant)?;
+    let tenant = streamgate_grammar::ids::TenantId::new(cfg.tenant.as_str())?;
     let gateway = shown_url(&cfg.url).to_owned();
-    let mut router = Router::new(
-        sink,
-        cfg.tenant.clone(),
-        cfg.queue,
-        cfg.feed.clone(),
-        cancel.clone(),
-    );
+    let mut router = Router::new(sink, tenant, cfg.queue, cfg.feed.clone(), cancel.clone());
     let mut backoff = Backoff::new(cfg.reconnect_base, cfg.reconnect_cap);
     let mut ever_greeted = false;
     loop {

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet, VecDeque};
-use streamgate_grammar::ids::{self, IdKind};
+use streamgate_grammar::ids::{RunId, SessionId, TenantId};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -106,7 +106,7 @@ struct RunState {
 /// Routes agent events into runs fed to a [`RunSink`].
 pub struct Router<S: RunSink> {
     sink: S,
-    tenant: String,
+    tenant: TenantId,
     queue: usize,
     feed: FeedConfig,
     cancel: CancellationToken,
@@ -120,7 +120,7 @@ impl<S: RunSink> Router<S> {
     /// Routes runs of `tenant` to `sink`, at most `queue` lines queued per run.
     pub fn new(
         sink: S,
-        tenant: String,
+        tenant: TenantId,
         queue: usize,
         feed: FeedConfig,
         cancel: CancellationToken,
@@ -158,21 +158,21 @@ impl<S: RunSink> Router<S> {
             Err(e) => return Routed::Rejected(format!("payload is not an agent event: {e}")),
         };
         let run = match &head.run_id {
-            Some(Value::String(s)) => s.clone(),
+            Some(Value::String(s)) => match RunId::new(s.as_str()) {
+                Ok(run) => run,
+                Err(e) => return Routed::Rejected(e.to_string()),
+            },
             Some(_) => return Routed::Rejected("runId is not a string".to_owned()),
             None => return Routed::Rejected("no runId".to_owned()),
         };
-        if let Err(e) = ids::check(IdKind::Run, &run) {
-            return Routed::Rejected(e.to_string());
-        }
-        if self.ended.contains(&run) {
+        if self.ended.contains(&*run) {
             return Routed::AfterEnd;
         }
         let seq = head.seq.as_ref().and_then(Value::as_u64);
-        if !self.runs.contains_key(&run) {
+        if !self.runs.contains_key(&*run) {
             self.track(&run, &head);
         }
-        let Some(state) = self.runs.get_mut(&run) else {
+        let Some(state) = self.runs.get_mut(&*run) else {
             return Routed::Rejected("untracked run".to_owned());
         };
         if let (Some(seq), Some(last)) = (seq, state.last_seq) {
@@ -185,28 +185,31 @@ impl<S: RunSink> Router<S> {
         let mut text = payload.get().replace(['\n', '\r'], " ");
         text.push('\n');
         self.send(&run, Line { text, terminal }).await;
-        if let Some(state) = self.runs.get_mut(&run) {
+        if let Some(state) = self.runs.get_mut(&*run) {
             state.last_seq = seq.or(state.last_seq);
         }
         if terminal {
             self.end(&run);
         }
         metrics::counter!("streamgate_gateway_events_total").increment(1);
-        Routed::Forwarded { run, terminal }
+        Routed::Forwarded {
+            run: run.into(),
+            terminal,
+        }
     }
 
     /// Starts tracking `run` (first seen now).
-    fn track(&mut self, run: &str, head: &Head<'_>) {
+    fn track(&mut self, run: &RunId, head: &Head<'_>) {
         if self.runs.len() >= TRACKED_PRUNE {
             self.runs.retain(|_, s| !s.tx.is_closed());
         }
         let session_key = match &head.session_key {
-            Some(Value::String(s)) if ids::check(IdKind::Session, s).is_ok() => Some(s.clone()),
+            Some(Value::String(s)) => SessionId::new(s.as_str()).ok(),
             _ => None,
         };
         let spec = RunSpec {
             tenant: self.tenant.clone(),
-            run_id: run.to_owned(),
+            run_id: run.clone(),
             session_key,
             family: FAMILY.to_owned(),
             dialect: None,
@@ -214,7 +217,7 @@ impl<S: RunSink> Router<S> {
         tracing::info!(run = %run, "gateway run followed");
         let tx = self.spawn(spec.clone());
         self.runs.insert(
-            run.to_owned(),
+            run.to_string(),
             RunState {
                 tx,
                 spec,

@@ -54,7 +54,6 @@ fn sink_error(e: IngestError) -> SinkError {
 /// request (so it never interleaves with a front-door request for the same run).
 impl RunSink for Ingestor {
     async fn resume(&self, run: &RunSpec) -> Result<ResumePoint, SinkError> {
-        Ingestor::check(run).map_err(sink_error)?;
         self.resume_point(&run.tenant, &run.run_id)
             .await
             .map_err(sink_error)

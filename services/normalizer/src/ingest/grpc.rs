@@ -92,7 +92,7 @@ fn bind(
             b.tenant, b.run_id, chunk.tenant, chunk.run_id
         )))),
         None => {
-            Ingestor::check(&spec_of(chunk)).map_err(status)?;
+            spec_of(chunk).map_err(status)?;
             grant.check(&chunk.tenant).map_err(|e| e.status())?;
             let claim = ingestor
                 .claim(&chunk.tenant, &chunk.run_id)
@@ -107,14 +107,14 @@ fn bind(
     }
 }
 
-fn spec_of(c: &IngestChunk) -> RunSpec {
-    RunSpec {
-        tenant: c.tenant.clone(),
-        run_id: c.run_id.clone(),
-        session_key: c.session_key.clone(),
-        family: c.family.clone(),
-        dialect: c.dialect.clone(),
-    }
+fn spec_of(c: &IngestChunk) -> Result<RunSpec, IngestError> {
+    RunSpec::new(
+        &c.tenant,
+        &c.run_id,
+        c.session_key.as_deref(),
+        &c.family,
+        c.dialect.clone(),
+    )
 }
 
 type AckStream = Pin<Box<dyn futures::Stream<Item = Result<IngestAck, Status>> + Send>>;
@@ -268,8 +268,7 @@ async fn send(
     resume: &mut Option<super::ResumePoint>,
     trace: Option<&TraceContext>,
 ) -> Result<BoxFuture<'static, Result<IngestAck, IngestError>>, IngestError> {
-    let spec = spec_of(chunk);
-    Ingestor::check(&spec)?;
+    let spec = spec_of(chunk)?;
     let close = match chunk.close.as_deref() {
         None => None,
         Some("normal") => Some(CloseKind::Normal),
@@ -301,7 +300,7 @@ async fn send(
         return Ok(Box::pin(async move { Ok(ack) }));
     }
     if point.closed {
-        return Err(IngestError::Closed(spec.run_id));
+        return Err(IngestError::Closed(spec.run_id.into()));
     }
     if index > point.next_chunk {
         return Err(IngestError::Invalid(format!(

@@ -142,16 +142,16 @@ async fn ingest_body(
     if let Err(e) = st.auth.check_http(&headers, &tenant) {
         return e.into_response();
     }
-    let spec = RunSpec {
-        tenant,
-        run_id,
-        session_key: q.session,
-        family: q.family.unwrap_or_else(|| "auto".to_owned()),
-        dialect: q.dialect,
+    let spec = match RunSpec::new(
+        &tenant,
+        &run_id,
+        q.session.as_deref(),
+        q.family.as_deref().unwrap_or("auto"),
+        q.dialect,
+    ) {
+        Ok(spec) => spec,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    if let Err(e) = Ingestor::check(&spec) {
-        return error(StatusCode::BAD_REQUEST, e.to_string());
-    }
     // One request per run at a time; the claim is released when this handler returns
     // (or is dropped with a broken connection).
     let _claim = match st.ingestor.claim(&spec.tenant, &spec.run_id) {
@@ -169,7 +169,7 @@ async fn ingest_body(
     if point.closed {
         return error(
             StatusCode::CONFLICT,
-            IngestError::Closed(spec.run_id.clone()).to_string(),
+            IngestError::Closed(spec.run_id.to_string()).to_string(),
         );
     }
     let mut window = Window::new(st.ingestor.window());

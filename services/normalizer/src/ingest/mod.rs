@@ -33,7 +33,7 @@ use streamgate_bus::raw::{
 use streamgate_bus::subject::RunAddr;
 use streamgate_bus::trace::TraceContext;
 use streamgate_bus::{BusError, RAW_STREAM};
-use streamgate_grammar::ids;
+use streamgate_grammar::ids::{RunId, RunRef, SessionId, TenantId};
 
 /// Something went wrong landing a chunk.
 #[derive(Debug, thiserror::Error)]
@@ -103,15 +103,47 @@ pub struct ResumePoint {
 #[derive(Debug, Clone)]
 pub struct RunSpec {
     /// Tenant.
-    pub tenant: String,
+    pub tenant: TenantId,
     /// Run id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// Optional chat session.
-    pub session_key: Option<String>,
+    pub session_key: Option<SessionId>,
     /// Wire family id, or `auto`.
     pub family: String,
     /// Optional dialect hint.
     pub dialect: Option<String>,
+}
+
+impl RunSpec {
+    /// A producer's declaration, checked once at the front door: the id rule
+    /// ([`streamgate_grammar::ids`]) for tenant, run and session, and a known family.
+    pub fn new(
+        tenant: &str,
+        run_id: &str,
+        session_key: Option<&str>,
+        family: &str,
+        dialect: Option<String>,
+    ) -> Result<RunSpec, IngestError> {
+        let spec = RunSpec {
+            tenant: TenantId::new(tenant)?,
+            run_id: RunId::new(run_id)?,
+            session_key: session_key.map(SessionId::new).transpose()?,
+            family: family.to_owned(),
+            dialect,
+        };
+        spec.family
+            .parse::<streamgate_wire::FamilyChoice>()
+            .map_err(|e| IngestError::Invalid(e.to_string()))?;
+        Ok(spec)
+    }
+
+    /// The run this spec declares.
+    pub fn run(&self) -> RunRef {
+        RunRef {
+            tenant: self.tenant.clone(),
+            run: self.run_id.clone(),
+        }
+    }
 }
 
 /// Runs with an open ingest request in this process, by (tenant, run id).
@@ -186,16 +218,6 @@ impl Ingestor {
         })
     }
 
-    /// Validates a run spec: the id rule ([`streamgate_grammar::ids`]) for tenant, run
-    /// and session, and a known family.
-    pub fn check(spec: &RunSpec) -> Result<(), IngestError> {
-        ids::check_run(&spec.tenant, &spec.run_id, spec.session_key.as_deref())?;
-        spec.family
-            .parse::<streamgate_wire::FamilyChoice>()
-            .map_err(|e| IngestError::Invalid(e.to_string()))?;
-        Ok(())
-    }
-
     /// Stores one chunk (or close marker) and waits for the broker's ack. Returns the
     /// stream sequence. `trace` rides along in the raw message, so the normalizer and
     /// everything after it continue the producer's trace.
@@ -239,8 +261,8 @@ impl Ingestor {
         at: Placement,
     ) -> Result<PendingPut, IngestError> {
         let raw = RawChunk {
-            addr: RunAddr::new(&spec.tenant, &spec.run_id, self.partitions),
-            session_key: spec.session_key.clone(),
+            addr: RunAddr::new(&spec.run(), self.partitions),
+            session_key: spec.session_key.clone().map(String::from),
             family: spec.family.clone(),
             dialect: spec.dialect.clone(),
             chunk,
@@ -282,9 +304,7 @@ impl Ingestor {
         tenant: &str,
         run_id: &str,
     ) -> Result<ResumePoint, IngestError> {
-        ids::check(ids::IdKind::Tenant, tenant)?;
-        ids::check(ids::IdKind::Run, run_id)?;
-        let addr = RunAddr::new(tenant, run_id, self.partitions);
+        let addr = RunAddr::parse(tenant, run_id, self.partitions)?;
         // Every failure here is the broker's (the stream exists once the service
         // started): a stream without a leader yet, a timeout, a reconnect.
         let stream = self

@@ -62,13 +62,16 @@ struct Watcher {
 struct Gone;
 
 impl Watcher {
-    fn subject_of(&self, ev: &RunEvent) -> String {
-        RunAddr::new(
+    /// The run's subject on SG_EVENTS. `None` for ids that break the id rule, which no
+    /// event has: its ids came off a subject that was checked as it was parsed.
+    fn subject_of(&self, ev: &RunEvent) -> Option<String> {
+        RunAddr::parse(
             &ev.envelope.tenant,
             &ev.envelope.run_id,
             self.channel.config().partitions,
         )
-        .events_subject()
+        .ok()
+        .map(|addr| addr.events_subject())
     }
 
     /// Sends `ev`, display-safe, if it is its run's next event (an earlier one only
@@ -136,7 +139,9 @@ impl Watcher {
             return Ok(());
         }
         if !self.open.contains_key(&run) {
-            let subject = self.subject_of(ev);
+            let Some(subject) = self.subject_of(ev) else {
+                return Ok(());
+            };
             let next = self.after_seq.get(&run) + 1;
             self.open.insert(run.clone(), (next, subject));
         }

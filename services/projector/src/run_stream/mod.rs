@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use streamgate_bus::subject::RunAddr;
 use streamgate_bus::{events, EVENTS_STREAM};
-use streamgate_grammar::{ids, RunEvent};
+use streamgate_grammar::{ids::RunRef, RunEvent};
 use streamgate_projection::EventRedactor;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -290,9 +290,10 @@ async fn events_route(
     Query(q): Query<StreamQuery>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = ids::check_run(&tenant, &run, None) {
-        return bad_request(e.to_string());
-    }
+    let run = match RunRef::new(&tenant, &run) {
+        Ok(run) => run,
+        Err(e) => return bad_request(e.to_string()),
+    };
     let last_event_id = match headers.get("last-event-id").map(|v| v.to_str()) {
         None => None,
         Some(Ok(v)) => match v.trim().parse::<u64>() {
@@ -306,7 +307,7 @@ async fn events_route(
         .wait
         .map_or(DEFAULT_WAIT, Duration::from_secs)
         .min(MAX_WAIT);
-    follow_response(&s, &tenant, &run, q.format, after, wait)
+    follow_response(&s, &run, q.format, after, wait)
 }
 
 /// The answer of a channel that does not show `tenant`'s runs, if it does not.
@@ -324,17 +325,16 @@ fn other_tenant(s: &RunStreamState, tenant: &str) -> Option<Response> {
 /// The run stream of `run` in `format`, after seq `after`, waiting `wait` for its start.
 fn follow_response(
     s: &RunStreamState,
-    tenant: &str,
-    run: &str,
+    run: &RunRef,
     format: Format,
     after: u64,
     wait: Duration,
 ) -> Response {
-    if let Some(refused) = other_tenant(s, tenant) {
+    if let Some(refused) = other_tenant(s, &run.tenant) {
         return refused;
     }
     let follow = Follow {
-        subject: RunAddr::new(tenant, run, s.channel.config().partitions).events_subject(),
+        subject: RunAddr::new(run, s.channel.config().partitions).events_subject(),
         after,
         wait,
     };
@@ -375,15 +375,16 @@ async fn resume_route(
     State(s): State<RunStreamState>,
     Path((tenant, run)): Path<(String, String)>,
 ) -> Response {
-    if let Err(e) = ids::check_run(&tenant, &run, None) {
-        return bad_request(e.to_string());
-    }
-    if let Some(refused) = other_tenant(&s, &tenant) {
+    let run = match RunRef::new(&tenant, &run) {
+        Ok(run) => run,
+        Err(e) => return bad_request(e.to_string()),
+    };
+    if let Some(refused) = other_tenant(&s, &run.tenant) {
         return refused;
     }
-    let subject = RunAddr::new(&tenant, &run, s.channel.config().partitions).events_subject();
+    let subject = RunAddr::new(&run, s.channel.config().partitions).events_subject();
     match in_flight(&s.channel, &subject).await {
-        Ok(true) => follow_response(&s, &tenant, &run, Format::AiSdk, 0, DEFAULT_WAIT),
+        Ok(true) => follow_response(&s, &run, Format::AiSdk, 0, DEFAULT_WAIT),
         Ok(false) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,

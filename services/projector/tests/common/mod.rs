@@ -53,11 +53,12 @@ pub async fn publish(js: &async_nats::jetstream::Context, evs: &[RunEvent]) -> R
     let Some(first) = evs.first() else {
         return Ok(());
     };
-    let addr = RunAddr::new(
+    let addr = RunAddr::parse(
         &first.envelope.tenant,
         &first.envelope.run_id,
         streamgate_bus::DEFAULT_PARTITIONS,
-    );
+    )
+    .unwrap();
     streamgate_bus::events::publish_events(js, &addr, evs).await?;
     Ok(())
 }
