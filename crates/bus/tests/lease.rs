@@ -416,6 +416,19 @@ async fn a_broker_restart_keeps_the_owners() {
     let b = member(nats.client().await, &ledger, "b", ttl).await;
     eventually("split", || split_evenly(&a, &b)).await;
     let (ha, hb) = (a.held(), b.held());
+    // Every held partition's worker has started (a lease shows as held a moment before
+    // its worker runs): only starts after this point are restarts.
+    eventually("every held partition runs its holder's worker", || {
+        let l = ledger.lock().unwrap();
+        l.running.len() == P as usize
+            && ha
+                .iter()
+                .all(|p| l.running.get(p).map(String::as_str) == Some("a"))
+            && hb
+                .iter()
+                .all(|p| l.running.get(p).map(String::as_str) == Some("b"))
+    })
+    .await;
     let starts = ledger.lock().unwrap().starts;
     let before = revisions(&async_nats::jetstream::new(nats.client().await)).await;
     assert_eq!(before.len(), P as usize, "every partition has a lease");

@@ -53,13 +53,29 @@ pub async fn publish(js: &async_nats::jetstream::Context, evs: &[RunEvent]) -> R
     let Some(first) = evs.first() else {
         return Ok(());
     };
-    let addr = RunAddr::parse(
-        &first.envelope.tenant,
-        &first.envelope.run_id,
-        streamgate_bus::DEFAULT_PARTITIONS,
-    )
-    .unwrap();
-    streamgate_bus::events::publish_events(js, &addr, evs).await?;
+    let (tenant, run) = (&first.envelope.tenant, &first.envelope.run_id);
+    const P: u32 = streamgate_bus::DEFAULT_PARTITIONS;
+    match RunAddr::parse(tenant, run, P) {
+        Ok(addr) => streamgate_bus::events::publish_events(js, &addr, evs).await?,
+        // An id that breaks the id rule (a producer from before it, or a foreign one): no
+        // `RunAddr` holds it, so the subject is written by hand, as such a producer would.
+        Err(_) => {
+            use streamgate_bus::subject::{encode_token, partition_of};
+            let subject = format!(
+                "sg.evt.{}.{}.{}",
+                encode_token(tenant),
+                partition_of(run, P),
+                encode_token(run)
+            );
+            for ev in evs {
+                for m in streamgate_bus::events::messages_for(std::slice::from_ref(ev))? {
+                    js.publish_with_headers(subject.clone(), m.headers, m.payload)
+                        .await?
+                        .await?;
+                }
+            }
+        }
+    }
     Ok(())
 }
 
