@@ -986,6 +986,24 @@ async fn archive_requires_the_operator_token() {
             .unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     }
+    // Erase names its ids by the same rule, before anything is removed.
+    use v1::erase_request::Scope;
+    for (tenant, scope, rule) in [
+        ("t\n", Scope::All(true), "tenant: "),
+        (TENANT, Scope::RunId("r\n1".into()), "run id: "),
+        (TENANT, Scope::SessionKey("s".repeat(300)), "session"),
+    ] {
+        let err = ok
+            .erase(v1::EraseRequest {
+                tenant: tenant.into(),
+                scope: Some(scope),
+                actor: String::new(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().starts_with(rule), "{err:?}");
+    }
     let mut raw = ok
         .raw_chunks(v1::RawChunksRequest {
             run_id: run.into(),

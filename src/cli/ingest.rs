@@ -91,7 +91,10 @@ async fn connect(addr: &str, token: Option<&str>, tls: &ClientTlsArgs) -> Result
 /// Runs the subcommand.
 pub async fn run(args: IngestArgs) -> Result<()> {
     // The front door would refuse them too; refusing here sends nothing at all.
-    streamgate_grammar::ids::check_run(&args.tenant, &args.run, args.session.as_deref())?;
+    streamgate_grammar::ids::RunRef::new(&args.tenant, &args.run)?;
+    if let Some(session) = &args.session {
+        streamgate_grammar::ids::SessionId::new(session.as_str())?;
+    }
     let from_stdin = args.capture.as_os_str() == "-";
     let bytes = if from_stdin {
         Vec::new()

@@ -151,16 +151,6 @@ pub fn tenant_or_default(tenant: &str) -> &str {
     }
 }
 
-/// Checks a tenant, a run id and an optional session against the rule.
-pub fn check_run(tenant: &str, run_id: &str, session: Option<&str>) -> Result<(), IdError> {
-    check(IdKind::Tenant, tenant)?;
-    check(IdKind::Run, run_id)?;
-    if let Some(s) = session {
-        check(IdKind::Session, s)?;
-    }
-    Ok(())
-}
-
 /// Defines an id type whose only constructor checks [`check`]: a value of it has passed
 /// the rule, so code that holds one never checks again.
 macro_rules! typed_id {
@@ -368,7 +358,7 @@ mod tests {
         for bad in ["\0", "a\rb", "\u{7f}", "\u{85}x", "tab\t"] {
             assert!(check(IdKind::Session, bad).is_err(), "{bad:?}");
         }
-        assert!(check_run("t", "r", Some("s\n")).is_err());
+        assert!(SessionId::new("s\n").is_err());
         // Invisible format characters and separators (bidi override, BOM, U+2028).
         for bad in [
             "a\u{202E}b",
@@ -382,6 +372,6 @@ mod tests {
             assert!(e.to_string().contains("bidi overrides"), "{bad:?}: {e}");
         }
         assert!(check(IdKind::Run, "café-日本-ok").is_ok());
-        assert!(check_run("t", "r", None).is_ok());
+        assert!(RunRef::new("t", "r").is_ok());
     }
 }

@@ -21,7 +21,8 @@ use streamgate_archive::{ArchivedEvent, EraseScope, RunFilter, RunStatusKind, St
 use streamgate_bus::events::decode_msg;
 use streamgate_bus::subject::RunAddr;
 use streamgate_bus::EVENTS_STREAM;
-use streamgate_grammar::{ids, timeline, RunEvent, RunState};
+use streamgate_grammar::ids::{self, RunId, RunRef, SessionId, TenantId};
+use streamgate_grammar::{timeline, RunEvent, RunState};
 use streamgate_proto::v1;
 use streamgate_proto::v1::archive_service_server::ArchiveService;
 use tokio::sync::mpsc;
@@ -228,8 +229,7 @@ impl ArchiveService for Replay {
         request: Request<v1::ReplayEventsRequest>,
     ) -> Result<Response<Self::ReplayEventsStream>, Status> {
         let r = request.into_inner();
-        let tenant = ids::tenant_or_default(&r.tenant).to_owned();
-        check_run_id(&tenant, &r.run_id)?;
+        let run = run_ref(&r.tenant, &r.run_id)?;
         if r.follow && r.generation.is_some() {
             return Err(Status::invalid_argument(
                 "follow reads the run's current generation: leave out generation",
@@ -239,7 +239,7 @@ impl ArchiveService for Replay {
         let this = self.clone();
         tokio::spawn(async move {
             if let Err(status) = this
-                .replay_into(&tenant, &r.run_id, r.generation, r.after_seq, r.follow, &tx)
+                .replay_into(&run, r.generation, r.after_seq, r.follow, &tx)
                 .await
             {
                 let _ = tx.send(Err(status)).await;
@@ -340,20 +340,16 @@ impl ArchiveService for Replay {
         request: Request<v1::RawChunksRequest>,
     ) -> Result<Response<Self::RawChunksStream>, Status> {
         let r = request.into_inner();
-        let tenant = ids::tenant_or_default(&r.tenant);
-        let run_id = r.run_id;
-        check_run_id(tenant, &run_id)?;
+        let run = run_ref(&r.tenant, &r.run_id)?;
         let mut chunks = self
             .store
-            .raw_chunks(tenant, &run_id)
+            .raw_chunks(&run.tenant, &run.run)
             .await
             .map_err(internal)?;
         if chunks.is_empty() {
             // No raw archive: SG_RAW itself is the provider-native transcript, read from
             // this tenant's subject of the run only.
-            let subject = RunAddr::parse(tenant, &run_id, self.partitions)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?
-                .raw_subject();
+            let subject = RunAddr::new(&run, self.partitions).raw_subject();
             let msgs = streamgate_bus::consume::read_subject(
                 &self.js,
                 streamgate_bus::RAW_STREAM,
@@ -391,18 +387,13 @@ impl ArchiveService for Replay {
             .remote_addr()
             .map_or_else(String::new, |a| format!(" from {a}"));
         let r = request.into_inner();
-        let tenant = ids::tenant_or_default(&r.tenant).to_owned();
-        ids::check(ids::IdKind::Tenant, &tenant)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let tenant = TenantId::new(ids::tenant_or_default(&r.tenant)).map_err(invalid)?;
         let scope = match r.scope {
             Some(v1::erase_request::Scope::RunId(run)) => {
-                check_run_id(&tenant, &run)?;
-                EraseScope::Run(run)
+                EraseScope::Run(RunId::new(run).map_err(invalid)?.into_string())
             }
             Some(v1::erase_request::Scope::SessionKey(session)) => {
-                ids::check(ids::IdKind::Session, &session)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                EraseScope::Session(session)
+                EraseScope::Session(SessionId::new(session).map_err(invalid)?.into_string())
             }
             Some(v1::erase_request::Scope::All(true)) => EraseScope::All,
             Some(v1::erase_request::Scope::All(false)) | None => {
@@ -541,11 +532,17 @@ impl ArchiveService for Replay {
     }
 }
 
-/// The id rule ([`streamgate_grammar::ids`]) for a tenant and run id that become a NATS
-/// subject (follow, raw chunks): an id of kilobytes would push the subject past the
-/// broker's control-line limit and drop this service's connection.
-fn check_run_id(tenant: &str, run_id: &str) -> Result<(), Status> {
-    ids::check_run(tenant, run_id, None).map_err(|e| Status::invalid_argument(e.to_string()))
+/// The run a request names (an empty tenant is the default one), held as a [`RunRef`]
+/// once its ids pass the rule ([`streamgate_grammar::ids`]): they become a NATS subject
+/// (follow, raw chunks), and an id of kilobytes would push the subject past the broker's
+/// control-line limit and drop this service's connection.
+fn run_ref(tenant: &str, run_id: &str) -> Result<RunRef, Status> {
+    RunRef::new(ids::tenant_or_default(tenant), run_id).map_err(invalid)
+}
+
+/// INVALID_ARGUMENT naming the id rule an id breaks.
+fn invalid(e: ids::IdError) -> Status {
+    Status::invalid_argument(e.to_string())
 }
 
 /// NOT_FOUND for the run `(tenant, run_id)`.
@@ -566,8 +563,7 @@ impl Replay {
     /// the terminal event.
     async fn replay_into(
         &self,
-        tenant: &str,
-        run_id: &str,
+        run: &RunRef,
         generation: Option<u32>,
         after_seq: u64,
         follow: bool,
@@ -576,7 +572,7 @@ impl Replay {
         let mut last = after_seq;
         let mut done = false;
         loop {
-            let page = self.page(tenant, run_id, generation, last).await?;
+            let page = self.page(&run.tenant, &run.run, generation, last).await?;
             let full = page.len() as u32 == PAGE;
             for e in &page {
                 last = e.event.event.seq;
@@ -594,9 +590,7 @@ impl Replay {
         }
         // Live: this tenant's subject of the run from the start of SG_EVENTS; only
         // last+1 goes out.
-        let subject = RunAddr::parse(tenant, run_id, self.partitions)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?
-            .events_subject();
+        let subject = RunAddr::new(run, self.partitions).events_subject();
         let stream = self
             .js
             .get_stream(EVENTS_STREAM)
@@ -629,7 +623,7 @@ impl Replay {
             let journal_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
             for ev in evs {
                 if self
-                    .forward_live(tenant, run_id, ev, journal_seq, &mut last, tx)
+                    .forward_live(run, ev, journal_seq, &mut last, tx)
                     .await?
                 {
                     return Ok(());
@@ -644,8 +638,7 @@ impl Replay {
     /// the client left.
     async fn forward_live(
         &self,
-        tenant: &str,
-        run_id: &str,
+        run: &RunRef,
         ev: RunEvent,
         journal_seq: u64,
         last: &mut u64,
@@ -659,7 +652,7 @@ impl Replay {
             // The bus lost the middle (retention); the archive has it.
             let fill = self
                 .store
-                .events_after(tenant, run_id, *last, (seq - *last - 1) as u32)
+                .events_after(&run.tenant, &run.run, *last, (seq - *last - 1) as u32)
                 .await
                 .map_err(internal)?;
             for e in &fill {
@@ -673,7 +666,7 @@ impl Replay {
             }
             if *last + 1 != seq {
                 return Err(Status::data_loss(format!(
-                    "run {tenant}/{run_id}: seq {} to {} are in neither the archive nor the bus",
+                    "run {run}: seq {} to {} are in neither the archive nor the bus",
                     *last + 1,
                     seq - 1
                 )));

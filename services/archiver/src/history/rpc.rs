@@ -19,7 +19,7 @@ pub fn scope(r: Option<v1::VerifyRequest>) -> Result<Scope, Status> {
     let tenant = r.tenant.map(|t| ids::tenant_or_default(&t).to_owned());
     if let Some(run_id) = &r.run_id {
         let t = tenant.as_deref().unwrap_or(ids::DEFAULT_TENANT);
-        ids::check_run(t, run_id, None).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        ids::RunRef::new(t, run_id).map_err(|e| Status::invalid_argument(e.to_string()))?;
     }
     if let Some(f) = &r.family {
         f.parse::<streamgate_wire::Family>()

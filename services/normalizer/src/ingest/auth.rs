@@ -302,8 +302,8 @@ fn parse(text: &str) -> Result<Vec<Credential>, (usize, String)> {
                 if t == "*" {
                     return Err((n, "`*` stands alone: it means every tenant".into()));
                 }
-                ids::check(ids::IdKind::Tenant, t).map_err(|e| (n, e.to_string()))?;
-                set.insert(t.to_owned());
+                let t = ids::TenantId::new(t).map_err(|e| (n, e.to_string()))?;
+                set.insert(t.into_string());
             }
             if set.is_empty() {
                 return Err((n, "no tenant".into()));

@@ -371,13 +371,12 @@ impl ProjectorService for Projector {
         if req.chat_id.is_empty() {
             return Err(Status::invalid_argument("chat_id is required"));
         }
-        let tenant = ids::tenant_or_default(&req.tenant);
-        ids::check(ids::IdKind::Tenant, tenant)
+        let tenant = ids::TenantId::new(ids::tenant_or_default(&req.tenant))
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (o, reset) = settings::change_of(&req)?;
         let (s, n) = self
             .channel
-            .change_settings(tenant, &req.chat_id, o, &reset)
+            .change_settings(&tenant, &req.chat_id, o, &reset)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(settings::reply_of(&s, n)))
