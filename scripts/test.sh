@@ -126,7 +126,7 @@ if [ "${STREAMGATE_SKIP_NODE:-}" != 1 ]; then
   npm ci --prefix clients/typescript --silent --no-audit --no-fund
 fi
 
-# The Python client and its test extras, in a virtualenv under target/ (tests/clients.rs
+# The Python client and its test extras, in a virtualenv under target/ (tests/system/clients.rs
 # runs its suite with it).
 if [ "${STREAMGATE_SKIP_PYTHON:-}" != 1 ]; then
   venv=target/pyclient

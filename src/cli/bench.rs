@@ -106,7 +106,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         let (latencies, commits) = (latencies.clone(), commits.clone());
         CommitHook(Arc::new(move |batch| {
             commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let now = crate::cli::bench::now_ms();
+            let now = streamgate_runtime::clock::now_ms();
             if let Ok(mut l) = latencies.lock() {
                 l.extend(batch.iter().map(|e| (now, now - e.event.envelope.ts_ms)));
             }
@@ -255,11 +255,6 @@ fn print_timeline(committed: &[(i64, i64)]) {
             lat.last().copied().unwrap_or(0)
         );
     }
-}
-
-/// Milliseconds since the Unix epoch (the clock ingest times are stamped with).
-pub fn now_ms() -> i64 {
-    streamgate_normalizer::worker::now_ms()
 }
 
 async fn publish_baseline(

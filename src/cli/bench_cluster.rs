@@ -343,7 +343,7 @@ async fn start_services(
     let hook = {
         let ingested = ingested.clone();
         CommitHook(Arc::new(move |batch| {
-            let now = crate::cli::bench::now_ms();
+            let now = streamgate_runtime::clock::now_ms();
             if let Ok(mut m) = ingested.lock() {
                 for e in batch {
                     let key = (e.event.envelope.run_id.clone(), e.event.event.seq);
@@ -386,7 +386,7 @@ async fn start_receiver(seen: Seen) -> Result<String> {
         post(move |body: axum::body::Bytes| {
             let seen = seen.clone();
             async move {
-                let at = crate::cli::bench::now_ms();
+                let at = streamgate_runtime::clock::now_ms();
                 if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
                     let run = v["run_id"].as_str().unwrap_or_default().to_owned();
                     let seq = v["seq"].as_u64().unwrap_or(0);

@@ -14,6 +14,7 @@
 //!   mTLS tests).
 //! - [`captures`]: every fixture's and corpus capture's expected events, and the
 //!   probe that counts how often a platform shows an answer.
+//! - [`wait_until`] and [`poll_until`]: waits on a condition, blocking or async.
 //! - [`PgDatabase`]: a fresh database on the PostgreSQL server, dropped `WITH (FORCE)`
 //!   when the value is dropped.
 //!
@@ -24,12 +25,14 @@
 pub mod captures;
 mod cluster;
 pub mod pki;
+mod wait;
 
 use std::path::Path;
 use streamgate_bus::local::{free_port, LocalNats};
 
 pub use cluster::{stream_leader_name, NatsCluster};
 pub use streamgate_bus::local::{nats_server_binary, NATS_SERVER_ENV};
+pub use wait::{poll_until, wait_until};
 
 /// Environment variable that overrides the PostgreSQL server URL.
 pub const PG_URL_ENV: &str = "STREAMGATE_PG_URL";

@@ -4,7 +4,9 @@
 //! timing.
 #![allow(missing_docs)]
 
+#[path = "projector/cdp.rs"]
 mod cdp;
+#[path = "projector/common.rs"]
 mod common;
 
 use common::*;
@@ -150,7 +152,7 @@ async fn web_run_list_survives_a_projector_restart() -> R {
     )
     .await?;
     assert!(
-        wait_until(Duration::from_secs(15), || running
+        poll_until(Duration::from_secs(15), || running
             .channel
             .ended_runs()
             .iter()

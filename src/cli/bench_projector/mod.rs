@@ -160,7 +160,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
                     tenant: BENCH_TENANT.into(),
                     session_key: Some(format!("chat-{}", r % chats)),
                     run_id: run_id.clone(),
-                    ts_ms: crate::cli::bench::now_ms(),
+                    ts_ms: streamgate_runtime::clock::now_ms(),
                 },
                 event: ev.clone(),
             };

@@ -8,7 +8,7 @@
 //!   the terminal event, in order: the reconnect resumed from the last rendered seq with
 //!   no duplicate and no gap.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

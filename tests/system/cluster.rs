@@ -16,7 +16,7 @@
 //! `streamgate normalize` prints it (seq 1..=n, each once), and — where a channel runs —
 //! the webhook receiver applied exactly one `final` per run.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

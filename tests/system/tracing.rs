@@ -6,7 +6,7 @@
 //!   the producer's trace, each parented on the hop before it (ingest → normalize →
 //!   archive / project), and each process names itself in `service.name`.
 
-mod common;
+use crate::common;
 
 use common::{archiver_args, normalizer_args, Backend, Service, TestStore};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{

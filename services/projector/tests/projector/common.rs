@@ -3,11 +3,13 @@
 //! channel config with quick delivery, and polling.
 #![allow(dead_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use streamgate_bus::subject::RunAddr;
+pub use streamgate_grammar::clock::now_ms;
 use streamgate_grammar::{Envelope, Event, RunEvent};
 use streamgate_projector::{ChannelConfig, ChannelSink};
 use streamgate_sinks::DeliveryConfig;
+pub use streamgate_testkit::poll_until;
 
 pub type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -79,13 +81,6 @@ pub async fn publish(js: &async_nats::jetstream::Context, evs: &[RunEvent]) -> R
     Ok(())
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(0))
-        .unwrap_or(0)
-}
-
 pub fn fast_delivery() -> DeliveryConfig {
     DeliveryConfig {
         chat_rate: Some(streamgate_sinks::Rate::new(50.0, 10)),
@@ -100,17 +95,6 @@ pub fn channel(name: &str, sink: ChannelSink) -> ChannelConfig {
     let mut c = ChannelConfig::new(name, sink);
     c.delivery = fast_delivery();
     c
-}
-
-pub async fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    f()
 }
 
 /// A web channel on a free loopback port, thinking streamed, tool rows in full.

@@ -4,9 +4,9 @@
 //! concurrency): no rate override here.
 #![allow(missing_docs)]
 
-mod common;
+use crate::common;
 
-use common::{now_ms, publish, wait_until, TENANT};
+use common::{now_ms, poll_until, publish, TENANT};
 use futures::future::join_all;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -148,7 +148,7 @@ async fn a_busy_chat_never_delays_a_quiet_one() -> R {
     publish(&js, &run("quiet-1", "quiet")?).await?;
     let t_quiet = Instant::now();
     assert!(
-        wait_until(Duration::from_secs(5), || finals(&fake)
+        poll_until(Duration::from_secs(5), || finals(&fake)
             .contains_key("quiet-1"))
         .await,
         "the quiet chat's final did not arrive within 5 s (busy finals so far: {})",
@@ -156,7 +156,7 @@ async fn a_busy_chat_never_delays_a_quiet_one() -> R {
     );
     let quiet_after = t_quiet.elapsed();
     assert!(
-        wait_until(Duration::from_secs(120), || finals(&fake).len() == 201).await,
+        poll_until(Duration::from_secs(120), || finals(&fake).len() == 201).await,
         "only {} of 201 finals within 120 s",
         finals(&fake).len()
     );
@@ -191,13 +191,13 @@ async fn a_400_forever_is_bounded_and_other_chats_flow() -> R {
     }
     publish_all(&js, &runs).await?;
     assert!(
-        wait_until(Duration::from_secs(20), || finals(&fake).len() == 10).await,
+        poll_until(Duration::from_secs(20), || finals(&fake).len() == 10).await,
         "other chats' finals: {:?}",
         finals(&fake)
     );
     // Both refused finals were tried, and after a while still no more than allowed.
     assert!(
-        wait_until(Duration::from_secs(10), || final_calls(&fake, "refused")
+        poll_until(Duration::from_secs(10), || final_calls(&fake, "refused")
             == 2 * attempts)
         .await,
         "refused final calls: {}",
@@ -246,7 +246,7 @@ async fn a_run_id_with_a_control_char_is_encoded_and_blocks_nothing() -> R {
     publish(&js, &run("bad\u{7}run", "chat-c")?).await?;
     publish(&js, &run("good-run", "chat-c")?).await?;
     assert!(
-        wait_until(Duration::from_secs(10), || finals(&fake)
+        poll_until(Duration::from_secs(10), || finals(&fake)
             .contains_key("good-run"))
         .await,
         "the chat is blocked: {:?}",
@@ -254,7 +254,7 @@ async fn a_run_id_with_a_control_char_is_encoded_and_blocks_nothing() -> R {
     );
     // The odd run's final went out too, its key percent-encoded (never raw bytes).
     assert!(
-        wait_until(Duration::from_secs(10), || finals(&fake)
+        poll_until(Duration::from_secs(10), || finals(&fake)
             .contains_key("bad\u{7}run"))
         .await
     );
@@ -302,7 +302,7 @@ async fn shutdown_with_a_final_pending_is_prompt_and_the_final_survives() -> R {
     .await?;
     publish(&js, &run("pending-1", "chat-p")?).await?;
     assert!(
-        wait_until(Duration::from_secs(10), || final_calls(&fake, "chat-p")
+        poll_until(Duration::from_secs(10), || final_calls(&fake, "chat-p")
             >= 2)
         .await,
         "the final was not attempted"
@@ -321,7 +321,7 @@ async fn shutdown_with_a_final_pending_is_prompt_and_the_final_survives() -> R {
     )
     .await?;
     assert!(
-        wait_until(Duration::from_secs(30), || finals(&up)
+        poll_until(Duration::from_secs(30), || finals(&up)
             .contains_key("pending-1"))
         .await,
         "the final was lost across the restart"
@@ -352,7 +352,7 @@ async fn a_parked_final_is_listed_and_a_resend_delivers_it_once() -> R {
     let running = start(nats.client().await, config, None, shutdown.clone()).await?;
     publish(&js, &run("stuck-1", "chat-stuck")?).await?;
     assert!(
-        wait_until(Duration::from_secs(30), || !running
+        poll_until(Duration::from_secs(30), || !running
             .channel
             .parked()
             .is_empty())
@@ -372,7 +372,7 @@ async fn a_parked_final_is_listed_and_a_resend_delivers_it_once() -> R {
     // The chat goes on: the next run's final (another chat here) arrives promptly.
     publish(&js, &run("next-1", "chat-ok")?).await?;
     assert!(
-        wait_until(Duration::from_secs(5), || finals(&fake)
+        poll_until(Duration::from_secs(5), || finals(&fake)
             .contains_key("next-1"))
         .await,
         "a parked final held up the next one"
@@ -381,13 +381,13 @@ async fn a_parked_final_is_listed_and_a_resend_delivers_it_once() -> R {
     fake.recover();
     assert_eq!(running.channel.resend_parked().await?, 1);
     assert!(
-        wait_until(Duration::from_secs(10), || finals(&fake)
+        poll_until(Duration::from_secs(10), || finals(&fake)
             .contains_key("stuck-1"))
         .await,
         "the resend did not deliver the parked final"
     );
     assert!(
-        wait_until(Duration::from_secs(5), || running
+        poll_until(Duration::from_secs(5), || running
             .channel
             .parked()
             .is_empty())

@@ -14,7 +14,7 @@
 //!   starts for `--follow-gateway` (its own ingestor as the sink) on the in-process
 //!   pipeline: each archived run equals the reference normalization of its lines.
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures::{SinkExt as _, StreamExt as _};

@@ -6,7 +6,7 @@
 //! byte, as the operator's `ArchiveService.ReplayEvents` returns them (envelope, event,
 //! journal position), and `SG_EVENTS` must hold the same messages.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

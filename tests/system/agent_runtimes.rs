@@ -15,7 +15,7 @@
 //! Run: `cargo test --test agent_runtimes` (needs `STREAMGATE_NATS_SERVER` or a
 //! nats-server on PATH, like the other end-to-end tests).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

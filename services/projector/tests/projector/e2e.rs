@@ -4,7 +4,7 @@
 //! event streams) and are published to `SG_EVENTS` exactly as the normalizer would.
 #![allow(missing_docs)]
 
-mod common;
+use crate::common;
 
 use common::*;
 
@@ -182,7 +182,7 @@ async fn telegram_every_fixture_one_final_through_429s_and_a_restart() -> R {
         .await?;
         second.push(b);
     }
-    let done = wait_until(Duration::from_secs(120), || {
+    let done = poll_until(Duration::from_secs(120), || {
         runs.iter().zip(&second).all(|(r, b)| {
             b.channel.active_runs().is_empty()
                 && r.expected
@@ -323,7 +323,7 @@ async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
     let third = evs.len() / 3;
     publish(&js, &evs[..third]).await?;
     assert!(
-        wait_until(Duration::from_secs(10), || running
+        poll_until(Duration::from_secs(10), || running
             .channel
             .draft("", "run-sub")
             .found()
@@ -430,7 +430,7 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
     let half = evs.len() / 2;
     publish(&js, &evs[..half]).await?;
     assert!(
-        wait_until(Duration::from_secs(10), || running
+        poll_until(Duration::from_secs(10), || running
             .channel
             .draft("", "run-set")
             .found()
@@ -504,7 +504,7 @@ async fn webhook_gets_the_exact_final_with_a_valid_signature() -> R {
     );
     let _running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
     publish(&js, &evs).await?;
-    let ok = wait_until(Duration::from_secs(20), || {
+    let ok = poll_until(Duration::from_secs(20), || {
         fake.events()
             .iter()
             .any(|e| e.get("op").and_then(|v| v.as_str()) == Some("final"))
@@ -559,7 +559,7 @@ async fn a_redelivered_message_of_an_ended_run_leaves_no_run_in_flight() -> R {
     publish(&js, &evs).await?;
     let is_final = |e: &serde_json::Value| e.get("op").and_then(|v| v.as_str()) == Some("final");
     assert!(
-        wait_until(Duration::from_secs(20), || fake
+        poll_until(Duration::from_secs(20), || fake
             .events()
             .iter()
             .any(is_final))
@@ -567,7 +567,7 @@ async fn a_redelivered_message_of_an_ended_run_leaves_no_run_in_flight() -> R {
         "no final delivered"
     );
     assert!(
-        wait_until(Duration::from_secs(10), || running
+        poll_until(Duration::from_secs(10), || running
             .channel
             .active_runs()
             .is_empty())
@@ -647,7 +647,7 @@ async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
         .unwrap_or(evs.len() - 1);
     publish(&js, &evs[..upto]).await?;
     assert!(
-        wait_until(Duration::from_secs(10), || !fake.live_messages().is_empty()).await,
+        poll_until(Duration::from_secs(10), || !fake.live_messages().is_empty()).await,
         "no draft before the crash"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -658,7 +658,7 @@ async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
     // The crashed replica's leases run out after their TTL; recovery of the partition
     // then settles the orphan.
     assert!(
-        wait_until(Duration::from_secs(60), || b.channel.interrupted() == 1).await,
+        poll_until(Duration::from_secs(60), || b.channel.interrupted() == 1).await,
         "the orphaned run was not settled"
     );
     let msgs = fake.live_messages();
@@ -766,7 +766,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     .await?;
     publish(&js, &evs[..9]).await?;
     assert!(
-        wait_until(Duration::from_secs(10), || b
+        poll_until(Duration::from_secs(10), || b
             .channel
             .draft("", run)
             .found()
@@ -788,7 +788,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
             && x.is_disjoint(&y)
     };
     assert!(
-        wait_until(Duration::from_secs(30), || split(&a, &b)
+        poll_until(Duration::from_secs(30), || split(&a, &b)
             && (a.channel.draft("", run).found().is_some()
                 != b.channel.draft("", run).found().is_some()))
         .await,
@@ -866,7 +866,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
             .collect::<Vec<_>>()
     };
     assert!(
-        wait_until(Duration::from_secs(10), || tg(&fake)
+        poll_until(Duration::from_secs(10), || tg(&fake)
             .iter()
             .any(|t| t.contains(thinking)))
         .await,
@@ -904,7 +904,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
         "the owner's draft: {owner_draft}"
     );
     assert!(
-        wait_until(Duration::from_secs(10), || tg(&fake)
+        poll_until(Duration::from_secs(10), || tg(&fake)
             .iter()
             .all(|t| !t.contains("🧠")))
         .await,
@@ -947,7 +947,7 @@ async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
     .await?;
     publish(&js, &evs[..6]).await?;
     assert!(
-        wait_until(Duration::from_secs(10), || running
+        poll_until(Duration::from_secs(10), || running
             .channel
             .draft("", "run-stop")
             .found()
@@ -1049,7 +1049,7 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
     .await?;
     let held = |r: &Running| r.partitions.borrow().clone();
     assert!(
-        wait_until(Duration::from_secs(30), || {
+        poll_until(Duration::from_secs(30), || {
             let (x, y) = (held(&a), held(&b));
             x.len() * 2 == streamgate_bus::DEFAULT_PARTITIONS as usize
                 && y.len() * 2 == streamgate_bus::DEFAULT_PARTITIONS as usize
@@ -1115,7 +1115,7 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
         r??;
     }
     assert!(
-        wait_until(Duration::from_secs(10), || held(&a).len()
+        poll_until(Duration::from_secs(10), || held(&a).len()
             == DEFAULT_PARTITIONS as usize)
         .await,
         "a never took the stopped replica's partitions"
@@ -1131,7 +1131,7 @@ async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewh
                 .count()
         })
     };
-    let done = wait_until(Duration::from_secs(120), || {
+    let done = poll_until(Duration::from_secs(120), || {
         a.channel.active_runs().is_empty()
             && turns
                 .iter()
@@ -1317,7 +1317,7 @@ async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> 
     let all = platforms.len() * streamgate_bus::DEFAULT_PARTITIONS as usize;
     let a = start_replica(CancellationToken::new()).await?;
     assert!(
-        wait_until(Duration::from_secs(30), || held(&a) == all).await,
+        poll_until(Duration::from_secs(30), || held(&a) == all).await,
         "the first replica never held every partition"
     );
     let third = |evs: &[RunEvent], k: usize| -> Vec<RunEvent> {
@@ -1332,7 +1332,7 @@ async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> 
     let mut b = start_replica(stop.clone()).await?;
     let mut c = start_replica(stop.clone()).await?;
     assert!(
-        wait_until(Duration::from_secs(30), || held(&b) > 0 && held(&c) > 0).await,
+        poll_until(Duration::from_secs(30), || held(&b) > 0 && held(&c) > 0).await,
         "the new replicas never got partitions"
     );
     for (_, _, evs, _, _) in &turns {
@@ -1361,7 +1361,7 @@ async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> 
                 .is_none_or(|pr| shown(p, chat, &pr) == 1)
         })
     };
-    let done = wait_until(Duration::from_secs(180), || {
+    let done = poll_until(Duration::from_secs(180), || {
         a.iter().all(|r| r.channel.active_runs().is_empty()) && all_shown()
     })
     .await;
@@ -1445,7 +1445,7 @@ async fn subscribe_and_watch_send_display_safe_events() -> R {
     .await?;
     publish(&js, &evs[..4]).await?;
     assert!(
-        wait_until(Duration::from_secs(10), || running
+        poll_until(Duration::from_secs(10), || running
             .channel
             .draft("", "run-secret")
             .found()

@@ -2,7 +2,7 @@
 //! normalizer` with `--tls-cert/--tls-key/--tls-client-ca` and `--ingest-tokens`, and
 //! `streamgate ingest` with `--ca`, `--client-cert/--client-key` and `--token`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::{Command, Stdio};

@@ -8,7 +8,7 @@
 //! Needs Node and `tests/js/node_modules` (`npm ci --prefix tests/js`, which
 //! `scripts/test.sh` runs); fails without them unless `STREAMGATE_SKIP_NODE=1`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -16,7 +16,7 @@
 //! Run: `cargo test --test tenants` (needs `STREAMGATE_NATS_SERVER` or a nats-server on
 //! PATH, like the other end-to-end tests).
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

@@ -8,7 +8,7 @@
 //! both. Without them a suite fails unless `STREAMGATE_SKIP_NODE=1` /
 //! `STREAMGATE_SKIP_PYTHON=1`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

@@ -21,6 +21,7 @@ use streamgate_normalizer::ingest::{Ingestor, RunSpec};
 use streamgate_normalizer::{Listeners, NormalizerConfig};
 use streamgate_proto::v1::archive_service_client::ArchiveServiceClient;
 use streamgate_runtime::rpc::SendBearer;
+pub use streamgate_testkit::wait_until;
 use streamgate_testkit::{NatsServer, PgDatabase};
 use streamgate_wire::{normalize_bytes, Close, FamilyChoice, Normalizer};
 use tokio::sync::watch;
@@ -334,20 +335,6 @@ pub async fn wait_run_in(
             "run {tenant}/{run} not complete in the archive after {patience:?} (want {want} events); runs row: {rec:?}"
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-/// Blocks (polling every 25 ms) until `ready` holds; panics naming `what` (the condition
-/// that never came true) after `patience`. For plain `#[test]`s and child processes;
-/// async tests poll with their own `tokio::time::sleep` loop.
-pub fn wait_until(what: &str, patience: Duration, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !ready() {
-        assert!(
-            Instant::now() < deadline,
-            "never happened within {patience:?}: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(25));
     }
 }
 

@@ -30,7 +30,7 @@
 //! Run: `cargo test -p streamgate --test manifests` (with `STREAMGATE_NATS_SERVER` and
 //! PostgreSQL as for every test; the service binaries are built on first use).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -52,9 +52,8 @@
 //! - `a_service_joins_up_with_its_nats_env_and_is_refused_without`: `streamgate projector
 //!   --config <data dir>/nats.env` joins; without credentials it exits refused.
 
-#[path = "../services/projector/tests/cdp/mod.rs"]
-mod cdp;
-mod common;
+use crate::cdp;
+use crate::common;
 
 use common::*;
 use std::process::{Command, Stdio};

@@ -60,7 +60,7 @@
 //!   `streamgate replay --json` found through the data dir's `up.json`, print the same
 //!   events as `streamgate normalize`.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

@@ -12,7 +12,7 @@
 //!   partitions in flight. Its leases (visible in `SG_LEASES`) pass to the survivor once
 //!   their TTL ran out, and every run still archives complete and duplicate-free.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use streamgate_bus::subject::RunAddr;
 use streamgate_grammar::{Envelope, Event, RunEvent};
 use streamgate_projector::{start, ChannelConfig, ChannelSink, Running};
-use streamgate_testkit::NatsServer;
+use streamgate_testkit::{poll_until, NatsServer};
 use tokio_util::sync::CancellationToken;
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -85,17 +85,6 @@ async fn ids(web: std::net::SocketAddr, last: Option<&str>, max: usize) -> Vec<S
     out
 }
 
-async fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    f()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_run_stream_resumes_across_a_replica_handover() -> R {
     let nats = NatsServer::start();
@@ -120,7 +109,7 @@ async fn the_run_stream_resumes_across_a_replica_handover() -> R {
     let mut a_tasks = a.tasks;
     while a_tasks.join_next().await.is_some() {}
     assert!(
-        wait_until(Duration::from_secs(30), || b.partitions.borrow().len()
+        poll_until(Duration::from_secs(30), || b.partitions.borrow().len()
             == streamgate_bus::DEFAULT_PARTITIONS as usize)
         .await,
         "B never took A's partitions"
