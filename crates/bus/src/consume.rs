@@ -80,6 +80,24 @@ pub async fn durable_pull_from(
         .map_err(nats("create durable consumer"))
 }
 
+/// The messages of a durable pull consumer in batches of up to `batch` — what is ready
+/// now, never waiting to fill one. Pulls carry a 5 s idle heartbeat (a broker that went
+/// away is noticed, not waited on) and expire after 30 s.
+pub async fn batches(
+    consumer: &jetstream::consumer::PullConsumer,
+    batch: usize,
+) -> Result<futures::stream::ReadyChunks<pull::Stream>, BusError> {
+    Ok(consumer
+        .stream()
+        .max_messages_per_batch(batch.max(1))
+        .heartbeat(Duration::from_secs(5))
+        .expires(Duration::from_secs(30))
+        .messages()
+        .await
+        .map_err(nats("pull messages"))?
+        .ready_chunks(batch.max(1)))
+}
+
 /// Where new per-partition consumers start when the single durable consumer `legacy`
 /// that served every partition before partition leases still exists: right after its
 /// ack floor, so upgrading a deployment resumes where it was instead of replaying the

@@ -88,14 +88,7 @@ pub async fn run_events(
         cfg.max_ack_pending,
     )
     .await?;
-    let mut batches = consumer
-        .stream()
-        .max_messages_per_batch(cfg.batch)
-        .heartbeat(Duration::from_secs(5))
-        .expires(Duration::from_secs(30))
-        .messages()
-        .await?
-        .ready_chunks(cfg.batch);
+    let mut batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
     info!(durable = %cfg.durable, "archiver consuming SG_EVENTS");
     loop {
         let batch = tokio::select! {
@@ -228,12 +221,7 @@ pub async fn run_raw(
         cfg.max_ack_pending,
     )
     .await?;
-    let mut batches = consumer
-        .stream()
-        .max_messages_per_batch(cfg.batch)
-        .messages()
-        .await?
-        .ready_chunks(cfg.batch);
+    let mut batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
     loop {
         let batch = tokio::select! {
             biased;

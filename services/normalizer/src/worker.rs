@@ -168,14 +168,7 @@ async fn partition_worker(
         start,
     )
     .await?;
-    let mut messages = consumer
-        .stream()
-        .max_messages_per_batch(cfg.batch)
-        .heartbeat(Duration::from_secs(5))
-        .expires(Duration::from_secs(30))
-        .messages()
-        .await?
-        .ready_chunks(cfg.batch);
+    let mut messages = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
     let mut table = RunTable::with_budget(budget.clone());
     adopt_open_runs(&js, &open_runs, p, &mut table).await;
     let mut idle_tick = tokio::time::interval(cfg.idle_check);
