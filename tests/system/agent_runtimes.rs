@@ -96,12 +96,7 @@ async fn every_agent_runtime_fixture_reaches_a_channel() {
             (format!("agent-{i:02}"), case, chunks)
         })
         .collect();
-    let ingests = runs.iter().map(|(run, case, chunks)| {
-        let ingestor = p.ingestor.clone();
-        let sp = spec(run, &case.family);
-        async move { put_run(&ingestor, &sp, chunks).await }
-    });
-    futures::future::join_all(ingests).await;
+    put_runs(&p.ingestor, &runs).await;
 
     let mut want: BTreeMap<String, Vec<Final>> = BTreeMap::new();
     for (run, case, chunks) in &runs {

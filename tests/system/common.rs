@@ -16,7 +16,7 @@ use streamgate_archive::{ArchivedEvent, RunStatusKind, Store};
 use streamgate_archiver::{ArchiverListen, ConsumerConfig};
 use streamgate_bus::raw::{publish_raw_with, CloseKind, RawChunk};
 use streamgate_bus::subject::RunAddr;
-use streamgate_bus::{StreamSettings, DEFAULT_PARTITIONS, EVENTS_STREAM, RAW_STREAM};
+use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM, RAW_STREAM};
 use streamgate_normalizer::ingest::{Ingestor, RunSpec};
 use streamgate_normalizer::{Listeners, NormalizerConfig};
 use streamgate_proto::v1::archive_service_client::ArchiveServiceClient;
@@ -218,6 +218,14 @@ pub async fn put_run(ingestor: &Ingestor, spec: &RunSpec, chunks: &[Bytes]) {
         Bytes::new(),
         Some(CloseKind::Normal),
     )
+    .await;
+}
+
+/// Ingests every run at once, each `(run id, capture, chunks)` under its own spec.
+pub async fn put_runs(ingestor: &Ingestor, runs: &[(String, Case, Vec<Bytes>)]) {
+    futures::future::join_all(runs.iter().map(|(run, case, chunks)| async move {
+        put_run(ingestor, &spec(run, &case.family), chunks).await
+    }))
     .await;
 }
 
@@ -877,11 +885,7 @@ impl ProcPipeline {
     /// Starts the broker, provisions the streams, starts both services and waits until
     /// they consume.
     pub async fn start(backend: Backend) -> ProcPipeline {
-        let nats = NatsServer::start();
-        let js = nats.jetstream().await;
-        streamgate_bus::ensure_streams(&js, &StreamSettings::default())
-            .await
-            .expect("streams");
+        let (nats, js) = NatsServer::with_streams().await;
         let test_store = TestStore::new(backend).await;
         let logs = tempfile::tempdir().expect("log dir");
         let archiver = Service::spawn(

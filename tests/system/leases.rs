@@ -19,8 +19,7 @@ use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use streamgate_bus::subject::partition_of;
-use streamgate_bus::{StreamSettings, DEFAULT_PARTITIONS, EVENTS_STREAM};
-use streamgate_testkit::NatsServer;
+use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM};
 
 /// Partitions each of two replicas holds once they split them.
 const HALF: usize = DEFAULT_PARTITIONS as usize / 2;
@@ -62,12 +61,7 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
     let (held_a, held_b) = (p.normalizer_partitions(), b.held());
 
     let runs = runs(seed);
-    let ingests = runs.iter().map(|(run, case, chunks)| {
-        let ingestor = p.ingestor.clone();
-        let sp = spec(run, &case.family);
-        async move { put_run(&ingestor, &sp, chunks).await }
-    });
-    futures::future::join_all(ingests).await;
+    put_runs(&p.ingestor, &runs).await;
     let mut per_replica = BTreeMap::new();
     for (run, case, chunks) in &runs {
         let want = expected(&case.family, &case.bytes);
@@ -115,11 +109,7 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_normalizer_hands_its_partitions_to_the_survivor_after_the_ttl() {
     let seed = seed("a_sigkilled_normalizer_hands_its_partitions");
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &StreamSettings::default())
-        .await
-        .unwrap();
+    let (nats, js) = streamgate_testkit::NatsServer::with_streams().await;
     let store = TestStore::new(Backend::Sqlite).await;
     let logs = tempfile::tempdir().unwrap();
     let _archiver = Service::spawn(

@@ -113,12 +113,7 @@ async fn through_nats(backend: Backend, cases: Vec<Case>, cfg: NormalizerConfig,
             (format!("case-{i:03}"), case, chunks)
         })
         .collect();
-    let ingests = runs.iter().map(|(run, case, chunks)| {
-        let ingestor = p.ingestor.clone();
-        let sp = spec(run, &case.family);
-        async move { put_run(&ingestor, &sp, chunks).await }
-    });
-    futures::future::join_all(ingests).await;
+    put_runs(&p.ingestor, &runs).await;
     for (run, case, chunks) in &runs {
         let want = expected(&case.family, &case.bytes);
         let got = wait_run(&*p.store, run, want.len(), PATIENCE).await;

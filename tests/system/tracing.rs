@@ -19,7 +19,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use streamgate_bus::local::free_port;
-use streamgate_bus::{StreamSettings, EVENTS_STREAM};
+use streamgate_bus::EVENTS_STREAM;
 
 /// A span as the collector received it.
 #[derive(Debug, Clone)]
@@ -105,11 +105,7 @@ const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
 async fn one_trace_follows_a_run_from_ingest_to_archive_and_channel() {
     let collector = Collector::default();
     let otlp = collector.serve().await;
-    let nats = streamgate_testkit::NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &StreamSettings::default())
-        .await
-        .unwrap();
+    let (nats, js) = streamgate_testkit::NatsServer::with_streams().await;
     let store = TestStore::new(Backend::Sqlite).await;
     let logs = tempfile::tempdir().unwrap();
     let http_port = free_port().unwrap();

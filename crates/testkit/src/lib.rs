@@ -123,6 +123,17 @@ impl NatsServer {
     pub async fn jetstream(&self) -> async_nats::jetstream::Context {
         async_nats::jetstream::new(self.client().await)
     }
+
+    /// [`NatsServer::start`] with the pipeline's streams (`SG_RAW`, `SG_EVENTS`, default
+    /// settings) made, and a JetStream context on it: where most tests begin.
+    pub async fn with_streams() -> (NatsServer, async_nats::jetstream::Context) {
+        let nats = NatsServer::start();
+        let js = nats.jetstream().await;
+        streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default())
+            .await
+            .expect("the pipeline's streams");
+        (nats, js)
+    }
 }
 
 /// A fresh PostgreSQL database for one test, dropped (`WITH (FORCE)`) on `Drop`.

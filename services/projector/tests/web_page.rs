@@ -27,9 +27,7 @@ async fn web_page() -> Result<
     ),
     Box<dyn std::error::Error>,
 > {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let running = start(
         nats.client().await,
         web_channel(),
@@ -140,9 +138,7 @@ async fn web_page_pushes_the_run_list_and_renders_markdown_on_the_server() -> R 
 /// serves them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_run_list_survives_a_projector_restart() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let events = canonical(TOOL_LOOP)?;
     let stop = CancellationToken::new();
     let running = start(nats.client().await, web_channel(), None, stop.clone()).await?;

@@ -116,9 +116,7 @@ fn tg_run_channel(r: &TgRun) -> ChannelConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn telegram_every_fixture_one_final_through_429s_and_a_restart() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let fx = fixtures();
     assert!(fx.len() >= 20, "fixtures not found: {}", fx.len());
     let t0 = now_ms();
@@ -300,9 +298,7 @@ fn rich_fixture() -> Option<Fixture> {
 async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
     use streamgate_proto::v1;
     use streamgate_proto::v1::projector_service_client::ProjectorServiceClient;
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let f = rich_fixture().ok_or("no fixture")?;
     let evs = run_events("run-sub", "chat-sub", &f.events, now_ms());
     let mut cfg = channel(
@@ -410,9 +406,7 @@ async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
     use futures::StreamExt as _;
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let f = rich_fixture().ok_or("no fixture")?;
     let evs = run_events("run-set", "chat-set", &f.events, now_ms());
     let running = start(
@@ -486,9 +480,7 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_gets_the_exact_final_with_a_valid_signature() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let secret = "whsec-test";
     let fake = FakeServer::webhook(secret, Behavior::default()).await?;
     let f = rich_fixture().ok_or("no fixture")?;
@@ -541,9 +533,7 @@ async fn webhook_gets_the_exact_final_with_a_valid_signature() -> R {
 /// for events that never come again — and its final is not sent twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_message_of_an_ended_run_leaves_no_run_in_flight() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let fake = FakeServer::webhook("whsec-test", Behavior::default()).await?;
     let f = rich_fixture().ok_or("no fixture")?;
     let evs = run_events("run-again", "chat-again", &f.events, now_ms());
@@ -625,9 +615,7 @@ async fn all_acked(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_orphaned_draft_settles_to_agent_interrupted() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let fake = FakeServer::telegram(TG_TOKEN, Behavior::default()).await?;
     let f = rich_fixture().ok_or("no fixture")?;
     // Old ingest times: the run's agent is long gone.
@@ -738,9 +726,7 @@ async fn wait_settings(
 async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
     use streamgate_projection::{Reasoning, Verbose};
     use streamgate_proto::v1;
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let fake = FakeServer::telegram(TG_TOKEN, Behavior::default()).await?;
     let events: Vec<Event> = BROWSER_RUN
         .iter()
@@ -922,9 +908,7 @@ async fn settings_changed_on_one_replica_rerender_runs_on_another() -> R {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
     use streamgate_proto::v1;
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let events: Vec<Event> = BROWSER_RUN
         .iter()
         .map(|l| Event::from_json(l))
@@ -1004,9 +988,7 @@ async fn shutdown_ends_open_streams_so_the_projector_stops() -> R {
 async fn two_replicas_render_each_run_once_and_a_stopped_ones_runs_finish_elsewhere() -> R {
     use streamgate_bus::subject::partition_of;
     use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM};
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let fake = FakeServer::telegram(TG_TOKEN, Behavior::default()).await?;
     let fx = fixtures();
     assert!(fx.len() >= 20, "fixtures not found: {}", fx.len());
@@ -1281,9 +1263,7 @@ fn shown(p: &Platform, chat: &str, probe: &str) -> usize {
 /// no stream is left open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_three_one_replicas_and_a_stop_mid_final_show_each_answer_once() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let held_finals = Behavior {
         delay_first: usize::MAX,
         delay: Duration::from_millis(300),
@@ -1426,9 +1406,7 @@ const SECRET_RUN: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribe_and_watch_send_display_safe_events() -> R {
     use streamgate_proto::v1;
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let events: Vec<Event> = SECRET_RUN
         .iter()
         .map(|l| Event::from_json(l))

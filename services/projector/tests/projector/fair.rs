@@ -83,9 +83,7 @@ fn hook_channel(fake: &FakeServer) -> ChannelConfig {
 
 async fn setup() -> Result<(NatsServer, async_nats::jetstream::Context), Box<dyn std::error::Error>>
 {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     Ok((nats, js))
 }
 

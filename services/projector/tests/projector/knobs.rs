@@ -91,9 +91,7 @@ fn tags(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
     let mut tg = telegram::TelegramConfig::new("tg", TOKEN);
     tg.base_url = fake.base_url.clone();

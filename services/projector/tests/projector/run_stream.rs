@@ -87,9 +87,7 @@ async fn ids(web: std::net::SocketAddr, last: Option<&str>, max: usize) -> Vec<S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_run_stream_resumes_across_a_replica_handover() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let stop_a = CancellationToken::new();
     let a: Running = start(nats.client().await, web_channel(), None, stop_a.clone()).await?;
     let web_a = a.web.ok_or("replica A has no web address")?;
@@ -127,9 +125,7 @@ async fn the_run_stream_resumes_across_a_replica_handover() -> R {
 /// it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_channel_without_a_page_serves_the_run_stream_beside_its_grpc_service() -> R {
-    let nats = NatsServer::start();
-    let js = nats.jetstream().await;
-    streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;
+    let (nats, js) = NatsServer::with_streams().await;
     let mut cfg = ChannelConfig::new(
         "plain",
         ChannelSink::Sink(streamgate_sinks::SinkConfig::Plain(
