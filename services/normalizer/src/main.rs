@@ -5,6 +5,11 @@
 
 use clap::Parser;
 
+/// mimalloc instead of the C library's malloc, for measured performance
+/// (docs/performance.md: the pipeline moves 12% more events per second with it).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     // The config file's variables are exported while the process is still single-threaded
     // (setting the environment races with threads reading it): before the tokio runtime
