@@ -88,7 +88,10 @@ use crate::families::response_items::unsupported;
 use crate::families::segments::TurnSegments;
 use crate::families::tools::present;
 use crate::framing::Frame;
-use rpc::{agent_method, fields, id_key, Message, ResultFields, SessionParams};
+use rpc::{
+    agent_method, fields, id_key, InlineParams, Message, ResultFields, SessionParams,
+    UpdateNotification,
+};
 use serde_json::value::RawValue;
 use streamgate_grammar::{
     Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, ThinkingVariant,
@@ -127,19 +130,8 @@ impl Adapter for AcpAdapter {
             out.consumed();
             return;
         }
-        let Ok(msg) = serde_json::from_str::<Message<'_>>(frame.data) else {
-            out.malformed_frame(frame.data);
-            return;
-        };
-        match (msg.method.as_deref(), msg.id) {
-            (Some(method), Some(id)) => self.on_request(method, id, msg.params, out),
-            (Some(method), None) => self.on_notification(method, msg.params, frame.data, out),
-            (None, id) if msg.error.is_some() => self.on_error(id, msg.error, out),
-            // `result` may be `null` (`fs/write_text_file`'s reply).
-            (None, Some(id)) => self.on_result(id, msg.result, out),
-            _ => {
-                out.unknown_frame("jsonrpc", frame.data);
-            }
+        if !self.chunk_fast_path(frame.data, out) {
+            self.any_frame(frame.data, out);
         }
     }
 
@@ -342,6 +334,57 @@ impl AcpAdapter {
                 out.diagnostic("unknown_session_update", Some(Json::string(k)));
             }
         }
+    }
+
+    /// Any JSON-RPC message: the envelope read with `params` raw, then dispatched.
+    fn any_frame(&mut self, data: &str, out: &mut Emitter) {
+        let Ok(msg) = serde_json::from_str::<Message<'_>>(data) else {
+            out.malformed_frame(data);
+            return;
+        };
+        match (msg.method.as_deref(), msg.id) {
+            (Some(method), Some(id)) => self.on_request(method, id, msg.params, out),
+            (Some(method), None) => self.on_notification(method, msg.params, data, out),
+            (None, id) if msg.error.is_some() => self.on_error(id, msg.error, out),
+            // `result` may be `null` (`fs/write_text_file`'s reply).
+            (None, Some(id)) => self.on_result(id, msg.result, out),
+            _ => {
+                out.unknown_frame("jsonrpc", data);
+            }
+        }
+    }
+
+    /// The frame nearly every long run is made of — a `session/update` notification
+    /// carrying a message or thought chunk — read in one pass and handled as
+    /// [`AcpAdapter::any_frame`] would. `false` for any other frame, which then goes
+    /// that way (read again: those are few).
+    fn chunk_fast_path(&mut self, data: &str, out: &mut Emitter) -> bool {
+        let Ok(n) = serde_json::from_str::<UpdateNotification<'_>>(data) else {
+            return false;
+        };
+        if n.id.is_some() || n.method.as_deref() != Some("session/update") {
+            return false;
+        }
+        let Some(InlineParams {
+            session_id,
+            update: Some(u),
+            ..
+        }) = n.params
+        else {
+            return false;
+        };
+        let (kind, thought) = match u.session_update.as_deref() {
+            Some("agent_message_chunk") => ("agent_message_chunk", false),
+            Some("agent_thought_chunk") => ("agent_thought_chunk", true),
+            _ => return false,
+        };
+        if !self.same_session(session_id.as_deref()) {
+            out.diagnostic("foreign_session", session_id.as_deref().map(Json::string));
+            return true;
+        }
+        self.start(out);
+        self.on_chunk(kind, &u, thought, out);
+        true
     }
 
     /// Tracks the `messageId` of message and thought content: a new message's text is a

@@ -165,3 +165,61 @@ fn an_object_stop_reason_is_a_failure_not_a_malformed_frame() {
     assert_eq!(ev[2]["data"]["diagnostic"]["code"], "state_update");
     assert_eq!(ev.last().unwrap()["data"]["reason"], "stream_closed");
 }
+
+/// The one-pass reading of message and thought chunks (the fast path) gives, frame by
+/// frame, the events and the frame accounting that the generic reading gives — for
+/// plain chunks and for every shape that must not be read as one (a request id, a
+/// foreign session, a field of the wrong type, a missing or `null` update, params that
+/// are not an object, other update kinds).
+#[test]
+fn chunks_read_in_one_pass_give_what_the_generic_reading_gives() {
+    use super::AcpAdapter;
+    use crate::adapter::Adapter as _;
+    use crate::emitter::Emitter;
+    let chunk = |session: &str, kind: &str, rest: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"{session}","update":{{"sessionUpdate":"{kind}"{rest}}}}}}}"#
+        )
+    };
+    let text = |t: &str| format!(r#","content":{{"type":"text","text":"{t}"}}"#);
+    let lines = [
+        chunk("s", "agent_thought_chunk", &text("Let me think")),
+        chunk("s", "agent_thought_chunk", &text(r#" — \"quoted\",\n\u00e9\ud83d\ude00"#)),
+        UPDATE_TEXT.to_owned(),
+        chunk("s", "agent_message_chunk", &format!(r#","messageId":"m2"{}"#, text(" more"))),
+        chunk("other", "agent_message_chunk", &text("not ours")),
+        chunk("s", "agent_message_chunk", r#","content":{"type":"image","data":"AAAA"}"#),
+        chunk("s", "agent_message_chunk", &text("")),
+        chunk("s", "agent_message_chunk", ""),
+        chunk("s", "agent_message_chunk", &format!(r#","state":5{}"#, text("x"))),
+        chunk("s", "agent_message_chunk", &format!(r#","messageId":7{}"#, text("x"))),
+        chunk("s", "plan", r#","entries":[]"#),
+        r#"{"jsonrpc":"2.0","id":9,"method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"req"}}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":null}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"session/update","params":["s"]}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":5,"update":{"sessionUpdate":"agent_message_chunk"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call","toolCallId":"t1","title":"ls","status":"pending"}}}"#.to_owned(),
+        chunk("s", "agent_message_chunk", &text(" after the tool")),
+        r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#.to_owned(),
+        UPDATE_TEXT.to_owned(),
+    ];
+    let (mut fast, mut generic) = (AcpAdapter::default(), AcpAdapter::default());
+    let (mut a, mut b) = (Emitter::new(), Emitter::new());
+    for line in &lines {
+        fast.frame(
+            Frame {
+                event: None,
+                data: line,
+            },
+            &mut a,
+        );
+        if generic.terminated {
+            b.consumed();
+        } else {
+            generic.any_frame(line, &mut b);
+        }
+        let (ea, eb): (Vec<_>, Vec<_>) = (a.drain().collect(), b.drain().collect());
+        assert_eq!(ea, eb, "{line}");
+        assert_eq!(a.account(), b.account(), "{line}");
+    }
+}
