@@ -221,7 +221,9 @@ pub async fn erase_messages(
 
 /// Erases message `seq` of `stream` (JetStream's delete, which overwrites the stored
 /// bytes); true when this call erased it. A message already gone — the age limit, a
-/// concurrent erasure — leaves nothing to erase: false, not an error.
+/// concurrent erasure — leaves nothing to erase: false, not an error. The server says
+/// so with 10037 ("no message found") or, when the sequence went between a lookup and
+/// the delete, 10043 ("sequence not found").
 pub(crate) async fn erase_message(
     stream: &jetstream::stream::Stream,
     seq: u64,
@@ -230,7 +232,8 @@ pub(crate) async fn erase_message(
         Ok(erased) => Ok(erased),
         Err(e)
             if matches!(e.kind(), jetstream::stream::DeleteMessageErrorKind::JetStream(j)
-                if j.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND) =>
+                if j.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND
+                    || j.error_code() == jetstream::ErrorCode::SEQUENCE_NOT_FOUND) =>
         {
             Ok(false)
         }
