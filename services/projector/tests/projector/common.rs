@@ -7,11 +7,25 @@ use std::time::Duration;
 use streamgate_bus::subject::RunAddr;
 pub use streamgate_grammar::clock::now_ms;
 use streamgate_grammar::{Envelope, Event, RunEvent};
-use streamgate_projector::{ChannelConfig, ChannelSink};
+use streamgate_projector::{ChannelConfig, ChannelSink, Running};
 use streamgate_sinks::DeliveryConfig;
 pub use streamgate_testkit::poll_until;
+use streamgate_testkit::NatsServer;
+use tokio_util::sync::CancellationToken;
 
 pub type R = Result<(), Box<dyn std::error::Error>>;
+
+/// Starts `cfg` as one projector replica on `nats` with its gRPC service on a free
+/// loopback port (never told to stop: the test's end drops it).
+pub async fn start_with_grpc(nats: &NatsServer, cfg: ChannelConfig) -> anyhow::Result<Running> {
+    streamgate_projector::start(
+        nats.client().await,
+        cfg,
+        Some(([127, 0, 0, 1], 0).into()),
+        CancellationToken::new(),
+    )
+    .await
+}
 
 pub const TENANT: &str = "acme";
 

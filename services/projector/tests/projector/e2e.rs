@@ -308,13 +308,7 @@ async fn subscribe_reconnect_mid_turn_has_no_duplicate_and_no_gap() -> R {
         },
     );
     cfg.token = Some("chan-token".into());
-    let running = start(
-        nats.client().await,
-        cfg,
-        Some(([127, 0, 0, 1], 0).into()),
-        CancellationToken::new(),
-    )
-    .await?;
+    let running = start_with_grpc(&nats, cfg).await?;
     let grpc = running.grpc.ok_or("no grpc")?;
     let third = evs.len() / 3;
     publish(&js, &evs[..third]).await?;
@@ -1414,13 +1408,7 @@ async fn subscribe_and_watch_send_display_safe_events() -> R {
     let evs = run_events("run-secret", "chat-secret", &events, now_ms());
     let mut cfg = web_channel();
     cfg.token = Some("chan-token".into());
-    let running = start(
-        nats.client().await,
-        cfg,
-        Some(([127, 0, 0, 1], 0).into()),
-        CancellationToken::new(),
-    )
-    .await?;
+    let running = start_with_grpc(&nats, cfg).await?;
     publish(&js, &evs[..4]).await?;
     assert!(
         poll_until(Duration::from_secs(10), || running

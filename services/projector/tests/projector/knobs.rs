@@ -5,17 +5,17 @@
 //! refused, and the overrides persist for the chat.
 #![allow(missing_docs)]
 
+use crate::common::start_with_grpc;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use streamgate_bus::subject::RunAddr;
 use streamgate_grammar::{Envelope, Event, RunEvent};
 use streamgate_projection::Delivery;
-use streamgate_projector::{start, ChannelConfig, ChannelSink};
+use streamgate_projector::{ChannelConfig, ChannelSink};
 use streamgate_proto::v1;
 use streamgate_sinks::fakes::{Behavior, FakeServer};
 use streamgate_sinks::{telegram, SinkConfig};
 use streamgate_testkit::NatsServer;
-use tokio_util::sync::CancellationToken;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 type Client = v1::projector_service_client::ProjectorServiceClient<
@@ -97,13 +97,7 @@ async fn set_settings_turns_status_tags_on_and_off_mid_turn() -> R {
     tg.base_url = fake.base_url.clone();
     let mut cfg = ChannelConfig::new("tg", ChannelSink::Sink(SinkConfig::Telegram(tg)));
     cfg.token = Some("chan-token".into());
-    let running = start(
-        nats.client().await,
-        cfg,
-        Some(([127, 0, 0, 1], 0).into()),
-        CancellationToken::new(),
-    )
-    .await?;
+    let running = start_with_grpc(&nats, cfg).await?;
     let mut c = client(running.grpc.ok_or("no grpc")?).await?;
     let evs = events();
     let addr = RunAddr::parse("acme", RUN, streamgate_bus::DEFAULT_PARTITIONS).unwrap();

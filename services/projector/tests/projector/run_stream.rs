@@ -3,6 +3,7 @@
 //! partition moves to B; the client reconnects to B with `Last-Event-ID` and gets exactly
 //! the rest, ending with the terminal event.
 
+use crate::common::start_with_grpc;
 use std::time::Duration;
 use streamgate_bus::subject::RunAddr;
 use streamgate_grammar::{Envelope, Event, RunEvent};
@@ -137,13 +138,7 @@ async fn a_channel_without_a_page_serves_the_run_stream_beside_its_grpc_service(
     );
     cfg.token = Some(TOKEN.into());
     cfg.cors_origins = vec!["http://app.example".into()];
-    let running = start(
-        nats.client().await,
-        cfg,
-        Some(([127, 0, 0, 1], 0).into()),
-        CancellationToken::new(),
-    )
-    .await?;
+    let running = start_with_grpc(&nats, cfg).await?;
     let grpc = running.grpc.ok_or("no gRPC address")?;
     publish(&js, RUN).await?;
     let url = format!("http://{grpc}/v1/runs/acme/handover/events");
