@@ -14,6 +14,7 @@
 //!
 //! Shared:
 //! - `error_objects`: the `{message}` error objects of the JSON families.
+//! - `exact_frame`: reads a hot frame by its exact template, without a JSON parser.
 //! - [`final_text`]: the final-answer candidate an open run keeps, bounded.
 //! - [`finality`]: the §3.5 terminal dispatch every family maps its stop signal into.
 //! - [`response_items`]: OpenAI Responses output items, shared by `openai_responses` and
@@ -30,6 +31,7 @@ pub mod acp;
 pub mod anthropic;
 pub mod codex;
 mod error_objects;
+pub(crate) mod exact_frame;
 pub mod final_text;
 pub mod finality;
 pub mod gemini;

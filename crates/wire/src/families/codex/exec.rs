@@ -37,6 +37,7 @@ use super::app_server::reasoning_snapshot;
 use super::{commentary_snapshot, error_message, parse_item};
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::exact_frame::Cursor;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::{final_answer, unsupported};
 use crate::families::tools::{end_open_tools, present};
@@ -66,7 +67,7 @@ struct Line<'a> {
 }
 
 /// A thread item (`exec_events.rs` `ThreadItem`, flattened details).
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct ExecItem<'a> {
     #[serde(borrow, rename = "type", default)]
     ty: Option<Cow<'a, str>>,
@@ -98,6 +99,31 @@ struct ExecItem<'a> {
     query: Option<&'a RawValue>,
     #[serde(borrow, default)]
     items: Option<&'a RawValue>,
+}
+
+/// The line nearly every long run is made of — a completed reasoning or agent message
+/// item as codex writes it — read by its exact template ([`exact_frame`]) into the item
+/// the generic reading makes of it; `None` for any other line, which is then read the
+/// generic way (docs/performance.md has the measurement).
+///
+/// [`exact_frame`]: crate::families::exact_frame
+fn hot_item(data: &str) -> Option<ExecItem<'_>> {
+    let mut c = Cursor::new(data);
+    c.literal(r#"{"type":"item.completed","item":{"id":"#)?;
+    let id = c.string()?;
+    let kind = c.one_of([
+        r#","type":"reasoning","text":"#,
+        r#","type":"agent_message","text":"#,
+    ])?;
+    let text = c.string()?;
+    c.literal("}}")?;
+    c.end()?;
+    Some(ExecItem {
+        ty: Some(Cow::Borrowed(["reasoning", "agent_message"][kind])),
+        id: Some(id),
+        text: Some(text),
+        ..ExecItem::default()
+    })
 }
 
 /// Item types that become `item` rows.
@@ -182,6 +208,12 @@ impl Adapter for CodexExecAdapter {
             out.consumed();
             return;
         }
+        if let Some(item) = hot_item(frame.data) {
+            // The item's raw text is read only for plan and error items, which the
+            // template never matches.
+            self.on_parsed_item("item.completed", &item, None, out);
+            return;
+        }
         let Ok(line) = serde_json::from_str::<Line<'_>>(frame.data) else {
             out.malformed_frame(frame.data);
             return;
@@ -238,24 +270,34 @@ impl CodexExecAdapter {
         let Some(item) = parse_item::<ExecItem<'_>>(raw, data, out) else {
             return;
         };
+        self.on_parsed_item(ty, &item, raw, out);
+    }
+
+    fn on_parsed_item(
+        &mut self,
+        ty: &str,
+        item: &ExecItem<'_>,
+        raw: Option<&RawValue>,
+        out: &mut Emitter,
+    ) {
         let completed = ty == "item.completed";
         match item.kind() {
-            "agent_message" if completed => self.message_completed(&item, out),
+            "agent_message" if completed => self.message_completed(item, out),
             "reasoning" if completed => {
                 let text = item.text.as_deref().unwrap_or("").to_owned();
                 let id = item.id.as_deref().unwrap_or("").to_owned();
                 reasoning_snapshot(text, String::new(), id, out);
             }
-            "plan" if completed => self.plan_completed(&item, raw, out),
+            "plan" if completed => self.plan_completed(item, raw, out),
             // Whole text only arrives at completion; earlier states carry nothing new.
             "agent_message" | "reasoning" | "plan" => out.consumed(),
             "error" => {
                 out.diagnostic("codex_error_item", raw.map(Json::from_raw));
             }
             kind if TOOL_TYPES.contains(&kind) => match ty {
-                "item.started" => self.tool_started(&item, out),
-                "item.updated" => self.tool_updated(&item, out),
-                _ => self.tool_completed(&item, out),
+                "item.started" => self.tool_started(item, out),
+                "item.updated" => self.tool_updated(item, out),
+                _ => self.tool_completed(item, out),
             },
             kind => {
                 out.diagnostic("unknown_item_type", Some(Json::string(kind)));
@@ -368,6 +410,53 @@ mod tests {
 
     fn run(lines: &[&str]) -> Vec<serde_json::Value> {
         super::super::run_lines(Family::CodexExec, lines)
+    }
+
+    /// What the template reading and the generic reading make of `line`: `None` when the
+    /// template leaves it to the generic reading, else both readings' `Debug` text.
+    fn both_readings(line: &str) -> Option<(String, String)> {
+        let hot = super::hot_item(line)?;
+        let generic = serde_json::from_str::<super::Line<'_>>(line).expect(line);
+        assert_eq!(generic.ty.as_deref(), Some("item.completed"));
+        let item: super::ExecItem<'_> = serde_json::from_str(generic.item.unwrap().get()).unwrap();
+        Some((format!("{hot:?}"), format!("{item:?}")))
+    }
+
+    /// Completed reasoning and agent messages read by their exact template become the item
+    /// the generic reading makes of them; every other shape is left to the generic reading.
+    #[test]
+    fn completed_items_read_by_template_are_read_as_serde_reads_them() {
+        let item = |id: &str, kind: &str, text: &str| {
+            format!(
+                r#"{{"type":"item.completed","item":{{"id":{id},"type":"{kind}","text":{text}}}}}"#
+            )
+        };
+        for line in [
+            item(r#""item_0""#, "reasoning", r#""**Reading**""#),
+            item(r#""item_1""#, "agent_message", r#""""#),
+            item(
+                r#""i\u0031""#,
+                "agent_message",
+                r#""\"q\" \\ \n \ud83d\ude00""#,
+            ),
+        ] {
+            let (hot, generic) = both_readings(&line).expect(&line);
+            assert_eq!(hot, generic, "{line}");
+        }
+        for line in [
+            item("null", "reasoning", r#""a""#),
+            item(r#""i""#, "reasoning", "null"),
+            item(r#""i""#, "plan", r#""a""#),
+            item(r#""i""#, "command_execution", r#""a""#),
+            item(r#""i""#, "reasoning", "\"raw\ttab\""),
+            r#"{"type":"item.started","item":{"id":"i","type":"reasoning","text":"a"}}"#.into(),
+            r#"{"type":"item.completed","item":{"id":"i","type":"reasoning","text":"a","status":"x"}}"#.into(),
+            r#"{"type":"item.completed","item":{"type":"reasoning","id":"i","text":"a"}}"#.into(),
+            r#"{"type":"item.completed","item":{"id":"i","type":"reasoning","text":"a"}} "#.into(),
+            r#"{"type":"item.completed","item":{"id":"i","type":"reasoning","text":"a"},"x":1}"#.into(),
+        ] {
+            assert_eq!(both_readings(&line), None, "{line}");
+        }
     }
 
     #[test]
