@@ -72,6 +72,12 @@ impl<'a> Cursor<'a> {
         Some(Cow::Owned(decoded))
     }
 
+    /// Steps over JSON whitespace, which some providers pad their frames with (Anthropic
+    /// writes spaces before a delta frame's last brace).
+    pub(crate) fn whitespace(&mut self) {
+        self.rest = self.rest.trim_start_matches([' ', '\t', '\n', '\r']);
+    }
+
     /// `Some` when the whole frame has been matched.
     pub(crate) fn end(self) -> Option<()> {
         self.rest.is_empty().then_some(())
@@ -165,5 +171,11 @@ mod tests {
         assert_eq!(read(r#"{"n":3,"b":"x"} "#), None);
         assert_eq!(read(r#"{"n": 3,"b":"x"}"#), None);
         assert_eq!(read(r#"{"n":3,"c":"x"}"#), None);
+        let mut padded = Cursor::new(" \t\r\n}\u{a0}");
+        padded.whitespace();
+        assert_eq!(
+            padded.rest, "}\u{a0}",
+            "only JSON's four whitespace characters"
+        );
     }
 }

@@ -10,6 +10,7 @@
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::exact_frame::Cursor;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::segments::TurnSegments;
 use crate::framing::Frame;
@@ -22,7 +23,7 @@ use streamgate_grammar::{
 };
 
 /// One JSONL frame.
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct Chunk<'a> {
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
@@ -83,7 +84,7 @@ impl<'a> Chunk<'a> {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Message<'a> {
     #[serde(borrow)]
     content: Option<Cow<'a, str>>,
@@ -96,7 +97,7 @@ struct Message<'a> {
     images: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct ToolCall<'a> {
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
@@ -104,13 +105,47 @@ struct ToolCall<'a> {
     function: Option<Function<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Function<'a> {
     index: Option<u64>,
     #[serde(borrow)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     arguments: Option<&'a RawValue>,
+}
+
+/// The line nearly every long run is made of — a content or thinking piece as ollama
+/// writes it — read by its exact template ([`exact_frame`]) into the chunk the generic
+/// reading makes of it; `None` for any other line, which is then read the generic way
+/// (docs/performance.md has the measurement).
+///
+/// [`exact_frame`]: crate::families::exact_frame
+fn hot_chunk(data: &str) -> Option<Chunk<'_>> {
+    let mut c = Cursor::new(data);
+    c.literal(r#"{"model":"#)?;
+    let model = c.string()?;
+    c.literal(r#","created_at":"#)?;
+    c.string()?;
+    c.literal(r#","message":{"role":"assistant","content":"#)?;
+    let content = c.string()?;
+    let thinking = match c.literal(r#","thinking":"#) {
+        Some(()) => Some(c.string()?),
+        None => None,
+    };
+    c.literal(r#"},"done":false}"#)?;
+    c.whitespace();
+    c.end()?;
+    Some(Chunk {
+        model: Some(model),
+        message: Some(Message {
+            content: Some(content),
+            thinking,
+            tool_calls: None,
+            images: None,
+        }),
+        done: Some(false),
+        ..Chunk::default()
+    })
 }
 
 /// Adapter state for one run.
@@ -132,7 +167,9 @@ impl Adapter for OllamaNativeAdapter {
             out.consumed();
             return;
         }
-        let chunk: Chunk<'_> = match serde_json::from_str(frame.data.trim()) {
+        let read =
+            hot_chunk(frame.data).map_or_else(|| serde_json::from_str(frame.data.trim()), Ok);
+        let chunk: Chunk<'_> = match read {
             Ok(c) => c,
             Err(_) => {
                 out.malformed_frame(frame.data);
@@ -298,6 +335,47 @@ mod tests {
             .map(|e| e.to_json())
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// What the template reading and the generic reading make of `line`: `None` when the
+    /// template leaves it to the generic reading, else both readings' `Debug` text.
+    fn both_readings(line: &str) -> Option<(String, String)> {
+        let hot = super::hot_chunk(line)?;
+        let generic = serde_json::from_str::<super::Chunk<'_>>(line.trim()).expect(line);
+        Some((format!("{hot:?}"), format!("{generic:?}")))
+    }
+
+    /// Content and thinking pieces read by their exact template become the chunk the
+    /// generic reading makes of them; every other shape is left to it.
+    #[test]
+    fn pieces_read_by_template_are_read_as_serde_reads_them() {
+        let piece = |message: &str| {
+            format!(
+                r#"{{"model":"gpt-oss:20b","created_at":"2026-06-12T03:55:04.898416Z","message":{{"role":"assistant",{message}}},"done":false}}"#
+            )
+        };
+        for line in [
+            piece(r#""content":"391""#),
+            piece(r#""content":"","thinking":"The""#),
+            piece(r#""content":"\"q\" \\ \n \ud83d\ude00","thinking":"""#),
+            format!("{}\r", piece(r#""content":"a""#)),
+        ] {
+            let (hot, generic) = both_readings(&line).expect(&line);
+            assert_eq!(hot, generic, "{line}");
+        }
+        for line in [
+            piece(r#""content":null"#),
+            piece(r#""content":"","thinking":null"#),
+            piece(r#""content":"a","images":[]"#),
+            piece(r#""content":"","tool_calls":[]"#),
+            piece(r#""thinking":"a","content":"""#),
+            r#"{"model":"m","created_at":"t","message":{"role":"user","content":"a"},"done":false}"#.into(),
+            r#"{"model":"m","created_at":"t","message":{"role":"assistant","content":"a"},"done":true}"#.into(),
+            r#"{"model":"m","created_at":"t","message":{"role":"assistant","content":"a"},"done":false,"logprobs":[]}"#.into(),
+            r#" {"model":"m","created_at":"t","message":{"role":"assistant","content":"a"},"done":false}"#.into(),
+        ] {
+            assert_eq!(both_readings(&line), None, "{line}");
+        }
     }
 
     #[test]

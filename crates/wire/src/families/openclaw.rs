@@ -24,6 +24,7 @@
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::exact_frame::Cursor;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::unsupported;
 use crate::families::segments::TurnSegments;
@@ -37,7 +38,7 @@ use streamgate_grammar::{
 };
 
 /// One agent event.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Envelope<'a> {
     #[serde(borrow, default)]
@@ -51,7 +52,7 @@ struct Envelope<'a> {
 }
 
 /// The union of the `data` fields the adapter reads.
-#[derive(Deserialize, Default)]
+#[derive(Debug, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct Data<'a> {
     #[serde(borrow, default)]
@@ -90,6 +91,60 @@ struct Data<'a> {
     message: Option<Cow<'a, str>>,
 }
 
+/// An agent event read the generic way: the envelope, then its `data` (a `data` of
+/// another shape reads as empty).
+fn read_event(line: &str) -> Option<(Envelope<'_>, Data<'_>)> {
+    let env = serde_json::from_str::<Envelope<'_>>(line).ok()?;
+    let data = env
+        .data
+        .and_then(|d| serde_json::from_str::<Data<'_>>(d.get()).ok())
+        .unwrap_or_default();
+    Some((env, data))
+}
+
+/// The event nearly every long run is made of — an assistant or thinking delta as the
+/// gateway writes it — read by its exact template ([`exact_frame`]) into what
+/// [`read_event`] makes of it (its raw `data`, read only for `error` events, left out);
+/// `None` for any other line, which is then read the generic way (docs/performance.md
+/// has the measurement).
+///
+/// [`exact_frame`]: crate::families::exact_frame
+fn hot_event(line: &str) -> Option<(Envelope<'_>, Data<'_>)> {
+    const STREAMS: [&str; 2] = ["assistant", "thinking"];
+    let mut c = Cursor::new(line);
+    c.literal(r#"{"runId":"#)?;
+    let run_id = c.string()?;
+    c.literal(r#","seq":"#)?;
+    let seq = c.uint()?;
+    c.literal(r#","stream":""#)?;
+    let stream = c.one_of(STREAMS)?;
+    c.literal(r#"","ts":"#)?;
+    c.uint()?;
+    c.literal(r#","data":{"text":"#)?;
+    let text = c.string()?;
+    c.literal(r#","delta":"#)?;
+    let delta = c.string()?;
+    c.literal("}")?;
+    if c.literal(r#","sessionKey":"#).is_some() {
+        c.string()?;
+    }
+    c.literal("}")?;
+    c.whitespace();
+    c.end()?;
+    let env = Envelope {
+        run_id: Some(run_id),
+        seq: Some(seq),
+        stream: Some(Cow::Borrowed(STREAMS[stream])),
+        data: None,
+    };
+    let data = Data {
+        text: Some(text),
+        delta: Some(delta),
+        ..Data::default()
+    };
+    Some((env, data))
+}
+
 /// Adapter state for one run.
 #[derive(Debug, Default)]
 pub struct OpenClawAdapter {
@@ -109,17 +164,13 @@ impl Adapter for OpenClawAdapter {
             out.consumed();
             return;
         }
-        let Ok(env) = serde_json::from_str::<Envelope<'_>>(frame.data) else {
+        let Some((env, data)) = hot_event(frame.data).or_else(|| read_event(frame.data)) else {
             out.malformed_frame(frame.data);
             return;
         };
         if !self.admit(&env, out) {
             return;
         }
-        let data = env
-            .data
-            .and_then(|d| serde_json::from_str::<Data<'_>>(d.get()).ok())
-            .unwrap_or_default();
         match env.stream.as_deref().unwrap_or("") {
             "lifecycle" => self.on_lifecycle(&data, frame.data, out),
             "assistant" => self.on_assistant(&data, out),
@@ -341,6 +392,53 @@ mod tests {
     use crate::adapter::{Family, FamilyChoice};
     use crate::normalizer::normalize_bytes;
     use streamgate_grammar::check;
+
+    /// What the template reading and the generic reading make of `line`: `None` when the
+    /// template leaves it to the generic reading, else both readings' `Debug` text (the
+    /// raw `data`, which the template leaves out, set aside).
+    fn both_readings(line: &str) -> Option<(String, String)> {
+        let hot = super::hot_event(line)?;
+        let (mut env, data) = super::read_event(line).expect(line);
+        env.data = None;
+        Some((format!("{hot:?}"), format!("{:?}", (env, data))))
+    }
+
+    /// Assistant and thinking deltas read by their exact template become what the generic
+    /// reading makes of them; every other shape is left to it.
+    #[test]
+    fn deltas_read_by_template_are_read_as_serde_reads_them() {
+        let event = |stream: &str, data: &str, tail: &str| {
+            format!(
+                r#"{{"runId":"run_a","seq":3,"stream":"{stream}","ts":1760000000150,"data":{data}{tail}}}"#
+            )
+        };
+        let key = r#","sessionKey":"agent:main:telegram:dm:42""#;
+        for line in [
+            event("thinking", r#"{"text":"The user","delta":" user"}"#, key),
+            event("assistant", r#"{"text":"Paris","delta":"Paris"}"#, ""),
+            event(
+                "assistant",
+                r#"{"text":"\"q\" \\ \ud83d\ude00","delta":"\n"}"#,
+                key,
+            ),
+        ] {
+            let (hot, generic) = both_readings(&line).expect(&line);
+            assert_eq!(hot, generic, "{line}");
+        }
+        for line in [
+            event("tool", r#"{"text":"a","delta":"a"}"#, key),
+            event("assistant", r#"{"text":"a"}"#, key),
+            event("assistant", r#"{"delta":"a","text":"a"}"#, key),
+            event("assistant", r#"{"text":"a","delta":"a","phase":"x"}"#, key),
+            event("assistant", r#"{"text":"a","delta":null}"#, key),
+            event("assistant", r#"{"text":"a","delta":"a"}"#, r#","sessionKey":null"#),
+            r#"{"runId":"r","seq":-1,"stream":"assistant","ts":1,"data":{"text":"a","delta":"a"}}"#.into(),
+            r#"{"runId":"r","seq":1,"stream":"assistant","ts":1.5,"data":{"text":"a","delta":"a"}}"#.into(),
+            r#"{"runId":"r","seq":1,"stream":"assistant","ts":1,"data":{"text":"a","delta":"a"},"x":1}"#.into(),
+        ] {
+            assert_eq!(both_readings(&line), None, "{line}");
+        }
+    }
 
     #[test]
     fn auto_detects_openclaw_events_and_finalizes_the_last_text() {

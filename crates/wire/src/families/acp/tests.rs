@@ -166,11 +166,11 @@ fn an_object_stop_reason_is_a_failure_not_a_malformed_frame() {
     assert_eq!(ev.last().unwrap()["data"]["reason"], "stream_closed");
 }
 
-/// The one-pass reading of message and thought chunks (the fast path) gives, frame by
-/// frame, the events and the frame accounting that the generic reading gives — for
-/// plain chunks and for every shape that must not be read as one (a request id, a
-/// foreign session, a field of the wrong type, a missing or `null` update, params that
-/// are not an object, other update kinds).
+/// The template and one-pass readings of message and thought chunks (the fast paths)
+/// give, frame by frame, the events and the frame accounting that the generic reading
+/// gives — for plain, padded and escaped chunks and for every shape that must not be
+/// read as one (a request id, a foreign session, a field of the wrong type, a missing or
+/// `null` update, params that are not an object, other update kinds).
 #[test]
 fn chunks_read_in_one_pass_give_what_the_generic_reading_gives() {
     use super::AcpAdapter;
@@ -200,6 +200,11 @@ fn chunks_read_in_one_pass_give_what_the_generic_reading_gives() {
         r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":5,"update":{"sessionUpdate":"agent_message_chunk"}}}"#.to_owned(),
         r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call","toolCallId":"t1","title":"ls","status":"pending"}}}"#.to_owned(),
         chunk("s", "agent_message_chunk", &text(" after the tool")),
+        format!("{} \r", chunk("s", "agent_thought_chunk", &text("padded"))),
+        chunk("s", "agent_thought_chunk", r#","content":{"type":"text","text":"\u0001"}"#),
+        chunk("s", "agent_thought_chunk", r#","content":{"type":"text","text":null}"#),
+        chunk("s", "agent_thought_chunk", r#","content":{"text":"untyped"}"#),
+        chunk("s", "agent_thought_chunk", r#","content":{"type":"text","text":"x","annotations":{}}"#),
         r#"{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}"#.to_owned(),
         UPDATE_TEXT.to_owned(),
     ];

@@ -8,11 +8,12 @@
 //! arrives in a `user` frame.
 
 use super::messages::{
-    dispatch, emit_error, error_diagnostic, settle, Block, MachineOptions, MessageMachine, Step,
-    WireEvent, REDACTED_KIND,
+    delta_template, dispatch, emit_error, error_diagnostic, settle, Block, MachineOptions,
+    MessageMachine, Step, WireEvent, REDACTED_KIND,
 };
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::exact_frame::Cursor;
 use crate::families::final_text::FinalText;
 use crate::families::finality::{stream_closed, Path};
 use crate::framing::Frame;
@@ -28,7 +29,7 @@ use streamgate_grammar::{
 pub const SNAPSHOT_SIGNATURE_KIND: &str = "claude_cli_snapshot_signature";
 
 /// One stream-json line, flat over every frame type (parsed once, borrowing).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
     ty: Cow<'a, str>,
@@ -68,6 +69,34 @@ struct Line<'a> {
     terminal_reason: Option<&'a RawValue>,
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
+}
+
+/// The line nearly every long run is made of — a `stream_event` holding a text,
+/// thinking or tool-argument delta, as the CLI writes it — read by its exact template
+/// ([`exact_frame`], the inner event by [`delta_template`]) into the line the generic
+/// reading makes of it; `None` for any other line, which is then read the generic way
+/// (docs/performance.md has the measurement).
+///
+/// [`exact_frame`]: crate::families::exact_frame
+fn hot_stream_event(data: &str) -> Option<Line<'_>> {
+    let mut c = Cursor::new(data);
+    c.literal(r#"{"type":"stream_event","event":"#)?;
+    let event = delta_template(&mut c)?;
+    c.literal(r#","session_id":"#)?;
+    let session_id = c.string()?;
+    c.literal(r#","parent_tool_use_id":null"#)?;
+    if c.literal(r#","uuid":"#).is_some() {
+        c.string()?;
+    }
+    c.literal("}")?;
+    c.whitespace();
+    c.end()?;
+    Some(Line {
+        ty: Cow::Borrowed("stream_event"),
+        event: Some(event),
+        session_id: Some(session_id),
+        ..Line::default()
+    })
 }
 
 /// The `message` of an `assistant`/`user` frame (content kept raw: `user` content may be
@@ -134,6 +163,10 @@ impl Adapter for F1eAdapter {
         if self.done {
             // Nothing may follow the terminal event (I7): a documented drop.
             out.consumed();
+            return;
+        }
+        if let Some(line) = hot_stream_event(frame.data) {
+            self.stream_event(&line, frame.data, out);
             return;
         }
         let line: Line<'_> = match serde_json::from_str(frame.data) {
@@ -438,5 +471,50 @@ impl F1eAdapter {
             }
         };
         settle(path, final_text, usage, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{hot_stream_event, Line};
+
+    /// What the template reading and the generic reading make of `line`: `None` when the
+    /// template leaves it to the generic reading, else both readings' `Debug` text.
+    fn both_readings(line: &str) -> Option<(String, String)> {
+        let hot = hot_stream_event(line)?;
+        let generic = serde_json::from_str::<Line<'_>>(line).expect(line);
+        Some((format!("{hot:?}"), format!("{generic:?}")))
+    }
+
+    /// Stream events holding a delta, read by their exact template, become the line the
+    /// generic reading makes of them; every other shape is left to it.
+    #[test]
+    fn delta_lines_read_by_template_are_read_as_serde_reads_them() {
+        let line = |delta: &str, tail: &str| {
+            format!(
+                r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":1,"delta":{delta}}},"session_id":"s-1","parent_tool_use_id":null{tail}}}"#
+            )
+        };
+        let uuid = r#","uuid":"00000000-0000-0000-0000-000000000000""#;
+        for text in [
+            line(r#"{"type":"text_delta","text":"capture-ok"}"#, uuid),
+            line(r#"{"type":"thinking_delta","thinking":"17*23 = 391."}"#, ""),
+            line(
+                r#"{"type":"input_json_delta","partial_json":"{\"a\": \"\\n\"}"}"#,
+                uuid,
+            ),
+        ] {
+            let (hot, generic) = both_readings(&text).expect(&text);
+            assert_eq!(hot, generic, "{text}");
+        }
+        for text in [
+            line(r#"{"type":"signature_delta","signature":"abc"}"#, uuid),
+            line(r#"{"type":"text_delta","text":"a"}"#, r#","uuid":null"#),
+            line(r#"{"type":"text_delta","text":"a"}"#, r#","extra":1"#),
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a"}},"session_id":"s","parent_tool_use_id":"toolu_1"}"#.into(),
+            r#"{"type":"stream_event","event":{"type":"content_block_stop","index":1},"session_id":"s","parent_tool_use_id":null}"#.into(),
+        ] {
+            assert_eq!(both_readings(&text), None, "{text}");
+        }
     }
 }

@@ -74,6 +74,14 @@ pub struct WireEvent<'a> {
 /// then read the generic way (docs/performance.md has the measurement).
 pub(crate) fn hot_delta(data: &str) -> Option<WireEvent<'_>> {
     let mut c = Cursor::new(data);
+    let ev = delta_template(&mut c)?;
+    c.whitespace();
+    c.end()?;
+    Some(ev)
+}
+
+/// [`hot_delta`]'s template, read from `c` on (the claude-cli envelope holds it too).
+pub(crate) fn delta_template<'a>(c: &mut Cursor<'a>) -> Option<WireEvent<'a>> {
     c.literal(r#"{"type":"content_block_delta","index":"#)?;
     let index = c.uint()?;
     let kind = c.one_of([
@@ -82,8 +90,9 @@ pub(crate) fn hot_delta(data: &str) -> Option<WireEvent<'_>> {
         r#","delta":{"type":"input_json_delta","partial_json":"#,
     ])?;
     let value = Some(c.string()?);
-    c.literal("}}")?;
-    c.end()?;
+    c.literal("}")?;
+    c.whitespace();
+    c.literal("}")?;
     let delta = match kind {
         0 => Delta {
             ty: Some(Cow::Borrowed("text_delta")),
@@ -1160,6 +1169,9 @@ pub(crate) mod tests {
                 "text",
                 r#""\u00e9\ud83d\ude00 \"q\" \\ \n""#,
             ),
+            // As Anthropic sends them: padded before the last brace.
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello!"}       }"#.into(),
+            format!("{}\r\n", delta("0", "text_delta", "text", r#""a""#)),
         ] {
             let (hot, generic) = both_readings(&frame).expect(&frame);
             assert_eq!(hot, generic, "{frame}");
@@ -1175,7 +1187,8 @@ pub(crate) mod tests {
             delta("0", "text_delta", "thinking", r#""swapped""#),
             delta("0", "signature_delta", "signature", r#""sig""#),
             delta("0", "citations_delta", "citation", "{}"),
-            format!("{} ", delta("0", "text_delta", "text", r#""a""#)),
+            format!("{}\u{a0}", delta("0", "text_delta", "text", r#""a""#)),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"} }x"#.into(),
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a","x":1}}"#.into(),
             r#"{"type":"content_block_delta","index":0,"delta":{"text":"a","type":"text_delta"}}"#.into(),
             r#"{"type":"content_block_delta", "index":0,"delta":{"type":"text_delta","text":"a"}}"#.into(),

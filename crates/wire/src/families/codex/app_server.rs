@@ -21,6 +21,7 @@
 use super::{commentary_snapshot, error_message, parse_item};
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
+use crate::families::exact_frame::Cursor;
 use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::{commentary_delta, final_answer, unsupported, RawItem};
 use crate::families::tools::{end_open_tools, present};
@@ -96,7 +97,7 @@ struct Message<'a> {
 }
 
 /// The union of the notification params the adapter reads.
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Params<'a> {
     #[serde(borrow, default)]
@@ -115,6 +116,46 @@ struct Params<'a> {
     error: Option<&'a RawValue>,
     #[serde(default)]
     will_retry: Option<bool>,
+}
+
+/// The notifications nearly every long run is made of — an agent message or reasoning
+/// delta as codex writes it — read by their exact template ([`exact_frame`]) into the
+/// method and params the generic reading makes of them; `None` for any other frame,
+/// which is then read the generic way (docs/performance.md has the measurement).
+///
+/// [`exact_frame`]: crate::families::exact_frame
+fn hot_delta(data: &str) -> Option<(&'static str, Params<'_>)> {
+    const METHODS: [&str; 3] = [
+        "item/agentMessage/delta",
+        "item/reasoning/textDelta",
+        "item/reasoning/summaryTextDelta",
+    ];
+    let mut c = Cursor::new(data);
+    c.literal(r#"{"method":""#)?;
+    let method = c.one_of(METHODS)?;
+    c.literal(r#"","params":{"threadId":"#)?;
+    c.string()?;
+    c.literal(r#","turnId":"#)?;
+    c.string()?;
+    c.literal(r#","itemId":"#)?;
+    let item_id = c.string()?;
+    c.literal(r#","delta":"#)?;
+    let delta = c.string()?;
+    // Reasoning deltas say which part they belong to, a field the adapter ignores.
+    if method > 0
+        && c.one_of([r#","contentIndex":"#, r#","summaryIndex":"#])
+            .is_some()
+    {
+        c.uint()?;
+    }
+    c.literal("}}")?;
+    c.end()?;
+    let params = Params {
+        item_id: Some(item_id),
+        delta: Some(delta),
+        ..Params::default()
+    };
+    Some((METHODS[method], params))
 }
 
 /// A codex thread item (`agentMessage`, `reasoning`, `commandExecution`, …).
@@ -399,6 +440,10 @@ impl Adapter for CodexAppServerAdapter {
         if self.terminated {
             // Post-settle noise (status changes, rate limits): the run is over.
             out.consumed();
+            return;
+        }
+        if let Some((method, params)) = hot_delta(frame.data) {
+            self.on_notification(method, Some(params), frame.data, out);
             return;
         }
         let mut msg: Message<'_> = match serde_json::from_str(frame.data) {
@@ -869,6 +914,54 @@ mod tests {
 
     fn run(lines: &[&str]) -> Vec<serde_json::Value> {
         super::super::run_lines(Family::CodexAppServer, lines)
+    }
+
+    /// What the template reading and the generic reading make of `line`: `None` when the
+    /// template leaves it to the generic reading, else both readings' method and params.
+    fn both_readings(line: &str) -> Option<(String, String)> {
+        let (method, params) = super::hot_delta(line)?;
+        let generic = serde_json::from_str::<super::Message<'_>>(line).expect(line);
+        assert!(generic.id.is_none(), "{line}");
+        let generic = (generic.method.unwrap(), generic.params.unwrap());
+        Some((
+            format!("{method} {params:?}"),
+            format!("{} {:?}", generic.0, generic.1),
+        ))
+    }
+
+    /// Agent message and reasoning deltas read by their exact template become the method
+    /// and params the generic reading makes of them; every other shape is left to it.
+    #[test]
+    fn deltas_read_by_template_are_read_as_serde_reads_them() {
+        let note = |method: &str, rest: &str| {
+            format!(
+                r#"{{"method":"{method}","params":{{"threadId":"t","turnId":"u","itemId":"i","delta":{rest}}}}}"#
+            )
+        };
+        for line in [
+            note("item/agentMessage/delta", r#""391""#),
+            note("item/agentMessage/delta", r#""\"q\" \\ \n \ud83d\ude00""#),
+            note("item/reasoning/textDelta", r#""a","contentIndex":0"#),
+            note("item/reasoning/summaryTextDelta", r#""","summaryIndex":12"#),
+            note("item/reasoning/summaryTextDelta", r#""b""#),
+        ] {
+            let (hot, generic) = both_readings(&line).expect(&line);
+            assert_eq!(hot, generic, "{line}");
+        }
+        for line in [
+            note("item/agentMessage/delta", r#""a","contentIndex":0"#),
+            note("item/reasoning/textDelta", r#""a","contentIndex":-1"#),
+            note("item/reasoning/textDelta", r#""a","contentIndex":"0""#),
+            note("item/commandExecution/outputDelta", r#""a""#),
+            note("item/agentMessage/delta", "null"),
+            note("item/agentMessage/delta", r#""a","x":1"#),
+            r#"{"id":1,"method":"item/agentMessage/delta","params":{"threadId":"t","turnId":"u","itemId":"i","delta":"a"}}"#.into(),
+            r#"{"method":"item/agentMessage/delta","params":{"threadId":null,"turnId":"u","itemId":"i","delta":"a"}}"#.into(),
+            r#"{"method":"item/agentMessage/delta","params":{"threadId":"t","turnId":"u","itemId":"i","delta":"a"}} "#.into(),
+            r#"{"method":"item/agentMessage/deltas","params":{"threadId":"t","turnId":"u","itemId":"i","delta":"a"}}"#.into(),
+        ] {
+            assert_eq!(both_readings(&line), None, "{line}");
+        }
     }
 
     const FINAL_STARTED: &str = r#"{"method":"item/started","params":{"item":{"type":"agentMessage","id":"m","text":"","phase":"final_answer"}}}"#;
