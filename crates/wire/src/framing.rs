@@ -141,17 +141,35 @@ impl FrameDecoder {
             let used = self.lines(chunk, sink);
             self.keep_tail(&chunk[used..], sink);
         } else {
-            let mut buf = std::mem::take(&mut self.buf);
-            buf.extend_from_slice(chunk);
-            let used = self.lines(&buf, sink);
-            buf.drain(..used);
-            let tail = std::mem::take(&mut buf);
-            self.keep_tail(&tail, sink);
-            // Reuse the allocation for the next partial line.
-            if self.buf.is_empty() {
-                self.buf = buf;
+            self.complete_line(chunk, sink);
+        }
+    }
+
+    /// A partial line waits in `buf`: completes it with `chunk`'s bytes up to its first
+    /// line end and reads the rest of `chunk` in place — rather than copying all of
+    /// `chunk` behind the partial line, which cost ~5% of `normalize` (a chunk boundary
+    /// nearly always splits a line).
+    fn complete_line(&mut self, chunk: &[u8], sink: &mut dyn FnMut(Decoded<'_>)) {
+        let Some(end) = memchr2(b'\n', b'\r', chunk) else {
+            self.keep_tail(chunk, sink);
+            return;
+        };
+        let mut line = std::mem::take(&mut self.buf);
+        line.extend_from_slice(&chunk[..=end]);
+        self.lines(&line, sink);
+        line.clear();
+        // Keep the allocation for the next partial line.
+        self.buf = line;
+        let mut rest = &chunk[end + 1..];
+        // The line ended in CR at the end of `line`: a LF that follows belongs to it.
+        if self.pending_cr && !rest.is_empty() {
+            self.pending_cr = false;
+            if rest[0] == b'\n' {
+                rest = &rest[1..];
             }
         }
+        let used = self.lines(rest, sink);
+        self.keep_tail(&rest[used..], sink);
     }
 
     /// The stream ended: completes a trailing line without a terminator and dispatches a
@@ -348,6 +366,17 @@ mod tests {
         d.finish(&mut sink);
         assert_eq!(out.len(), 2);
         assert!(out[0].starts_with("Oversized"));
+        assert!(out[1].contains("\"{}\""));
+
+        // A partial line that fits, completed past the limit by the next chunk.
+        let mut d = FrameDecoder::new(Some(Framing::Jsonl), 8);
+        let mut out = Vec::new();
+        let mut sink = |x: Decoded<'_>| out.push(format!("{x:?}"));
+        d.feed(b"{\"a\":1", &mut sink);
+        d.feed(b"2345}\n{}\n", &mut sink);
+        d.finish(&mut sink);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out[0].starts_with("Oversized(11)"), "{out:?}");
         assert!(out[1].contains("\"{}\""));
     }
 }
