@@ -7,14 +7,15 @@
 #
 #   scripts/bench-adapters.sh [SIZE_MIB=100] [RUNS=3] [FAMILY ...]
 #
-# Needs a release build (`cargo build --release`); writes its captures to $TMPDIR.
+# Needs a release build (`cargo build --release`), or STREAMGATE_BIN naming another build
+# to compare; writes its captures to $TMPDIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 size="${1:-100}"
 runs="${2:-3}"
 shift $(( $# > 2 ? 2 : $# ))
-bin=target/release/streamgate
+bin="${STREAMGATE_BIN:-target/release/streamgate}"   # another build to compare against
 [ -x "$bin" ] || { echo "no $bin: run cargo build --release first" >&2; exit 2; }
 
 # family → the fixture grown for it (one with reasoning where the family has it).

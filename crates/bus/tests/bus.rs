@@ -380,7 +380,7 @@ fn run_events(tenant: &str, run_id: &str) -> Vec<RunEvent> {
         ..Lifecycle::new(LifecyclePhase::End)
     };
     let datas = vec![
-        EventData::Lifecycle(start),
+        EventData::from(start),
         EventData::Assistant(Assistant {
             delta: Some("Hel".into()),
             ..Default::default()
@@ -394,7 +394,7 @@ fn run_events(tenant: &str, run_id: &str) -> Vec<RunEvent> {
             text: Some("Hello".into()),
             ..Default::default()
         }),
-        EventData::Lifecycle(end),
+        EventData::from(end),
     ];
     datas
         .into_iter()

@@ -58,7 +58,7 @@ mod tests {
             },
             event: Event {
                 seq: 1,
-                data: EventData::Lifecycle(Lifecycle::new(LifecyclePhase::Start)),
+                data: EventData::from(Lifecycle::new(LifecyclePhase::Start)),
             },
         };
         let v: serde_json::Value = serde_json::from_str(&ev.to_json()).unwrap();

@@ -92,6 +92,11 @@ impl fmt::Display for Stream {
 }
 
 /// An event payload; the variant decides the `stream`.
+///
+/// Tool items and lifecycle events are boxed: they are few in a run but three times the
+/// size of a text or thinking delta, and every event is moved through the emitter's
+/// queue — unboxed they made each of a long run's deltas 280 bytes (measured:
+/// docs/performance.md).
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventData {
     /// `stream: "assistant"`.
@@ -99,9 +104,9 @@ pub enum EventData {
     /// `stream: "thinking"`.
     Thinking(Thinking),
     /// `stream: "item"`.
-    Item(Item),
+    Item(Box<Item>),
     /// `stream: "lifecycle"`.
-    Lifecycle(Lifecycle),
+    Lifecycle(Box<Lifecycle>),
 }
 
 impl EventData {
@@ -131,8 +136,8 @@ impl EventData {
         Ok(match stream {
             Stream::Assistant => EventData::Assistant(serde_json::from_str(data)?),
             Stream::Thinking => EventData::Thinking(serde_json::from_str(data)?),
-            Stream::Item => EventData::Item(serde_json::from_str(data)?),
-            Stream::Lifecycle => EventData::Lifecycle(serde_json::from_str(data)?),
+            Stream::Item => EventData::Item(Box::new(serde_json::from_str(data)?)),
+            Stream::Lifecycle => EventData::Lifecycle(Box::new(serde_json::from_str(data)?)),
         })
     }
 }
@@ -149,12 +154,12 @@ impl From<Thinking> for EventData {
 }
 impl From<Item> for EventData {
     fn from(d: Item) -> EventData {
-        EventData::Item(d)
+        EventData::Item(Box::new(d))
     }
 }
 impl From<Lifecycle> for EventData {
     fn from(d: Lifecycle) -> EventData {
-        EventData::Lifecycle(d)
+        EventData::Lifecycle(Box::new(d))
     }
 }
 

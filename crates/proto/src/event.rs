@@ -178,7 +178,7 @@ impl TryFrom<v1::Event> for RunEvent {
                 text: t.text,
                 tokens: t.tokens,
             }),
-            Data::Item(i) => EventData::Item(g::Item {
+            Data::Item(i) => EventData::from(g::Item {
                 phase: match v1::ItemPhase::try_from(i.phase) {
                     Ok(v1::ItemPhase::Start) => g::ItemPhase::Start,
                     Ok(v1::ItemPhase::Update) => g::ItemPhase::Update,
@@ -199,7 +199,7 @@ impl TryFrom<v1::Event> for RunEvent {
                 meta: json("item.meta_json", i.meta_json)?,
                 output: json("item.output_json", i.output_json)?,
             }),
-            Data::Lifecycle(l) => EventData::Lifecycle(g::Lifecycle {
+            Data::Lifecycle(l) => EventData::from(g::Lifecycle {
                 phase: match v1::LifecyclePhase::try_from(l.phase) {
                     Ok(v1::LifecyclePhase::Start) => g::LifecyclePhase::Start,
                     Ok(v1::LifecyclePhase::Update) => g::LifecyclePhase::Update,

@@ -100,7 +100,7 @@ pub fn archived(envelope: Envelope, seq: u64, data: EventData, journal_seq: u64)
 }
 
 pub fn start(provider: &str, model: &str) -> EventData {
-    EventData::Lifecycle(Lifecycle {
+    EventData::from(Lifecycle {
         provider: Some(provider.to_owned()),
         model: Some(model.to_owned()),
         ..Lifecycle::new(LifecyclePhase::Start)
@@ -116,7 +116,7 @@ pub fn delta(text: &str) -> EventData {
 }
 
 pub fn end(reason: StopReason, usage: Option<&str>) -> EventData {
-    EventData::Lifecycle(Lifecycle {
+    EventData::from(Lifecycle {
         reason: Some(reason),
         usage: usage.map(|u| Json::parse(u).expect("usage json")),
         ..Lifecycle::new(LifecyclePhase::End)
@@ -124,7 +124,7 @@ pub fn end(reason: StopReason, usage: Option<&str>) -> EventData {
 }
 
 pub fn error(reason: StopReason) -> EventData {
-    EventData::Lifecycle(Lifecycle {
+    EventData::from(Lifecycle {
         reason: Some(reason),
         ..Lifecycle::new(LifecyclePhase::Error)
     })
