@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use streamgate_grammar::Json;
 
 /// One `PartialArg` of a `functionCall` part.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct PartialArg<'a> {
     #[serde(borrow)]
