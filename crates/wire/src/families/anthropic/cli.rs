@@ -8,7 +8,7 @@
 //! arrives in a `user` frame.
 
 use super::messages::{
-    delta_template, dispatch, emit_error, error_diagnostic, settle, Block, MachineOptions,
+    delta_template, dispatch, emit_error, error_diagnostic, settle, Block, Delta, MachineOptions,
     MessageMachine, Step, WireEvent, REDACTED_KIND,
 };
 use crate::adapter::{Adapter, Close};
@@ -29,7 +29,7 @@ use streamgate_grammar::{
 pub const SNAPSHOT_SIGNATURE_KIND: &str = "claude_cli_snapshot_signature";
 
 /// One stream-json line, flat over every frame type (parsed once, borrowing).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
     ty: Cow<'a, str>,
@@ -73,17 +73,18 @@ struct Line<'a> {
 
 /// The line nearly every long run is made of — a `stream_event` holding a text,
 /// thinking or tool-argument delta, as the CLI writes it — read by its exact template
-/// ([`exact_frame`], the inner event by [`delta_template`]) into the line the generic
-/// reading makes of it; `None` for any other line, which is then read the generic way
+/// ([`exact_frame`], the inner event by [`delta_template`]) into the block index and
+/// delta the generic reading makes of it (its session id, read only when a message
+/// starts, left out); `None` for any other line, which is then read the generic way
 /// (docs/performance.md has the measurement).
 ///
 /// [`exact_frame`]: crate::families::exact_frame
-fn hot_stream_event(data: &str) -> Option<Line<'_>> {
+fn hot_stream_delta(data: &str) -> Option<(u64, Delta<'_>)> {
     let mut c = Cursor::new(data);
     c.literal(r#"{"type":"stream_event","event":"#)?;
-    let event = delta_template(&mut c)?;
+    let delta = delta_template(&mut c)?;
     c.literal(r#","session_id":"#)?;
-    let session_id = c.string()?;
+    c.string()?;
     c.literal(r#","parent_tool_use_id":null"#)?;
     if c.literal(r#","uuid":"#).is_some() {
         c.string()?;
@@ -91,12 +92,7 @@ fn hot_stream_event(data: &str) -> Option<Line<'_>> {
     c.literal("}")?;
     c.whitespace();
     c.end()?;
-    Some(Line {
-        ty: Cow::Borrowed("stream_event"),
-        event: Some(event),
-        session_id: Some(session_id),
-        ..Line::default()
-    })
+    Some(delta)
 }
 
 /// The `message` of an `assistant`/`user` frame (content kept raw: `user` content may be
@@ -165,8 +161,10 @@ impl Adapter for F1eAdapter {
             out.consumed();
             return;
         }
-        if let Some(line) = hot_stream_event(frame.data) {
-            self.stream_event(&line, frame.data, out);
+        if let Some((index, delta)) = hot_stream_delta(frame.data) {
+            // What `stream_event` does with a content_block_delta, without the line.
+            self.saw_stream = true;
+            self.inner.content_delta(index, &delta, frame.data, out);
             return;
         }
         let line: Line<'_> = match serde_json::from_str(frame.data) {
@@ -476,18 +474,28 @@ impl F1eAdapter {
 
 #[cfg(test)]
 mod tests {
-    use super::{hot_stream_event, Line};
+    use super::{hot_stream_delta, Line};
 
     /// What the template reading and the generic reading make of `line`: `None` when the
     /// template leaves it to the generic reading, else both readings' `Debug` text.
     fn both_readings(line: &str) -> Option<(String, String)> {
-        let hot = hot_stream_event(line)?;
+        let (index, delta) = hot_stream_delta(line)?;
         let generic = serde_json::from_str::<Line<'_>>(line).expect(line);
-        Some((format!("{hot:?}"), format!("{generic:?}")))
+        assert_eq!(generic.ty, "stream_event", "{line}");
+        let event = generic.event.expect(line);
+        assert_eq!(event.ty, "content_block_delta", "{line}");
+        assert!(
+            event.message.is_none() && event.content_block.is_none(),
+            "{line}"
+        );
+        Some((
+            format!("{index} {delta:?}"),
+            format!("{} {:?}", event.index.unwrap(), event.delta.unwrap()),
+        ))
     }
 
-    /// Stream events holding a delta, read by their exact template, become the line the
-    /// generic reading makes of them; every other shape is left to it.
+    /// Stream events holding a delta, read by their exact template, become the block
+    /// index and delta the generic reading makes of them; every other shape is left to it.
     #[test]
     fn delta_lines_read_by_template_are_read_as_serde_reads_them() {
         let line = |delta: &str, tail: &str| {
