@@ -356,27 +356,29 @@ mod tests {
         }
     }
 
+    /// What a JSONL decoder with an 8-byte frame limit makes of `chunks`.
+    fn decode_limited(chunks: &[&[u8]]) -> Vec<String> {
+        let mut d = FrameDecoder::new(Some(Framing::Jsonl), 8);
+        let mut out = Vec::new();
+        let mut sink = |x: Decoded<'_>| out.push(format!("{x:?}"));
+        for c in chunks {
+            d.feed(c, &mut sink);
+        }
+        d.finish(&mut sink);
+        out
+    }
+
     #[test]
     fn oversized_lines_are_reported_and_skipped() {
-        let mut d = FrameDecoder::new(Some(Framing::Jsonl), 8);
-        let mut out = Vec::new();
-        let mut sink = |x: Decoded<'_>| out.push(format!("{x:?}"));
-        d.feed(b"{\"a\":12345", &mut sink);
-        d.feed(b"6789}\n{}\n", &mut sink);
-        d.finish(&mut sink);
-        assert_eq!(out.len(), 2);
-        assert!(out[0].starts_with("Oversized"));
-        assert!(out[1].contains("\"{}\""));
+        let out = decode_limited(&[b"{\"a\":12345", b"6789}\n{}\n"]);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out[0].starts_with("Oversized"), "{out:?}");
+        assert!(out[1].contains("\"{}\""), "{out:?}");
 
         // A partial line that fits, completed past the limit by the next chunk.
-        let mut d = FrameDecoder::new(Some(Framing::Jsonl), 8);
-        let mut out = Vec::new();
-        let mut sink = |x: Decoded<'_>| out.push(format!("{x:?}"));
-        d.feed(b"{\"a\":1", &mut sink);
-        d.feed(b"2345}\n{}\n", &mut sink);
-        d.finish(&mut sink);
+        let out = decode_limited(&[b"{\"a\":1", b"2345}\n{}\n"]);
         assert_eq!(out.len(), 2, "{out:?}");
         assert!(out[0].starts_with("Oversized(11)"), "{out:?}");
-        assert!(out[1].contains("\"{}\""));
+        assert!(out[1].contains("\"{}\""), "{out:?}");
     }
 }

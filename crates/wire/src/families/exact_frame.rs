@@ -110,42 +110,55 @@ impl<'a> Cursor<'a> {
         &mut self,
         mut member: impl FnMut(&'a str, &mut Cursor<'a>) -> Option<()>,
     ) -> Option<()> {
-        self.literal("{")?;
-        self.whitespace();
-        if self.literal("}").is_some() {
-            return Some(());
-        }
-        loop {
-            let Cow::Borrowed(key) = self.string()? else {
+        self.sequence("{", "}", |c| {
+            let Cow::Borrowed(key) = c.string()? else {
                 return None;
             };
-            self.whitespace();
-            self.literal(":")?;
-            self.whitespace();
-            member(key, self)?;
-            self.whitespace();
-            if self.literal(",").is_none() {
-                return self.literal("}");
-            }
-            self.whitespace();
-        }
+            c.whitespace();
+            c.literal(":")?;
+            c.whitespace();
+            member(key, c)
+        })
     }
 
     /// Reads an array element by element, as [`Cursor::object`] reads members.
     pub(crate) fn array(
         &mut self,
-        mut element: impl FnMut(&mut Cursor<'a>) -> Option<()>,
+        element: impl FnMut(&mut Cursor<'a>) -> Option<()>,
     ) -> Option<()> {
-        self.literal("[")?;
+        self.sequence("[", "]", element)
+    }
+
+    /// Reads an array whose every element `read` reads, into a list.
+    pub(crate) fn list<T>(
+        &mut self,
+        mut read: impl FnMut(&mut Cursor<'a>) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let mut list = Vec::new();
+        self.array(|c| {
+            list.push(read(c)?);
+            Some(())
+        })?;
+        Some(list)
+    }
+
+    /// `open`, then comma-separated items (none at all too), then `close`.
+    fn sequence(
+        &mut self,
+        open: &str,
+        close: &str,
+        mut item: impl FnMut(&mut Cursor<'a>) -> Option<()>,
+    ) -> Option<()> {
+        self.literal(open)?;
         self.whitespace();
-        if self.literal("]").is_some() {
+        if self.literal(close).is_some() {
             return Some(());
         }
         loop {
-            element(self)?;
+            item(self)?;
             self.whitespace();
             if self.literal(",").is_none() {
-                return self.literal("]");
+                return self.literal(close);
             }
             self.whitespace();
         }
@@ -258,14 +271,7 @@ mod tests {
             let mut c = Cursor::new(frame);
             c.object(|key, c| match key {
                 "n" => super::once(&mut got.n, c.uint()),
-                "list" => {
-                    let mut list = Vec::new();
-                    c.array(|c| {
-                        list.push(c.boolean()?);
-                        Some(())
-                    })?;
-                    super::once(&mut got.list, Some(list))
-                }
+                "list" => super::once(&mut got.list, c.list(Cursor::boolean)),
                 "raw" => super::once(&mut got.raw, c.raw_value().map(|r| r.get())),
                 "ignored" => c.string().map(drop),
                 _ => None,

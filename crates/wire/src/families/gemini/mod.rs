@@ -175,14 +175,7 @@ fn hot_chunk(data: &str) -> Option<Chunk<'_>> {
     let mut c = Cursor::new(data);
     c.whitespace();
     c.object(|key, c| match key {
-        "candidates" => {
-            let mut candidates = Vec::with_capacity(1);
-            c.array(|c| {
-                candidates.push(hot_candidate(c)?);
-                Some(())
-            })?;
-            once(&mut chunk.candidates, Some(candidates))
-        }
+        "candidates" => once(&mut chunk.candidates, c.list(hot_candidate)),
         // serde reads a `null` object as absent.
         "usageMetadata" => once(&mut chunk.usage_metadata, non_null(c.raw_value())),
         "modelVersion" => once(&mut chunk.model_version, c.string()),
@@ -200,14 +193,7 @@ fn hot_candidate<'a>(c: &mut Cursor<'a>) -> Option<Candidate<'a>> {
         "content" => {
             let mut parts = None;
             c.object(|key, c| match key {
-                "parts" => {
-                    let mut list = Vec::with_capacity(2);
-                    c.array(|c| {
-                        list.push(hot_part(c)?);
-                        Some(())
-                    })?;
-                    once(&mut parts, Some(list))
-                }
+                "parts" => once(&mut parts, c.list(hot_part)),
                 // Not a field the adapter reads: serde skips it, whatever it holds.
                 "role" => c.string().map(drop),
                 _ => None,
