@@ -114,7 +114,8 @@ impl Adapter for F2Adapter {
             }
             return;
         }
-        let chunk: Chunk<'_> = match serde_json::from_str(data) {
+        let read = wire::hot_chunk(data).map_or_else(|| serde_json::from_str(data), Ok);
+        let chunk: Chunk<'_> = match read {
             Ok(c) => c,
             Err(_) => {
                 out.malformed_frame(data);

@@ -243,3 +243,47 @@ fn empty_annotations_are_no_event() {
     ]));
     assert!(!ev.iter().any(|e| e.contains("annotations")), "{ev:?}");
 }
+
+/// What the member-by-member reading and the generic reading make of `chunk`: `None` when
+/// the former leaves it to the generic reading, else both readings' `Debug` text.
+fn both_readings(chunk: &str) -> Option<(String, String)> {
+    let hot = super::wire::hot_chunk(chunk)?;
+    let generic = serde_json::from_str::<super::wire::Chunk<'_>>(chunk).expect(chunk);
+    Some((format!("{hot:?}"), format!("{generic:?}")))
+}
+
+/// Text and reasoning chunks as providers and routers lay them out — DeepSeek, OpenAI-
+/// compatible servers, the project's fixtures, spaced, escaped — read member by member
+/// give the chunk serde gives; a finish, usage, tool calls, structured reasoning or any
+/// member the reading does not know is left to serde.
+#[test]
+fn text_chunks_read_member_by_member_are_read_as_serde_reads_them() {
+    for chunk in [
+        r#"{"id":"d1","object":"chat.completion.chunk","model":"deepseek","choices":[{"index":0,"delta":{"content":null,"reasoning_content":" them."},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"c","object":"chat.completion.chunk","created":1760000000,"model":"gpt-oss:20b","system_fingerprint":"fp_ollama","choices":[{"index":0,"delta":{"role":"assistant","content":"\"4\" \\ \n","reasoning":"\ud83d\ude00"},"finish_reason":null}]}"#,
+        r#"{"id":"d1","object":"chat.completion.chunk","model":"deepseek","choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":""},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{ "choices" : [ { "delta" : { "content" : "a" } , "native_finish_reason" : null } ] , "usage" : null }"#,
+        r#"{"choices":[],"usage":null}"#,
+        r#"{"id":"x","choices":[{"delta":{}}]}"#,
+    ] {
+        let (hot, generic) = both_readings(chunk).expect(chunk);
+        assert_eq!(hot, generic, "{chunk}");
+    }
+    for chunk in [
+        r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+        r#"{"choices":[{"delta":{"content":""}}],"usage":{"prompt_tokens":9}}"#,
+        r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a","reasoning":"b","reasoning_details":[{"type":"reasoning.text","text":"b"}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":["a"]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a","content":"b"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a"}}],"usage":null,"usage":null}"#,
+        r#"{"choices":[{"delta":{"reasoning_content":7}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a"},"logprobs":{"content":[]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"a"}}],"error":{"message":"x"}}"#,
+        r#"{"choices":[{"delta":{"content":"a"}}],"x_pioneer":{}}"#,
+        r#"{"choices":[{"delta":{"content":"a"}}],"id":}"#,
+        "[DONE]",
+    ] {
+        assert_eq!(both_readings(chunk), None, "{chunk}");
+    }
+}

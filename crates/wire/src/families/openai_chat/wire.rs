@@ -6,6 +6,7 @@
 //! unexpected type in a field we only probe must not turn the whole chunk into a
 //! `malformed_frame`.
 
+use crate::families::exact_frame::{once, Cursor};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -14,7 +15,11 @@ use std::fmt;
 use std::marker::PhantomData;
 
 /// One `chat.completion.chunk` (or a pioneer / OpenRouter variant of it).
-#[derive(Deserialize)]
+///
+/// [`hot_chunk`] reads the common chunk without serde and skips the members it lists as
+/// not this struct's (`id`, `model`, …): a field of that name added here must be read
+/// there too.
+#[derive(Debug, Default, Deserialize)]
 pub(super) struct Chunk<'a> {
     #[serde(borrow, default)]
     pub choices: Option<Vec<Choice<'a>>>,
@@ -34,7 +39,7 @@ pub(super) struct Chunk<'a> {
 }
 
 /// `choices[i]`.
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub(super) struct Choice<'a> {
     #[serde(borrow, default)]
     pub delta: Option<Delta<'a>>,
@@ -51,7 +56,7 @@ pub(super) struct Choice<'a> {
 }
 
 /// `choices[i].delta`.
-#[derive(Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub(super) struct Delta<'a> {
     #[serde(borrow, default)]
     pub content: Content<'a>,
@@ -82,7 +87,7 @@ pub(super) struct Delta<'a> {
 }
 
 /// One `reasoning_details[]` entry (OpenRouter's structured reasoning lane).
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 pub(super) struct Detail<'a> {
     #[serde(rename = "type", borrow, default)]
     pub kind: Text<'a>,
@@ -103,7 +108,7 @@ pub(super) struct Detail<'a> {
 }
 
 /// One `tool_calls[]` delta: a function call, or a custom-tool call (`type: "custom"`).
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 pub(super) struct ToolCall<'a> {
     #[serde(default)]
     pub index: Num,
@@ -132,7 +137,7 @@ impl<'a> ToolCall<'a> {
 }
 
 /// `custom` of a custom-tool call: its name and free-form input (a string fragment).
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 pub(super) struct CustomCall<'a> {
     #[serde(borrow, default)]
     pub name: Text<'a>,
@@ -141,7 +146,7 @@ pub(super) struct CustomCall<'a> {
 }
 
 /// `function` of a tool call, or the legacy `delta.function_call`.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 pub(super) struct FunctionCall<'a> {
     #[serde(borrow, default)]
     pub name: Text<'a>,
@@ -181,7 +186,7 @@ pub(super) fn transcript(audio: &RawValue) -> Option<Cow<'_, str>> {
 }
 
 /// One typed part of an array-form `content`.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 pub(super) struct Part<'a> {
     #[serde(rename = "type", borrow, default)]
     pub kind: Text<'a>,
@@ -231,7 +236,7 @@ impl<'a> Part<'a> {
 
 /// `delta.content`: a string (the norm), `null` (DeepSeek during reasoning: absent), an
 /// array of typed parts, or something unsupported.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(super) enum Content<'a> {
     /// Absent or `null`.
     #[default]
@@ -309,7 +314,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Lenient<Part<'a>> {
 
 /// A string field read leniently: any non-string value (null, number, object, …) reads
 /// as absent instead of failing the chunk.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(super) struct Text<'a>(pub Option<Cow<'a, str>>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
@@ -361,7 +366,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
 }
 
 /// A non-negative integer field read leniently (anything else reads as absent).
-#[derive(Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Num(pub Option<u64>);
 
 impl<'de> Deserialize<'de> for Num {
@@ -426,4 +431,75 @@ pub(super) fn reasoning_tokens(usage: &RawValue) -> Option<u64> {
     u.completion_tokens_details
         .and_then(|d| d.reasoning_tokens.0)
         .or_else(|| u.output_tokens_details.and_then(|d| d.reasoning_tokens.0))
+}
+
+/// The chunks nearly every long run is made of — one choice's text or reasoning piece,
+/// with nothing finished yet — read member by member ([`exact_frame`]: any key order and
+/// spacing, as providers and routers each write their own) into the [`Chunk`] serde makes
+/// of them; `None` for any other chunk (a finish reason, usage, tool calls, a member this
+/// reading does not know), which is then read the generic way (docs/performance.md has
+/// the measurement).
+///
+/// [`exact_frame`]: crate::families::exact_frame
+pub(super) fn hot_chunk(data: &str) -> Option<Chunk<'_>> {
+    let mut chunk = Chunk::default();
+    let mut usage_null = None;
+    let mut c = Cursor::new(data);
+    c.object(|key, c| match key {
+        "choices" => once(&mut chunk.choices, c.list(hot_choice)),
+        // serde reads a `null` usage as absent (a duplicate still counts).
+        "usage" => once(&mut usage_null, c.literal("null")),
+        // Not members of `Chunk`: serde skips them, whatever they hold.
+        "id" | "object" | "created" | "model" | "system_fingerprint" | "provider"
+        | "service_tier" | "obfuscation" => c.raw_value().map(drop),
+        _ => None,
+    })?;
+    c.whitespace();
+    c.end()?;
+    Some(chunk)
+}
+
+fn hot_choice<'a>(c: &mut Cursor<'a>) -> Option<Choice<'a>> {
+    let (mut delta, mut finish, mut native, mut logprobs) = (None, None, None, None);
+    c.object(|key, c| match key {
+        "delta" => once(&mut delta, hot_delta(c)),
+        "finish_reason" => once(&mut finish, c.literal("null")),
+        "native_finish_reason" => once(&mut native, c.literal("null")),
+        "logprobs" => once(&mut logprobs, c.literal("null")),
+        // Not a member of `Choice`.
+        "index" => c.raw_value().map(drop),
+        _ => None,
+    })?;
+    Some(Choice {
+        delta,
+        ..Choice::default()
+    })
+}
+
+fn hot_delta<'a>(c: &mut Cursor<'a>) -> Option<Delta<'a>> {
+    let mut delta = Delta::default();
+    let (mut content, mut reasoning_content, mut reasoning) = (None, None, None);
+    c.object(|key, c| match key {
+        "content" => once(&mut content, text_or_null(c).map(|t| t.0)),
+        "reasoning_content" => once(&mut reasoning_content, text_or_null(c)),
+        "reasoning" => once(&mut reasoning, text_or_null(c)),
+        // Not a member of `Delta`.
+        "role" => c.raw_value().map(drop),
+        _ => None,
+    })?;
+    delta.content = match content.flatten() {
+        Some(text) => Content::Text(text),
+        None => Content::Absent,
+    };
+    delta.reasoning_content = reasoning_content.unwrap_or_default();
+    delta.reasoning = reasoning.unwrap_or_default();
+    Some(delta)
+}
+
+/// A string or `null`, as [`Text`] reads them.
+fn text_or_null<'a>(c: &mut Cursor<'a>) -> Option<Text<'a>> {
+    if c.literal("null").is_some() {
+        return Some(Text(None));
+    }
+    c.string().map(|s| Text(Some(s)))
 }
