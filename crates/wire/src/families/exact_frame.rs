@@ -5,7 +5,7 @@
 //! Two ways to read one: a literal template (keys in the provider's order, no whitespace:
 //! [`Cursor::literal`] and the value readers), or — for providers whose key order or
 //! spacing varies, like Gemini's — member by member ([`Cursor::object`],
-//! [`Cursor::array`]), with a closure that reads the members the adapter knows and
+//! [`Cursor::list`]), with a closure that reads the members the adapter knows and
 //! refuses any other; [`once`] keeps a member from counting twice.
 //!
 //! Hand-written for measured performance: serde's derived reading of an Anthropic delta
@@ -121,21 +121,14 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// Reads an array element by element, as [`Cursor::object`] reads members.
-    pub(crate) fn array(
-        &mut self,
-        element: impl FnMut(&mut Cursor<'a>) -> Option<()>,
-    ) -> Option<()> {
-        self.sequence("[", "]", element)
-    }
-
-    /// Reads an array whose every element `read` reads, into a list.
+    /// Reads an array element by element, as [`Cursor::object`] reads members, into a
+    /// list of what `read` makes of each element.
     pub(crate) fn list<T>(
         &mut self,
         mut read: impl FnMut(&mut Cursor<'a>) -> Option<T>,
     ) -> Option<Vec<T>> {
         let mut list = Vec::new();
-        self.array(|c| {
+        self.sequence("[", "]", |c| {
             list.push(read(c)?);
             Some(())
         })?;

@@ -173,7 +173,6 @@ struct ThoughtCount {
 fn hot_chunk(data: &str) -> Option<Chunk<'_>> {
     let mut chunk = Chunk::default();
     let mut c = Cursor::new(data);
-    c.whitespace();
     c.object(|key, c| match key {
         "candidates" => once(&mut chunk.candidates, c.list(hot_candidate)),
         // serde reads a `null` object as absent.
