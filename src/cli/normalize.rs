@@ -67,7 +67,7 @@ pub fn run(family: &str, transcript: Option<&Path>, capture: &Path) -> Result<Ex
 
 fn write_events(n: &mut Normalizer, out: &mut impl Write) -> io::Result<()> {
     for event in n.drain() {
-        serde_json::to_writer(&mut *out, &event)?;
+        event.write_json(out)?;
         out.write_all(b"\n")?;
     }
     Ok(())

@@ -39,7 +39,18 @@ impl Event {
 
     /// The event as one line of canonical JSON (the golden shape, no newline).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
+        let mut out = Vec::with_capacity(128);
+        // Writing into a Vec cannot fail; the line is UTF-8 (text it is handed as `&str`,
+        // ASCII around it).
+        match crate::line::write_event(&mut out, self) {
+            Ok(()) => String::from_utf8(out).unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Writes the event's canonical JSON line (no newline) to `out`; see [`crate::line`].
+    pub fn write_json<W: std::io::Write>(&self, out: &mut W) -> std::io::Result<()> {
+        crate::line::write_event(out, self)
     }
 
     /// Parses one canonical JSON line.

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //! - [`event`]: typed events and their canonical JSON line `{"seq","stream","data"}`.
+//! - [`line`]: the canonical JSON line written straight into bytes (text events by hand,
+//!   the rest through serde; the same bytes either way).
 //! - [`json`]: provider objects (usage, tool arguments, diagnostic detail) kept verbatim.
 //! - [`clock`]: the wall clock in epoch milliseconds, and as UTC dates.
 //! - [`envelope`]: the routing fields around an event on the bus and in the archive.
@@ -24,6 +26,7 @@ pub mod fold;
 pub mod ids;
 pub mod invariants;
 pub mod json;
+pub mod line;
 pub mod timeline;
 pub mod usage;
 

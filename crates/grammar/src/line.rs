@@ -1,0 +1,408 @@
+//! The canonical JSON line of an event, written straight into a byte buffer.
+//!
+//! Text and thinking deltas are nearly every event of a long run, and serde_json's
+//! serializer cost a quarter of `streamgate normalize` (docs/performance.md, `perf`): it
+//! escape-scans every key byte by byte and checks every byte of a value against its
+//! escape table one at a time. Here the keys are literals and a value's bytes are scanned
+//! eight at a time, so only a word that holds a byte to escape is looked at byte by byte.
+//! This is hand-written for that measured cost; tool items and lifecycle events, which
+//! are few in a run, still go through serde. The output is byte for byte serde_json's
+//! (same field order, same escapes), which the tests hold over any text.
+
+use crate::event::{
+    Assistant, AssistantPhase, Event, EventData, SegmentPhase, SegmentStatus, Thinking,
+    ThinkingVariant,
+};
+use std::io::{self, Write};
+
+/// Writes `event`'s canonical JSON line (no newline) to `out`: a `Vec<u8>`, or a buffered
+/// writer, so that one event holding megabytes of text is never built whole in memory.
+/// Fails only when `out` does.
+pub fn write_event<W: Write>(out: &mut W, event: &Event) -> io::Result<()> {
+    out.write_all(b"{\"seq\":")?;
+    out.write_all(itoa::Buffer::new().format(event.seq).as_bytes())?;
+    out.write_all(b",\"stream\":\"")?;
+    out.write_all(event.stream().as_str().as_bytes())?;
+    out.write_all(b"\",\"data\":")?;
+    match &event.data {
+        EventData::Assistant(a) => write_assistant(out, a)?,
+        EventData::Thinking(t) => write_thinking(out, t)?,
+        EventData::Item(item) => serde_json::to_writer(&mut *out, item)?,
+        EventData::Lifecycle(l) => serde_json::to_writer(&mut *out, l)?,
+    }
+    out.write_all(b"}")
+}
+
+/// `{"id","phase","delta","text","status","truncated"}` as present, in the struct's order.
+fn write_assistant<W: Write>(out: &mut W, a: &Assistant) -> io::Result<()> {
+    // Destructured so that a field added to the struct fails to compile here.
+    let Assistant {
+        id,
+        phase,
+        delta,
+        text,
+        status,
+        truncated,
+    } = a;
+    let mut object = Object::open(out)?;
+    if let Some(id) = id {
+        object.string("id", id)?;
+    }
+    if let Some(phase) = phase {
+        object.name("phase", assistant_phase(*phase))?;
+    }
+    if let Some(delta) = delta {
+        object.string("delta", delta)?;
+    }
+    if let Some(text) = text {
+        object.string("text", text)?;
+    }
+    if let Some(status) = status {
+        object.name("status", segment_status(*status))?;
+    }
+    if let Some(truncated) = truncated {
+        object.raw("truncated", if *truncated { "true" } else { "false" })?;
+    }
+    object.close()
+}
+
+/// `{"id","variant","phase","delta","text","tokens"}` as present, in the struct's order.
+fn write_thinking<W: Write>(out: &mut W, t: &Thinking) -> io::Result<()> {
+    let Thinking {
+        id,
+        variant,
+        phase,
+        delta,
+        text,
+        tokens,
+    } = t;
+    let mut object = Object::open(out)?;
+    if let Some(id) = id {
+        object.string("id", id)?;
+    }
+    object.name("variant", variant_name(*variant))?;
+    if let Some(phase) = phase {
+        object.name("phase", segment_phase(*phase))?;
+    }
+    if let Some(delta) = delta {
+        object.string("delta", delta)?;
+    }
+    if let Some(text) = text {
+        object.string("text", text)?;
+    }
+    if let Some(tokens) = tokens {
+        object.raw("tokens", itoa::Buffer::new().format(*tokens))?;
+    }
+    object.close()
+}
+
+fn assistant_phase(phase: AssistantPhase) -> &'static str {
+    match phase {
+        AssistantPhase::Commentary => "commentary",
+        AssistantPhase::FinalAnswer => "final_answer",
+    }
+}
+
+fn segment_status(status: SegmentStatus) -> &'static str {
+    match status {
+        SegmentStatus::InProgress => "in_progress",
+        SegmentStatus::Completed => "completed",
+    }
+}
+
+fn segment_phase(phase: SegmentPhase) -> &'static str {
+    match phase {
+        SegmentPhase::Start => "start",
+        SegmentPhase::End => "end",
+    }
+}
+
+fn variant_name(variant: ThinkingVariant) -> &'static str {
+    variant.as_str()
+}
+
+/// A JSON object being written: members separated by commas, keys known not to need
+/// escaping.
+struct Object<'a, W> {
+    out: &'a mut W,
+    first: bool,
+}
+
+impl<'a, W: Write> Object<'a, W> {
+    fn open(out: &'a mut W) -> io::Result<Object<'a, W>> {
+        out.write_all(b"{")?;
+        Ok(Object { out, first: true })
+    }
+
+    fn key(&mut self, key: &str) -> io::Result<()> {
+        if !self.first {
+            self.out.write_all(b",")?;
+        }
+        self.first = false;
+        self.out.write_all(b"\"")?;
+        self.out.write_all(key.as_bytes())?;
+        self.out.write_all(b"\":")
+    }
+
+    /// A member whose value is any text, escaped.
+    fn string(&mut self, key: &str, value: &str) -> io::Result<()> {
+        self.key(key)?;
+        write_string(self.out, value)
+    }
+
+    /// A member whose value is a name known not to need escaping.
+    fn name(&mut self, key: &str, value: &str) -> io::Result<()> {
+        self.key(key)?;
+        self.out.write_all(b"\"")?;
+        self.out.write_all(value.as_bytes())?;
+        self.out.write_all(b"\"")
+    }
+
+    /// A member whose value is JSON text already (a number, a boolean).
+    fn raw(&mut self, key: &str, value: &str) -> io::Result<()> {
+        self.key(key)?;
+        self.out.write_all(value.as_bytes())
+    }
+
+    fn close(self) -> io::Result<()> {
+        self.out.write_all(b"}")
+    }
+}
+
+/// Writes `s` as a JSON string, escaped exactly as serde_json escapes it: `"` and `\`,
+/// the five short control escapes, every other control byte as `\u00xx` (lowercase hex);
+/// everything else, DEL and non-ASCII included, as it is.
+pub fn write_string<W: Write>(out: &mut W, s: &str) -> io::Result<()> {
+    let bytes = s.as_bytes();
+    out.write_all(b"\"")?;
+    let mut start = 0; // first byte not yet written
+    let mut i = 0;
+    while i < bytes.len() {
+        // Skip eight clean bytes at a time.
+        if let Some(word) = bytes.get(i..i + 8) {
+            let word = u64::from_le_bytes([
+                word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7],
+            ]);
+            if !needs_escape(word) {
+                i += 8;
+                continue;
+            }
+        }
+        // A word holding a byte to escape (or the tail): byte by byte up to the word's end.
+        let end = (i + 8).min(bytes.len());
+        while i < end {
+            if let Some(escape) = escape_of(bytes[i]) {
+                out.write_all(&bytes[start..i])?;
+                escape.write(out)?;
+                start = i + 1;
+            }
+            i += 1;
+        }
+    }
+    out.write_all(&bytes[start..])?;
+    out.write_all(b"\"")
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Whether any byte of `word` is a control byte (< 0x20), `"` or `\`. Exact for "any"
+/// (the classic has-zero / has-less bit tricks; a borrow can only mark bytes above a
+/// byte that really matches).
+fn needs_escape(word: u64) -> bool {
+    let control = word.wrapping_sub(ONES * 0x20) & !word;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    let quote = quote.wrapping_sub(ONES) & !quote;
+    let backslash = backslash.wrapping_sub(ONES) & !backslash;
+    (control | quote | backslash) & HIGHS != 0
+}
+
+/// How one byte is escaped.
+enum Escape {
+    /// `\` and a letter (or the quote or backslash itself).
+    Short(u8),
+    /// `\u00` and two lowercase hex digits.
+    Unicode(u8),
+}
+
+impl Escape {
+    fn write<W: Write>(self, out: &mut W) -> io::Result<()> {
+        match self {
+            Escape::Short(letter) => out.write_all(&[b'\\', letter]),
+            Escape::Unicode(byte) => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]);
+                out.write_all(&[b'\\', b'u', b'0', b'0', high, low])
+            }
+        }
+    }
+}
+
+fn escape_of(byte: u8) -> Option<Escape> {
+    Some(match byte {
+        b'"' => Escape::Short(b'"'),
+        b'\\' => Escape::Short(b'\\'),
+        0x08 => Escape::Short(b'b'),
+        0x0c => Escape::Short(b'f'),
+        b'\n' => Escape::Short(b'n'),
+        b'\r' => Escape::Short(b'r'),
+        b'\t' => Escape::Short(b't'),
+        0x00..=0x1f => Escape::Unicode(byte),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Item, ItemPhase, Lifecycle, LifecyclePhase};
+    use crate::Json;
+    use proptest::prelude::*;
+
+    fn line(event: &Event) -> String {
+        let mut out = Vec::new();
+        write_event(&mut out, event).expect("a Vec takes every byte");
+        String::from_utf8(out).expect("the line is UTF-8")
+    }
+
+    fn serde_line(event: &Event) -> String {
+        serde_json::to_string(event).expect("serializes")
+    }
+
+    #[test]
+    fn every_escape_is_serde_jsons() {
+        let all: String = (0u8..0x80).map(char::from).collect();
+        for s in [
+            all.as_str(),
+            "",
+            "plain words, eight or more of them",
+            "\"quoted\" \\ back\\slash",
+            "tab\there\nnew line\r\u{8}\u{c}\u{1}\u{1f}\u{7f}",
+            "non-ASCII: é ü 漢字 🙂 and \u{2028}\u{2029}",
+            "1234567\"",
+            "12345678\\",
+        ] {
+            let mut out = Vec::new();
+            write_string(&mut out, s).expect("a Vec takes every byte");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                serde_json::to_string(s).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn every_text_event_shape_is_serde_jsons() {
+        let variants = [
+            ThinkingVariant::Raw,
+            ThinkingVariant::Summary,
+            ThinkingVariant::Redacted,
+        ];
+        for variant in variants {
+            for phase in [None, Some(SegmentPhase::Start), Some(SegmentPhase::End)] {
+                let t = Thinking {
+                    id: Some("0".into()),
+                    variant,
+                    phase,
+                    delta: Some("d".into()),
+                    text: Some("t".into()),
+                    tokens: Some(12),
+                };
+                let ev = Event {
+                    seq: 3,
+                    data: EventData::Thinking(t),
+                };
+                assert_eq!(line(&ev), serde_line(&ev));
+            }
+        }
+        for phase in [
+            None,
+            Some(AssistantPhase::Commentary),
+            Some(AssistantPhase::FinalAnswer),
+        ] {
+            for status in [
+                None,
+                Some(SegmentStatus::InProgress),
+                Some(SegmentStatus::Completed),
+            ] {
+                for truncated in [None, Some(true), Some(false)] {
+                    let a = Assistant {
+                        id: Some("1:0".into()),
+                        phase,
+                        delta: None,
+                        text: Some("snapshot".into()),
+                        status,
+                        truncated,
+                    };
+                    let ev = Event {
+                        seq: u64::MAX,
+                        data: EventData::Assistant(a),
+                    };
+                    assert_eq!(line(&ev), serde_line(&ev));
+                }
+            }
+        }
+        let empty = Event {
+            seq: 0,
+            data: EventData::Assistant(Assistant::default()),
+        };
+        assert_eq!(line(&empty), serde_line(&empty));
+    }
+
+    #[test]
+    fn items_and_lifecycle_events_are_serde_jsons() {
+        let item = Item {
+            phase: ItemPhase::End,
+            id: Some("call_1".into()),
+            name: Some("get_weather".into()),
+            arguments: Json::parse(r#"{"city":"Paris"}"#),
+            ..Item::default()
+        };
+        let start = Lifecycle {
+            provider: Some("openai".into()),
+            usage: Some(Json::null()),
+            ..Lifecycle::new(LifecyclePhase::Start)
+        };
+        for data in [EventData::from(item), EventData::from(start)] {
+            let ev = Event { seq: 9, data };
+            assert_eq!(line(&ev), serde_line(&ev));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_written_as_serde_writes_it(
+            delta in ".*",
+            text in proptest::option::of(".*"),
+            id in proptest::option::of("[ -~]{0,12}"),
+            seq in any::<u64>(),
+            tokens in proptest::option::of(any::<u64>()),
+        ) {
+            let thinking = Event {
+                seq,
+                data: EventData::Thinking(Thinking {
+                    id: id.clone(),
+                    variant: ThinkingVariant::Raw,
+                    phase: None,
+                    delta: Some(delta.clone()),
+                    text: text.clone(),
+                    tokens,
+                }),
+            };
+            prop_assert_eq!(line(&thinking), serde_line(&thinking));
+            let assistant = Event {
+                seq,
+                data: EventData::Assistant(Assistant {
+                    id,
+                    phase: Some(AssistantPhase::Commentary),
+                    delta: Some(delta),
+                    text,
+                    status: Some(SegmentStatus::InProgress),
+                    truncated: None,
+                }),
+            };
+            prop_assert_eq!(line(&assistant), serde_line(&assistant));
+        }
+    }
+}
