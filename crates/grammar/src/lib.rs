@@ -4,7 +4,8 @@
 //! # Layout
 //! - [`event`]: typed events and their canonical JSON line `{"seq","stream","data"}`.
 //! - [`line`]: the canonical JSON line written straight into bytes (text events by hand,
-//!   the rest through serde; the same bytes either way).
+//!   the rest through serde; the same bytes either way), and the scan for the bytes a
+//!   JSON string must escape, which the wire adapters' frame readers share.
 //! - [`json`]: provider objects (usage, tool arguments, diagnostic detail) kept verbatim.
 //! - [`clock`]: the wall clock in epoch milliseconds, and as UTC dates.
 //! - [`envelope`]: the routing fields around an event on the bus and in the archive.

@@ -176,31 +176,41 @@ pub fn write_string<W: Write>(out: &mut W, s: &str) -> io::Result<()> {
     let bytes = s.as_bytes();
     out.write_all(b"\"")?;
     let mut start = 0; // first byte not yet written
-    let mut i = 0;
-    while i < bytes.len() {
-        // Skip eight clean bytes at a time.
-        if let Some(word) = bytes.get(i..i + 8) {
-            let word = u64::from_le_bytes([
-                word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7],
-            ]);
-            if !needs_escape(word) {
-                i += 8;
-                continue;
-            }
-        }
-        // A word holding a byte to escape (or the tail): byte by byte up to the word's end.
-        let end = (i + 8).min(bytes.len());
-        while i < end {
-            if let Some(escape) = escape_of(bytes[i]) {
-                out.write_all(&bytes[start..i])?;
-                escape.write(out)?;
-                start = i + 1;
-            }
-            i += 1;
-        }
+    while let Some(at) = special_byte(&bytes[start..]) {
+        let at = start + at;
+        out.write_all(&bytes[start..at])?;
+        escape_of(bytes[at]).write(out)?;
+        start = at + 1;
     }
     out.write_all(&bytes[start..])?;
     out.write_all(b"\"")
+}
+
+/// The position of the first byte a JSON string cannot hold as it is — `"`, `\` or a
+/// control byte (< 0x20) — scanning eight bytes at a time. A writer escapes from there; a
+/// reader's plain string body ends there. (Short strings are the common case, where this
+/// beats a vectorized search, whose setup costs more than the scan.)
+pub fn special_byte(bytes: &[u8]) -> Option<usize> {
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for word in words.by_ref() {
+        let w = u64::from_le_bytes([
+            word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7],
+        ]);
+        if needs_escape(w) {
+            return word.iter().position(|&b| is_special(b)).map(|i| at + i);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| is_special(b))
+        .map(|i| at + i)
+}
+
+fn is_special(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -239,8 +249,9 @@ impl Escape {
     }
 }
 
-fn escape_of(byte: u8) -> Option<Escape> {
-    Some(match byte {
+/// How a special byte (see [`special_byte`]) is escaped.
+fn escape_of(byte: u8) -> Escape {
+    match byte {
         b'"' => Escape::Short(b'"'),
         b'\\' => Escape::Short(b'\\'),
         0x08 => Escape::Short(b'b'),
@@ -248,9 +259,8 @@ fn escape_of(byte: u8) -> Option<Escape> {
         b'\n' => Escape::Short(b'n'),
         b'\r' => Escape::Short(b'r'),
         b'\t' => Escape::Short(b't'),
-        0x00..=0x1f => Escape::Unicode(byte),
-        _ => return None,
-    })
+        _ => Escape::Unicode(byte),
+    }
 }
 
 #[cfg(test)]
@@ -371,6 +381,12 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_special_byte_is_the_first_a_string_cannot_hold(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let first = bytes.iter().position(|&b| b < 0x20 || b == b'"' || b == b'\\');
+            prop_assert_eq!(special_byte(&bytes), first);
+        }
+
         #[test]
         fn any_text_is_written_as_serde_writes_it(
             delta in ".*",

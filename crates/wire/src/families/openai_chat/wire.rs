@@ -451,7 +451,7 @@ pub(super) fn hot_chunk(data: &str) -> Option<Chunk<'_>> {
         "usage" => once(&mut usage_null, c.literal("null")),
         // Not members of `Chunk`: serde skips them, whatever they hold.
         "id" | "object" | "created" | "model" | "system_fingerprint" | "provider"
-        | "service_tier" | "obfuscation" => c.raw_value().map(drop),
+        | "service_tier" | "obfuscation" => c.skip_value(),
         _ => None,
     })?;
     c.whitespace();
@@ -467,7 +467,7 @@ fn hot_choice<'a>(c: &mut Cursor<'a>) -> Option<Choice<'a>> {
         "native_finish_reason" => once(&mut native, c.literal("null")),
         "logprobs" => once(&mut logprobs, c.literal("null")),
         // Not a member of `Choice`.
-        "index" => c.raw_value().map(drop),
+        "index" => c.skip_value(),
         _ => None,
     })?;
     Some(Choice {
@@ -484,7 +484,7 @@ fn hot_delta<'a>(c: &mut Cursor<'a>) -> Option<Delta<'a>> {
         "reasoning_content" => once(&mut reasoning_content, text_or_null(c)),
         "reasoning" => once(&mut reasoning, text_or_null(c)),
         // Not a member of `Delta`.
-        "role" => c.raw_value().map(drop),
+        "role" => c.skip_value(),
         _ => None,
     })?;
     delta.content = match content.flatten() {
