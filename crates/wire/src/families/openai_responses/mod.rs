@@ -21,6 +21,7 @@
 //! [`crate::families::finality`].
 
 mod calls;
+mod delta_frame;
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
@@ -47,8 +48,9 @@ pub const ENCRYPTED_REASONING_KIND: &str = "openai_reasoning_encrypted";
 // wire shapes (parsed once per frame; strings borrow unless they carry escapes)
 // ---------------------------------------------------------------------------------------
 
-/// Every field any catalogued F3 event carries that the adapter reads.
-#[derive(Deserialize)]
+/// Every field any catalogued F3 event carries that the adapter reads (the delta frames
+/// are read by [`delta_frame`] first).
+#[derive(Debug, Deserialize)]
 struct Ev<'a> {
     #[serde(borrow, rename = "type", default)]
     ty: Option<Cow<'a, str>>,
@@ -323,7 +325,11 @@ impl Adapter for F3Adapter {
             out.consumed();
             return;
         }
-        let mut ev: Ev<'_> = match serde_json::from_str(data) {
+        let read = match delta_frame::delta_frame(data) {
+            Some(ev) => Ok(ev),
+            None => serde_json::from_str(data),
+        };
+        let mut ev: Ev<'_> = match read {
             Ok(ev) => ev,
             Err(_) => {
                 match serde_json::from_str::<TypeOnly<'_>>(data) {
