@@ -23,7 +23,10 @@ const DELTA_MARKERS: [&str; 10] = [
 
 /// Records that look like deltas but end or summarize a segment, or carry a tool call's
 /// arguments, and must stay once.
-const NOT_DELTA_MARKERS: [&str; 15] = [
+const NOT_DELTA_MARKERS: [&str; 16] = [
+    // Responses opens a part with an empty `"text":""` (`response.content_part.added`)
+    // and an item with `response.output_item.added`: starts, once per part.
+    ".added\"",
     // Anthropic opens a block with an empty `"thinking":""` / `"text":""`: a start, not a
     // delta (repeated, it would reopen the block each time).
     "content_block_start",
@@ -151,5 +154,17 @@ mod tests {
         let text = String::from_utf8(inflate(cap, 2000)).unwrap();
         assert_eq!(text.matches("content_block_start").count(), 1);
         assert!(text.matches("thinking_delta").count() > 10);
+    }
+
+    #[test]
+    fn a_responses_part_start_stays_once() {
+        let cap = b"event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"part\":{\"type\":\"output_text\",\"text\":\"\"}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n";
+        let text = String::from_utf8(inflate(cap, 2000)).unwrap();
+        assert_eq!(
+            text.matches("data: {\"type\":\"response.content_part.added")
+                .count(),
+            1
+        );
+        assert!(text.matches("output_text.delta").count() > 10);
     }
 }
