@@ -41,7 +41,7 @@ use streamgate_grammar::{
     Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, SegmentPhase, SegmentStatus,
     StopReason, Thinking, ThinkingVariant,
 };
-use wire::{Chunk, Content, Delta, Detail};
+use wire::{Chunk, Content, Delta, Detail, TextChunk};
 
 /// Adapter state for one run.
 #[derive(Debug, Default)]
@@ -114,8 +114,12 @@ impl Adapter for F2Adapter {
             }
             return;
         }
-        let read = wire::hot_chunk(data).map_or_else(|| serde_json::from_str(data), Ok);
-        let chunk: Chunk<'_> = match read {
+        if let Some(chunk) = wire::hot_chunk(data) {
+            out.consumed();
+            self.text_chunk(chunk, out);
+            return;
+        }
+        let chunk: Chunk<'_> = match serde_json::from_str(data) {
             Ok(c) => c,
             Err(_) => {
                 out.malformed_frame(data);
@@ -190,6 +194,28 @@ impl F2Adapter {
             }
             if let Some(reason) = choice.finish_reason.0 {
                 self.finish(&reason, choice.native_finish_reason.0, out);
+            }
+        }
+    }
+
+    /// What [`F2Adapter::chunk`] does with a chunk of text and reasoning pieces only: it
+    /// has no usage, logprobs, finish, tool calls or structured reasoning to absorb.
+    fn text_chunk(&mut self, chunk: TextChunk<'_>, out: &mut Emitter) {
+        for choice in chunk.choices.into_iter().flatten() {
+            if self.terminal.is_some() {
+                // As in `chunk`: a choice after the finish only carries usage.
+                continue;
+            }
+            let Some(delta) = choice.delta else { continue };
+            // As in `delta`: the flat reasoning lanes unless the structured one is in use.
+            if !self.structured {
+                let flat = delta.reasoning_content.0.or(delta.reasoning.0);
+                if let Some(text) = flat.filter(|t| !t.is_empty()) {
+                    self.flat_thinking(text, out);
+                }
+            }
+            if let Some(text) = delta.content {
+                self.content(text, out);
             }
         }
     }
