@@ -13,7 +13,6 @@
 
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
-use crate::families::exact_frame::{non_null, once, Cursor};
 use crate::families::finality::{stream_closed, Path};
 use crate::families::segments::TurnSegments;
 use crate::framing::Frame;
@@ -24,9 +23,11 @@ use streamed_args::{PartialArg, StreamedArgs};
 use streamgate_grammar::{
     Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, Thinking, ThinkingVariant,
 };
+use text_chunk::{hot_chunk, TextCandidate, TextChunk};
 
 mod inline_bytes;
 mod streamed_args;
+mod text_chunk;
 
 /// A streamed call's arguments go out as a snapshot on every part while they are at most
 /// this big; beyond it only the finished arguments do (each snapshot repeats the whole).
@@ -123,8 +124,8 @@ struct Part<'a> {
     tool_response: Option<&'a RawValue>,
 }
 
-impl Part<'_> {
-    fn unsupported(&self) -> Option<(&'static str, &RawValue)> {
+impl<'a> Part<'a> {
+    fn unsupported(&self) -> Option<(&'static str, &'a RawValue)> {
         [
             ("inlineData", self.inline_data),
             ("fileData", self.file_data),
@@ -163,58 +164,26 @@ struct ThoughtCount {
     thoughts_token_count: Option<u64>,
 }
 
-/// The frames nearly every long run is made of — text and thought parts of one candidate
-/// with the usage so far — read member by member ([`exact_frame`]: any key order and
-/// spacing, as Gemini's API and its proxies differ in both) into the chunk the generic
-/// reading makes of them; `None` for any frame with another member, which is then read
-/// the generic way (docs/performance.md has the measurement).
-///
-/// [`exact_frame`]: crate::families::exact_frame
-fn hot_chunk(data: &str) -> Option<Chunk<'_>> {
-    let mut chunk = Chunk::default();
-    let mut c = Cursor::new(data);
-    c.object(|key, c| match key {
-        "candidates" => once(&mut chunk.candidates, c.list(hot_candidate)),
-        // serde reads a `null` object as absent.
-        "usageMetadata" => once(&mut chunk.usage_metadata, non_null(c.raw_value())),
-        "modelVersion" => once(&mut chunk.model_version, c.string()),
-        "responseId" => once(&mut chunk.response_id, c.string()),
-        _ => None,
-    })?;
-    c.whitespace();
-    c.end()?;
-    Some(chunk)
+/// What [`F5Adapter::chunk_head`] reads of a chunk.
+struct ChunkHead<'a> {
+    response_id: Option<&'a str>,
+    usage: Option<&'a RawValue>,
+    model_version: Option<&'a str>,
+    /// The chunk carries something this family knows.
+    known: bool,
 }
 
-fn hot_candidate<'a>(c: &mut Cursor<'a>) -> Option<Candidate<'a>> {
-    let mut candidate = Candidate::default();
-    c.object(|key, c| match key {
-        "content" => {
-            let mut parts = None;
-            c.object(|key, c| match key {
-                "parts" => once(&mut parts, c.list(hot_part)),
-                // Not a field the adapter reads: serde skips it, whatever it holds.
-                "role" => c.string().map(drop),
-                _ => None,
-            })?;
-            once(&mut candidate.content, Some(Content { parts }))
-        }
-        "index" => once(&mut candidate.index, c.uint()),
-        "finishReason" => once(&mut candidate.finish_reason, c.string()),
-        _ => None,
-    })?;
-    Some(candidate)
-}
-
-fn hot_part<'a>(c: &mut Cursor<'a>) -> Option<Part<'a>> {
-    let mut part = Part::default();
-    c.object(|key, c| match key {
-        "text" => once(&mut part.text, c.string()),
-        "thought" => once(&mut part.thought, c.boolean()),
-        "thoughtSignature" => once(&mut part.thought_signature, c.string()),
-        _ => None,
-    })?;
-    Some(part)
+/// The candidate's index when it is the first candidate (the only one normalized: `n > 1`
+/// candidates would interleave several replies into one turn), else `None` after
+/// reporting it.
+fn first_candidate(index: Option<u64>, out: &mut Emitter) -> Option<u64> {
+    let index = index.unwrap_or(0);
+    if index != 0 {
+        let detail = serde_json::json!({ "candidate_index": index });
+        out.diagnostic("unsupported_frame", Some(Json::from_value(&detail)));
+        return None;
+    }
+    Some(index)
 }
 
 /// Adapter state for one run.
@@ -260,8 +229,11 @@ impl Adapter for F5Adapter {
             out.consumed();
             return;
         }
-        let read = hot_chunk(data).map_or_else(|| serde_json::from_str(data), Ok);
-        let chunk: Chunk<'_> = match read {
+        if let Some(chunk) = hot_chunk(data) {
+            self.text_chunk(chunk, frame, out);
+            return;
+        }
+        let chunk: Chunk<'_> = match serde_json::from_str(data) {
             Ok(c) => c,
             Err(_) => {
                 out.malformed_frame(frame.data);
@@ -287,30 +259,20 @@ impl Adapter for F5Adapter {
 
 impl F5Adapter {
     fn chunk(&mut self, chunk: Chunk<'_>, frame: Frame<'_>, out: &mut Emitter) {
-        if let Some(id) = &chunk.response_id {
-            if self.response_id.as_deref() != Some(id) {
-                self.response_id = Some(id.clone().into_owned());
-            }
-        }
-        if let Some(usage) = chunk.usage_metadata {
-            self.usage.clear();
-            self.usage.push_str(usage.get());
-            self.has_usage = true;
-            out.saw_usage();
-        }
         let known = chunk.candidates.is_some()
             || chunk.error.is_some()
             || chunk.prompt_feedback.is_some()
             || chunk.usage_metadata.is_some()
             || chunk.model_status.is_some();
-        if !known {
-            out.unknown_frame(frame.event.unwrap_or("frame"), frame.data);
+        let head = ChunkHead {
+            response_id: chunk.response_id.as_deref(),
+            usage: chunk.usage_metadata,
+            model_version: chunk.model_version.as_deref(),
+            known,
+        };
+        if !self.chunk_head(head, frame, out) {
             return;
         }
-        // A well-formed chunk is accounted for even when it only feeds state (usage, an
-        // empty delta): its content surfaces on later events.
-        out.consumed();
-        self.start(chunk.model_version.as_deref(), out);
         self.model_status(chunk.model_status, out);
 
         if let Some(error) = chunk.error {
@@ -345,6 +307,54 @@ impl F5Adapter {
         }
     }
 
+    /// What [`F5Adapter::chunk`] does with a frame of text and thought parts only: it has
+    /// no error, prompt feedback, model status or candidate metadata to handle.
+    fn text_chunk(&mut self, chunk: TextChunk<'_>, frame: Frame<'_>, out: &mut Emitter) {
+        let head = ChunkHead {
+            response_id: chunk.response_id.as_deref(),
+            usage: chunk.usage_metadata,
+            model_version: chunk.model_version.as_deref(),
+            known: chunk.candidates.is_some() || chunk.usage_metadata.is_some(),
+        };
+        if !self.chunk_head(head, frame, out) {
+            return;
+        }
+        for candidate in chunk.candidates.into_iter().flatten() {
+            if self.ended {
+                break;
+            }
+            self.text_candidate(candidate, out);
+        }
+        if !self.ended {
+            self.backfill_thought_tokens(out);
+        }
+    }
+
+    /// What every chunk does first: the response id and usage it carries, the unknown
+    /// frame it may be, the run's start. Answers whether the chunk goes on.
+    fn chunk_head(&mut self, head: ChunkHead<'_>, frame: Frame<'_>, out: &mut Emitter) -> bool {
+        if let Some(id) = head.response_id {
+            if self.response_id.as_deref() != Some(id) {
+                self.response_id = Some(id.to_owned());
+            }
+        }
+        if let Some(usage) = head.usage {
+            self.usage.clear();
+            self.usage.push_str(usage.get());
+            self.has_usage = true;
+            out.saw_usage();
+        }
+        if !head.known {
+            out.unknown_frame(frame.event.unwrap_or("frame"), frame.data);
+            return false;
+        }
+        // A well-formed chunk is accounted for even when it only feeds state (usage, an
+        // empty delta): its content surfaces on later events.
+        out.consumed();
+        self.start(head.model_version, out);
+        true
+    }
+
     fn start(&mut self, model: Option<&str>, out: &mut Emitter) {
         if self.started {
             return;
@@ -370,14 +380,9 @@ impl F5Adapter {
     }
 
     fn candidate(&mut self, mut candidate: Candidate<'_>, out: &mut Emitter) {
-        let cand_index = candidate.index.unwrap_or(0);
-        if cand_index != 0 {
-            // `n > 1` candidates would interleave several replies into one turn; only the
-            // first candidate is normalized.
-            let detail = serde_json::json!({ "candidate_index": cand_index });
-            out.diagnostic("unsupported_frame", Some(Json::from_value(&detail)));
+        let Some(cand_index) = first_candidate(candidate.index, out) else {
             return;
-        }
+        };
         let parts = candidate.content.take().and_then(|c| c.parts);
         for part in parts.into_iter().flatten() {
             self.part(part, cand_index, out);
@@ -413,24 +418,53 @@ impl F5Adapter {
         }
     }
 
+    /// What [`F5Adapter::candidate`] does with a candidate of text and thought parts only.
+    fn text_candidate(&mut self, candidate: TextCandidate<'_>, out: &mut Emitter) {
+        if first_candidate(candidate.index, out).is_none() {
+            return;
+        }
+        for part in candidate.content.flatten().into_iter().flatten() {
+            let signature = part.thought_signature.as_deref();
+            self.text_part(part.text, part.thought, signature, None, out);
+        }
+        if let Some(reason) = candidate.finish_reason.as_deref() {
+            self.finish(reason, None, out);
+        }
+    }
+
     fn part(&mut self, part: Part<'_>, cand_index: u64, out: &mut Emitter) {
         if let Some(call) = part.function_call {
             self.function_call(call, part.thought_signature.as_deref(), cand_index, out);
             return;
         }
+        let unsupported = part.unsupported();
+        let signature = part.thought_signature.as_deref();
+        self.text_part(part.text, part.thought, signature, unsupported, out);
+    }
+
+    /// A part that is no function call: text or a thought, a signature, or a part type
+    /// with no mapping (`unsupported`).
+    fn text_part(
+        &mut self,
+        text: Option<Cow<'_, str>>,
+        thought: Option<bool>,
+        signature: Option<&str>,
+        unsupported: Option<(&'static str, &RawValue)>,
+        out: &mut Emitter,
+    ) {
         // Anything else ends a call whose arguments were still streaming.
         self.finish_streamed_call(None, out);
-        if let Some(sig) = part.thought_signature.as_deref() {
+        if let Some(sig) = signature {
             // Signatures may also ride on text parts (newer models): opaque either way.
             out.transcript(SIGNATURE_KIND, None, sig);
         }
-        if let Some((name, raw)) = part.unsupported() {
+        if let Some((name, raw)) = unsupported {
             self.interrupt_text(out);
             out.diagnostic("unsupported_frame", Some(unsupported_part(name, raw)));
             return;
         }
-        let Some(text) = part.text else {
-            if part.thought_signature.is_none() {
+        let Some(text) = text else {
+            if signature.is_none() {
                 self.interrupt_text(out);
                 out.diagnostic("unknown_part", None);
             }
@@ -440,7 +474,7 @@ impl F5Adapter {
             // Empty deltas carry nothing (I9); the frame is accounted by its usage/consume.
             return;
         }
-        if part.thought == Some(true) {
+        if thought == Some(true) {
             // Thought parts are summaries (`includeThoughts`), not raw CoT (spec §6 F5).
             self.segments
                 .think(out, ThinkingVariant::Summary, text.into_owned());

@@ -214,7 +214,7 @@ proptest! {
 /// What the member-by-member reading and the generic reading make of `frame`: `None` when
 /// the former leaves it to the generic reading, else both readings' `Debug` text.
 fn both_readings(frame: &str) -> Option<(String, String)> {
-    let hot = super::hot_chunk(frame)?;
+    let hot = super::hot_chunk(frame)?.into_chunk();
     let generic = serde_json::from_str::<super::Chunk<'_>>(frame).expect(frame);
     Some((format!("{hot:?}"), format!("{generic:?}")))
 }
@@ -251,5 +251,24 @@ fn text_frames_read_member_by_member_are_read_as_serde_reads_them() {
         r#"{"candidates":[{"index":0}],"usageMetadata":{"a":}}"#,
     ] {
         assert_eq!(both_readings(frame), None, "{frame}");
+    }
+}
+
+/// The adapter does with a frame read member by member what it does with the same frame
+/// read by serde: every fixture gives the same events and transcript when each of its
+/// frames carries one more member (which sends it the generic way).
+#[test]
+fn text_frames_handled_directly_give_the_events_the_generic_reading_gives() {
+    let read = |bytes: &str| {
+        let n = normalize_bytes(Family::F5.into(), bytes.as_bytes(), 0);
+        let kinds: Vec<&str> = n.transcript.iter().map(|t| t.kind).collect();
+        (lines(&n), kinds)
+    };
+    let fixtures = crate::families::exact_frame::sse_fixtures("f5");
+    assert!(fixtures.len() > 20, "only {} fixtures", fixtures.len());
+    for (path, capture) in fixtures {
+        let generic = crate::families::exact_frame::with_generic_member(&capture);
+        assert_ne!(generic, capture, "{}", path.display());
+        assert_eq!(read(&capture), read(&generic), "{}", path.display());
     }
 }

@@ -294,31 +294,11 @@ fn text_chunks_read_member_by_member_are_read_as_serde_reads_them() {
 /// does not know, so every chunk goes the generic way).
 #[test]
 fn text_chunks_handled_directly_give_the_events_the_generic_reading_gives() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/f2");
-    let mut compared = 0;
-    for entry in std::fs::read_dir(&dir).expect("fixtures/f2") {
-        let path = entry.expect("fixture").path();
-        if path.extension().and_then(|e| e.to_str()) != Some("sse") {
-            continue;
-        }
-        let capture = std::fs::read_to_string(&path).expect("fixture text");
-        // Whole JSON objects only: a frame cut short stays as it is (its diagnostic
-        // reports its size).
-        let generic: String = capture
-            .split_inclusive('\n')
-            .map(|line| match line.strip_prefix("data: {") {
-                Some(rest)
-                    if !rest.starts_with('}')
-                        && serde_json::from_str::<serde_json::Value>(&line[6..]).is_ok() =>
-                {
-                    format!(r#"data: {{"sg_generic_reading":0,{rest}"#)
-                }
-                _ => line.to_owned(),
-            })
-            .collect();
+    let fixtures = crate::families::exact_frame::sse_fixtures("f2");
+    assert!(fixtures.len() > 20, "only {} fixtures", fixtures.len());
+    for (path, capture) in fixtures {
+        let generic = crate::families::exact_frame::with_generic_member(&capture);
         assert_ne!(generic, capture, "{}", path.display());
         assert_eq!(run(&capture), run(&generic), "{}", path.display());
-        compared += 1;
     }
-    assert!(compared > 20, "only {compared} fixtures");
 }
