@@ -11,7 +11,6 @@
 
 use crate::event::{
     Assistant, AssistantPhase, Event, EventData, SegmentPhase, SegmentStatus, Thinking,
-    ThinkingVariant,
 };
 use std::io::{self, Write};
 
@@ -31,6 +30,24 @@ pub fn write_event<W: Write>(out: &mut W, event: &Event) -> io::Result<()> {
         EventData::Lifecycle(l) => serde_json::to_writer(&mut *out, l)?,
     }
     out.write_all(b"}")
+}
+
+/// An upper bound of a text or thinking event's line length, found without writing it:
+/// an escaped byte takes at most six (`\u00xx`), and the rest of the line — keys, names,
+/// two numbers — is well under 256 bytes. `None` for tool items and lifecycle events
+/// (their provider objects are measured by writing them).
+pub fn text_event_len_bound(event: &Event) -> Option<usize> {
+    let texts = match &event.data {
+        EventData::Assistant(a) => [&a.id, &a.delta, &a.text],
+        EventData::Thinking(t) => [&t.id, &t.delta, &t.text],
+        EventData::Item(_) | EventData::Lifecycle(_) => return None,
+    };
+    let text_bytes: usize = texts
+        .iter()
+        .filter_map(|t| t.as_ref())
+        .map(String::len)
+        .sum();
+    Some(text_bytes.saturating_mul(6).saturating_add(256))
 }
 
 /// `{"id","phase","delta","text","status","truncated"}` as present, in the struct's order.
@@ -80,7 +97,7 @@ fn write_thinking<W: Write>(out: &mut W, t: &Thinking) -> io::Result<()> {
     if let Some(id) = id {
         object.string("id", id)?;
     }
-    object.name("variant", variant_name(*variant))?;
+    object.name("variant", variant.as_str())?;
     if let Some(phase) = phase {
         object.name("phase", segment_phase(*phase))?;
     }
@@ -115,10 +132,6 @@ fn segment_phase(phase: SegmentPhase) -> &'static str {
         SegmentPhase::Start => "start",
         SegmentPhase::End => "end",
     }
-}
-
-fn variant_name(variant: ThinkingVariant) -> &'static str {
-    variant.as_str()
 }
 
 /// A JSON object being written: members separated by commas, keys known not to need
@@ -266,7 +279,7 @@ fn escape_of(byte: u8) -> Escape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Item, ItemPhase, Lifecycle, LifecyclePhase};
+    use crate::event::{Item, ItemPhase, Lifecycle, LifecyclePhase, ThinkingVariant};
     use crate::Json;
     use proptest::prelude::*;
 

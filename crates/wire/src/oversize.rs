@@ -8,7 +8,8 @@
 //! `SG_RAW` (and in any raw archive), so the cut is visible and the original
 //! recoverable; every other event of the run is exact.
 
-use streamgate_grammar::{Event, EventData, RunEvent};
+use streamgate_grammar::line::text_event_len_bound;
+use streamgate_grammar::{Event, RunEvent};
 
 /// Room kept under `max_payload` for the message's headers and encoding.
 const HEADROOM: usize = 64 * 1024;
@@ -39,7 +40,7 @@ pub fn fit(events: &mut [RunEvent], max_payload: usize) -> usize {
 /// Whether `event`'s JSON is longer than `limit` bytes, found without building it (this
 /// runs on every event): the serializer writes into a counter that stops at the limit.
 fn longer_than(event: &Event, limit: usize) -> bool {
-    if json_len_bound(event).is_some_and(|bound| bound <= limit) {
+    if text_event_len_bound(event).is_some_and(|bound| bound <= limit) {
         return false;
     }
     struct Counter {
@@ -59,25 +60,7 @@ fn longer_than(event: &Event, limit: usize) -> bool {
         }
     }
     let mut counter = Counter { bytes: 0, limit };
-    serde_json::to_writer(&mut counter, event).is_err()
-}
-
-/// An upper bound of a text event's JSON length, found without writing it: an escaped
-/// byte takes at most six (`\u00xx`), and the rest of the line — keys, names, two
-/// numbers — is well under 256 bytes. `None` for tool items and lifecycle events (their
-/// provider objects are measured by writing them).
-fn json_len_bound(event: &Event) -> Option<usize> {
-    let texts = match &event.data {
-        EventData::Assistant(a) => [&a.id, &a.delta, &a.text],
-        EventData::Thinking(t) => [&t.id, &t.delta, &t.text],
-        EventData::Item(_) | EventData::Lifecycle(_) => return None,
-    };
-    let text_bytes: usize = texts
-        .iter()
-        .filter_map(|t| t.as_ref())
-        .map(String::len)
-        .sum();
-    Some(text_bytes.saturating_mul(6).saturating_add(256))
+    event.write_json(&mut counter).is_err()
 }
 
 /// `event` with its longest strings cut until its JSON is at most `limit` bytes.
@@ -185,7 +168,7 @@ mod tests {
         };
         for event in [thinking, assistant] {
             let len = event.to_json().len();
-            let bound = json_len_bound(&event).expect("a text event has a bound");
+            let bound = text_event_len_bound(&event).expect("a text event has a bound");
             assert!(bound >= len, "{bound} < {len}");
             assert!(longer_than(&event, len - 1) && !longer_than(&event, len));
         }

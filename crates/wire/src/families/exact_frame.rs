@@ -217,12 +217,13 @@ fn escaped_string_end(body: &[u8], mut from: usize) -> Option<usize> {
 pub(crate) fn with_generic_member(capture: &str) -> String {
     capture
         .split_inclusive('\n')
-        .map(|line| match line.strip_prefix("data: {") {
-            Some(rest)
-                if !rest.trim_start().starts_with('}')
-                    && serde_json::from_str::<serde_json::Value>(&line[6..]).is_ok() =>
+        .map(|line| match line.strip_prefix("data: ") {
+            Some(json)
+                if json.starts_with('{')
+                    && !json[1..].trim_start().starts_with('}')
+                    && serde_json::from_str::<serde_json::Value>(json).is_ok() =>
             {
-                format!(r#"data: {{"sg_generic_reading":0,{rest}"#)
+                format!(r#"data: {{"sg_generic_reading":0,{}"#, &json[1..])
             }
             _ => line.to_owned(),
         })

@@ -26,6 +26,7 @@ pub(super) struct TextChunk<'a> {
 /// A candidate of a [`TextChunk`]: text and thought parts, and a finish reason.
 #[derive(Debug, Default)]
 pub(super) struct TextCandidate<'a> {
+    /// `content`, when present: its `parts`, when present.
     pub content: Option<Option<Vec<TextPart<'a>>>>,
     pub finish_reason: Option<Cow<'a, str>>,
     pub index: Option<u64>,

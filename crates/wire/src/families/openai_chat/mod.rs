@@ -207,13 +207,7 @@ impl F2Adapter {
                 continue;
             }
             let Some(delta) = choice.delta else { continue };
-            // As in `delta`: the flat reasoning lanes unless the structured one is in use.
-            if !self.structured {
-                let flat = delta.reasoning_content.0.or(delta.reasoning.0);
-                if let Some(text) = flat.filter(|t| !t.is_empty()) {
-                    self.flat_thinking(text, out);
-                }
-            }
+            self.flat_reasoning(delta.reasoning_content.0.or(delta.reasoning.0), out);
             if let Some(text) = delta.content {
                 self.content(text, out);
             }
@@ -243,15 +237,13 @@ impl F2Adapter {
             for entry in details {
                 self.detail(entry, out);
             }
-        } else if !self.structured {
+        } else {
             let flat = delta
                 .reasoning_content
                 .0
                 .or(delta.reasoning.0)
                 .or(delta.reasoning_text.0);
-            if let Some(text) = flat.filter(|t| !t.is_empty()) {
-                self.flat_thinking(text, out);
-            }
+            self.flat_reasoning(flat, out);
         }
 
         match delta.content {
@@ -358,6 +350,17 @@ impl F2Adapter {
             status: Some(SegmentStatus::InProgress),
             ..Assistant::default()
         });
+    }
+
+    /// A piece of a flat reasoning lane, unless the structured lane is in use (the flat one
+    /// mirrors it) or the piece is empty.
+    fn flat_reasoning(&mut self, flat: Option<Cow<'_, str>>, out: &mut Emitter) {
+        if self.structured {
+            return;
+        }
+        if let Some(text) = flat.filter(|t| !t.is_empty()) {
+            self.flat_thinking(text, out);
+        }
     }
 
     fn flat_thinking(&mut self, text: Cow<'_, str>, out: &mut Emitter) {

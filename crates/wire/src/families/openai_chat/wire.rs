@@ -476,7 +476,7 @@ pub(super) struct TextChoice<'a> {
 
 /// The delta of a [`TextChoice`]: a piece of reply text and of flat reasoning, each
 /// `None` when absent or `null`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct TextDelta<'a> {
     pub content: Option<Cow<'a, str>>,
     pub reasoning_content: Text<'a>,
