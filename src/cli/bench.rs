@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use streamgate_archiver::{ArchiverListen, CommitHook, ConsumerConfig};
 use streamgate_bus::local::{free_port, nats_server_binary, LocalNats};
 use streamgate_bus::raw::CloseKind;
+use streamgate_normalizer::ingest::flow::Window;
 use streamgate_normalizer::ingest::{Ingestor, RunSpec};
 use streamgate_normalizer::{Listeners, NormalizerConfig};
 
@@ -112,8 +113,11 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             }
         }))
     };
+    // The services and the producers each on a connection of their own, as deployed (one
+    // process each): one shared connection would serialize the whole pipeline's traffic
+    // through one socket and one reader task.
     let normalizer = streamgate_normalizer::start(
-        nats.clone(),
+        async_nats::connect(nats_server.url()).await?,
         NormalizerConfig::default(),
         Listeners {
             grpc: None,
@@ -126,7 +130,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     )
     .await?;
     let archiver = streamgate_archiver::start(
-        nats.clone(),
+        async_nats::connect(nats_server.url()).await?,
         store,
         ConsumerConfig {
             on_commit: Some(hook),
@@ -292,7 +296,9 @@ async fn publish_baseline(
 
 /// Ingests `capture` as the run `spec`, `chunk_bytes` at a time (each chunk after a tick
 /// of `pace`, when pacing), then closes it: the producer loop of `bench pipeline` and
-/// `bench cluster`.
+/// `bench cluster`. Like the gRPC and HTTP front doors, it keeps the ingestor's window of
+/// publishes in flight ([`Window`]) instead of waiting for each chunk's ack: a producer
+/// waiting out one broker round trip per chunk measures that round trip, not the pipeline.
 pub(crate) async fn put_capture(
     ingestor: &Ingestor,
     spec: &RunSpec,
@@ -300,19 +306,27 @@ pub(crate) async fn put_capture(
     chunk_bytes: usize,
     mut pace: Option<&mut tokio::time::Interval>,
 ) -> anyhow::Result<()> {
+    let mut window = Window::new(ingestor.window());
     let mut chunk = 0u64;
     for start in (0..capture.len()).step_by(chunk_bytes) {
         if let Some(t) = pace.as_mut() {
             t.tick().await;
         }
         let end = (start + chunk_bytes).min(capture.len());
-        ingestor
-            .put(spec, chunk, capture.slice(start..end), None, None)
-            .await?;
+        window.make_room().await?;
+        window.push(
+            ingestor
+                .send(spec, chunk, capture.slice(start..end), None, None)
+                .await?,
+        );
         chunk += 1;
     }
-    ingestor
-        .put(spec, chunk, Bytes::new(), Some(CloseKind::Normal), None)
-        .await?;
+    window.make_room().await?;
+    window.push(
+        ingestor
+            .send(spec, chunk, Bytes::new(), Some(CloseKind::Normal), None)
+            .await?,
+    );
+    window.drain().await?;
     Ok(())
 }
