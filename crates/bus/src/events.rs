@@ -8,12 +8,13 @@
 //! A run id is unique only within its tenant (docs/architecture.md §3), so every id names both; the
 //! tenant and run id are token-encoded ([`encode_token`]), so neither can hold a `/`.
 //!
-//! The normalizer publishes what one raw chunk produced as one message ([`publish_batches`]),
-//! which divides the broker's work per event (store, deliver, ack) by the events per
-//! chunk. Ids stay deterministic because the adapter is: re-normalizing the same chunks
-//! yields the same events per chunk, split into messages by the same rule
-//! ([`MAX_BATCH_EVENTS`], [`MAX_BATCH_BYTES`]), so a re-publish carries the same ids and
-//! JetStream drops it. Consumers never depend on that: they are idempotent on
+//! The normalizer publishes what a run's chunks in one consumer batch produced together
+//! ([`publish_batches`]; one chunk's events when chunks arrive one at a time, several
+//! chunks' in a backlog), which divides the broker's work per event (store, deliver, ack)
+//! by the events per message. A retried publish of the same events carries the same ids
+//! (the split into messages depends on the events only: [`MAX_BATCH_EVENTS`],
+//! [`MAX_BATCH_BYTES`]) and JetStream drops it; a redelivery may group the chunks
+//! differently, so consumers never depend on ids: they are idempotent on
 //! `(tenant, run_id, seq)`.
 //!
 //! Every message has `Sg-Stream`: the stream kinds it holds (`assistant`, `thinking`,
@@ -226,8 +227,8 @@ impl MadeBy {
     }
 }
 
-/// Consecutive events of one run to publish together — what one raw chunk produced —
-/// with the trace context of the work that produced them.
+/// Consecutive events of one run to publish together — what one or more raw chunks
+/// produced — with the trace context of the work that produced them.
 #[derive(Debug, Clone, Copy)]
 pub struct Batch<'a> {
     /// The events, ascending seq without gaps.

@@ -10,11 +10,12 @@
 //! which rebuilds the run from SG_RAW (docs/architecture.md §4).
 //!
 //! Messages are taken in batches. Each batch is applied to the run table in stream order
-//! (which is per-run chunk order), the events each raw chunk yields are published as one
-//! SG_EVENTS message (`streamgate_bus::events`) and acknowledged by the broker, and only
-//! then are the batch's raw messages acknowledged. A crash anywhere before the raw ack
-//! means the chunk is redelivered and its events re-published under the same ids —
-//! duplicates the archive and projectors ignore.
+//! (which is per-run chunk order), the events the batch's chunks of one run yield are
+//! published together (one SG_EVENTS message unless size splits it,
+//! `streamgate_bus::events`) and acknowledged by the broker, and only then are the
+//! batch's raw messages acknowledged. A crash anywhere before the raw ack means the
+//! chunks are redelivered and their events re-published — duplicates (by seq) the
+//! archive and projectors ignore.
 
 use crate::config::NormalizerConfig;
 use crate::open_runs::OpenRuns;
@@ -311,12 +312,26 @@ async fn process_batch(
     Ok(())
 }
 
-/// The events one raw chunk yielded, published as one SG_EVENTS message that carries the
-/// chunk's trace.
+/// The events consecutive raw chunks of a run yielded ([`coalesce`]), published together
+/// with the first chunk's trace.
 struct Produced {
     events: Vec<RunEvent>,
     trace: Option<TraceContext>,
     made_by: Option<MadeBy>,
+}
+
+/// Adds what a chunk of a run yielded to what the run's earlier chunks in this consumer
+/// batch yielded: appended to the last one when the same adapter made both, so a backlog
+/// of a run's chunks goes out as one SG_EVENTS message (split only by size,
+/// `streamgate_bus::events::messages_for`) instead of one per chunk — a third of the
+/// broker's work per chunk at saturation, when a pull brings several chunks of a run.
+/// Nothing waits for this: only chunks that arrived together are joined. The message
+/// carries the first chunk's trace.
+fn coalesce(produced: &mut Vec<Produced>, next: Produced) {
+    match produced.last_mut() {
+        Some(last) if last.made_by == next.made_by => last.events.extend(next.events),
+        _ => produced.push(next),
+    }
 }
 
 /// What made the events of a chunk of a run of `family` (dialect as the chunk named it).
@@ -420,19 +435,46 @@ async fn apply_and_publish(
             .entry(key)
             .or_insert_with(|| (chunk.addr.clone(), Vec::new()));
         // A rebuild's earlier chunks are re-published within this chunk's trace.
-        entry.1.extend(
-            groups
-                .into_iter()
-                .filter(|events| !events.is_empty())
-                .map(|events| Produced {
+        for events in groups.into_iter().filter(|events| !events.is_empty()) {
+            coalesce(
+                &mut entry.1,
+                Produced {
                     events,
                     trace: trace.clone(),
                     made_by: made_by.clone(),
-                }),
-        );
+                },
+            );
+        }
     }
-    // Re-publishing is harmless (message ids), so a run whose publish failed (e.g. acks
-    // lost across a broker reconnect) is retried a few times before the batch fails.
+    // The events and the open-runs registry are written concurrently (each is a broker
+    // round trip, and neither depends on the other); both before the chunks are
+    // acknowledged: a failure of either fails the batch, whose redelivery rebuilds the
+    // runs, publishes their events again (same ids) and records them again.
+    let record = futures::future::join_all(
+        registry
+            .values()
+            .map(|(addr, open)| open_runs.record(addr, *open)),
+    );
+    let (published, recorded) = futures::future::join(publish_runs(js, &*out), record).await;
+    published?;
+    recorded.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let published: usize = out
+        .values()
+        .flat_map(|(_, produced)| produced.iter().map(|p| p.events.len()))
+        .sum();
+    metrics::counter!("streamgate_normalizer_events_published_total").increment(published as u64);
+    metrics::counter!("streamgate_normalizer_chunks_total").increment(chunks_applied);
+    drop(spans);
+    Ok(())
+}
+
+/// Publishes the events of every run in `out`, runs concurrently. Re-publishing is
+/// harmless (message ids), so a run whose publish failed (e.g. acks lost across a broker
+/// reconnect) is retried a few times before the batch fails.
+async fn publish_runs(
+    js: &async_nats::jetstream::Context,
+    out: &BTreeMap<RunKey, RunBatches>,
+) -> anyhow::Result<()> {
     let mut pending: Vec<&RunBatches> = out
         .values()
         .filter(|(_, groups)| !groups.is_empty())
@@ -462,21 +504,64 @@ async fn apply_and_publish(
             Some(e) => warn!(error = %e, attempt, "publishing events failed; retrying"),
         }
     }
-    // Before the chunks are acknowledged, like their events: a failure here fails the
-    // batch, whose redelivery rebuilds the runs and records them again.
-    let recorded = futures::future::join_all(
-        registry
-            .values()
-            .map(|(addr, open)| open_runs.record(addr, *open)),
-    )
-    .await;
-    recorded.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
-    let published: usize = out
-        .values()
-        .flat_map(|(_, produced)| produced.iter().map(|p| p.events.len()))
-        .sum();
-    metrics::counter!("streamgate_normalizer_events_published_total").increment(published as u64);
-    metrics::counter!("streamgate_normalizer_chunks_total").increment(chunks_applied);
-    drop(spans);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use streamgate_grammar::{Assistant, Envelope, Event, EventData};
+
+    fn produced(seqs: std::ops::RangeInclusive<u64>, adapter: &str, span: char) -> Produced {
+        let traceparent = format!("00-{}-{}-01", "1".repeat(32), span.to_string().repeat(16));
+        Produced {
+            events: seqs
+                .map(|seq| RunEvent {
+                    envelope: Envelope {
+                        tenant: "acme".into(),
+                        session_key: None,
+                        run_id: "r1".into(),
+                        ts_ms: 0,
+                    },
+                    event: Event {
+                        seq,
+                        data: EventData::Assistant(Assistant {
+                            delta: Some(format!("{seq} ")),
+                            ..Default::default()
+                        }),
+                    },
+                })
+                .collect(),
+            trace: TraceContext::parse(Some(&traceparent), None),
+            made_by: Some(MadeBy {
+                adapter: adapter.to_owned(),
+                adapter_version: 1,
+                grammar_version: 1,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_runs_chunks_in_one_batch_go_out_together_while_one_adapter_made_them() {
+        let mut out = Vec::new();
+        for p in [
+            produced(1..=2, "f2", 'a'),
+            produced(3..=3, "f2", 'b'),
+            produced(4..=6, "f2/deepseek", 'c'),
+            produced(7..=7, "f2/deepseek", 'd'),
+        ] {
+            coalesce(&mut out, p);
+        }
+        let seqs: Vec<Vec<u64>> = out
+            .iter()
+            .map(|p| p.events.iter().map(|e| e.event.seq).collect())
+            .collect();
+        assert_eq!(seqs, [vec![1, 2, 3], vec![4, 5, 6, 7]]);
+        // Each message continues the trace of its first chunk.
+        let spans: Vec<&str> = out
+            .iter()
+            .map(|p| &p.trace.as_ref().unwrap().traceparent()[36..52])
+            .collect();
+        assert_eq!(spans, ["a".repeat(16), "c".repeat(16)]);
+    }
 }
