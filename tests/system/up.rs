@@ -781,8 +781,12 @@ fn secrets_reach_no_channel_surface() {
     for (run, capture) in &runs {
         let path = dir.path().join(format!("{run}.sse"));
         std::fs::write(&path, capture).unwrap();
+        // Paced like a live provider, in small chunks: a run's chunks that reach the
+        // normalizer together go out as one message, and a channel shows only where
+        // such a backlog ends (the final), not the drafts this test reads.
         let ok = Command::new(bin())
             .args(["ingest", "--family", "f1", "--run", run])
+            .args(["--pace", "recorded", "--chunk-bytes", "512"])
             .arg(&path)
             .current_dir(dir.path())
             .status()
