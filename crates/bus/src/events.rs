@@ -45,6 +45,9 @@ pub const MAX_BATCH_EVENTS: usize = 1024;
 /// Most encoded bytes one batch message carries (NATS' default max payload is 1 MiB); a
 /// single event larger than this travels alone.
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// What a batch message needs beside its events' bytes under the broker's `max_payload`:
+/// headers (ids, kinds, provenance, trace context) and the batch's framing.
+const BATCH_HEADROOM: usize = 4096;
 
 /// `"<tenant>/<run>/<seq>"`, the event id (docs/architecture.md §3). Tenant and run id are
 /// token-encoded, which leaves ordinary ids (`[A-Za-z0-9_-]`) unchanged, keeps any id a
@@ -108,6 +111,17 @@ pub struct EventMessage {
 /// Errors with [`BusError::BatchGap`] when the seqs are not consecutive (the id
 /// `<first>-<last>` would then claim events the message does not hold).
 pub fn messages_for(events: &[RunEvent]) -> Result<Vec<EventMessage>, BusError> {
+    messages_within(events, MAX_BATCH_BYTES)
+}
+
+/// [`messages_for`] with batches of at most `max_bytes` encoded bytes (at most
+/// [`MAX_BATCH_BYTES`] still): what [`publish_batches`] uses under a broker whose
+/// `max_payload` is smaller than that.
+pub fn messages_within(
+    events: &[RunEvent],
+    max_bytes: usize,
+) -> Result<Vec<EventMessage>, BusError> {
+    let max_bytes = max_bytes.min(MAX_BATCH_BYTES);
     for pair in events.windows(2) {
         if !same_run(&pair[0].envelope, &pair[1].envelope) {
             return Err(BusError::RunMismatch {
@@ -130,7 +144,7 @@ pub fn messages_for(events: &[RunEvent]) -> Result<Vec<EventMessage>, BusError> 
     for (i, ev) in events.iter().enumerate() {
         let pb = v1::Event::from(ev);
         let len = prost::encoding::message::encoded_len(1, &pb);
-        if !batch.is_empty() && (batch.len() == MAX_BATCH_EVENTS || bytes + len > MAX_BATCH_BYTES) {
+        if !batch.is_empty() && (batch.len() == MAX_BATCH_EVENTS || bytes + len > max_bytes) {
             out.push(batch_message(&events[start..i], std::mem::take(&mut batch)));
             start = i;
             bytes = 0;
@@ -263,11 +277,17 @@ pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
     addr: &RunAddr,
     batches: impl IntoIterator<Item = B>,
 ) -> Result<(), BusError> {
+    // Room for the headers and the batch's framing under the broker's message limit.
+    let max_bytes = js
+        .client()
+        .server_info()
+        .max_payload
+        .saturating_sub(BATCH_HEADROOM);
     let mut messages = Vec::new();
     for batch in batches {
         let batch: Batch<'a> = batch.into();
         let first = messages.len();
-        messages.extend(messages_for(batch.events)?);
+        messages.extend(messages_within(batch.events, max_bytes)?);
         if let Some(ev) = batch
             .events
             .first()

@@ -51,8 +51,9 @@
 //!
 //! # Events (`SG_EVENTS`)
 //! Subject `sg.evt.<tenant>.<part>.<run>`. A message holds one event (body protobuf
-//! `streamgate.v1.Event`, `Nats-Msg-Id` `<tenant>/<run>/<seq>`) or the consecutive events
-//! one raw chunk produced (body `streamgate.v1.EventBatch`, header `Sg-Batch` = count,
+//! `streamgate.v1.Event`, `Nats-Msg-Id` `<tenant>/<run>/<seq>`) or consecutive events of
+//! one run (what one raw chunk produced, or several that arrived together; body
+//! `streamgate.v1.EventBatch`, header `Sg-Batch` = count,
 //! `Nats-Msg-Id` `<tenant>/<run>/<first>-<last>`); a run id is unique only within its
 //! tenant, so every id names both; header `Sg-Stream` names the stream kinds inside
 //! so consumers can route without decoding ([`events`]), and `traceparent`/`tracestate`

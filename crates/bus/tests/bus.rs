@@ -606,6 +606,10 @@ fn oversized_batches_split_the_same_way_every_time() {
         })
         .sum();
     assert_eq!(n, 40);
+    // Under a smaller limit (a broker with a lower max_payload), smaller messages.
+    let small = events::messages_within(&fat, 50_000).unwrap();
+    assert!(small.len() > ms.len(), "{} messages", small.len());
+    assert!(small.iter().all(|m| m.payload.len() <= 50_000));
 
     // A batch header that disagrees with the body is an error, not a silent loss.
     let mut lying = ms[0].headers.clone();

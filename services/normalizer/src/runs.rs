@@ -210,8 +210,8 @@ impl RunTable {
 
     /// Rebuilds a run from its chunks in SG_RAW (any order, duplicates allowed) up to but
     /// excluding `upto` — or through its close marker when one is stored, which closes the
-    /// run — and returns every event they yield (to be re-published), grouped per chunk
-    /// as they were first published, so the re-publish carries the same message ids.
+    /// run — and returns every event they yield (to be re-published), grouped per chunk.
+    /// Consumers take a re-published event as the duplicate it is by its seq.
     pub fn rebuild(&mut self, upto: &RawChunk, history: Vec<RawChunk>) -> Vec<Vec<RunEvent>> {
         let key = upto.addr.run();
         self.unload(&key);

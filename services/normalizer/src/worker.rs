@@ -321,15 +321,23 @@ struct Produced {
 }
 
 /// Adds what a chunk of a run yielded to what the run's earlier chunks in this consumer
-/// batch yielded: appended to the last one when the same adapter made both, so a backlog
-/// of a run's chunks goes out as one SG_EVENTS message (split only by size,
+/// batch yielded: appended to the last one when it continues it (its first seq follows
+/// the last one's last) and the same adapter made both, so a backlog of a run's chunks
+/// goes out as one SG_EVENTS message (split only by size,
 /// `streamgate_bus::events::messages_for`) instead of one per chunk — a third of the
 /// broker's work per chunk at saturation, when a pull brings several chunks of a run.
 /// Nothing waits for this: only chunks that arrived together are joined. The message
-/// carries the first chunk's trace.
+/// carries the first chunk's trace. What does not continue — a rebuild's events, which
+/// start again at seq 1 — goes out on its own (a message must hold consecutive seqs).
 fn coalesce(produced: &mut Vec<Produced>, next: Produced) {
+    let continues = |last: &Produced| {
+        let (Some(end), Some(start)) = (last.events.last(), next.events.first()) else {
+            return false;
+        };
+        start.event.seq == end.event.seq + 1 && last.made_by == next.made_by
+    };
     match produced.last_mut() {
-        Some(last) if last.made_by == next.made_by => last.events.extend(next.events),
+        Some(last) if continues(last) => last.events.extend(next.events),
         _ => produced.push(next),
     }
 }
@@ -347,7 +355,7 @@ fn made_by(family: Option<Family>, dialect: Option<&str>) -> Option<MadeBy> {
     })
 }
 
-/// A run's address and what each of its chunks in a consumer batch yielded.
+/// A run's address and what its chunks in a consumer batch yielded ([`coalesce`]d).
 type RunBatches = (RunAddr, Vec<Produced>);
 
 /// Publish attempts per run and batch before the batch is given up (and redelivered).
@@ -361,8 +369,8 @@ async fn apply_and_publish(
     out: &mut BTreeMap<RunKey, RunBatches>,
     unreadable: &mut BTreeSet<usize>,
 ) -> anyhow::Result<()> {
-    // `out`: per run whose state this batch moved, in seq order, the events of each
-    // chunk; runs are published concurrently.
+    // `out`: per run whose state this batch moved, in seq order, the events of its
+    // chunks ([`coalesce`]d); runs are published concurrently.
     // Runs that started, were rebuilt or closed in this batch: whether each is open now.
     let mut registry: BTreeMap<RunKey, (RunAddr, bool)> = BTreeMap::new();
     let mut chunks_applied = 0u64;
@@ -434,7 +442,8 @@ async fn apply_and_publish(
         let entry = out
             .entry(key)
             .or_insert_with(|| (chunk.addr.clone(), Vec::new()));
-        // A rebuild's earlier chunks are re-published within this chunk's trace.
+        // A rebuild's earlier chunks are re-published within this chunk's trace (or,
+        // joined to an earlier chunk of the batch, within that one's).
         for events in groups.into_iter().filter(|events| !events.is_empty()) {
             coalesce(
                 &mut entry.1,
@@ -563,5 +572,27 @@ mod tests {
             .map(|p| &p.trace.as_ref().unwrap().traceparent()[36..52])
             .collect();
         assert_eq!(spans, ["a".repeat(16), "c".repeat(16)]);
+    }
+
+    #[test]
+    fn events_that_do_not_continue_the_last_ones_go_out_on_their_own() {
+        // A run's first chunk, then a rebuild (seq 1 again) and the chunk after it.
+        let mut out = Vec::new();
+        for p in [
+            produced(1..=3, "f2", 'a'),
+            produced(1..=3, "f2", 'b'),
+            produced(4..=4, "f2", 'c'),
+        ] {
+            coalesce(&mut out, p);
+        }
+        let seqs: Vec<Vec<u64>> = out
+            .iter()
+            .map(|p| p.events.iter().map(|e| e.event.seq).collect())
+            .collect();
+        assert_eq!(seqs, [vec![1, 2, 3], vec![1, 2, 3, 4]]);
+        // Each is a valid message: consecutive seqs.
+        for p in &out {
+            streamgate_bus::events::messages_for(&p.events).expect("consecutive seqs");
+        }
     }
 }
