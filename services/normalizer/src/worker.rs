@@ -458,7 +458,7 @@ async fn apply_and_publish(
     // The events and the open-runs registry are written concurrently (each is a broker
     // round trip, and neither depends on the other); both before the chunks are
     // acknowledged: a failure of either fails the batch, whose redelivery rebuilds the
-    // runs, publishes their events again (same ids) and records them again.
+    // runs, publishes their events again (same seqs) and records them again.
     let record = futures::future::join_all(
         registry
             .values()
