@@ -202,16 +202,19 @@ pub fn write_string<W: Write>(out: &mut W, s: &str) -> io::Result<()> {
 /// The position of the first byte a JSON string cannot hold as it is — `"`, `\` or a
 /// control byte (< 0x20) — scanning eight bytes at a time. A writer escapes from there; a
 /// reader's plain string body ends there. (Short strings are the common case, where this
-/// beats a vectorized search, whose setup costs more than the scan.)
+/// beats a vectorized search, whose setup costs more than the scan.) Inlined: it is called
+/// for every key and string of every hot frame, most of them a word or two long.
+#[inline]
 pub fn special_byte(bytes: &[u8]) -> Option<usize> {
     let mut words = bytes.chunks_exact(8);
     let mut at = 0;
     for word in words.by_ref() {
-        let w = u64::from_le_bytes([
-            word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7],
-        ]);
-        if needs_escape(w) {
-            return word.iter().position(|&b| is_special(b)).map(|i| at + i);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let found = special_bytes(u64::from_le_bytes(w));
+        if found != 0 {
+            // Little-endian: the lowest marked byte is the first in the slice.
+            return Some(at + (found.trailing_zeros() / 8) as usize);
         }
         at += 8;
     }
@@ -229,16 +232,17 @@ fn is_special(byte: u8) -> bool {
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
-/// Whether any byte of `word` is a control byte (< 0x20), `"` or `\`. Exact for "any"
-/// (the classic has-zero / has-less bit tricks; a borrow can only mark bytes above a
-/// byte that really matches).
-fn needs_escape(word: u64) -> bool {
+/// The high bit of every byte of `word` that is a control byte (< 0x20), `"` or `\`, and
+/// perhaps of bytes after the first such byte — never before it: the classic has-zero /
+/// has-less bit tricks, where a borrow only runs from a byte that really matches into the
+/// bytes above it (later ones, read little-endian). So the lowest mark is exact.
+fn special_bytes(word: u64) -> u64 {
     let control = word.wrapping_sub(ONES * 0x20) & !word;
     let quote = word ^ (ONES * u64::from(b'"'));
     let backslash = word ^ (ONES * u64::from(b'\\'));
     let quote = quote.wrapping_sub(ONES) & !quote;
     let backslash = backslash.wrapping_sub(ONES) & !backslash;
-    (control | quote | backslash) & HIGHS != 0
+    (control | quote | backslash) & HIGHS
 }
 
 /// How one byte is escaped.
@@ -396,6 +400,19 @@ mod tests {
     proptest! {
         #[test]
         fn the_special_byte_is_the_first_a_string_cannot_hold(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let first = bytes.iter().position(|&b| b < 0x20 || b == b'"' || b == b'\\');
+            prop_assert_eq!(special_byte(&bytes), first);
+        }
+
+        /// Bytes next to the three the bit tricks look for, several special ones per word:
+        /// the one reported must be the first, not one a borrow marked after it.
+        #[test]
+        fn the_first_of_several_special_bytes_in_a_word_is_reported(
+            bytes in proptest::collection::vec(proptest::sample::select(vec![
+                0x00u8, 0x01, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0x9f,
+                0xa0, 0xa2, 0xdc, 0xff, b'a',
+            ]), 0..40),
+        ) {
             let first = bytes.iter().position(|&b| b < 0x20 || b == b'"' || b == b'\\');
             prop_assert_eq!(special_byte(&bytes), first);
         }

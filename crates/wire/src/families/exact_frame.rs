@@ -41,6 +41,18 @@ impl<'a> Cursor<'a> {
         Some(())
     }
 
+    /// Steps over one ASCII punctuation byte (`{`, `:`, `,` …): [`Cursor::literal`] for
+    /// the one-byte tokens read around every member, without a string comparison.
+    fn byte(&mut self, byte: u8) -> Option<()> {
+        debug_assert!(byte.is_ascii());
+        if self.rest.as_bytes().first() != Some(&byte) {
+            return None;
+        }
+        // An ASCII byte is a whole character: the rest starts on a boundary.
+        self.rest = self.rest.get(1..)?;
+        Some(())
+    }
+
     /// Steps over whichever of `choices` the frame goes on with and tells which.
     pub(crate) fn one_of<const N: usize>(&mut self, choices: [&str; N]) -> Option<usize> {
         let i = choices.iter().position(|c| self.rest.starts_with(c))?;
@@ -87,7 +99,16 @@ impl<'a> Cursor<'a> {
     /// Steps over JSON whitespace, which some providers pad their frames with (Anthropic
     /// writes spaces before a delta frame's last brace).
     pub(crate) fn whitespace(&mut self) {
-        self.rest = self.rest.trim_start_matches([' ', '\t', '\n', '\r']);
+        // Byte by byte: most frames have none, and a `char` pattern decodes each
+        // character before comparing it.
+        let spaces = self
+            .rest
+            .bytes()
+            .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .count();
+        if spaces > 0 {
+            self.rest = self.rest.get(spaces..).unwrap_or_default();
+        }
     }
 
     /// A JSON `true` or `false`.
@@ -128,12 +149,12 @@ impl<'a> Cursor<'a> {
         &mut self,
         mut member: impl FnMut(&'a str, &mut Cursor<'a>) -> Option<()>,
     ) -> Option<()> {
-        self.sequence("{", "}", |c| {
+        self.sequence(b'{', b'}', |c| {
             let Cow::Borrowed(key) = c.string()? else {
                 return None;
             };
             c.whitespace();
-            c.literal(":")?;
+            c.byte(b':')?;
             c.whitespace();
             member(key, c)
         })
@@ -146,7 +167,7 @@ impl<'a> Cursor<'a> {
         mut read: impl FnMut(&mut Cursor<'a>) -> Option<T>,
     ) -> Option<Vec<T>> {
         let mut list = Vec::new();
-        self.sequence("[", "]", |c| {
+        self.sequence(b'[', b']', |c| {
             list.push(read(c)?);
             Some(())
         })?;
@@ -156,20 +177,20 @@ impl<'a> Cursor<'a> {
     /// `open`, then comma-separated items (none at all too), then `close`.
     fn sequence(
         &mut self,
-        open: &str,
-        close: &str,
+        open: u8,
+        close: u8,
         mut item: impl FnMut(&mut Cursor<'a>) -> Option<()>,
     ) -> Option<()> {
-        self.literal(open)?;
+        self.byte(open)?;
         self.whitespace();
-        if self.literal(close).is_some() {
+        if self.byte(close).is_some() {
             return Some(());
         }
         loop {
             item(self)?;
             self.whitespace();
-            if self.literal(",").is_none() {
-                return self.literal(close);
+            if self.byte(b',').is_none() {
+                return self.byte(close);
             }
             self.whitespace();
         }
