@@ -8,8 +8,8 @@
 //! arrives in a `user` frame.
 
 use super::messages::{
-    delta_template, dispatch, emit_error, error_diagnostic, settle, Block, Delta, MachineOptions,
-    MessageMachine, Step, WireEvent, REDACTED_KIND,
+    delta_template, dispatch, emit_error, error_diagnostic, settle, Block, MachineOptions,
+    MessageMachine, Step, TemplateDelta, WireEvent, REDACTED_KIND,
 };
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
@@ -74,12 +74,12 @@ struct Line<'a> {
 /// The line nearly every long run is made of — a `stream_event` holding a text,
 /// thinking or tool-argument delta, as the CLI writes it — read by its exact template
 /// ([`exact_frame`], the inner event by [`delta_template`]) into the block index and
-/// delta the generic reading makes of it (its session id, read only when a message
-/// starts, left out); `None` for any other line, which is then read the generic way
-/// (docs/performance.md has the measurement).
+/// delta the generic reading makes of it ([`TemplateDelta`]; its session id, read only
+/// when a message starts, left out); `None` for any other line, which is then read the
+/// generic way (docs/performance.md has the measurement).
 ///
 /// [`exact_frame`]: crate::families::exact_frame
-fn hot_stream_delta(data: &str) -> Option<(u64, Delta<'_>)> {
+fn hot_stream_delta(data: &str) -> Option<TemplateDelta<'_>> {
     let mut c = Cursor::new(data);
     c.literal(r#"{"type":"stream_event","event":"#)?;
     let delta = delta_template(&mut c)?;
@@ -161,10 +161,12 @@ impl Adapter for F1eAdapter {
             out.consumed();
             return;
         }
-        if let Some((index, delta)) = hot_stream_delta(frame.data) {
+        if let Some(hot) = hot_stream_delta(frame.data) {
             // What `stream_event` does with a content_block_delta, without the line.
             self.saw_stream = true;
-            self.inner.content_delta(index, &delta, frame.data, out);
+            let index = hot.index;
+            self.inner
+                .content_delta(index, &hot.delta(), frame.data, out);
             return;
         }
         let line: Line<'_> = match serde_json::from_str(frame.data) {
@@ -479,7 +481,8 @@ mod tests {
     /// What the template reading and the generic reading make of `line`: `None` when the
     /// template leaves it to the generic reading, else both readings' `Debug` text.
     fn both_readings(line: &str) -> Option<(String, String)> {
-        let (index, delta) = hot_stream_delta(line)?;
+        let hot = hot_stream_delta(line)?;
+        let (index, delta) = (hot.index, hot.delta());
         let generic = serde_json::from_str::<Line<'_>>(line).expect(line);
         assert_eq!(generic.ty, "stream_event", "{line}");
         let event = generic.event.expect(line);
