@@ -130,6 +130,39 @@ pub fn inflate(capture: &[u8], target_bytes: usize) -> Vec<u8> {
         }
     }
     flush(&mut run, &mut out);
+    renumber_seqs(out)
+}
+
+/// Numbers the records' `"seq"` again, in order from the first one's, when every record
+/// of the grown capture has one (OpenClaw's agent events): a repeated record keeps its
+/// original seq, which the adapter rightly reports as stale and drops, so the run would
+/// be a storm of `stale_seq` diagnostics rather than a long run.
+fn renumber_seqs(capture: Vec<u8>) -> Vec<u8> {
+    const KEY: &[u8] = b"\"seq\":";
+    let recs = records(&capture);
+    let digits_at = |r: &[u8]| {
+        let at = memchr::memmem::find(r, KEY)? + KEY.len();
+        let len = r[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+        (len > 0).then_some((at, len))
+    };
+    if recs.len() < 2 || recs.iter().any(|r| digits_at(r).is_none()) {
+        return capture;
+    }
+    let mut next = recs
+        .first()
+        .and_then(|r| digits_at(r))
+        .and_then(|(at, len)| std::str::from_utf8(&recs[0][at..at + len]).ok())
+        .and_then(|d| d.parse::<u64>().ok())
+        .unwrap_or(1);
+    let mut out = Vec::with_capacity(capture.len() + capture.len() / 16);
+    for r in &recs {
+        if let Some((at, len)) = digits_at(r) {
+            out.extend_from_slice(&r[..at]);
+            out.extend_from_slice(next.to_string().as_bytes());
+            out.extend_from_slice(&r[at + len..]);
+            next += 1;
+        }
+    }
     out
 }
 
@@ -146,6 +179,22 @@ mod tests {
         assert_eq!(text.matches("start").count(), 1);
         assert_eq!(text.matches("finish_reason").count(), 1);
         assert!(text.matches("\"content\":\"a\"").count() > 5);
+    }
+
+    #[test]
+    fn repeated_records_are_numbered_again_where_every_record_has_a_seq() {
+        let cap = b"{\"runId\":\"r\",\"seq\":7,\"stream\":\"lifecycle\",\"data\":{\"phase\":\"start\"}}\n{\"runId\":\"r\",\"seq\":8,\"stream\":\"assistant\",\"data\":{\"text\":\"a\",\"delta\":\"a\"}}\n{\"runId\":\"r\",\"seq\":9,\"stream\":\"lifecycle\",\"data\":{\"phase\":\"end\"}}\n";
+        let text = String::from_utf8(inflate(cap, 2000)).unwrap();
+        let seqs: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert!(seqs.len() > 10);
+        assert_eq!(seqs, (7..7 + seqs.len() as u64).collect::<Vec<_>>());
     }
 
     #[test]
