@@ -51,7 +51,9 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
     /// Also print latency second by second (commit time), to tell stalls from steady
-    /// queueing.
+    /// queueing, and the normalizer's hop (ingest → events published) apart from the
+    /// archiver's. The hop is read by a subscriber on SG_EVENTS' subjects, which costs the
+    /// broker one more delivery per events message.
     #[arg(long)]
     pub timeline: bool,
 }
@@ -146,6 +148,11 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     )
     .await?;
 
+    let hop = match args.timeline {
+        true => Some(HopProbe::start(nats_server.url()).await?),
+        false => None,
+    };
+
     let ingestor = Ingestor::new(js.clone(), args.partitions);
     let capture = Bytes::from(capture);
     let chunks_per_run = capture.len().div_ceil(args.chunk_bytes.max(1)) + 1;
@@ -223,12 +230,61 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         total_events as f64 / commits as f64,
         commits as f64 / secs
     );
+    if let Some(hop) = hop {
+        let mut published = hop.stop();
+        published.sort_unstable();
+        println!(
+            "hops      ingest→events published p50 {} ms, p99 {} ms (the normalizer); commit p50 {} ms, p99 {} ms after ingest (the archiver adds the rest)",
+            percentile(&published, 0.50),
+            percentile(&published, 0.99),
+            pct(0.50),
+            pct(0.99)
+        );
+    }
     if args.timeline {
         print_timeline(&committed);
     }
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// Ingest → events-published latency of every event, from a core subscriber on
+/// SG_EVENTS' subjects: the time each events message reached the broker's subscribers
+/// against its events' ingest time.
+struct HopProbe {
+    latencies: Arc<Mutex<Vec<i64>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HopProbe {
+    async fn start(url: String) -> Result<HopProbe> {
+        let client = async_nats::connect(url).await?;
+        let mut messages = client.subscribe(streamgate_bus::EVENTS_SUBJECTS).await?;
+        let latencies = Arc::new(Mutex::new(Vec::new()));
+        let seen = latencies.clone();
+        let task = tokio::spawn(async move {
+            let _client = client; // kept for as long as the subscription
+            while let Some(msg) = futures::StreamExt::next(&mut messages).await {
+                let now = streamgate_runtime::clock::now_ms();
+                let Ok(events) = streamgate_bus::events::decode_msg(&msg) else {
+                    continue;
+                };
+                if let Ok(mut l) = seen.lock() {
+                    l.extend(events.iter().map(|e| now - e.envelope.ts_ms));
+                }
+            }
+        });
+        Ok(HopProbe { latencies, task })
+    }
+
+    fn stop(self) -> Vec<i64> {
+        self.task.abort();
+        self.latencies
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default()
+    }
 }
 
 /// The `p` quantile (0..=1) of sorted values; 0 when there are none.
