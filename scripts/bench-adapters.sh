@@ -3,13 +3,16 @@
 #
 # Grows one of the project's own fixtures to a single run of SIZE MiB with `streamgate
 # synth` (its delta records repeated in place), then times `streamgate normalize` over it
-# RUNS times with /usr/bin/time and prints the median MB/s and the largest peak RSS.
+# RUNS times (wall time from bash's clock, peak RSS from /usr/bin/time) and prints the
+# median MB/s and the largest peak RSS.
 #
 #   scripts/bench-adapters.sh [SIZE_MIB=100] [RUNS=3] [FAMILY ...]
 #
 # Needs a release build (`cargo build --release`), or STREAMGATE_BIN naming another build
 # to compare; writes its captures to $TMPDIR.
 set -euo pipefail
+# bash writes $EPOCHREALTIME with the locale's decimal point; awk reads a dot.
+export LC_ALL=C
 cd "$(dirname "$0")/.."
 
 size="${1:-100}"

@@ -231,15 +231,20 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         commits as f64 / secs
     );
     if let Some(hop) = hop {
-        let mut published = hop.stop();
+        let mut published = hop.stop(total_events).await;
         published.sort_unstable();
-        println!(
-            "hops      ingest→events published p50 {} ms, p99 {} ms (the normalizer); commit p50 {} ms, p99 {} ms after ingest (the archiver adds the rest)",
-            percentile(&published, 0.50),
-            percentile(&published, 0.99),
-            pct(0.50),
-            pct(0.99)
-        );
+        if published.is_empty() {
+            println!("hops      the events subscriber saw no events");
+        } else {
+            println!(
+                "hops      ingest→events published p50 {} ms, p99 {} ms (the normalizer; {} of {total_events} events seen); commit p50 {} ms, p99 {} ms after ingest (the archiver adds the rest)",
+                percentile(&published, 0.50),
+                percentile(&published, 0.99),
+                published.len(),
+                pct(0.50),
+                pct(0.99)
+            );
+        }
     }
     if args.timeline {
         print_timeline(&committed);
@@ -278,7 +283,16 @@ impl HopProbe {
         Ok(HopProbe { latencies, task })
     }
 
-    fn stop(self) -> Vec<i64> {
+    /// Waits (a second at most) until `expected` events were seen — the last messages may
+    /// still be on their way to the subscriber — then stops. A core subscriber can miss
+    /// messages when it falls behind, or see a re-published one twice: the caller prints
+    /// how many it saw.
+    async fn stop(self, expected: usize) -> Vec<i64> {
+        let seen = || self.latencies.lock().map(|l| l.len()).unwrap_or(0);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while seen() < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         self.task.abort();
         self.latencies
             .lock()

@@ -133,35 +133,37 @@ pub fn inflate(capture: &[u8], target_bytes: usize) -> Vec<u8> {
     renumber_seqs(out)
 }
 
-/// Numbers the records' `"seq"` again, in order from the first one's, when every record
-/// of the grown capture has one (OpenClaw's agent events): a repeated record keeps its
-/// original seq, which the adapter rightly reports as stale and drops, so the run would
-/// be a storm of `stale_seq` diagnostics rather than a long run.
+/// Numbers the records' top-level `"seq"` again, in order from the first one's, when every
+/// record of the grown capture is a JSON object with one (OpenClaw's agent events): a
+/// repeated record keeps its original seq, which the adapter rightly reports as stale and
+/// drops, so the run would be a storm of `stale_seq` diagnostics rather than a long run.
+/// The records are read and written by serde_json (key order kept); any other capture is
+/// returned as it is.
 fn renumber_seqs(capture: Vec<u8>) -> Vec<u8> {
-    const KEY: &[u8] = b"\"seq\":";
-    let recs = records(&capture);
-    let digits_at = |r: &[u8]| {
-        let at = memchr::memmem::find(r, KEY)? + KEY.len();
-        let len = r[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-        (len > 0).then_some((at, len))
+    let top_level_seq = |record: &[u8]| {
+        let value: serde_json::Value = serde_json::from_slice(record).ok()?;
+        value.get("seq")?.as_u64()?;
+        Some(value)
     };
-    if recs.len() < 2 || recs.iter().any(|r| digits_at(r).is_none()) {
-        return capture;
-    }
-    let mut next = recs
+    let recs = records(&capture);
+    let Some(mut next) = recs
         .first()
-        .and_then(|r| digits_at(r))
-        .and_then(|(at, len)| std::str::from_utf8(&recs[0][at..at + len]).ok())
-        .and_then(|d| d.parse::<u64>().ok())
-        .unwrap_or(1);
+        .and_then(|r| top_level_seq(r))
+        .and_then(|v| v["seq"].as_u64())
+    else {
+        return capture;
+    };
     let mut out = Vec::with_capacity(capture.len() + capture.len() / 16);
     for r in &recs {
-        if let Some((at, len)) = digits_at(r) {
-            out.extend_from_slice(&r[..at]);
-            out.extend_from_slice(next.to_string().as_bytes());
-            out.extend_from_slice(&r[at + len..]);
-            next += 1;
+        let Some(mut value) = top_level_seq(r) else {
+            return capture;
+        };
+        value["seq"] = next.into();
+        next += 1;
+        if serde_json::to_writer(&mut out, &value).is_err() {
+            return capture;
         }
+        out.push(b'\n');
     }
     out
 }
