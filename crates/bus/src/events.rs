@@ -277,12 +277,21 @@ pub async fn publish_batches<'a, B: Into<Batch<'a>>>(
     addr: &RunAddr,
     batches: impl IntoIterator<Item = B>,
 ) -> Result<(), BusError> {
+    let max_payload = js.client().server_info().max_payload;
+    publish_batches_under(js, addr, batches, max_payload).await
+}
+
+/// [`publish_batches`] under a broker `max_payload` the caller already read (the
+/// normalizer reads it once per consumer batch, not once per run: `server_info` copies
+/// the whole server info under a lock).
+pub async fn publish_batches_under<'a, B: Into<Batch<'a>>>(
+    js: &jetstream::Context,
+    addr: &RunAddr,
+    batches: impl IntoIterator<Item = B>,
+    max_payload: usize,
+) -> Result<(), BusError> {
     // Room for the headers and the batch's framing under the broker's message limit.
-    let max_bytes = js
-        .client()
-        .server_info()
-        .max_payload
-        .saturating_sub(BATCH_HEADROOM);
+    let max_bytes = max_payload.saturating_sub(BATCH_HEADROOM);
     let mut messages = Vec::new();
     for batch in batches {
         let batch: Batch<'a> = batch.into();

@@ -26,7 +26,7 @@ use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legacy};
-use streamgate_bus::events::{publish_batches, Batch, MadeBy};
+use streamgate_bus::events::{publish_batches_under, Batch, MadeBy};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
 use streamgate_bus::subject::{partition_durable, raw_partition_filter, RunAddr};
@@ -464,7 +464,8 @@ async fn apply_and_publish(
             .values()
             .map(|(addr, open)| open_runs.record(addr, *open)),
     );
-    let (published, recorded) = futures::future::join(publish_runs(js, &*out), record).await;
+    let (published, recorded) =
+        futures::future::join(publish_runs(js, &*out, max_payload), record).await;
     published?;
     recorded.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
     let published: usize = out
@@ -483,6 +484,7 @@ async fn apply_and_publish(
 async fn publish_runs(
     js: &async_nats::jetstream::Context,
     out: &BTreeMap<RunKey, RunBatches>,
+    max_payload: usize,
 ) -> anyhow::Result<()> {
     let mut pending: Vec<&RunBatches> = out
         .values()
@@ -495,7 +497,7 @@ async fn publish_runs(
                 trace: p.trace.as_ref(),
                 made_by: p.made_by.as_ref(),
             });
-            publish_batches(js, addr, batches)
+            publish_batches_under(js, addr, batches, max_payload)
         }))
         .await;
         let mut failed = Vec::new();
@@ -550,6 +552,13 @@ mod tests {
         }
     }
 
+    /// The seqs of each message [`coalesce`] made.
+    fn seqs(out: &[Produced]) -> Vec<Vec<u64>> {
+        out.iter()
+            .map(|p| p.events.iter().map(|e| e.event.seq).collect())
+            .collect()
+    }
+
     #[test]
     fn a_runs_chunks_in_one_batch_go_out_together_while_one_adapter_made_them() {
         let mut out = Vec::new();
@@ -561,11 +570,7 @@ mod tests {
         ] {
             coalesce(&mut out, p);
         }
-        let seqs: Vec<Vec<u64>> = out
-            .iter()
-            .map(|p| p.events.iter().map(|e| e.event.seq).collect())
-            .collect();
-        assert_eq!(seqs, [vec![1, 2, 3], vec![4, 5, 6, 7]]);
+        assert_eq!(seqs(&out), [vec![1, 2, 3], vec![4, 5, 6, 7]]);
         // Each message continues the trace of its first chunk.
         let spans: Vec<&str> = out
             .iter()
@@ -585,11 +590,7 @@ mod tests {
         ] {
             coalesce(&mut out, p);
         }
-        let seqs: Vec<Vec<u64>> = out
-            .iter()
-            .map(|p| p.events.iter().map(|e| e.event.seq).collect())
-            .collect();
-        assert_eq!(seqs, [vec![1, 2, 3], vec![1, 2, 3, 4]]);
+        assert_eq!(seqs(&out), [vec![1, 2, 3], vec![1, 2, 3, 4]]);
         // Each is a valid message: consecutive seqs.
         for p in &out {
             streamgate_bus::events::messages_for(&p.events).expect("consecutive seqs");
