@@ -148,9 +148,10 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     )
     .await?;
 
-    let hop = match args.timeline {
-        true => Some(HopProbe::start(nats_server.url()).await?),
-        false => None,
+    let hop = if args.timeline {
+        Some(HopProbe::start(nats_server.url()).await?)
+    } else {
+        None
     };
 
     let ingestor = Ingestor::new(js.clone(), args.partitions);
@@ -245,8 +246,6 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
                 pct(0.99)
             );
         }
-    }
-    if args.timeline {
         print_timeline(&committed);
     }
     drop(nats_server);

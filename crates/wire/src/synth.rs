@@ -140,26 +140,18 @@ pub fn inflate(capture: &[u8], target_bytes: usize) -> Vec<u8> {
 /// The records are read and written by serde_json (key order kept); any other capture is
 /// returned as it is.
 fn renumber_seqs(capture: Vec<u8>) -> Vec<u8> {
-    let top_level_seq = |record: &[u8]| {
-        let value: serde_json::Value = serde_json::from_slice(record).ok()?;
-        value.get("seq")?.as_u64()?;
-        Some(value)
-    };
-    let recs = records(&capture);
-    let Some(mut next) = recs
-        .first()
-        .and_then(|r| top_level_seq(r))
-        .and_then(|v| v["seq"].as_u64())
-    else {
-        return capture;
-    };
     let mut out = Vec::with_capacity(capture.len() + capture.len() / 16);
-    for r in &recs {
-        let Some(mut value) = top_level_seq(r) else {
+    let mut next = None;
+    for record in records(&capture) {
+        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(record) else {
             return capture;
         };
-        value["seq"] = next.into();
-        next += 1;
+        let Some(seq) = value.get("seq").and_then(serde_json::Value::as_u64) else {
+            return capture;
+        };
+        let seq = *next.get_or_insert(seq);
+        value["seq"] = seq.into();
+        next = Some(seq + 1);
         if serde_json::to_writer(&mut out, &value).is_err() {
             return capture;
         }
