@@ -24,6 +24,11 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 use streamgate_grammar::line::special_byte;
 
+/// What [`Cursor::list`] reads: a hot frame's array, nearly always of one element (a
+/// chunk's one choice, a candidate's one part), held without an allocation: a `Vec` for
+/// it was a malloc and a free per frame (`perf`).
+pub(crate) type List<T> = smallvec::SmallVec<[T; 1]>;
+
 /// A position in a frame being matched against a template.
 pub(crate) struct Cursor<'a> {
     rest: &'a str,
@@ -63,20 +68,32 @@ impl<'a> Cursor<'a> {
     /// A JSON unsigned integer as serde reads it into a `u64`: digits, no leading zero,
     /// no sign, fraction or exponent, no overflow.
     pub(crate) fn uint(&mut self) -> Option<u64> {
-        let digits = self.rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (number, rest) = self.rest.split_at(digits);
-        if number.is_empty() || (number.len() > 1 && number.starts_with('0')) {
+        // Digit by digit, with the overflow checks `str::parse` makes: the counters of a hot
+        // frame are a few digits, and `parse` (sign, radix, a second pass) cost more.
+        let bytes = self.rest.as_bytes();
+        let mut value: u64 = 0;
+        let mut digits = 0;
+        while let Some(&b) = bytes.get(digits) {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+            digits += 1;
+        }
+        if digits == 0 || (digits > 1 && bytes[0] == b'0') {
             return None;
         }
-        if rest.starts_with(['.', 'e', 'E']) {
+        if matches!(bytes.get(digits), Some(b'.' | b'e' | b'E')) {
             return None;
         }
-        let value = number.parse().ok()?;
-        self.rest = rest;
+        // Digits are ASCII: the rest starts on a boundary.
+        self.rest = self.rest.get(digits..)?;
         Some(value)
     }
 
-    /// A JSON string: borrowed when it holds no escape, else decoded by serde_json.
+    /// A JSON string: borrowed when it holds no escape; decoded here when its escapes are
+    /// the two-character ones (`\n`, `\"` …: what model text is full of), else by
+    /// serde_json (a `\u` escape, with its surrogate pairs and refusals).
     pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
         let body = self.rest.strip_prefix('"')?;
         let bytes = body.as_bytes();
@@ -90,10 +107,31 @@ impl<'a> Cursor<'a> {
             // A raw control character: serde refuses the string.
             _ => return None,
         }
-        let end = escaped_string_end(bytes, at)?;
-        let decoded: String = serde_json::from_str(&self.rest[..end + 2]).ok()?;
-        self.rest = &body[end + 1..];
-        Some(Cow::Owned(decoded))
+        match short_escapes(body, at) {
+            Unescaped::Done(decoded, end) => {
+                self.rest = &body[end + 1..];
+                Some(Cow::Owned(decoded))
+            }
+            Unescaped::Refused => None,
+            Unescaped::Unicode => {
+                let end = escaped_string_end(bytes, at)?;
+                let decoded: String = serde_json::from_str(&self.rest[..end + 2]).ok()?;
+                self.rest = &body[end + 1..];
+                Some(Cow::Owned(decoded))
+            }
+        }
+    }
+
+    /// A member's key as [`Cursor::object`] matches it: a string without an escape
+    /// (serde would match the unescaped name: a key holding one leaves the frame to it).
+    fn plain_key(&mut self) -> Option<&'a str> {
+        let body = self.rest.strip_prefix('"')?;
+        let at = special_byte(body.as_bytes())?;
+        if body.as_bytes()[at] != b'"' {
+            return None;
+        }
+        self.rest = &body[at + 1..];
+        Some(&body[..at])
     }
 
     /// Steps over JSON whitespace, which some providers pad their frames with (Anthropic
@@ -131,13 +169,38 @@ impl<'a> Cursor<'a> {
     /// set up for each value it reads: for the short members of a Chat Completions chunk
     /// it was a seventh of the reading (`perf`).
     pub(crate) fn skip_value(&mut self) -> Option<()> {
+        let start = self.rest;
+        if self.skip_plain(0).is_some() {
+            return Some(());
+        }
+        // Anything the plain reading does not read — a float, a literal, an escaped key, a
+        // deep nesting, or a syntax error, which serde then reports — is serde's to read.
+        self.rest = start;
+        self.raw_value().map(drop)
+    }
+
+    /// The text of any JSON value, as [`Cursor::raw_value`] would delimit and validate it
+    /// (`null` included), read by [`Cursor::skip_value`]: for a value kept as text, like
+    /// Gemini's usage, without setting serde_json's stream reader up for it.
+    pub(crate) fn value_text(&mut self) -> Option<&'a str> {
+        let start = self.rest;
+        self.skip_value()?;
+        Some(&start[..start.len() - self.rest.len()])
+    }
+
+    /// [`Cursor::skip_value`]'s own reading: plain strings, plain unsigned integers, and
+    /// objects and arrays of such values, nested at most [`PLAIN_DEPTH`] deep. `None`
+    /// (the cursor anywhere) for anything else.
+    fn skip_plain(&mut self, depth: usize) -> Option<()> {
         match self.rest.as_bytes().first()? {
             // A string serde refuses (a raw control character, a bad escape) is refused
             // here too: `string` reads only what serde reads.
             b'"' => self.string().map(drop),
             // `uint` leaves the cursor where it was when the number is not a plain u64.
-            b'0'..=b'9' if self.uint().is_some() => Some(()),
-            _ => self.raw_value().map(drop),
+            b'0'..=b'9' => self.uint().map(drop),
+            b'{' if depth < PLAIN_DEPTH => self.object(|_, c| c.skip_plain(depth + 1)),
+            b'[' if depth < PLAIN_DEPTH => self.sequence(b'[', b']', |c| c.skip_plain(depth + 1)),
+            _ => None,
         }
     }
 
@@ -150,9 +213,7 @@ impl<'a> Cursor<'a> {
         mut member: impl FnMut(&'a str, &mut Cursor<'a>) -> Option<()>,
     ) -> Option<()> {
         self.sequence(b'{', b'}', |c| {
-            let Cow::Borrowed(key) = c.string()? else {
-                return None;
-            };
+            let key = c.plain_key()?;
             c.whitespace();
             c.byte(b':')?;
             c.whitespace();
@@ -165,8 +226,8 @@ impl<'a> Cursor<'a> {
     pub(crate) fn list<T>(
         &mut self,
         mut read: impl FnMut(&mut Cursor<'a>) -> Option<T>,
-    ) -> Option<Vec<T>> {
-        let mut list = Vec::new();
+    ) -> Option<List<T>> {
+        let mut list = List::new();
         self.sequence(b'[', b']', |c| {
             list.push(read(c)?);
             Some(())
@@ -212,9 +273,58 @@ pub(crate) fn once<T>(slot: &mut Option<T>, value: Option<T>) -> Option<()> {
     Some(())
 }
 
-/// A raw member value as serde reads an `Option<&RawValue>` field: `null` is absent.
-pub(crate) fn non_null(raw: Option<&RawValue>) -> Option<&RawValue> {
-    raw.filter(|r| r.get() != "null")
+/// How deep [`Cursor::skip_value`] reads nested values itself before it hands the whole
+/// value to serde_json: shallow enough that a frame read this way is never nested deeper
+/// than serde's recursion limit (128) would allow.
+const PLAIN_DEPTH: usize = 16;
+
+/// What [`short_escapes`] made of a string body.
+enum Unescaped {
+    /// The decoded text and the index of the closing quote.
+    Done(String, usize),
+    /// A `\u` escape: serde_json decodes the string.
+    Unicode,
+    /// A string serde refuses: an unknown escape, a raw control character, no end.
+    Refused,
+}
+
+/// Decodes a string body whose first escape is at `from`, as serde_json does, while every
+/// escape is a two-character one. Plain runs between escapes are copied whole, found
+/// eight bytes at a time ([`special_byte`]).
+fn short_escapes(body: &str, mut from: usize) -> Unescaped {
+    let bytes = body.as_bytes();
+    let mut decoded = String::with_capacity(body.len().min(from + 64));
+    let mut plain = 0;
+    loop {
+        // `from` is at a backslash.
+        decoded.push_str(&body[plain..from]);
+        let unescaped = match bytes.get(from + 1) {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => return Unescaped::Unicode,
+            _ => return Unescaped::Refused,
+        };
+        decoded.push(unescaped);
+        plain = from + 2;
+        let Some(at) = special_byte(&bytes[plain..]) else {
+            return Unescaped::Refused;
+        };
+        from = plain + at;
+        match bytes[from] {
+            b'"' => {
+                decoded.push_str(&body[plain..from]);
+                return Unescaped::Done(decoded, from);
+            }
+            b'\\' => {}
+            _ => return Unescaped::Refused,
+        }
+    }
 }
 
 /// The index of the closing quote of a string body whose first escape is at `from`.
@@ -273,6 +383,7 @@ pub(crate) fn sse_fixtures(family: &str) -> Vec<(std::path::PathBuf, String)> {
 #[cfg(test)]
 mod tests {
     use super::Cursor;
+    use proptest::prelude::*;
     use std::borrow::Cow;
 
     fn string(frame: &str) -> Option<(Cow<'_, str>, &str)> {
@@ -301,6 +412,25 @@ mod tests {
             string(r#""plain"}"#),
             Some((Cow::Borrowed("plain"), "}"))
         ));
+    }
+
+    proptest! {
+        /// Any mix of plain text, short and `\\u` escapes, raw control characters and
+        /// broken escapes reads as serde reads it, or is refused where serde refuses it.
+        #[test]
+        fn escaped_strings_read_as_serde_reads_them(pieces in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "plain", " ", "é", "😀", "\\n", "\\\"", "\\\\", "\\/", "\\b", "\\f",
+                "\\r", "\\t", "\\u00e9", "\\ud83d\\ude00", "\\ud800", "\\x", "\\", "\u{1}", "\"",
+            ]),
+            0..12,
+        )) {
+            let json = format!("\"{}\",1", pieces.concat());
+            let ours = string(&json).map(|(s, rest)| (s.into_owned(), rest));
+            let mut theirs = serde_json::Deserializer::from_str(&json).into_iter::<String>();
+            let serde = theirs.next().and_then(Result::ok).map(|s| (s, &json[theirs.byte_offset()..]));
+            prop_assert_eq!(ours, serde);
+        }
     }
 
     #[test]
@@ -345,6 +475,16 @@ mod tests {
             "1.5e3,",
             "01,",
             r#"{"a":[1,null]},"#,
+            r#"{"a":1,"b":[2,"x",{}],"c":{"d":[]}}}"#,
+            r#"{ "a" : [ 1 , "x" ] } ,"#,
+            r#"{"a\u0062":1},"#,
+            r#"{"a":1,"a":2},"#,
+            r#"{"a":1,}"#,
+            r#"{"a" 1}"#,
+            r#"[1,2.5,-3,"y",true]]"#,
+            r#"["unterminated]"#,
+            &format!("{}0{},", "[".repeat(20), "]".repeat(20)),
+            &format!("{}0{},", "[".repeat(200), "]".repeat(200)),
             "null,",
             "true}",
             "[1,,]",
@@ -365,7 +505,7 @@ mod tests {
         #[derive(Debug, Default, PartialEq)]
         struct Read<'a> {
             n: Option<u64>,
-            list: Option<Vec<bool>>,
+            list: Option<super::List<bool>>,
             raw: Option<&'a str>,
         }
         fn read(frame: &str) -> Option<Read<'_>> {
@@ -384,7 +524,7 @@ mod tests {
         }
         let whole = Read {
             n: Some(7),
-            list: Some(vec![true, false]),
+            list: Some(smallvec::smallvec![true, false]),
             raw: Some(r#"{"a": [1, 2.5e3, null]}"#),
         };
         assert_eq!(
@@ -396,7 +536,7 @@ mod tests {
             spaced,
             Some(Read {
                 n: Some(0),
-                list: Some(vec![]),
+                list: Some(super::List::new()),
                 raw: Some("1"),
             })
         );

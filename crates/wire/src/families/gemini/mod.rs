@@ -167,7 +167,7 @@ struct ThoughtCount {
 /// What [`F5Adapter::chunk_head`] reads of a chunk.
 struct ChunkHead<'a> {
     response_id: Option<&'a str>,
-    usage: Option<&'a RawValue>,
+    usage: Option<&'a str>,
     model_version: Option<&'a str>,
     /// The chunk carries something this family knows.
     known: bool,
@@ -266,7 +266,7 @@ impl F5Adapter {
             || chunk.model_status.is_some();
         let head = ChunkHead {
             response_id: chunk.response_id.as_deref(),
-            usage: chunk.usage_metadata,
+            usage: chunk.usage_metadata.map(RawValue::get),
             model_version: chunk.model_version.as_deref(),
             known,
         };
@@ -340,7 +340,7 @@ impl F5Adapter {
         }
         if let Some(usage) = head.usage {
             self.usage.clear();
-            self.usage.push_str(usage.get());
+            self.usage.push_str(usage);
             self.has_usage = true;
             out.saw_usage();
         }
@@ -637,9 +637,12 @@ impl F5Adapter {
         if !self.has_usage {
             return None;
         }
-        serde_json::from_str::<ThoughtCount>(&self.usage)
-            .ok()
-            .and_then(|c| c.thoughts_token_count)
+        match text_chunk::thought_count(&self.usage) {
+            Some(count) => count,
+            None => serde_json::from_str::<ThoughtCount>(&self.usage)
+                .ok()
+                .and_then(|c| c.thoughts_token_count),
+        }
     }
 
     fn end_calls(&mut self, out: &mut Emitter, status: &str) {

@@ -272,3 +272,34 @@ fn text_frames_handled_directly_give_the_events_the_generic_reading_gives() {
         assert_eq!(read(&capture), read(&generic), "{}", path.display());
     }
 }
+
+/// The thought count read member by member is the one serde reads into `ThoughtCount`;
+/// every usage it cannot read that way is left to serde.
+#[test]
+fn thought_counts_read_member_by_member_are_read_as_serde_reads_them() {
+    let serde = |usage: &str| {
+        serde_json::from_str::<super::ThoughtCount>(usage)
+            .ok()
+            .and_then(|c| c.thoughts_token_count)
+    };
+    for usage in [
+        r#"{"promptTokenCount":9,"totalTokenCount":19,"thoughtsTokenCount":10}"#,
+        r#"{ "thoughtsTokenCount" : 0 , "promptTokensDetails": [{"modality": "TEXT","tokenCount": 18}] }"#,
+        r#"{"thoughtsTokenCount":null}"#,
+        r#"{"promptTokenCount":9}"#,
+        "{}",
+    ] {
+        let read = super::text_chunk::thought_count(usage);
+        assert_eq!(read, Some(serde(usage)), "{usage}");
+    }
+    for usage in [
+        r#"{"thoughtsTokenCount":1,"thoughtsTokenCount":2}"#,
+        r#"{"thoughtsTokenCount":-1}"#,
+        r#"{"thoughtsTokenCount":1.0}"#,
+        r#"{"thoughtsTokenCount":"1"}"#,
+        r#"{"thoughts\u0054okenCount":3}"#,
+        r#"{"thoughtsTokenCount":18446744073709551616}"#,
+    ] {
+        assert_eq!(super::text_chunk::thought_count(usage), None, "{usage}");
+    }
+}

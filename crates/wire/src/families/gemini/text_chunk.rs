@@ -10,15 +10,16 @@
 //!
 //! [`exact_frame`]: crate::families::exact_frame
 
-use crate::families::exact_frame::{non_null, once, Cursor};
-use serde_json::value::RawValue;
+use crate::families::exact_frame::{once, Cursor, List};
 use std::borrow::Cow;
 
 /// A frame [`hot_chunk`] read.
 #[derive(Debug)]
 pub(super) struct TextChunk<'a> {
-    pub candidates: Option<Vec<TextCandidate<'a>>>,
-    pub usage_metadata: Option<&'a RawValue>,
+    pub candidates: Option<List<TextCandidate<'a>>>,
+    /// `usageMetadata`'s text, validated as serde would (kept as text, as the adapter keeps
+    /// it).
+    pub usage_metadata: Option<&'a str>,
     pub model_version: Option<Cow<'a, str>>,
     pub response_id: Option<Cow<'a, str>>,
 }
@@ -27,7 +28,7 @@ pub(super) struct TextChunk<'a> {
 #[derive(Debug, Default)]
 pub(super) struct TextCandidate<'a> {
     /// `content`, when present: its `parts`, when present.
-    pub content: Option<Option<Vec<TextPart<'a>>>>,
+    pub content: Option<Option<List<TextPart<'a>>>>,
     pub finish_reason: Option<Cow<'a, str>>,
     pub index: Option<u64>,
 }
@@ -47,8 +48,8 @@ pub(super) fn hot_chunk(data: &str) -> Option<TextChunk<'_>> {
     let mut c = Cursor::new(data);
     c.object(|key, c| match key {
         "candidates" => once(&mut candidates, c.list(hot_candidate)),
-        // serde reads a `null` object as absent.
-        "usageMetadata" => once(&mut usage_metadata, non_null(c.raw_value())),
+        // serde reads a `null` object as absent: such a frame is left to it.
+        "usageMetadata" => once(&mut usage_metadata, c.value_text().filter(|t| *t != "null")),
         "modelVersion" => once(&mut model_version, c.string()),
         "responseId" => once(&mut response_id, c.string()),
         _ => None,
@@ -94,6 +95,28 @@ fn hot_part<'a>(c: &mut Cursor<'a>) -> Option<TextPart<'a>> {
     Some(part)
 }
 
+/// `usageMetadata`'s `thoughtsTokenCount` as serde reads it into the adapter's
+/// `ThoughtCount` (a number or `null`; other members skipped), read member by member:
+/// the adapter reads it each time a thinking segment closes. `None` leaves the usage to
+/// serde (a duplicate, an escaped key, a count that is no plain `u64` …).
+pub(super) fn thought_count(usage: &str) -> Option<Option<u64>> {
+    let mut count = None;
+    let mut c = Cursor::new(usage);
+    c.object(|key, c| match key {
+        "thoughtsTokenCount" => once(
+            &mut count,
+            match c.literal("null") {
+                Some(()) => Some(None),
+                None => c.uint().map(Some),
+            },
+        ),
+        _ => c.skip_value(),
+    })?;
+    c.whitespace();
+    c.end()?;
+    Some(count.flatten())
+}
+
 #[cfg(test)]
 impl<'a> TextChunk<'a> {
     /// The [`Chunk`] serde reads from the same frame (for the tests that hold both
@@ -117,7 +140,9 @@ impl<'a> TextChunk<'a> {
             candidates: self
                 .candidates
                 .map(|c| c.into_iter().map(candidate).collect()),
-            usage_metadata: self.usage_metadata,
+            usage_metadata: self
+                .usage_metadata
+                .map(|text| serde_json::from_str(text).expect("validated usage text")),
             model_version: self.model_version,
             response_id: self.response_id,
             ..super::Chunk::default()

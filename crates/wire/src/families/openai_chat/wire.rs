@@ -6,7 +6,7 @@
 //! unexpected type in a field we only probe must not turn the whole chunk into a
 //! `malformed_frame`.
 
-use crate::families::exact_frame::{once, Cursor};
+use crate::families::exact_frame::{once, Cursor, List};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -465,7 +465,7 @@ pub(super) fn hot_chunk(data: &str) -> Option<TextChunk<'_>> {
 /// A chunk [`hot_chunk`] read: choices that carry at most a text or reasoning piece.
 #[derive(Debug)]
 pub(super) struct TextChunk<'a> {
-    pub choices: Option<Vec<TextChoice<'a>>>,
+    pub choices: Option<List<TextChoice<'a>>>,
 }
 
 /// One choice of a [`TextChunk`]: its delta, when it had one.

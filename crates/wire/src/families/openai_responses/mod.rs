@@ -296,7 +296,7 @@ pub struct F3Adapter {
     /// a tokens-only update once `reasoning_tokens` arrives.
     waiting_tokens: Vec<(ThinkingVariant, String)>,
     /// The first item id seen at each `output_index` ([`F3Adapter::canonical_id`]).
-    ids_by_output: std::collections::HashMap<u64, String>,
+    ids_by_output: std::collections::BTreeMap<u64, String>,
 }
 
 impl F3Adapter {
