@@ -18,18 +18,33 @@ use std::io::{self, Write};
 /// writer, so that one event holding megabytes of text is never built whole in memory.
 /// Fails only when `out` does.
 pub fn write_event<W: Write>(out: &mut W, event: &Event) -> io::Result<()> {
+    // Few and long pieces: every `write_all` into a buffered writer is a capacity check
+    // and a copy, and a line of a dozen small ones cost more than its text (`perf`). The
+    // stream names are the ones `Stream::as_str` gives (the tests hold the line to serde's).
     out.write_all(b"{\"seq\":")?;
     out.write_all(itoa::Buffer::new().format(event.seq).as_bytes())?;
-    out.write_all(b",\"stream\":\"")?;
-    out.write_all(event.stream().as_str().as_bytes())?;
-    out.write_all(b"\",\"data\":")?;
     match &event.data {
-        EventData::Assistant(a) => write_assistant(out, a)?,
-        EventData::Thinking(t) => write_thinking(out, t)?,
-        EventData::Item(item) => serde_json::to_writer(&mut *out, item)?,
-        EventData::Lifecycle(l) => serde_json::to_writer(&mut *out, l)?,
+        EventData::Assistant(a) => {
+            out.write_all(b",\"stream\":\"assistant\",\"data\":{")?;
+            write_assistant(out, a)?;
+            out.write_all(b"}}")
+        }
+        EventData::Thinking(t) => {
+            out.write_all(b",\"stream\":\"thinking\",\"data\":{")?;
+            write_thinking(out, t)?;
+            out.write_all(b"}}")
+        }
+        EventData::Item(item) => {
+            out.write_all(b",\"stream\":\"item\",\"data\":")?;
+            serde_json::to_writer(&mut *out, item)?;
+            out.write_all(b"}")
+        }
+        EventData::Lifecycle(l) => {
+            out.write_all(b",\"stream\":\"lifecycle\",\"data\":")?;
+            serde_json::to_writer(&mut *out, l)?;
+            out.write_all(b"}")
+        }
     }
-    out.write_all(b"}")
 }
 
 /// An upper bound of a text or thinking event's line length, found without writing it:
@@ -50,7 +65,8 @@ pub fn text_event_len_bound(event: &Event) -> Option<usize> {
     Some(text_bytes.saturating_mul(6).saturating_add(256))
 }
 
-/// `{"id","phase","delta","text","status","truncated"}` as present, in the struct's order.
+/// The members of `{"id","phase","delta","text","status","truncated"}` as present, in the
+/// struct's order (the braces are the caller's).
 fn write_assistant<W: Write>(out: &mut W, a: &Assistant) -> io::Result<()> {
     // Destructured so that a field added to the struct fails to compile here.
     let Assistant {
@@ -61,7 +77,7 @@ fn write_assistant<W: Write>(out: &mut W, a: &Assistant) -> io::Result<()> {
         status,
         truncated,
     } = a;
-    let mut object = Object::open(out)?;
+    let mut object = Object::members(out);
     if let Some(id) = id {
         object.string("id", id)?;
     }
@@ -80,10 +96,11 @@ fn write_assistant<W: Write>(out: &mut W, a: &Assistant) -> io::Result<()> {
     if let Some(truncated) = truncated {
         object.raw("truncated", if *truncated { "true" } else { "false" })?;
     }
-    object.close()
+    Ok(())
 }
 
-/// `{"id","variant","phase","delta","text","tokens"}` as present, in the struct's order.
+/// The members of `{"id","variant","phase","delta","text","tokens"}` as present, in the
+/// struct's order (the braces are the caller's).
 fn write_thinking<W: Write>(out: &mut W, t: &Thinking) -> io::Result<()> {
     let Thinking {
         id,
@@ -93,7 +110,7 @@ fn write_thinking<W: Write>(out: &mut W, t: &Thinking) -> io::Result<()> {
         text,
         tokens,
     } = t;
-    let mut object = Object::open(out)?;
+    let mut object = Object::members(out);
     if let Some(id) = id {
         object.string("id", id)?;
     }
@@ -110,7 +127,7 @@ fn write_thinking<W: Write>(out: &mut W, t: &Thinking) -> io::Result<()> {
     if let Some(tokens) = tokens {
         object.raw("tokens", itoa::Buffer::new().format(*tokens))?;
     }
-    object.close()
+    Ok(())
 }
 
 fn assistant_phase(phase: AssistantPhase) -> &'static str {
@@ -134,51 +151,47 @@ fn segment_phase(phase: SegmentPhase) -> &'static str {
     }
 }
 
-/// A JSON object being written: members separated by commas, keys known not to need
-/// escaping.
+/// The members of a JSON object being written, separated by commas, with keys known not
+/// to need escaping. Each member is three or four pieces: the separator and key's opening
+/// quote, the key, its closing quote and colon (with the value's opening quote, for a
+/// string), the value.
 struct Object<'a, W> {
     out: &'a mut W,
     first: bool,
 }
 
 impl<'a, W: Write> Object<'a, W> {
-    fn open(out: &'a mut W) -> io::Result<Object<'a, W>> {
-        out.write_all(b"{")?;
-        Ok(Object { out, first: true })
+    /// Members written right after the object's opening brace.
+    fn members(out: &'a mut W) -> Object<'a, W> {
+        Object { out, first: true }
     }
 
-    fn key(&mut self, key: &str) -> io::Result<()> {
-        if !self.first {
-            self.out.write_all(b",")?;
-        }
+    /// The key, then `then` (`":` or `":"`).
+    fn key(&mut self, key: &str, then: &[u8]) -> io::Result<()> {
+        self.out
+            .write_all(if self.first { b"\"" } else { b",\"" })?;
         self.first = false;
-        self.out.write_all(b"\"")?;
         self.out.write_all(key.as_bytes())?;
-        self.out.write_all(b"\":")
+        self.out.write_all(then)
     }
 
     /// A member whose value is any text, escaped.
     fn string(&mut self, key: &str, value: &str) -> io::Result<()> {
-        self.key(key)?;
-        write_string(self.out, value)
+        self.key(key, b"\":\"")?;
+        write_string_rest(self.out, value)
     }
 
     /// A member whose value is a name known not to need escaping.
     fn name(&mut self, key: &str, value: &str) -> io::Result<()> {
-        self.key(key)?;
-        self.out.write_all(b"\"")?;
+        self.key(key, b"\":\"")?;
         self.out.write_all(value.as_bytes())?;
         self.out.write_all(b"\"")
     }
 
     /// A member whose value is JSON text already (a number, a boolean).
     fn raw(&mut self, key: &str, value: &str) -> io::Result<()> {
-        self.key(key)?;
+        self.key(key, b"\":")?;
         self.out.write_all(value.as_bytes())
-    }
-
-    fn close(self) -> io::Result<()> {
-        self.out.write_all(b"}")
     }
 }
 
@@ -186,8 +199,13 @@ impl<'a, W: Write> Object<'a, W> {
 /// the five short control escapes, every other control byte as `\u00xx` (lowercase hex);
 /// everything else, DEL and non-ASCII included, as it is.
 pub fn write_string<W: Write>(out: &mut W, s: &str) -> io::Result<()> {
-    let bytes = s.as_bytes();
     out.write_all(b"\"")?;
+    write_string_rest(out, s)
+}
+
+/// [`write_string`] after its opening quote: the escaped text and the closing quote.
+fn write_string_rest<W: Write>(out: &mut W, s: &str) -> io::Result<()> {
+    let bytes = s.as_bytes();
     let mut start = 0; // first byte not yet written
     while let Some(at) = special_byte(&bytes[start..]) {
         let at = start + at;

@@ -134,6 +134,31 @@ impl<'a> Cursor<'a> {
         Some(&body[..at])
     }
 
+    /// Steps over a string as serde_json's raw-value reader does — checking its escapes
+    /// without decoding them (a `\u` escape needs four hex digits, not a valid code
+    /// point) — or `None` where that reader refuses it (a raw control character, another
+    /// escape, no end).
+    fn skip_string(&mut self) -> Option<()> {
+        let body = self.rest.strip_prefix('"')?;
+        let bytes = body.as_bytes();
+        let mut at = special_byte(bytes)?;
+        loop {
+            match bytes[at] {
+                b'"' => break,
+                b'\\' => {}
+                _ => return None,
+            }
+            let after = match *bytes.get(at + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at + 2,
+                b'u' if bytes.get(at + 2..at + 6)?.iter().all(u8::is_ascii_hexdigit) => at + 6,
+                _ => return None,
+            };
+            at = after + special_byte(&bytes[after..])?;
+        }
+        self.rest = &body[at + 1..];
+        Some(())
+    }
+
     /// Steps over JSON whitespace, which some providers pad their frames with (Anthropic
     /// writes spaces before a delta frame's last brace).
     pub(crate) fn whitespace(&mut self) {
@@ -193,10 +218,7 @@ impl<'a> Cursor<'a> {
     /// (the cursor anywhere) for anything else.
     fn skip_plain(&mut self, depth: usize) -> Option<()> {
         match self.rest.as_bytes().first()? {
-            // A string serde refuses (a raw control character, a bad escape) is refused
-            // here too: `string` reads only what serde reads.
-            b'"' => self.string().map(drop),
-            // `uint` leaves the cursor where it was when the number is not a plain u64.
+            b'"' => self.skip_string(),
             b'0'..=b'9' => self.uint().map(drop),
             b'{' if depth < PLAIN_DEPTH => self.object(|_, c| c.skip_plain(depth + 1)),
             b'[' if depth < PLAIN_DEPTH => self.sequence(b'[', b']', |c| c.skip_plain(depth + 1)),
@@ -465,6 +487,11 @@ mod tests {
         for frame in [
             r#""plain","#,
             r#""with \"escape\"","#,
+            r#""\n\t\/\b\f\r\\ \u00e9 \ud83d\ude00","#,
+            r#""lone \ud800 surrogate","#,
+            r#""short \u12","#,
+            r#""not hex \u12g4","#,
+            r#""ends in \"#,
             "\"raw\u{1}control\",",
             r#""bad \x escape","#,
             r#""unterminated"#,
