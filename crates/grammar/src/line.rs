@@ -154,7 +154,9 @@ fn segment_phase(phase: SegmentPhase) -> &'static str {
 /// The members of a JSON object being written, separated by commas, with keys known not
 /// to need escaping. Each member is three or four pieces: the separator and key's opening
 /// quote, the key, its closing quote and colon (with the value's opening quote, for a
-/// string), the value.
+/// string), the value. Always inlined: the keys and names are literals at every call,
+/// so their copies become a few moves of known length instead of a `memcpy` call each
+/// (the writes were two fifths of an Anthropic or codex normalize, callgrind).
 struct Object<'a, W> {
     out: &'a mut W,
     first: bool,
@@ -162,11 +164,13 @@ struct Object<'a, W> {
 
 impl<'a, W: Write> Object<'a, W> {
     /// Members written right after the object's opening brace.
+    #[inline(always)]
     fn members(out: &'a mut W) -> Object<'a, W> {
         Object { out, first: true }
     }
 
     /// The key, then `then` (`":` or `":"`).
+    #[inline(always)]
     fn key(&mut self, key: &str, then: &[u8]) -> io::Result<()> {
         self.out
             .write_all(if self.first { b"\"" } else { b",\"" })?;
@@ -176,12 +180,14 @@ impl<'a, W: Write> Object<'a, W> {
     }
 
     /// A member whose value is any text, escaped.
+    #[inline(always)]
     fn string(&mut self, key: &str, value: &str) -> io::Result<()> {
         self.key(key, b"\":\"")?;
         write_string_rest(self.out, value)
     }
 
     /// A member whose value is a name known not to need escaping.
+    #[inline(always)]
     fn name(&mut self, key: &str, value: &str) -> io::Result<()> {
         self.key(key, b"\":\"")?;
         self.out.write_all(value.as_bytes())?;
@@ -189,6 +195,7 @@ impl<'a, W: Write> Object<'a, W> {
     }
 
     /// A member whose value is JSON text already (a number, a boolean).
+    #[inline(always)]
     fn raw(&mut self, key: &str, value: &str) -> io::Result<()> {
         self.key(key, b"\":")?;
         self.out.write_all(value.as_bytes())

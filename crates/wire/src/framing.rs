@@ -337,6 +337,38 @@ mod tests {
         out
     }
 
+    /// A frame is text exactly when the standard library's check says its bytes are
+    /// UTF-8; any other frame is reported and handed on with replacement characters.
+    #[test]
+    fn frames_are_text_exactly_when_their_bytes_are_utf8() {
+        let lines: [&[u8]; 8] = [
+            b"{\"a\":\"plain\"}",
+            "{\"a\":\"\u{e9}\u{1f600} long enough to take the vector path of the check\"}"
+                .as_bytes(),
+            b"{\"a\":\"\xff\"}",
+            b"{\"a\":\"cut \xe2\x82\"}",
+            b"{\"a\":\"overlong \xc0\xaf\"}",
+            b"{\"a\":\"surrogate \xed\xa0\x80 in a line longer than sixty-four bytes, too\"}",
+            b"{\"a\":\"past U+10FFFF \xf4\x90\x80\x80\"}",
+            b"[\x80]",
+        ];
+        for line in lines {
+            let mut capture = line.to_vec();
+            capture.push(b'\n');
+            let out = decode(&[&capture]);
+            match std::str::from_utf8(line) {
+                Ok(text) => assert_eq!(out, vec![format!("-|{text}")]),
+                Err(_) => assert_eq!(
+                    out,
+                    vec![
+                        "InvalidUtf8".to_owned(),
+                        format!("-|{}", String::from_utf8_lossy(line))
+                    ]
+                ),
+            }
+        }
+    }
+
     #[test]
     fn sse_fields_comments_multiline_and_done() {
         let out = decode(&[b"\xEF\xBB\xBF: ping\r\nevent: a\r\ndata: {\"x\":1}\r\n\r\ndata: l1\ndata: l2\n\ndata: [DONE]\n\n"]);
