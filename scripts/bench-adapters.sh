@@ -10,6 +10,10 @@
 #
 # Needs a release build (`cargo build --release`), or STREAMGATE_BIN naming another build
 # to compare; writes its captures to $TMPDIR.
+#
+# INSTRUCTIONS=1 counts instructions instead (valgrind's callgrind, once per family):
+# the same count for the same build and input however busy the machine is, for comparing
+# builds where wall times are too noisy. Use a smaller SIZE (10): it runs ~50x slower.
 set -euo pipefail
 # bash writes $EPOCHREALTIME with the locale's decimal point; awk reads a dot.
 export LC_ALL=C
@@ -39,12 +43,24 @@ families=("$@")
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-printf '%-16s %10s %10s %12s  %s\n' family "MiB" "MB/s" "peak RSS" fixture
+if [ -n "${INSTRUCTIONS:-}" ]; then
+  command -v valgrind >/dev/null || { echo "INSTRUCTIONS=1 needs valgrind" >&2; exit 2; }
+  printf '%-16s %10s %14s %10s  %s\n' family "MiB" "instructions" "per byte" fixture
+fi
+[ -n "${INSTRUCTIONS:-}" ] || printf '%-16s %10s %10s %12s  %s\n' family "MiB" "MB/s" "peak RSS" fixture
 for family in "${families[@]}"; do
   src="${fixture[$family]:?unknown family $family}"
   big="$tmp/$family.capture"
   "$bin" synth "$src" --mib "$size" -o "$big" >/dev/null 2>&1
   bytes=$(stat -c %s "$big")
+  if [ -n "${INSTRUCTIONS:-}" ]; then
+    ir=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" normalize \
+      --family "$family" "$big" 2>&1 >/dev/null | sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+    printf '%-16s %10.1f %14s %10.1f  %s\n' "$family" "$(awk -v b="$bytes" 'BEGIN {print b/1048576}')" \
+      "$ir" "$(awk -v i="$ir" -v b="$bytes" 'BEGIN {print i/b}')" "$src"
+    rm -f "$big"
+    continue
+  fi
   secs=()
   peak=0
   for _ in $(seq "$runs"); do
