@@ -3,8 +3,11 @@
 //! archiver on SQLite, and a projector channel — identical but for one thing: on one of
 //! them the chat's `/reasoning` and `/verbose` are flipped several times mid-turn over the
 //! projector's gRPC `SetSettings`. The archives must then hold the same events byte for
-//! byte, as the operator's `ArchiveService.ReplayEvents` returns them (envelope, event,
-//! journal position), and `SG_EVENTS` must hold the same messages.
+//! byte, as the operator's `ArchiveService.ReplayEvents` returns them (envelope and event),
+//! and `SG_EVENTS` the same events on the same subjects. Not the same journal positions or
+//! message boundaries: the normalizer joins a run's chunks that reach it in one pull into
+//! one message (docs/architecture.md), so how events are grouped — and so where each
+//! lands in the journal — follows the timing of the two pipelines, never their settings.
 
 use crate::common;
 
@@ -162,7 +165,8 @@ async fn draft(client: &mut Projector, run: &str) -> String {
         .text
 }
 
-/// Every archived event of every run, protobuf-encoded as `ReplayEvents` sends it.
+/// Every archived event of every run, protobuf-encoded as `ReplayEvents` sends its event
+/// (envelope and data; its journal position is left out, see the module doc).
 async fn archived(p: &Pipeline) -> Vec<(String, Vec<Vec<u8>>)> {
     let mut client = archive_client(p.archive_grpc, Some(TOKEN)).await;
     let mut out = Vec::new();
@@ -180,7 +184,7 @@ async fn archived(p: &Pipeline) -> Vec<(String, Vec<Vec<u8>>)> {
             .into_inner();
         let mut events = Vec::new();
         while let Some(e) = stream.message().await.expect("replay stream") {
-            events.push(e.encode_to_vec());
+            events.push(e.event.expect("an archived event").encode_to_vec());
         }
         assert!(!events.is_empty(), "{run}: nothing archived");
         out.push(((*run).to_owned(), events));
@@ -188,7 +192,8 @@ async fn archived(p: &Pipeline) -> Vec<(String, Vec<Vec<u8>>)> {
     out
 }
 
-/// Every message on `SG_EVENTS`: subject and payload.
+/// Every event on `SG_EVENTS`, in journal order: its subject and the event,
+/// protobuf-encoded (whichever message carried it).
 async fn journal(p: &Pipeline) -> Vec<(String, Vec<u8>)> {
     let stream = p.js.get_stream(EVENTS_STREAM).await.expect("SG_EVENTS");
     let last = stream
@@ -200,7 +205,12 @@ async fn journal(p: &Pipeline) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     for seq in 1..=last {
         let m = stream.get_raw_message(seq).await.expect("raw message");
-        out.push((m.subject.to_string(), m.payload.to_vec()));
+        let events = streamgate_bus::events::decode_message(Some(&m.headers), &m.payload)
+            .expect("an SG_EVENTS message");
+        for event in events {
+            let encoded = v1::Event::from(&event).encode_to_vec();
+            out.push((m.subject.to_string(), encoded));
+        }
     }
     out
 }
