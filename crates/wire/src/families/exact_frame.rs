@@ -136,8 +136,10 @@ impl<'a> Cursor<'a> {
 
     /// Steps over a string as serde_json's raw-value reader does — checking its escapes
     /// without decoding them (a `\u` escape needs four hex digits, not a valid code
-    /// point) — or `None` where that reader refuses it (a raw control character, another
-    /// escape, no end).
+    /// point: serde_json's `ignore_escape` in the locked version, which the skipped-value
+    /// test holds with a lone surrogate) — or `None` where that reader refuses it (a raw
+    /// control character, another escape, no end). Only for members serde skips or keeps
+    /// raw, never for a value read as text.
     fn skip_string(&mut self) -> Option<()> {
         let body = self.rest.strip_prefix('"')?;
         let bytes = body.as_bytes();
@@ -295,9 +297,9 @@ pub(crate) fn once<T>(slot: &mut Option<T>, value: Option<T>) -> Option<()> {
     Some(())
 }
 
-/// How deep [`Cursor::skip_value`] reads nested values itself before it hands the whole
-/// value to serde_json: shallow enough that a frame read this way is never nested deeper
-/// than serde's recursion limit (128) would allow.
+/// How deep [`Cursor::skip_value`] reads nested values itself (its reading recurses, on
+/// the stack) before it hands the whole value to serde_json, whose skipping of a value
+/// is iterative and has no depth limit.
 const PLAIN_DEPTH: usize = 16;
 
 /// What [`short_escapes`] made of a string body.
