@@ -46,8 +46,9 @@ trap 'rm -rf "$tmp"' EXIT
 if [ -n "${INSTRUCTIONS:-}" ]; then
   command -v valgrind >/dev/null || { echo "INSTRUCTIONS=1 needs valgrind" >&2; exit 2; }
   printf '%-16s %10s %14s %10s  %s\n' family "MiB" "instructions" "per byte" fixture
+else
+  printf '%-16s %10s %10s %12s  %s\n' family "MiB" "MB/s" "peak RSS" fixture
 fi
-[ -n "${INSTRUCTIONS:-}" ] || printf '%-16s %10s %10s %12s  %s\n' family "MiB" "MB/s" "peak RSS" fixture
 for family in "${families[@]}"; do
   src="${fixture[$family]:?unknown family $family}"
   big="$tmp/$family.capture"

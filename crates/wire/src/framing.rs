@@ -246,11 +246,8 @@ impl FrameDecoder {
         if self.framing != Some(Framing::Sse) || self.has_data {
             return None;
         }
-        let value = line.strip_prefix(b"data")?;
-        let value = match value.first() {
-            None => value,
-            Some(b':') => value[1..].strip_prefix(b" ").unwrap_or(&value[1..]),
-            Some(_) => return None,
+        let (b"data", value) = sse_field(line) else {
+            return None;
         };
         // The data line's end: LF, CRLF or a lone CR (a CR that ends `bytes` leaves the LF
         // that may follow it to the next chunk: read one by one).
@@ -265,9 +262,7 @@ impl FrameDecoder {
             (b'\r', Some(_)) => next + 1,
             _ => return None,
         };
-        let name = (!self.event_name.is_empty()).then_some(self.event_name.as_str());
-        emit_text(value, name, sink);
-        self.event_name.clear();
+        emit_event(&mut self.event_name, value, sink);
         Some(after)
     }
 
@@ -308,13 +303,7 @@ impl FrameDecoder {
             sink(Decoded::Comment(text.trim_start()));
             return;
         }
-        let (field, value) = match memchr::memchr(b':', line) {
-            Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-            }
-            None => (line, &b""[..]),
-        };
+        let (field, value) = sse_field(line);
         match field {
             b"data" => {
                 if self.has_data {
@@ -339,13 +328,31 @@ impl FrameDecoder {
 
     fn dispatch(&mut self, sink: &mut dyn FnMut(Decoded<'_>)) {
         if self.has_data {
-            let name = (!self.event_name.is_empty()).then_some(self.event_name.as_str());
-            emit_text(&self.data, name, sink);
+            emit_event(&mut self.event_name, &self.data, sink);
         }
         self.data.clear();
         self.has_data = false;
         self.event_name.clear();
     }
+}
+
+/// An SSE field line's name and value: the value after the first colon, less one leading
+/// space; a line without a colon is a name with an empty value.
+fn sse_field(line: &[u8]) -> (&[u8], &[u8]) {
+    match memchr::memchr(b':', line) {
+        Some(i) => {
+            let v = &line[i + 1..];
+            (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+        }
+        None => (line, &b""[..]),
+    }
+}
+
+/// Hands on an SSE event's data under the event name so far, which it then clears.
+fn emit_event(event_name: &mut String, data: &[u8], sink: &mut dyn FnMut(Decoded<'_>)) {
+    let name = (!event_name.is_empty()).then_some(event_name.as_str());
+    emit_text(data, name, sink);
+    event_name.clear();
 }
 
 fn emit_text(bytes: &[u8], event: Option<&str>, sink: &mut dyn FnMut(Decoded<'_>)) {

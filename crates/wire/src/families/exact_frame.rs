@@ -151,7 +151,7 @@ impl<'a> Cursor<'a> {
                 _ => return None,
             }
             let after = match *bytes.get(at + 1)? {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at + 2,
+                letter if short_escape(letter).is_some() => at + 2,
                 b'u' if bytes.get(at + 2..at + 6)?.iter().all(u8::is_ascii_hexdigit) => at + 6,
                 _ => return None,
             };
@@ -322,17 +322,12 @@ fn short_escapes(body: &str, mut from: usize) -> Unescaped {
     loop {
         // `from` is at a backslash.
         decoded.push_str(&body[plain..from]);
-        let unescaped = match bytes.get(from + 1) {
-            Some(b'"') => '"',
-            Some(b'\\') => '\\',
-            Some(b'/') => '/',
-            Some(b'b') => '\u{8}',
-            Some(b'f') => '\u{c}',
-            Some(b'n') => '\n',
-            Some(b'r') => '\r',
-            Some(b't') => '\t',
-            Some(b'u') => return Unescaped::Unicode,
-            _ => return Unescaped::Refused,
+        let letter = bytes.get(from + 1).copied();
+        if letter == Some(b'u') {
+            return Unescaped::Unicode;
+        }
+        let Some(unescaped) = letter.and_then(short_escape) else {
+            return Unescaped::Refused;
         };
         decoded.push(unescaped);
         plain = from + 2;
@@ -349,6 +344,22 @@ fn short_escapes(body: &str, mut from: usize) -> Unescaped {
             _ => return Unescaped::Refused,
         }
     }
+}
+
+/// The character a two-character escape (`\` and `letter`) stands for, as JSON defines
+/// them; `None` for `u` and for any letter that is no escape.
+fn short_escape(letter: u8) -> Option<char> {
+    Some(match letter {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        _ => return None,
+    })
 }
 
 /// The index of the closing quote of a string body whose first escape is at `from`.
