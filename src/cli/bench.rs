@@ -95,7 +95,9 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     let baseline = publish_baseline(&js, args.baseline_messages, args.chunk_bytes).await?;
     println!("baseline  JetStream publish (file store, acked): {baseline:.0} msgs/s");
 
-    // 2. The pipeline.
+    // 2. The pipeline. Its services' own histograms split a chunk's time by step (none
+    // when a recorder is already installed).
+    let steps = install_step_recorder();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let archive_url = args
         .archive
@@ -231,6 +233,9 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         total_events as f64 / commits as f64,
         commits as f64 / secs
     );
+    if let Some(steps) = steps {
+        print_steps(&steps.render());
+    }
     if let Some(hop) = hop {
         let mut published = hop.stop(total_events).await;
         published.sort_unstable();
@@ -251,6 +256,115 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// Prints where a chunk's time goes between ingest and commit, from the services' own
+/// histograms: how long its chunk waited to be taken from each consumer (since ingest),
+/// and how long each step of a consumer batch took, p50 / p99.
+fn print_steps(rendered: &str) {
+    let line = |service: &str, wait: &str, batch: &str, steps: &[&str]| {
+        let mut parts = Vec::new();
+        if let Some((p50, p99)) = summary_ms(rendered, wait, None) {
+            parts.push(format!("pulled {p50:.1} / {p99:.1} ms after ingest"));
+        }
+        for step in steps {
+            let label = format!("step=\"{step}\"");
+            if let Some((p50, p99)) = summary_ms(rendered, batch, Some(&label)) {
+                parts.push(format!("{step} {p50:.1} / {p99:.1}"));
+            }
+        }
+        if !parts.is_empty() {
+            println!("steps     {service} (p50 / p99): {}", parts.join(", "));
+        }
+    };
+    line(
+        "normalizer",
+        "streamgate_normalizer_pull_wait_seconds",
+        "streamgate_normalizer_batch_seconds",
+        &["apply", "publish", "ack"],
+    );
+    line(
+        "archiver  ",
+        "streamgate_archiver_pull_wait_seconds",
+        "streamgate_archiver_batch_seconds",
+        &["decode", "commit", "ack"],
+    );
+}
+
+/// Installs a Prometheus recorder whose `_seconds` histograms have fine buckets, for
+/// the benches to read their services' step times from (`None` when a recorder is
+/// already installed). Buckets, not the exporter's default summaries: a summary's
+/// quantiles cover a rolling window, and a bench's first seconds fell out of it.
+pub(crate) fn install_step_recorder() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Suffix("_seconds".to_owned()),
+            &step_buckets(),
+        )
+        .ok()?
+        .install_recorder()
+        .ok()
+}
+
+/// 0.1 ms to 10 s: 0.1 ms apart up to 1 ms, 1 ms apart up to 100 ms, then 10% apart.
+fn step_buckets() -> Vec<f64> {
+    let mut ms: Vec<f64> = (1..10).map(|i| f64::from(i) / 10.0).collect();
+    ms.extend((1..=100).map(f64::from));
+    while ms.last().is_some_and(|&last| last < 10_000.0) {
+        let next = ms.last().map_or(100.0, |last| (last * 1.1).round());
+        ms.push(next);
+    }
+    ms.into_iter().map(|ms| ms / 1000.0).collect()
+}
+
+/// The p50 and p99, in ms, of the `_seconds` histogram `metric` (of its series with
+/// `label`, when given; summed over several series) in a Prometheus rendering, read from
+/// its buckets as PromQL's `histogram_quantile` does (linear within a bucket).
+pub(crate) fn summary_ms(rendered: &str, metric: &str, label: Option<&str>) -> Option<(f64, f64)> {
+    let bucket_name = format!("{metric}_bucket{{");
+    // (upper bound in s, cumulative count), summed over the series.
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for line in rendered.lines().filter(|l| l.starts_with(&bucket_name)) {
+        if label.is_some_and(|label| !line.contains(label)) {
+            continue;
+        }
+        let le = line.split("le=\"").nth(1)?.split('"').next()?;
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().ok()?
+        };
+        let count: f64 = line.rsplit(' ').next()?.parse().ok()?;
+        match buckets.iter_mut().find(|(bound, _)| *bound == le) {
+            Some((_, total)) => *total += count,
+            None => buckets.push((le, count)),
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total == 0.0 {
+        return None;
+    }
+    let quantile = |q: f64| {
+        let rank = q * total;
+        let mut below = (0.0, 0.0);
+        for &(bound, count) in &buckets {
+            if count >= rank {
+                if bound.is_infinite() {
+                    return below.0 * 1000.0;
+                }
+                let share = if count > below.1 {
+                    (rank - below.1) / (count - below.1)
+                } else {
+                    1.0
+                };
+                return (below.0 + (bound - below.0) * share) * 1000.0;
+            }
+            below = (bound, count);
+        }
+        below.0 * 1000.0
+    };
+    Some((quantile(0.5), quantile(0.99)))
 }
 
 /// Ingest → events-published latency of every event, from a core subscriber on
@@ -398,4 +512,40 @@ pub(crate) async fn put_capture(
     );
     window.drain().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_quantiles_are_read_from_the_buckets_of_every_series() {
+        // Two series of one histogram: 60 observations ≤ 1 ms and 40 in (1, 2] ms, all
+        // told; the p99 falls in the second bucket, the p50 in the first.
+        let rendered = "\
+# TYPE x_seconds histogram
+x_seconds_bucket{step=\"apply\",le=\"0.001\"} 50
+x_seconds_bucket{step=\"apply\",le=\"0.002\"} 80
+x_seconds_bucket{step=\"apply\",le=\"+Inf\"} 80
+x_seconds_bucket{step=\"ack\",le=\"0.001\"} 10
+x_seconds_bucket{step=\"ack\",le=\"0.002\"} 20
+x_seconds_bucket{step=\"ack\",le=\"+Inf\"} 20
+x_seconds_sum{step=\"apply\"} 0.1
+x_seconds_count{step=\"apply\"} 80
+";
+        let (p50, p99) = summary_ms(rendered, "x_seconds", None).unwrap();
+        assert!((p50 - 50.0 / 60.0).abs() < 1e-9, "{p50}");
+        assert!((p99 - (1.0 + 39.0 / 40.0)).abs() < 1e-9, "{p99}");
+        let (p50, _) = summary_ms(rendered, "x_seconds", Some("step=\"ack\"")).unwrap();
+        assert!((p50 - 1.0).abs() < 1e-9, "{p50}");
+        assert_eq!(summary_ms(rendered, "y_seconds", None), None);
+    }
+
+    #[test]
+    fn step_buckets_rise_from_a_tenth_of_a_millisecond_to_ten_seconds() {
+        let b = step_buckets();
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(b.first(), Some(&0.0001));
+        assert!(b.last().is_some_and(|&last| last >= 10.0));
+    }
 }

@@ -34,6 +34,8 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_normalizer_final_text_bytes", Kind::Gauge, "Bytes of open runs' final-answer candidates held in memory (bounded by STREAMGATE_FINAL_BYTES_BUDGET)"),
     ("streamgate_normalizer_final_answers_cut_total", Kind::Counter, "Final answers over the bytes an open run keeps in memory (8 MiB), sent with their head and a note of the cut (SG_RAW keeps the provider's bytes)"),
     ("streamgate_normalizer_rebuilds_total", Kind::Counter, "Runs rebuilt from SG_RAW (restart, redelivery, partition move)"),
+    ("streamgate_normalizer_pull_wait_seconds", Kind::Histogram, "From a chunk's ingest to the normalizer taking it from its partition's consumer (the broker's store and delivery, and the batches ahead of it)"),
+    ("streamgate_normalizer_batch_seconds", Kind::Histogram, "Time a consumer batch spends in each of the normalizer's steps, by step: apply (normalize its chunks), publish (its events and the open-runs registry, until the broker's acks), ack (its chunks)"),
     ("streamgate_normalizer_open_runs", Kind::Gauge, "Runs the normalizer holds open in memory"),
     ("streamgate_normalizer_runs_evicted_total", Kind::Counter, "Open runs evicted from memory under the budget (rebuilt when they go on)"),
     // Archiver.
@@ -47,6 +49,8 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_archiver_thinking_indexed_runs_total", Kind::Counter, "Ended runs whose thinking the opt-in thinking search indexed (--search-thinking)"),
     ("streamgate_archiver_undecodable_total", Kind::Counter, "SG_EVENTS messages that could not be decoded, skipped"),
     ("streamgate_archive_commit_latency_seconds", Kind::Histogram, "From a chunk's ingest to the commit of its events in the archive"),
+    ("streamgate_archiver_pull_wait_seconds", Kind::Histogram, "From a chunk's ingest to the archiver taking its events from SG_EVENTS' consumer (the normalizer's hop, the broker's delivery and the batches ahead of it)"),
+    ("streamgate_archiver_batch_seconds", Kind::Histogram, "Time a consumer batch spends in each of the archiver's steps, by step: decode, commit (the store's transaction), ack"),
     // Projector and delivery.
     ("streamgate_projector_event_to_submit_seconds", Kind::Histogram, "From an event's ingest to its ops' submission to the delivery engine"),
     ("streamgate_delivery_latency_seconds", Kind::Histogram, "From an op's submission to the sink's answer, by op (with the projector's part: event to sink)"),

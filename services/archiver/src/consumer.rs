@@ -96,6 +96,10 @@ pub async fn run_events(
             () = shutdown.cancelled() => break,
             b = batches.next() => match b { Some(b) => b, None => break },
         };
+        let (taken_ms, decoding) = (
+            streamgate_runtime::clock::now_ms(),
+            std::time::Instant::now(),
+        );
         let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
         let mut events = Vec::with_capacity(msgs.len());
         let mut made_by = Provenances::default();
@@ -126,6 +130,9 @@ pub async fn run_events(
             }
         }
         let provenances = made_by.into_vec();
+        record_since_ingest("streamgate_archiver_pull_wait_seconds", &events, taken_ms);
+        let mut committing = std::time::Instant::now();
+        record_step("decode", committing - decoding);
         loop {
             // Provenance after the events (it stamps their `runs` rows); both before the
             // ack, and both idempotent, so a retry or a redelivery repeats them harmlessly.
@@ -138,6 +145,7 @@ pub async fn run_events(
             };
             match committed {
                 Ok(outcome) => {
+                    record_step("commit", committing.elapsed());
                     metrics::counter!("streamgate_archiver_events_inserted_total")
                         .increment(outcome.inserted);
                     record_commit_latency(&events);
@@ -158,14 +166,17 @@ pub async fn run_events(
                         () = shutdown.cancelled() => return Ok(()),
                         () = tokio::time::sleep(Duration::from_millis(500)) => {}
                     }
+                    committing = std::time::Instant::now();
                 }
             }
         }
+        let acking = std::time::Instant::now();
         for m in &msgs {
             if let Err(e) = m.ack().await {
                 warn!(error = %e, "ack failed; the batch tail will be redelivered (idempotent)");
             }
         }
+        record_step("ack", acking.elapsed());
         drop(spans);
     }
     info!("archiver consumer stopped");
@@ -248,11 +259,24 @@ pub async fn run_raw(
     Ok(())
 }
 
+/// Records the time a consumer batch spent in one of the archiver's steps
+/// (`streamgate_archiver_batch_seconds`; a failed commit's retries are not counted in).
+fn record_step(step: &'static str, took: Duration) {
+    metrics::histogram!("streamgate_archiver_batch_seconds", "step" => step)
+        .record(took.as_secs_f64());
+}
+
 /// Ingest → commit, per event of a committed batch (the envelope carries the chunk's
 /// ingest time).
 fn record_commit_latency(events: &[ArchivedEvent]) {
     let now_ms = streamgate_runtime::clock::now_ms();
-    let histogram = metrics::histogram!("streamgate_archive_commit_latency_seconds");
+    record_since_ingest("streamgate_archive_commit_latency_seconds", events, now_ms);
+}
+
+/// Records, in histogram `name`, the time from each event's ingest (its envelope's
+/// timestamp) to `now_ms`.
+fn record_since_ingest(name: &'static str, events: &[ArchivedEvent], now_ms: i64) {
+    let histogram = metrics::histogram!(name);
     for e in events {
         let ms = now_ms.saturating_sub(e.event.envelope.ts_ms).max(0);
         histogram.record(ms as f64 / 1000.0);

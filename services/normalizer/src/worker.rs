@@ -24,7 +24,7 @@ use async_nats::jetstream::message::AckKind;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legacy};
 use streamgate_bus::events::{publish_batches_under, Batch, MadeBy};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
@@ -296,6 +296,7 @@ async fn process_batch(
         }
         return Err(e);
     }
+    let acking = Instant::now();
     for (i, msg) in msgs.iter().enumerate() {
         if unreadable.contains(&i) {
             // Terminated, not acknowledged: never redelivered, and the broker reports it
@@ -309,7 +310,22 @@ async fn process_batch(
             warn!(error = %e, "raw ack failed; the chunk will be redelivered (idempotent)");
         }
     }
+    record_step("ack", acking.elapsed());
     Ok(())
+}
+
+/// Records the time a consumer batch spent in one of the worker's steps
+/// (`streamgate_normalizer_batch_seconds`): with the pull wait, where a chunk's time
+/// between ingest and its events goes (`bench pipeline --timeline` prints them).
+fn record_step(step: &'static str, took: Duration) {
+    metrics::histogram!("streamgate_normalizer_batch_seconds", "step" => step)
+        .record(took.as_secs_f64());
+}
+
+/// Seconds from `since_ms` to `now_ms` (wall clock, ms), never negative: another host's
+/// clock may run ahead.
+fn seconds_since(since_ms: i64, now_ms: i64) -> f64 {
+    now_ms.saturating_sub(since_ms).max(0) as f64 / 1000.0
 }
 
 /// The events consecutive raw chunks of a run yielded ([`coalesce`]), published together
@@ -379,6 +395,8 @@ async fn apply_and_publish(
     let mut spans = Vec::with_capacity(msgs.len());
     // The broker's message limit, once per batch (events over it are cut to fit).
     let max_payload = js.client().server_info().max_payload;
+    let (taken_ms, applying) = (now_ms(), Instant::now());
+    let pull_wait = metrics::histogram!("streamgate_normalizer_pull_wait_seconds");
     for (i, msg) in msgs.iter().enumerate() {
         let chunk = match RawChunk::from_message(msg) {
             Ok(c) => c,
@@ -392,6 +410,7 @@ async fn apply_and_publish(
                 continue;
             }
         };
+        pull_wait.record(seconds_since(chunk.ingest_ts_ms, taken_ms));
         let span = streamgate_runtime::hop_span!("normalize", run = %chunk.addr.run_id, chunk = chunk.chunk);
         let trace = trace::follow(&span, trace::extract_context(msg.headers.as_ref()));
         spans.push(span);
@@ -455,6 +474,8 @@ async fn apply_and_publish(
             );
         }
     }
+    let publishing = Instant::now();
+    record_step("apply", publishing - applying);
     // The events and the open-runs registry are written concurrently (each is a broker
     // round trip, and neither depends on the other); both before the chunks are
     // acknowledged: a failure of either fails the batch, whose redelivery rebuilds the
@@ -468,6 +489,7 @@ async fn apply_and_publish(
         futures::future::join(publish_runs(js, &*out, max_payload), record).await;
     published?;
     recorded.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    record_step("publish", publishing.elapsed());
     let published: usize = out
         .values()
         .flat_map(|(_, produced)| produced.iter().map(|p| p.events.len()))

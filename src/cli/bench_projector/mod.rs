@@ -69,9 +69,7 @@ type Seen = Arc<Mutex<Vec<(String, u64, String, Instant)>>>;
 pub async fn projector(args: ProjectorArgs) -> Result<()> {
     // The projector's own histograms split the latency by hop (none when a recorder is
     // already installed).
-    let hops = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .ok();
+    let hops = crate::cli::bench::install_step_recorder();
     let tmp = std::env::temp_dir().join(format!("sg-bench-proj-{}", std::process::id()));
     let nats_server = LocalNats::spawn(&nats_server_binary(), free_port()?, &tmp.join("nats"))?;
     let nats = async_nats::connect(nats_server.url()).await?;
@@ -272,16 +270,6 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
 /// → op submitted to the delivery engine, and op queued → executed at the sink, p50 and
 /// p99 of each (from the recorder's summaries).
 fn print_hops(rendered: &str) {
-    let quantile = |metric: &str, q: &str| -> Option<f64> {
-        let label = format!("quantile=\"{q}\"");
-        let ms: Vec<f64> = rendered
-            .lines()
-            .filter(|l| l.starts_with(metric) && l.contains(&label))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|s| s * 1000.0)
-            .collect();
-        ms.into_iter().reduce(f64::max)
-    };
     for (hop, metric) in [
         (
             "event→submit",
@@ -289,7 +277,7 @@ fn print_hops(rendered: &str) {
         ),
         ("queued→sent", "streamgate_delivery_latency_seconds"),
     ] {
-        if let (Some(p50), Some(p99)) = (quantile(metric, "0.5"), quantile(metric, "0.99")) {
+        if let Some((p50, p99)) = crate::cli::bench::summary_ms(rendered, metric, None) {
             println!("hop       {hop}: p50 {p50:.1} ms, p99 {p99:.1} ms");
         }
     }
