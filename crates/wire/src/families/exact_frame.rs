@@ -281,6 +281,11 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// How many bytes of the frame are left to read.
+    pub(crate) fn remaining(&self) -> usize {
+        self.rest.len()
+    }
+
     /// `Some` when the whole frame has been matched.
     pub(crate) fn end(self) -> Option<()> {
         self.rest.is_empty().then_some(())

@@ -19,6 +19,7 @@
 //! - [`finality`]: the §3.5 terminal dispatch every family maps its stop signal into.
 //! - [`response_items`]: OpenAI Responses output items, shared by `openai_responses` and
 //!   `codex`.
+//! - `same_frame`: recognizes a hot frame that is the last one with only its text changed.
 //! - [`segments`], [`whole_calls`]: text/thinking segments and whole tool calls for
 //!   families whose wire carries no segment ids.
 //!
@@ -40,6 +41,7 @@ pub mod openai_chat;
 pub mod openai_responses;
 pub mod openclaw;
 pub mod response_items;
+pub(crate) mod same_frame;
 pub mod segments;
 pub(crate) mod tools;
 pub mod whole_calls;

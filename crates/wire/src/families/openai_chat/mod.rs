@@ -33,6 +33,7 @@ use super::final_text::FinalText;
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::Path;
+use crate::families::same_frame::SameFrame;
 use crate::framing::Frame;
 use reasoning::Segments;
 use serde_json::value::RawValue;
@@ -41,7 +42,7 @@ use streamgate_grammar::{
     Assistant, AssistantPhase, Diagnostic, Item, ItemPhase, Json, SegmentPhase, SegmentStatus,
     StopReason, Thinking, ThinkingVariant,
 };
-use wire::{Chunk, Content, Delta, Detail, TextChunk};
+use wire::{Chunk, Content, Delta, Detail, TextChunk, TextMember};
 
 /// Adapter state for one run.
 #[derive(Debug, Default)]
@@ -73,6 +74,9 @@ pub struct F2Adapter {
     audio: Option<FinalText>,
     /// The once-per-run `unsupported_frame` for requested logprobs went out.
     logprobs_reported: bool,
+    /// The last hot frame whose one text was a string: the next ones that differ from
+    /// it only there are read without reading their other members again.
+    same: SameFrame<TextMember>,
 }
 
 #[derive(Debug, Default)]
@@ -114,7 +118,16 @@ impl Adapter for F2Adapter {
             }
             return;
         }
+        if let Some((member, text)) = self.same.text(data) {
+            out.consumed();
+            self.text_chunk(TextChunk::with_text(member, text), out);
+            return;
+        }
         if let Some(chunk) = wire::hot_chunk(data) {
+            match chunk.only_text() {
+                Some((member, text)) => self.same.keep(data, text, member),
+                None => self.same.forget(),
+            }
             out.consumed();
             self.text_chunk(chunk, out);
             return;

@@ -302,3 +302,50 @@ fn text_chunks_handled_directly_give_the_events_the_generic_reading_gives() {
         assert_eq!(run(&capture), run(&generic), "{}", path.display());
     }
 }
+
+/// A chunk recognized as a kept chunk with only its text changed reads as the
+/// member-by-member reading reads it: for each pair of chunks, the second is read through
+/// the first kept ([`SameFrame`]) and in full, and both give the same chunk — or the
+/// second is not recognized at all.
+///
+/// [`SameFrame`]: crate::families::same_frame::SameFrame
+#[test]
+fn a_chunk_like_the_last_one_reads_as_it_reads_in_full() {
+    use super::wire::{hot_chunk, TextChunk};
+    use crate::families::same_frame::SameFrame;
+    let chunks = [
+        r#"{"id":"d1","object":"chat.completion.chunk","model":"deepseek","choices":[{"index":0,"delta":{"content":null,"reasoning_content":"Add"},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"d1","object":"chat.completion.chunk","model":"deepseek","choices":[{"index":0,"delta":{"content":null,"reasoning_content":" them.\n\"x\" \u00e9"},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"d1","object":"chat.completion.chunk","model":"deepseek","choices":[{"index":0,"delta":{"content":"4","reasoning_content":null},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"d1","object":"chat.completion.chunk","model":"deepseek","choices":[{"index":0,"delta":{"content":"","reasoning_content":null},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"d1","object":"chat.completion.chunk","model":"deepseek","choices":[{"index":0,"delta":{"content":"a","reasoning_content":"b"},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{ "choices" : [ { "delta" : { "reasoning" : "a" } } ] }"#,
+        r#"{ "choices" : [ { "delta" : { "reasoning" : "b\"} ] }" } } ] }"#,
+        r#"{"choices":[{"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+    ];
+    let mut recognized = 0;
+    for kept in chunks {
+        let mut same = SameFrame::default();
+        match hot_chunk(kept).as_ref().and_then(TextChunk::only_text) {
+            Some((member, text)) => same.keep(kept, text, member),
+            None => continue,
+        }
+        for chunk in chunks {
+            let Some((member, text)) = same.text(chunk) else {
+                continue;
+            };
+            recognized += 1;
+            let full = hot_chunk(chunk).expect(chunk).into_chunk();
+            let via_kept = TextChunk::with_text(member, text).into_chunk();
+            assert_eq!(
+                format!("{via_kept:?}"),
+                format!("{full:?}"),
+                "{chunk} after {kept}"
+            );
+        }
+    }
+    // "Add" kept: itself and its escaped successor; "4" and "" kept: both of them; the
+    // first spaced reasoning chunk kept: both spaced ones. A decoded text (the escaped
+    // chunks) keeps nothing, nor does a chunk of two texts or a finish.
+    assert_eq!(recognized, 2 + 2 + 2 + 2, "recognized {recognized}");
+}

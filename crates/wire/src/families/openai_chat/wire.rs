@@ -483,7 +483,58 @@ pub(super) struct TextDelta<'a> {
     pub reasoning: Text<'a>,
 }
 
+/// The delta member that held a chunk's one text ([`TextChunk::only_text`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TextMember {
+    #[default]
+    Content,
+    ReasoningContent,
+    Reasoning,
+}
+
 impl<'a> TextChunk<'a> {
+    /// The chunk of one choice whose delta holds `text` in `member` and nothing else:
+    /// what [`hot_chunk`] reads from a frame [`SameFrame`] recognized.
+    ///
+    /// [`SameFrame`]: crate::families::same_frame::SameFrame
+    pub(super) fn with_text(member: TextMember, text: Cow<'a, str>) -> TextChunk<'a> {
+        let mut delta = TextDelta {
+            content: None,
+            reasoning_content: Text(None),
+            reasoning: Text(None),
+        };
+        match member {
+            TextMember::Content => delta.content = Some(text),
+            TextMember::ReasoningContent => delta.reasoning_content = Text(Some(text)),
+            TextMember::Reasoning => delta.reasoning = Text(Some(text)),
+        }
+        TextChunk {
+            choices: Some(List::from_buf([TextChoice { delta: Some(delta) }])),
+        }
+    }
+
+    /// The chunk's one text and its member, when it has one choice whose delta holds
+    /// exactly one string ([`TextChunk::with_text`] reads it back).
+    pub(super) fn only_text(&self) -> Option<(TextMember, &str)> {
+        let [choice] = self.choices.as_deref()? else {
+            return None;
+        };
+        let delta = choice.delta.as_ref()?;
+        let texts = [
+            (TextMember::Content, delta.content.as_deref()),
+            (
+                TextMember::ReasoningContent,
+                delta.reasoning_content.0.as_deref(),
+            ),
+            (TextMember::Reasoning, delta.reasoning.0.as_deref()),
+        ];
+        let mut present = texts.into_iter().filter_map(|(m, t)| Some((m, t?)));
+        match (present.next(), present.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        }
+    }
+
     /// The [`Chunk`] serde reads from the same frame (for the tests that hold both
     /// readings equal).
     #[cfg(test)]
