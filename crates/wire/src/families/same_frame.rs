@@ -33,6 +33,11 @@ pub(crate) struct SameFrame<K> {
 /// How many frames [`SameFrame`] keeps.
 pub(crate) const KEPT: usize = 4;
 
+/// The longest frame [`SameFrame`] keeps: a hot frame is a piece of text with its
+/// envelope, a few hundred bytes; a longer one is not copied (it would be held for the
+/// rest of the run, per kept slot).
+pub(crate) const MAX_KEPT_BYTES: usize = 4096;
+
 /// One kept frame; `frame` is empty in a slot that holds none.
 #[derive(Debug, Default)]
 struct Kept<K> {
@@ -48,6 +53,9 @@ impl<K: Copy> SameFrame<K> {
     /// escapes is kept instead), in place of the oldest kept frame. The next frames are
     /// compared against it.
     pub(crate) fn keep(&mut self, frame: &str, text: &str, kind: K) {
+        if frame.len() > MAX_KEPT_BYTES {
+            return;
+        }
         let Some(body) = body_within(frame, text) else {
             return;
         };
@@ -185,6 +193,13 @@ mod tests {
         // Decoded text (not borrowed from the frame) keeps nothing.
         same.keep(FRAME, &String::from("Hello"), 1u8);
         assert!(same.text(FRAME).is_none());
+        // Nor does a frame over the size kept.
+        let long = format!(
+            r#"{{"choices":[{{"delta":{{"content":"{}"}}}}]}}"#,
+            "a".repeat(MAX_KEPT_BYTES)
+        );
+        same.keep(&long, &long[long.find('a').unwrap()..][..MAX_KEPT_BYTES], 1);
+        assert!(same.text(&long).is_none());
         // A slice that is not a whole string body keeps nothing.
         let mut same = SameFrame::default();
         same.keep(FRAME, &FRAME[FRAME.find("Hello").unwrap()..][..4], 1u8);
