@@ -264,12 +264,12 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
 fn print_steps(rendered: &str) {
     let line = |service: &str, wait: &str, batch: &str, steps: &[&str]| {
         let mut parts = Vec::new();
-        if let Some((p50, p99)) = summary_ms(rendered, wait, None) {
+        if let Some((p50, p99)) = quantiles_ms(rendered, wait, None) {
             parts.push(format!("pulled {p50:.1} / {p99:.1} ms after ingest"));
         }
         for step in steps {
             let label = format!("step=\"{step}\"");
-            if let Some((p50, p99)) = summary_ms(rendered, batch, Some(&label)) {
+            if let Some((p50, p99)) = quantiles_ms(rendered, batch, Some(&label)) {
                 parts.push(format!("{step} {p50:.1} / {p99:.1}"));
             }
         }
@@ -320,7 +320,11 @@ fn step_buckets() -> Vec<f64> {
 /// The p50 and p99, in ms, of the `_seconds` histogram `metric` (of its series with
 /// `label`, when given; summed over several series) in a Prometheus rendering, read from
 /// its buckets as PromQL's `histogram_quantile` does (linear within a bucket).
-pub(crate) fn summary_ms(rendered: &str, metric: &str, label: Option<&str>) -> Option<(f64, f64)> {
+pub(crate) fn quantiles_ms(
+    rendered: &str,
+    metric: &str,
+    label: Option<&str>,
+) -> Option<(f64, f64)> {
     let bucket_name = format!("{metric}_bucket{{");
     // (upper bound in s, cumulative count), summed over the series.
     let mut buckets: Vec<(f64, f64)> = Vec::new();
@@ -533,12 +537,12 @@ x_seconds_bucket{step=\"ack\",le=\"+Inf\"} 20
 x_seconds_sum{step=\"apply\"} 0.1
 x_seconds_count{step=\"apply\"} 80
 ";
-        let (p50, p99) = summary_ms(rendered, "x_seconds", None).unwrap();
+        let (p50, p99) = quantiles_ms(rendered, "x_seconds", None).unwrap();
         assert!((p50 - 50.0 / 60.0).abs() < 1e-9, "{p50}");
         assert!((p99 - (1.0 + 39.0 / 40.0)).abs() < 1e-9, "{p99}");
-        let (p50, _) = summary_ms(rendered, "x_seconds", Some("step=\"ack\"")).unwrap();
+        let (p50, _) = quantiles_ms(rendered, "x_seconds", Some("step=\"ack\"")).unwrap();
         assert!((p50 - 1.0).abs() < 1e-9, "{p50}");
-        assert_eq!(summary_ms(rendered, "y_seconds", None), None);
+        assert_eq!(quantiles_ms(rendered, "y_seconds", None), None);
     }
 
     #[test]

@@ -316,7 +316,7 @@ async fn process_batch(
 
 /// Records the time a consumer batch spent in one of the worker's steps
 /// (`streamgate_normalizer_batch_seconds`): with the pull wait, where a chunk's time
-/// between ingest and its events goes (`bench pipeline --timeline` prints them).
+/// between ingest and its events goes (`bench pipeline` prints them).
 fn record_step(step: &'static str, took: Duration) {
     metrics::histogram!("streamgate_normalizer_batch_seconds", "step" => step)
         .record(took.as_secs_f64());

@@ -277,7 +277,7 @@ fn print_hops(rendered: &str) {
         ),
         ("queued→sent", "streamgate_delivery_latency_seconds"),
     ] {
-        if let Some((p50, p99)) = crate::cli::bench::summary_ms(rendered, metric, None) {
+        if let Some((p50, p99)) = crate::cli::bench::quantiles_ms(rendered, metric, None) {
             println!("hop       {hop}: p50 {p50:.1} ms, p99 {p99:.1} ms");
         }
     }
