@@ -122,6 +122,14 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// [`Cursor::string`], with the string's text as the frame has it (quotes and
+    /// escapes included).
+    pub(crate) fn string_token(&mut self) -> Option<(Cow<'a, str>, &'a str)> {
+        let start = self.rest;
+        let value = self.string()?;
+        Some((value, &start[..start.len() - self.rest.len()]))
+    }
+
     /// A member's key as [`Cursor::object`] matches it: a string without an escape
     /// (serde would match the unescaped name: a key holding one leaves the frame to it).
     fn plain_key(&mut self) -> Option<&'a str> {

@@ -16,13 +16,15 @@
 //! [`exact_frame`]: crate::families::exact_frame
 
 use crate::families::exact_frame::Cursor;
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::ops::Range;
 
-/// The last few frames ([`KEPT`]) whose one text was a string, each with what that text
-/// was to the reader (`K`: which member held it). A run alternates between a few such
-/// frames — reasoning pieces and reply pieces, say — so one kept frame would be replaced
-/// at every turn between them.
+/// The last few frames ([`KEPT`]) a reader read, each with its holes — the values that
+/// change from one frame to the next (the text, a usage object) — and what the frame was
+/// to the reader (`K`: which member held the text, the members around it). A run
+/// alternates between a few such frames — reasoning pieces and reply pieces, say — so one
+/// kept frame would be replaced at every turn between them.
 #[derive(Debug, Default)]
 pub(crate) struct SameFrame<K> {
     kept: [Kept<K>; KEPT],
@@ -34,37 +36,93 @@ pub(crate) struct SameFrame<K> {
 pub(crate) const KEPT: usize = 4;
 
 /// The longest frame [`SameFrame`] keeps: a hot frame is a piece of text with its
-/// envelope, a few hundred bytes; a longer one is not copied (it would be held for the
-/// rest of the run, per kept slot).
-pub(crate) const MAX_KEPT_BYTES: usize = 4096;
+/// envelope, a few hundred bytes (an OpenAI chunk ~230, a Gemini frame with its usage
+/// ~400); a longer one is not copied. A kept frame is held for the rest of its run, so
+/// this bounds what an open run holds here: [`KEPT`] × 1 KiB.
+pub(crate) const MAX_KEPT_BYTES: usize = 1024;
+
+/// How a hole of a kept frame is read in the next frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hole {
+    /// A string, read by [`Cursor::string`] (the slice given to [`SameFrame::keep`] is the
+    /// string as the frame has it, quotes and escapes included: [`Cursor::string_token`]).
+    Text,
+    /// Any JSON value, read by [`Cursor::value_text`] (the slice is the value's text).
+    Value,
+}
+
+/// What a hole holds in a recognized frame.
+#[derive(Debug)]
+pub(crate) enum Filled<'a> {
+    Text(Cow<'a, str>),
+    Value(&'a str),
+}
+
+/// A frame recognized as a kept one with other values in its holes.
+#[derive(Debug)]
+pub(crate) struct Same<'a, K> {
+    /// What the kept frame was to the reader.
+    pub kind: K,
+    /// What its holes hold, in the frame's order.
+    pub filled: SmallVec<[Filled<'a>; 2]>,
+    frame: &'a str,
+    /// The kept bytes between the holes: where each run of them lies in the kept frame,
+    /// and where it starts in this one.
+    fixed: SmallVec<[(Range<usize>, usize); 3]>,
+}
+
+impl<'a, K> Same<'a, K> {
+    /// This frame's text at `kept`, a range of the kept frame's bytes between its holes
+    /// ([`range_of`]: a member that does not change, like a response id): the same bytes,
+    /// borrowed from this frame.
+    pub(crate) fn fixed(&self, kept: &Range<usize>) -> Option<&'a str> {
+        let (run, at) = self
+            .fixed
+            .iter()
+            .find(|(run, _)| run.start <= kept.start && kept.end <= run.end)?;
+        let start = at + (kept.start - run.start);
+        self.frame.get(start..start + kept.len())
+    }
+}
 
 /// One kept frame; `frame` is empty in a slot that holds none.
 #[derive(Debug, Default)]
 struct Kept<K> {
     frame: String,
-    /// Its text's body, between the string's quotes.
-    body: Range<usize>,
+    /// Its holes, in order: the bytes each value took (a string with its quotes).
+    holes: SmallVec<[(Range<usize>, Hole); 2]>,
     kind: K,
 }
 
-impl<K: Copy> SameFrame<K> {
-    /// Keeps `frame`, whose one text is `text`: a string body borrowed from `frame` itself
-    /// (a text decoded from escapes is not, and keeps nothing: a later frame without
-    /// escapes is kept instead), in place of the oldest kept frame. The next frames are
-    /// compared against it.
-    pub(crate) fn keep(&mut self, frame: &str, text: &str, kind: K) {
+impl<K: Clone> SameFrame<K> {
+    /// Keeps `frame`, whose changing values are `holes` (slices of `frame` itself, in
+    /// its order; anything else keeps nothing), in place of the oldest kept frame. The
+    /// next frames are compared against it.
+    pub(crate) fn keep(&mut self, frame: &str, holes: &[(&str, Hole)], kind: K) {
         if frame.len() > MAX_KEPT_BYTES {
             return;
         }
-        let Some(body) = body_within(frame, text) else {
-            return;
-        };
+        let mut ranges = SmallVec::new();
+        let mut after = 0;
+        for &(value, hole) in holes {
+            let Some(range) = hole_within(frame, value, hole).filter(|r| r.start >= after) else {
+                return;
+            };
+            after = range.end;
+            ranges.push((range, hole));
+        }
         let slot = &mut self.kept[self.next];
         slot.frame.clear();
         slot.frame.push_str(frame);
-        slot.body = body;
+        slot.holes = ranges;
         slot.kind = kind;
         self.next = (self.next + 1) % KEPT;
+    }
+
+    /// [`SameFrame::keep`] for a frame whose one changing value is the string `token`
+    /// (as the frame has it).
+    pub(crate) fn keep_text(&mut self, frame: &str, token: &str, kind: K) {
+        self.keep(frame, &[(token, Hole::Text)], kind);
     }
 
     /// Forgets every kept frame: the next frames are read in full.
@@ -74,45 +132,102 @@ impl<K: Copy> SameFrame<K> {
         }
     }
 
-    /// `frame`'s text and its kind, when `frame` is a kept frame with only its text
-    /// changed; `None` (read it in full) otherwise.
+    /// `frame` as a kept frame with other values in its holes; `None` (read it in full)
+    /// when it is none of them.
+    pub(crate) fn read<'a>(&self, frame: &'a str) -> Option<Same<'a, K>> {
+        self.kept.iter().find_map(|kept| kept.read(frame))
+    }
+
+    /// `frame`'s text and its kind, when `frame` is a kept frame of one text hole
+    /// ([`SameFrame::keep_text`]) with only its text changed.
     pub(crate) fn text<'a>(&self, frame: &'a str) -> Option<(K, Cow<'a, str>)> {
         self.kept.iter().find_map(|kept| kept.text(frame))
     }
 }
 
-impl<K: Copy> Kept<K> {
-    fn text<'a>(&self, frame: &'a str) -> Option<(K, Cow<'a, str>)> {
-        if self.frame.is_empty() {
+impl<K: Clone> Kept<K> {
+    /// Reads `frame` against this kept frame: each run of kept bytes must stand in it as
+    /// it is, each hole hold a value its reader reads, and the frame end with the last run.
+    fn read<'a>(&self, frame: &'a str) -> Option<Same<'a, K>> {
+        if !self.may_be(frame) {
             return None;
         }
-        let (before, after) = (&self.frame[..self.body.start], &self.frame[self.body.end..]);
-        if frame.len() < before.len() + after.len()
-            || !frame.starts_with(before)
-            || !frame.ends_with(after)
-        {
+        let (mut kept_at, mut at) = (0, 0);
+        let mut filled = SmallVec::new();
+        let mut fixed = SmallVec::new();
+        for (hole_at, hole) in &self.holes {
+            let run = &self.frame[kept_at..hole_at.start];
+            if !frame.get(at..)?.starts_with(run) {
+                return None;
+            }
+            fixed.push((kept_at..hole_at.start, at));
+            at += run.len();
+            // The run ends on an ASCII byte (a hole starts after `:`, `,`, `[` or
+            // whitespace): `at` is a boundary.
+            let mut c = Cursor::new(frame.get(at..)?);
+            filled.push(match hole {
+                Hole::Text => Filled::Text(c.string()?),
+                Hole::Value => Filled::Value(c.value_text()?),
+            });
+            at = frame.len() - c.remaining();
+            kept_at = hole_at.end;
+        }
+        if frame.get(at..)? != &self.frame[kept_at..] {
             return None;
         }
-        // From the opening quote, the kept bytes' last one (ASCII: a boundary in `frame`
-        // too); the string must close on the first of the kept bytes after it.
-        let mut c = Cursor::new(&frame[before.len() - 1..]);
-        let text = c.string()?;
-        (c.remaining() + 1 == after.len()).then_some((self.kind, text))
+        fixed.push((kept_at..self.frame.len(), at));
+        Some(Same {
+            kind: self.kind.clone(),
+            filled,
+            frame,
+            fixed,
+        })
     }
 }
 
-/// Where `text`, a slice of `frame`, lies in it, when it is a string's whole body there
-/// (a quote on each side).
-fn body_within(frame: &str, text: &str) -> Option<Range<usize>> {
-    let start = (text.as_ptr() as usize).checked_sub(frame.as_ptr() as usize)?;
-    let end = start.checked_add(text.len())?;
-    let bytes = frame.as_bytes();
-    let quoted = start > 0
-        && end < bytes.len()
-        && bytes[start - 1] == b'"'
-        && bytes[end] == b'"'
-        && frame.get(start..end) == Some(text);
-    quoted.then_some(start..end)
+impl<K: Clone> Kept<K> {
+    /// Whether `frame` can be this kept frame: it ends with its last run of kept bytes
+    /// and is long enough for all of them (a cheap refusal before any hole is read).
+    fn may_be(&self, frame: &str) -> bool {
+        let Some((last, _)) = self.holes.last().filter(|_| !self.frame.is_empty()) else {
+            return false;
+        };
+        let holes: usize = self.holes.iter().map(|(h, _)| h.len()).sum();
+        frame.len() + holes >= self.frame.len()
+            && frame
+                .as_bytes()
+                .ends_with(&self.frame.as_bytes()[last.end..])
+    }
+
+    /// [`Kept::read`] for a frame of one text hole: its text, without the rest of a
+    /// [`Same`] (the Chat Completions path, where it was measurably cheaper).
+    fn text<'a>(&self, frame: &'a str) -> Option<(K, Cow<'a, str>)> {
+        let [(hole, Hole::Text)] = self.holes.as_slice() else {
+            return None;
+        };
+        if !self.may_be(frame) || !frame.starts_with(&self.frame[..hole.start]) {
+            return None;
+        }
+        let after = self.frame.len() - hole.end;
+        let mut c = Cursor::new(frame.get(hole.start..)?);
+        let text = c.string()?;
+        (c.remaining() == after).then(|| (self.kind.clone(), text))
+    }
+}
+
+/// Where `value`, a slice of `frame`, lies in it.
+pub(crate) fn range_of(frame: &str, value: &str) -> Option<Range<usize>> {
+    let start = (value.as_ptr() as usize).checked_sub(frame.as_ptr() as usize)?;
+    let end = start.checked_add(value.len())?;
+    (frame.get(start..end) == Some(value)).then_some(start..end)
+}
+
+/// The bytes a hole's value takes in `frame`: `value`'s own, a [`Hole::Text`]'s with a
+/// quote at each end.
+fn hole_within(frame: &str, value: &str, hole: Hole) -> Option<Range<usize>> {
+    let range = range_of(frame, value)?;
+    let quoted = value.len() >= 2 && value.starts_with('"') && value.ends_with('"');
+    (hole == Hole::Value || quoted).then_some(range)
 }
 
 #[cfg(test)]
@@ -123,8 +238,9 @@ mod tests {
 
     fn kept() -> SameFrame<u8> {
         let mut same = SameFrame::default();
-        let text = &FRAME[FRAME.find("Hello").unwrap()..][..5];
-        same.keep(FRAME, text, 7);
+        let token = &FRAME[FRAME.find("\"Hello").unwrap()..][..7];
+        assert_eq!(token, "\"Hello\"");
+        same.keep_text(FRAME, token, 7);
         same
     }
 
@@ -167,15 +283,48 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_of_several_holes_is_read_hole_by_hole() {
+        let kept = r#"{"t":"ab","u":{"n":1},"id":"r1"}"#;
+        let mut same = SameFrame::default();
+        let (text, usage) = (&kept[5..9], &kept[14..21]);
+        assert_eq!((text, usage), ("\"ab\"", r#"{"n":1}"#));
+        // Holes out of order keep nothing.
+        same.keep(kept, &[(usage, Hole::Value), (text, Hole::Text)], 0u8);
+        assert!(same.read(kept).is_none());
+        same.keep(kept, &[(text, Hole::Text), (usage, Hole::Value)], 3u8);
+        let id = range_of(kept, &kept[28..30]).unwrap();
+        let frame = r#"{"t":"longer\n","u":{"n":12,"m":[3]},"id":"r1"}"#;
+        let read = same.read(frame).unwrap();
+        assert_eq!(read.kind, 3);
+        assert!(
+            matches!(&read.filled[..], [Filled::Text(t), Filled::Value(v)]
+            if t == "longer\n" && *v == r#"{"n":12,"m":[3]}"#)
+        );
+        // The id stands after both holes: found where this frame has it.
+        assert_eq!(read.fixed(&id), Some("r1"));
+        assert_eq!(read.fixed(&(0..30)), None, "a range across a hole");
+        for other in [
+            r#"{"t":"x","u":{"n":1},"id":"r2"}"#,
+            r#"{"t":"x","u":{"n":1,},"id":"r1"}"#,
+            r#"{"t":"x","u":1.5e3,"id":"r1"}"#,
+            r#"{"t":"x","v":{"n":1},"id":"r1"}"#,
+        ] {
+            let read = same.read(other);
+            // A number serde reads is a value too; anything else is not the frame.
+            assert_eq!(read.is_some(), other.contains("1.5e3"), "{other}");
+        }
+    }
+
+    #[test]
     fn the_last_few_frames_are_kept() {
         let mut same = kept();
         let frames: Vec<String> = (0..KEPT)
             .map(|i| format!(r#"{{"id":"d{i}","choices":[{{"delta":{{"content":"t"}}}}]}}"#))
             .collect();
         for frame in &frames {
-            let text = &frame[frame.len() - 6..frame.len() - 5];
-            assert_eq!(text, "t");
-            same.keep(frame, text, 1);
+            let token = &frame[frame.len() - 7..frame.len() - 4];
+            assert_eq!(token, "\"t\"");
+            same.keep_text(frame, token, 1);
         }
         // KEPT more frames replaced the first one; each of them is recognized.
         assert!(same.text(FRAME).is_none());
@@ -188,21 +337,21 @@ mod tests {
     }
 
     #[test]
-    fn only_a_string_body_of_the_frame_itself_is_kept() {
+    fn only_a_quoted_string_of_the_frame_itself_is_kept() {
         let mut same = SameFrame::default();
-        // Decoded text (not borrowed from the frame) keeps nothing.
-        same.keep(FRAME, &String::from("Hello"), 1u8);
+        // A string not borrowed from the frame keeps nothing.
+        same.keep_text(FRAME, &String::from("\"Hello\""), 1u8);
         assert!(same.text(FRAME).is_none());
         // Nor does a frame over the size kept.
         let long = format!(
             r#"{{"choices":[{{"delta":{{"content":"{}"}}}}]}}"#,
             "a".repeat(MAX_KEPT_BYTES)
         );
-        same.keep(&long, &long[long.find('a').unwrap()..][..MAX_KEPT_BYTES], 1);
+        let token = &long[long.find("\"a").unwrap()..][..MAX_KEPT_BYTES + 2];
+        same.keep_text(&long, token, 1);
         assert!(same.text(&long).is_none());
-        // A slice that is not a whole string body keeps nothing.
-        let mut same = SameFrame::default();
-        same.keep(FRAME, &FRAME[FRAME.find("Hello").unwrap()..][..4], 1u8);
+        // Nor a slice without its quotes.
+        same.keep_text(FRAME, &FRAME[FRAME.find("Hello").unwrap()..][..5], 1u8);
         assert!(same.text(FRAME).is_none());
     }
 }

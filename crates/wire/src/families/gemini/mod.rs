@@ -14,6 +14,7 @@
 use crate::adapter::{Adapter, Close};
 use crate::emitter::Emitter;
 use crate::families::finality::{stream_closed, Path};
+use crate::families::same_frame::SameFrame;
 use crate::families::segments::TurnSegments;
 use crate::framing::Frame;
 use serde::Deserialize;
@@ -214,6 +215,9 @@ pub struct F5Adapter {
     logprobs_reported: bool,
     /// `modelStatus` was reported (repeated on every chunk; once a run says enough).
     model_status_reported: bool,
+    /// The last text frames read member by member: the next ones that differ from one of
+    /// them only in their text and usage are read without reading their other members.
+    same: SameFrame<text_chunk::Shape>,
 }
 
 impl Adapter for F5Adapter {
@@ -229,7 +233,12 @@ impl Adapter for F5Adapter {
             out.consumed();
             return;
         }
+        if let Some(chunk) = self.same.read(data).and_then(text_chunk::same_chunk) {
+            self.text_chunk(chunk, frame, out);
+            return;
+        }
         if let Some(chunk) = hot_chunk(data) {
+            text_chunk::keep(&mut self.same, data, &chunk);
             self.text_chunk(chunk, frame, out);
             return;
         }

@@ -303,3 +303,57 @@ fn thought_counts_read_member_by_member_are_read_as_serde_reads_them() {
         assert_eq!(super::text_chunk::thought_count(usage), None, "{usage}");
     }
 }
+
+/// A frame recognized as a kept text frame with another text and usage reads as the
+/// member-by-member reading reads it: for each pair of frames, the second is read through
+/// the first kept ([`SameFrame`]) and in full, and both give the same chunk — or the
+/// second is not recognized at all.
+///
+/// [`SameFrame`]: crate::families::same_frame::SameFrame
+#[test]
+fn a_frame_like_the_last_one_reads_as_it_reads_in_full() {
+    use super::text_chunk::{hot_chunk, keep, same_chunk};
+    use crate::families::same_frame::SameFrame;
+    let frames = [
+        r#"{"candidates":[{"index":0,"content":{"parts":[{"text":"Plan","thought":true}],"role":"model"}}],"usageMetadata":{"promptTokenCount":9,"totalTokenCount":19},"modelVersion":"gemini-2.5-flash","responseId":"r1"}"#,
+        r#"{"candidates":[{"index":0,"content":{"parts":[{"text":" more \"x\"\n\u00e9","thought":true}],"role":"model"}}],"usageMetadata":{"promptTokenCount":9,"totalTokenCount":123,"thoughtsTokenCount":77},"modelVersion":"gemini-2.5-flash","responseId":"r1"}"#,
+        r#"{"candidates":[{"index":0,"content":{"parts":[{"text":"x","thought":true}],"role":"model"}}],"usageMetadata":null,"modelVersion":"gemini-2.5-flash","responseId":"r1"}"#,
+        r#"{"candidates":[{"index":0,"content":{"parts":[{"text":"x","thought":true}],"role":"model"}}],"usageMetadata":{"promptTokenCount":9},"modelVersion":"gemini-2.5-flash","responseId":"r2"}"#,
+        r#"{"usageMetadata": {"promptTokenCount": 9}, "candidates": [{"content": {"parts": [{"text": "The"}], "role": "model"}}], "responseId": "r1"}"#,
+        r#"{"usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 2}, "candidates": [{"content": {"parts": [{"text": " sum"}], "role": "model"}}], "responseId": "r1"}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"a"}],"role":"model"}}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"b\"}]}}]}"}],"role":"model"}}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"a"},{"text":"b"}],"role":"model"}}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"a"}],"role":"model"},"finishReason":"STOP"}]}"#,
+    ];
+    let mut recognized = 0;
+    for kept in frames {
+        let mut same = SameFrame::default();
+        let Some(chunk) = hot_chunk(kept) else {
+            continue;
+        };
+        keep(&mut same, kept, &chunk);
+        for frame in frames {
+            let Some(via_kept) = same.read(frame).and_then(same_chunk) else {
+                continue;
+            };
+            recognized += 1;
+            let full = hot_chunk(frame).expect(frame).into_chunk();
+            assert_eq!(
+                format!("{:?}", via_kept.into_chunk()),
+                format!("{full:?}"),
+                "{frame} after {kept}"
+            );
+        }
+    }
+    // The first frame and its escaped successor: each, kept, recognizes both (not the
+    // `null` usage, not another response id); the third leaves its usage to serde (not
+    // read member by member); the fourth: itself; the spaced pair and the usage-less pair
+    // ("a" and its successor with a quote inside): each recognizes both. Two parts or a
+    // finish keep nothing.
+    assert_eq!(
+        recognized,
+        2 * 2 + 1 + 2 * 2 + 2 * 2,
+        "recognized {recognized}"
+    );
+}

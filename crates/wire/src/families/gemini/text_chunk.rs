@@ -11,7 +11,10 @@
 //! [`exact_frame`]: crate::families::exact_frame
 
 use crate::families::exact_frame::{once, Cursor, List};
+use crate::families::same_frame::{range_of, Filled, Hole, Same, SameFrame};
+use smallvec::SmallVec;
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// A frame [`hot_chunk`] read.
 #[derive(Debug)]
@@ -37,6 +40,8 @@ pub(super) struct TextCandidate<'a> {
 #[derive(Debug, Default)]
 pub(super) struct TextPart<'a> {
     pub text: Option<Cow<'a, str>>,
+    /// `text` as the frame has it (quotes, escapes).
+    pub text_token: Option<&'a str>,
     pub thought: Option<bool>,
     pub thought_signature: Option<Cow<'a, str>>,
 }
@@ -87,12 +92,115 @@ fn hot_candidate<'a>(c: &mut Cursor<'a>) -> Option<TextCandidate<'a>> {
 fn hot_part<'a>(c: &mut Cursor<'a>) -> Option<TextPart<'a>> {
     let mut part = TextPart::default();
     c.object(|key, c| match key {
-        "text" => once(&mut part.text, c.string()),
+        "text" => {
+            let (text, token) = c.string_token()?;
+            part.text_token = Some(token);
+            once(&mut part.text, Some(text))
+        }
         "thought" => once(&mut part.thought, c.boolean()),
         "thoughtSignature" => once(&mut part.thought_signature, c.string()),
         _ => None,
     })?;
     Some(part)
+}
+
+/// What a kept text frame ([`SameFrame`]) was, around its holes — the part's text and,
+/// when the frame has one, the usage object, whose counts grow from frame to frame.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Shape {
+    index: Option<u64>,
+    thought: Option<bool>,
+    /// The frame's usage is a hole too: after the text (`Some(true)`) or before it.
+    usage_after_text: Option<bool>,
+    /// Where the model version and the response id stand in the kept frame.
+    model_version: Option<Range<usize>>,
+    response_id: Option<Range<usize>>,
+}
+
+/// Keeps `chunk`, read from `data`, when it is one candidate of one text part with no
+/// finish and no signature (what a long run's frames are) and the model version and the
+/// response id are borrowed from `data` (not decoded from escapes).
+pub(super) fn keep(same: &mut SameFrame<Shape>, data: &str, chunk: &TextChunk<'_>) {
+    let Some([candidate]) = chunk.candidates.as_deref() else {
+        return;
+    };
+    let Some(Some([part])) = candidate.content.as_ref().map(|p| p.as_deref()) else {
+        return;
+    };
+    let (Some(text), None, None) = (
+        part.text_token,
+        &part.thought_signature,
+        &candidate.finish_reason,
+    ) else {
+        return;
+    };
+    let fixed = |value: &Option<Cow<'_, str>>| match value {
+        None => Some(None),
+        Some(Cow::Borrowed(value)) => range_of(data, value).map(Some),
+        Some(Cow::Owned(_)) => None,
+    };
+    let (Some(model_version), Some(response_id)) =
+        (fixed(&chunk.model_version), fixed(&chunk.response_id))
+    else {
+        return;
+    };
+    let mut holes: SmallVec<[(&str, Hole); 2]> = SmallVec::new();
+    holes.push((text, Hole::Text));
+    let mut usage_after_text = None;
+    if let Some(usage) = chunk.usage_metadata {
+        let after = usage.as_ptr() > text.as_ptr();
+        usage_after_text = Some(after);
+        holes.insert(usize::from(after), (usage, Hole::Value));
+    }
+    let shape = Shape {
+        index: candidate.index,
+        thought: part.thought,
+        usage_after_text,
+        model_version,
+        response_id,
+    };
+    same.keep(data, &holes, shape);
+}
+
+/// The chunk [`hot_chunk`] reads from a frame [`SameFrame`] recognized as a kept one
+/// with another text and usage; `None` for what `hot_chunk` leaves to serde (a `null`
+/// usage).
+pub(super) fn same_chunk<'a>(same: Same<'a, Shape>) -> Option<TextChunk<'a>> {
+    let shape = &same.kind;
+    let fixed = |at: &Option<Range<usize>>| match at {
+        None => Some(None),
+        Some(at) => same.fixed(at).map(|v| Some(Cow::Borrowed(v))),
+    };
+    let (model_version, response_id) = (fixed(&shape.model_version)?, fixed(&shape.response_id)?);
+    let (index, thought, usage_after_text) = (shape.index, shape.thought, shape.usage_after_text);
+    let mut filled = same.filled.into_iter();
+    let (first, second) = (filled.next()?, filled.next());
+    let (text, usage) = match (usage_after_text, first, second) {
+        (None, Filled::Text(text), None) => (text, None),
+        (Some(true), Filled::Text(text), Some(Filled::Value(usage)))
+        | (Some(false), Filled::Value(usage), Some(Filled::Text(text))) => (text, Some(usage)),
+        _ => return None,
+    };
+    if usage == Some("null") {
+        return None;
+    }
+    let part = TextPart {
+        text: Some(text),
+        text_token: None,
+        thought,
+        thought_signature: None,
+    };
+    let candidate = TextCandidate {
+        content: Some(Some(List::from_buf([part]))),
+        finish_reason: None,
+        index,
+    };
+    Some(TextChunk {
+        candidates: Some(List::from_buf([candidate])),
+        usage_metadata: usage,
+        model_version,
+        response_id,
+    })
 }
 
 /// `usageMetadata`'s `thoughtsTokenCount` as serde reads it into the adapter's

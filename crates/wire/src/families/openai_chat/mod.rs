@@ -125,7 +125,7 @@ impl Adapter for F2Adapter {
         }
         if let Some(chunk) = wire::hot_chunk(data) {
             match chunk.only_text() {
-                Some((member, text)) => self.same.keep(data, text, member),
+                Some((member, text)) => self.same.keep_text(data, text, member),
                 None => self.same.forget(),
             }
             out.consumed();

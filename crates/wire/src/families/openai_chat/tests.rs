@@ -327,7 +327,7 @@ fn a_chunk_like_the_last_one_reads_as_it_reads_in_full() {
     for kept in chunks {
         let mut same = SameFrame::default();
         match hot_chunk(kept).as_ref().and_then(TextChunk::only_text) {
-            Some((member, text)) => same.keep(kept, text, member),
+            Some((member, text)) => same.keep_text(kept, text, member),
             None => continue,
         }
         for chunk in chunks {
@@ -344,8 +344,8 @@ fn a_chunk_like_the_last_one_reads_as_it_reads_in_full() {
             );
         }
     }
-    // "Add" kept: itself and its escaped successor; "4" and "" kept: both of them; the
-    // first spaced reasoning chunk kept: both spaced ones. A decoded text (the escaped
-    // chunks) keeps nothing, nor does a chunk of two texts or a finish.
-    assert_eq!(recognized, 2 + 2 + 2 + 2, "recognized {recognized}");
+    // Each reasoning pair ("Add" and its escaped successor, the two spaced chunks) and
+    // the content pair ("4" and ""): each chunk of a pair, kept, recognizes both. A chunk
+    // of two texts or a finish keeps nothing.
+    assert_eq!(recognized, 3 * 2 * 2, "recognized {recognized}");
 }

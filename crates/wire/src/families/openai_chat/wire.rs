@@ -481,6 +481,8 @@ pub(super) struct TextDelta<'a> {
     pub content: Option<Cow<'a, str>>,
     pub reasoning_content: Text<'a>,
     pub reasoning: Text<'a>,
+    /// The last of those that was a string, as the frame has it (quotes, escapes).
+    pub token: Option<&'a str>,
 }
 
 /// The delta member that held a chunk's one text ([`TextChunk::only_text`]).
@@ -502,6 +504,7 @@ impl<'a> TextChunk<'a> {
             content: None,
             reasoning_content: Text(None),
             reasoning: Text(None),
+            token: None,
         };
         match member {
             TextMember::Content => delta.content = Some(text),
@@ -513,9 +516,10 @@ impl<'a> TextChunk<'a> {
         }
     }
 
-    /// The chunk's one text and its member, when it has one choice whose delta holds
-    /// exactly one string ([`TextChunk::with_text`] reads it back).
-    pub(super) fn only_text(&self) -> Option<(TextMember, &str)> {
+    /// The chunk's one text's member and its string as the frame has it, when the chunk
+    /// has one choice whose delta holds exactly one string ([`TextChunk::with_text`] reads
+    /// it back).
+    pub(super) fn only_text(&self) -> Option<(TextMember, &'a str)> {
         let [choice] = self.choices.as_deref()? else {
             return None;
         };
@@ -528,9 +532,9 @@ impl<'a> TextChunk<'a> {
             ),
             (TextMember::Reasoning, delta.reasoning.0.as_deref()),
         ];
-        let mut present = texts.into_iter().filter_map(|(m, t)| Some((m, t?)));
-        match (present.next(), present.next()) {
-            (Some(one), None) => Some(one),
+        let mut present = texts.into_iter().filter_map(|(m, t)| t.map(|_| m));
+        match (present.next(), present.next(), delta.token) {
+            (Some(member), None, Some(token)) => Some((member, token)),
             _ => None,
         }
     }
@@ -571,10 +575,11 @@ fn hot_choice<'a>(c: &mut Cursor<'a>) -> Option<TextChoice<'a>> {
 
 fn hot_delta<'a>(c: &mut Cursor<'a>) -> Option<TextDelta<'a>> {
     let (mut content, mut reasoning_content, mut reasoning) = (None, None, None);
+    let mut token = None;
     c.object(|key, c| match key {
-        "content" => once(&mut content, text_or_null(c).map(|t| t.0)),
-        "reasoning_content" => once(&mut reasoning_content, text_or_null(c)),
-        "reasoning" => once(&mut reasoning, text_or_null(c)),
+        "content" => once(&mut content, text_or_null(c, &mut token).map(|t| t.0)),
+        "reasoning_content" => once(&mut reasoning_content, text_or_null(c, &mut token)),
+        "reasoning" => once(&mut reasoning, text_or_null(c, &mut token)),
         // Not a member of `Delta`.
         "role" => c.skip_value(),
         _ => None,
@@ -583,13 +588,17 @@ fn hot_delta<'a>(c: &mut Cursor<'a>) -> Option<TextDelta<'a>> {
         content: content.flatten(),
         reasoning_content: reasoning_content.unwrap_or_default(),
         reasoning: reasoning.unwrap_or_default(),
+        token,
     })
 }
 
-/// A string or `null`, as [`Text`] reads them.
-fn text_or_null<'a>(c: &mut Cursor<'a>) -> Option<Text<'a>> {
+/// A string or `null`, as [`Text`] reads them; a string's text as the frame has it goes
+/// to `token`.
+fn text_or_null<'a>(c: &mut Cursor<'a>, token: &mut Option<&'a str>) -> Option<Text<'a>> {
     if c.literal("null").is_some() {
         return Some(Text(None));
     }
-    c.string().map(|s| Text(Some(s)))
+    let (text, raw) = c.string_token()?;
+    *token = Some(raw);
+    Some(Text(Some(text)))
 }
