@@ -1,17 +1,17 @@
-//! A hot frame that is the last one again with only its text changed.
+//! A hot frame that is a recent one again with only its changing values changed.
 //!
-//! Most frames of a long Chat Completions run are byte for byte the same but for one
-//! string: `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":…,"model":…,
-//! "choices":[{"index":0,"delta":{"content":"<text>"},"logprobs":null,"finish_reason":null}]}`.
-//! [`SameFrame`] keeps the last frames a member-by-member reading ([`exact_frame`]) read
-//! whose only text was that one string, and recognizes a next frame that has the same
-//! bytes as one of them before the string's opening quote and from its closing quote on: such a frame
-//! reads exactly as the kept one did, with the new text — the bytes around it are the
-//! ones already read, and the string between them is read the way [`exact_frame`] reads
-//! one (escapes, refusals) and must end exactly where the kept bytes start again. So the
-//! frame costs two comparisons and the text's own scan instead of a reading of every
-//! member (docs/performance.md has the measurement). Anything else — another member, a
-//! second text, a changed id or counter — is not the same frame and is read as before.
+//! Most frames of a long run are byte for byte a recent frame but for a value or two: a
+//! Chat Completions chunk but for its text (`{"id":"chatcmpl-1","object":…,"choices":
+//! [{"index":0,"delta":{"content":"<text>"},…}]}`), a Gemini frame but for its text and
+//! its usage counts. [`SameFrame`] keeps the last frames a member-by-member reading
+//! ([`exact_frame`]) read, with their *holes* — where those values stand — and recognizes
+//! a frame whose bytes between the holes are one kept frame's and whose holes hold what
+//! their readers read ([`Cursor::string`], [`Cursor::value_text`]: escapes, refusals and
+//! all): such a frame reads exactly as the kept one did, with the new values — the bytes
+//! around them are the ones already read. So the frame costs a few comparisons and its
+//! values' own scans instead of a reading of every member (docs/performance.md has the
+//! measurement). Anything else — another member, a second text, a changed id — is not
+//! the same frame and is read as before.
 //!
 //! [`exact_frame`]: crate::families::exact_frame
 
@@ -91,6 +91,8 @@ struct Kept<K> {
     frame: String,
     /// Its holes, in order: the bytes each value took (a string with its quotes).
     holes: SmallVec<[(Range<usize>, Hole); 2]>,
+    /// How many of its bytes are not in a hole: the least a frame like it has.
+    fixed_len: usize,
     kind: K,
 }
 
@@ -103,18 +105,20 @@ impl<K: Clone> SameFrame<K> {
             return;
         }
         let mut ranges = SmallVec::new();
-        let mut after = 0;
+        let (mut after, mut fixed_len) = (0, frame.len());
         for &(value, hole) in holes {
             let Some(range) = hole_within(frame, value, hole).filter(|r| r.start >= after) else {
                 return;
             };
             after = range.end;
+            fixed_len -= range.len();
             ranges.push((range, hole));
         }
         let slot = &mut self.kept[self.next];
         slot.frame.clear();
         slot.frame.push_str(frame);
         slot.holes = ranges;
+        slot.fixed_len = fixed_len;
         slot.kind = kind;
         self.next = (self.next + 1) % KEPT;
     }
@@ -183,17 +187,14 @@ impl<K: Clone> Kept<K> {
             fixed,
         })
     }
-}
 
-impl<K: Clone> Kept<K> {
     /// Whether `frame` can be this kept frame: it ends with its last run of kept bytes
     /// and is long enough for all of them (a cheap refusal before any hole is read).
     fn may_be(&self, frame: &str) -> bool {
         let Some((last, _)) = self.holes.last().filter(|_| !self.frame.is_empty()) else {
             return false;
         };
-        let holes: usize = self.holes.iter().map(|(h, _)| h.len()).sum();
-        frame.len() + holes >= self.frame.len()
+        frame.len() >= self.fixed_len
             && frame
                 .as_bytes()
                 .ends_with(&self.frame.as_bytes()[last.end..])
