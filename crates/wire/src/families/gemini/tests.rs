@@ -323,7 +323,9 @@ fn a_frame_like_the_last_one_reads_as_it_reads_in_full() {
         r#"{"usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 2}, "candidates": [{"content": {"parts": [{"text": " sum"}], "role": "model"}}], "responseId": "r1"}"#,
         r#"{"candidates":[{"content":{"parts":[{"text":"a"}],"role":"model"}}]}"#,
         r#"{"candidates":[{"content":{"parts":[{"text":"b\"}]}}]}"}],"role":"model"}}]}"#,
-        r#"{"candidates":[{"content":{"parts":[{"text":"a"},{"text":"b"}],"role":"model"}}]}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"a","thought":true},{"text":"b"}],"role":"model"}}],"usageMetadata":{"totalTokenCount":3}}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":" \"c\"","thought":true},{"text":"d\n"}],"role":"model"}}],"usageMetadata":{"totalTokenCount":12}}"#,
+        r#"{"candidates":[{"content":{"parts":[{"text":"a"},{"text":"b"},{"text":"c"}],"role":"model"}}]}"#,
         r#"{"candidates":[{"content":{"parts":[{"text":"a"}],"role":"model"},"finishReason":"STOP"}]}"#,
     ];
     let mut recognized = 0;
@@ -349,11 +351,11 @@ fn a_frame_like_the_last_one_reads_as_it_reads_in_full() {
     // The first frame and its escaped successor: each, kept, recognizes both (not the
     // `null` usage, not another response id); the third leaves its usage to serde (not
     // read member by member); the fourth: itself; the spaced pair and the usage-less pair
-    // ("a" and its successor with a quote inside): each recognizes both. Two parts or a
-    // finish keep nothing.
+    // ("a" and its successor with a quote inside): each recognizes both; so do the two
+    // frames of two parts. Three parts or a finish keep nothing.
     assert_eq!(
         recognized,
-        2 * 2 + 1 + 2 * 2 + 2 * 2,
+        2 * 2 + 1 + 2 * 2 + 2 * 2 + 2 * 2,
         "recognized {recognized}"
     );
 }

@@ -11,7 +11,7 @@
 //! [`exact_frame`]: crate::families::exact_frame
 
 use crate::families::exact_frame::{once, Cursor, List};
-use crate::families::same_frame::{range_of, Filled, Hole, Same, SameFrame};
+use crate::families::same_frame::{range_of, Filled, Hole, Same, SameFrame, MAX_HOLES};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -104,36 +104,48 @@ fn hot_part<'a>(c: &mut Cursor<'a>) -> Option<TextPart<'a>> {
     Some(part)
 }
 
-/// What a kept text frame ([`SameFrame`]) was, around its holes — the part's text and,
+/// The most parts a kept text frame has: Gemini sends a thought and the answer's first
+/// words in one frame where the thinking ends, and some models alternate the two.
+const KEPT_PARTS: usize = 2;
+
+/// What a kept text frame ([`SameFrame`]) was, around its holes — each part's text and,
 /// when the frame has one, the usage object, whose counts grow from frame to frame.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Shape {
     index: Option<u64>,
-    thought: Option<bool>,
-    /// The frame's usage is a hole too: after the text (`Some(true)`) or before it.
-    usage_after_text: Option<bool>,
+    /// Each part's `thought` (the first `parts` of them).
+    thoughts: [Option<bool>; KEPT_PARTS],
+    parts: usize,
+    /// What each hole holds, in the frame's order (the first `holes` of them).
+    roles: [Role; MAX_HOLES],
+    holes: usize,
     /// Where the model version and the response id stand in the kept frame.
     model_version: Option<Range<usize>>,
     response_id: Option<Range<usize>>,
 }
 
-/// Keeps `chunk`, read from `data`, when it is one candidate of one text part with no
-/// finish and no signature (what a long run's frames are) and the model version and the
-/// response id are borrowed from `data` (not decoded from escapes).
+/// What a hole of a kept text frame holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The text of the part at this place.
+    Text(usize),
+    #[default]
+    Usage,
+}
+
+/// Keeps `chunk`, read from `data`, when it is one candidate of one or two text parts
+/// with no finish and no signature (what a long run's frames are) and the model version
+/// and the response id are borrowed from `data` (not decoded from escapes).
 pub(super) fn keep(same: &mut SameFrame<Shape>, data: &str, chunk: &TextChunk<'_>) {
     let Some([candidate]) = chunk.candidates.as_deref() else {
         return;
     };
-    let Some(Some([part])) = candidate.content.as_ref().map(|p| p.as_deref()) else {
+    let Some(Some(parts)) = candidate.content.as_ref().map(|p| p.as_deref()) else {
         return;
     };
-    let (Some(text), None, None) = (
-        part.text_token,
-        &part.thought_signature,
-        &candidate.finish_reason,
-    ) else {
+    if parts.is_empty() || parts.len() > KEPT_PARTS || candidate.finish_reason.is_some() {
         return;
-    };
+    }
     let fixed = |value: &Option<Cow<'_, str>>| match value {
         None => Some(None),
         Some(Cow::Borrowed(value)) => range_of(data, value).map(Some),
@@ -144,26 +156,39 @@ pub(super) fn keep(same: &mut SameFrame<Shape>, data: &str, chunk: &TextChunk<'_
     else {
         return;
     };
-    let mut holes: SmallVec<[(&str, Hole); 2]> = SmallVec::new();
-    holes.push((text, Hole::Text));
-    let mut usage_after_text = None;
-    if let Some(usage) = chunk.usage_metadata {
-        let after = usage.as_ptr() > text.as_ptr();
-        usage_after_text = Some(after);
-        holes.insert(usize::from(after), (usage, Hole::Value));
-    }
-    let shape = Shape {
+    let mut shape = Shape {
         index: candidate.index,
-        thought: part.thought,
-        usage_after_text,
+        parts: parts.len(),
         model_version,
         response_id,
+        ..Shape::default()
     };
+    let mut holes: SmallVec<[(&str, Hole, Role); MAX_HOLES]> = SmallVec::new();
+    for (at, part) in parts.iter().enumerate() {
+        let (Some(text), None) = (part.text_token, &part.thought_signature) else {
+            return;
+        };
+        shape.thoughts[at] = part.thought;
+        holes.push((text, Hole::Text, Role::Text(at)));
+    }
+    if let Some(usage) = chunk.usage_metadata {
+        holes.push((usage, Hole::Value, Role::Usage));
+    }
+    // In the frame's order: every value is a slice of it.
+    holes.sort_by_key(|(value, ..)| value.as_ptr());
+    for (role, &(.., hole_role)) in shape.roles.iter_mut().zip(&holes) {
+        *role = hole_role;
+    }
+    shape.holes = holes.len();
+    let holes: SmallVec<[(&str, Hole); MAX_HOLES]> = holes
+        .iter()
+        .map(|&(value, hole, _)| (value, hole))
+        .collect();
     same.keep(data, &holes, shape);
 }
 
 /// The chunk [`hot_chunk`] reads from a frame [`SameFrame`] recognized as a kept one
-/// with another text and usage; `None` for what `hot_chunk` leaves to serde (a `null`
+/// with other texts and usage; `None` for what `hot_chunk` leaves to serde (a `null`
 /// usage).
 pub(super) fn same_chunk<'a>(same: Same<'a, Shape>) -> Option<TextChunk<'a>> {
     let shape = &same.kind;
@@ -172,28 +197,34 @@ pub(super) fn same_chunk<'a>(same: Same<'a, Shape>) -> Option<TextChunk<'a>> {
         Some(at) => same.fixed(at).map(|v| Some(Cow::Borrowed(v))),
     };
     let (model_version, response_id) = (fixed(&shape.model_version)?, fixed(&shape.response_id)?);
-    let (index, thought, usage_after_text) = (shape.index, shape.thought, shape.usage_after_text);
-    let mut filled = same.filled.into_iter();
-    let (first, second) = (filled.next()?, filled.next());
-    let (text, usage) = match (usage_after_text, first, second) {
-        (None, Filled::Text(text), None) => (text, None),
-        (Some(true), Filled::Text(text), Some(Filled::Value(usage)))
-        | (Some(false), Filled::Value(usage), Some(Filled::Text(text))) => (text, Some(usage)),
-        _ => return None,
-    };
+    if same.filled.len() != shape.holes {
+        return None;
+    }
+    let mut texts: [Option<Cow<'a, str>>; KEPT_PARTS] = Default::default();
+    let mut usage = None;
+    for (filled, role) in same.filled.into_iter().zip(shape.roles) {
+        match (role, filled) {
+            (Role::Text(at), Filled::Text(text)) => *texts.get_mut(at)? = Some(text),
+            (Role::Usage, Filled::Value(value)) => usage = Some(value),
+            _ => return None,
+        }
+    }
     if usage == Some("null") {
         return None;
     }
-    let part = TextPart {
-        text: Some(text),
-        text_token: None,
-        thought,
-        thought_signature: None,
-    };
+    let mut parts = List::new();
+    for (text, &thought) in texts.into_iter().zip(&shape.thoughts).take(shape.parts) {
+        parts.push(TextPart {
+            text: Some(text?),
+            text_token: None,
+            thought,
+            thought_signature: None,
+        });
+    }
     let candidate = TextCandidate {
-        content: Some(Some(List::from_buf([part]))),
+        content: Some(Some(parts)),
         finish_reason: None,
-        index,
+        index: shape.index,
     };
     Some(TextChunk {
         candidates: Some(List::from_buf([candidate])),

@@ -30,6 +30,7 @@ use crate::families::finality::{stream_closed, Path};
 use crate::families::response_items::{
     args_json, commentary_delta, final_answer, parse_parts, unsupported, RawItem,
 };
+use crate::families::same_frame::SameFrame;
 use crate::framing::Frame;
 use calls::{classify_call, parse_item, tool_shape, CallFields, ToolShape, AWAITING_APPROVAL};
 use serde::Deserialize;
@@ -50,7 +51,7 @@ pub const ENCRYPTED_REASONING_KIND: &str = "openai_reasoning_encrypted";
 
 /// Every field any catalogued F3 event carries that the adapter reads (the delta frames
 /// are read by [`delta_frame`] first).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct Ev<'a> {
     #[serde(borrow, rename = "type", default)]
     ty: Option<Cow<'a, str>>,
@@ -297,6 +298,8 @@ pub struct F3Adapter {
     waiting_tokens: Vec<(ThinkingVariant, String)>,
     /// The first item id seen at each `output_index` ([`F3Adapter::canonical_id`]).
     ids_by_output: std::collections::BTreeMap<u64, String>,
+    /// The last delta frames read, for the next ones like them ([`delta_frame::keep`]).
+    same: SameFrame<delta_frame::Shape>,
 }
 
 impl F3Adapter {
@@ -335,24 +338,16 @@ impl Adapter for F3Adapter {
         }
         // Read in place and handed on by reference: `Ev` is some 350 bytes, and moving it
         // through a `Result` and into `dispatch` was a tenth of the family's time (`perf`).
-        let mut ev: Ev<'_> = match delta_frame::delta_frame(data) {
-            Some(ev) => ev,
-            None => match serde_json::from_str(data) {
+        let mut ev = Ev::default();
+        if !delta_frame::read_delta(&mut self.same, data, &mut ev) {
+            ev = match serde_json::from_str(data) {
                 Ok(ev) => ev,
                 Err(_) => {
-                    match serde_json::from_str::<TypeOnly<'_>>(data) {
-                        Ok(t) => {
-                            let name = t.ty.as_deref().or(frame.event).unwrap_or("frame");
-                            out.unknown_frame(name, data);
-                        }
-                        Err(_) => {
-                            out.malformed_frame(data);
-                        }
-                    }
+                    unreadable(frame.event, data, out);
                     return;
                 }
-            },
-        };
+            };
+        }
         if let (Some(oi), Some(id)) = (ev.output_index, ev.item_id.as_deref()) {
             if let Some(canonical) = self.canonical_id_if_other(oi, id) {
                 ev.item_id = Some(Cow::Owned(canonical));
@@ -1324,6 +1319,19 @@ impl F3Adapter {
         if let Some(seg) = seg {
             seg.text.report_cut(out);
             out.emit(final_answer(&seg.id, &seg.text.text(), truncated));
+        }
+    }
+}
+
+/// Reports a frame neither reading took: an unknown event when it has a type, else a
+/// malformed frame.
+fn unreadable(event: Option<&str>, data: &str, out: &mut Emitter) {
+    match serde_json::from_str::<TypeOnly<'_>>(data) {
+        Ok(t) => {
+            out.unknown_frame(t.ty.as_deref().or(event).unwrap_or("frame"), data);
+        }
+        Err(_) => {
+            out.malformed_frame(data);
         }
     }
 }
