@@ -68,30 +68,38 @@ pub(crate) enum Filled<'a> {
     Value(&'a str),
 }
 
-/// A frame recognized as a kept one with other values in its holes.
+/// A frame recognized as a kept one with other values in its holes (which
+/// [`SameFrame::read`] handed over as it read them).
 #[derive(Debug)]
-pub(crate) struct Same<'a, K> {
+pub(crate) struct Same<'a, 'k, K> {
     /// What the kept frame was to the reader.
-    pub kind: K,
-    /// What its holes hold, in the frame's order.
-    pub filled: SmallVec<[Filled<'a>; MAX_HOLES]>,
+    pub kind: &'k K,
     frame: &'a str,
-    /// The kept bytes between the holes: where each run of them lies in the kept frame,
-    /// and where it starts in this one.
-    fixed: SmallVec<[(Range<usize>, usize); MAX_HOLES + 1]>,
+    kept: &'k Kept<K>,
+    /// Where each run of kept bytes (before each hole, and after the last) starts in
+    /// this frame.
+    starts: [usize; MAX_HOLES + 1],
 }
 
-impl<'a, K> Same<'a, K> {
+impl<'a, K> Same<'a, '_, K> {
     /// This frame's text at `kept`, a range of the kept frame's bytes between its holes
     /// ([`range_of`]: a member that does not change, like a response id): the same bytes,
     /// borrowed from this frame.
     pub(crate) fn fixed(&self, kept: &Range<usize>) -> Option<&'a str> {
-        let (run, at) = self
-            .fixed
-            .iter()
-            .find(|(run, _)| run.start <= kept.start && kept.end <= run.end)?;
-        let start = at + (kept.start - run.start);
-        self.frame.get(start..start + kept.len())
+        let holes = &self.kept.holes;
+        let (mut run_start, mut at) = (0, 0);
+        while let Some(&start) = self.starts.get(at) {
+            let run_end = holes
+                .get(at)
+                .map_or(self.kept.frame.len(), |(h, _)| h.start);
+            if run_start <= kept.start && kept.end <= run_end {
+                let from = start + (kept.start - run_start);
+                return self.frame.get(from..from + kept.len());
+            }
+            run_start = holes.get(at)?.0.end;
+            at += 1;
+        }
+        None
     }
 }
 
@@ -146,33 +154,39 @@ impl<K: Clone> SameFrame<K> {
         }
     }
 
-    /// `frame` as a kept frame with other values in its holes; `None` (read it in full)
-    /// when it is none of them.
-    pub(crate) fn read<'a>(&self, frame: &'a str) -> Option<Same<'a, K>> {
-        self.find(|kept| kept.read(frame))
-    }
-
-    /// [`SameFrame::read`] for a reader that builds its own value: each hole's value goes
-    /// to `fill` with its place among the holes as it is read, and the kept frame's kind
-    /// comes back when the whole frame is recognized — nothing else is built or moved
-    /// (the Responses path, where moving a [`Same`] was measurable). `fill` may be given
-    /// values of a kept frame that is then refused: only those of the answer's count.
-    pub(crate) fn read_each<'a>(
-        &self,
+    /// `frame` as a kept frame with other values in its holes, or `None` (read it in
+    /// full) when it is none of them. Each hole's value goes to `fill` as it is read, with
+    /// its place among the holes — the reader builds its own value from them, and
+    /// nothing else is built or moved (moving the values through a list was measurable
+    /// in the Responses and Gemini paths). `fill` may also be given values of a kept frame
+    /// that is then refused: only those of the frame answered count.
+    pub(crate) fn read<'a, 's>(
+        &'s self,
         frame: &'a str,
         mut fill: impl FnMut(usize, Filled<'a>),
-    ) -> Option<&K> {
+    ) -> Option<Same<'a, 's, K>> {
         self.find(|kept| {
-            let mut at = 0;
+            let mut starts = [0; MAX_HOLES + 1];
+            let (mut hole_at, mut run_at) = (0, 0);
             kept.walk(
                 frame,
                 |value| {
-                    fill(at, value);
-                    at += 1;
+                    fill(hole_at, value);
+                    hole_at += 1;
                 },
-                |_, _| {},
+                |start| {
+                    if let Some(slot) = starts.get_mut(run_at) {
+                        *slot = start;
+                    }
+                    run_at += 1;
+                },
             )?;
-            Some(&kept.kind)
+            Some(Same {
+                kind: &kept.kind,
+                frame,
+                kept,
+                starts,
+            })
         })
     }
 
@@ -201,30 +215,14 @@ impl<K: Clone> SameFrame<K> {
 }
 
 impl<K: Clone> Kept<K> {
-    /// Reads `frame` against this kept frame ([`Kept::walk`]) into a [`Same`].
-    fn read<'a>(&self, frame: &'a str) -> Option<Same<'a, K>> {
-        let (mut filled, mut fixed) = (SmallVec::new(), SmallVec::new());
-        self.walk(
-            frame,
-            |value| filled.push(value),
-            |run, at| fixed.push((run, at)),
-        )?;
-        Some(Same {
-            kind: self.kind.clone(),
-            filled,
-            frame,
-            fixed,
-        })
-    }
-
     /// Reads `frame` against this kept frame: each run of kept bytes must stand in it as
-    /// it is (`run` gets where it lies in the kept frame and where in this one), each hole
-    /// hold a value its reader reads (`hole` gets it), and the frame end with the last run.
+    /// it is (`run` gets where it starts in this one), each hole hold a value its reader
+    /// reads (`hole` gets it), and the frame end with the last run.
     fn walk<'a>(
         &self,
         frame: &'a str,
         mut hole: impl FnMut(Filled<'a>),
-        mut run: impl FnMut(Range<usize>, usize),
+        mut run: impl FnMut(usize),
     ) -> Option<()> {
         if !self.may_be(frame) {
             return None;
@@ -235,7 +233,7 @@ impl<K: Clone> Kept<K> {
             if !same_bytes(frame.as_bytes().get(at..at + kept_run.len())?, kept_run) {
                 return None;
             }
-            run(kept_at..hole_at.start, at);
+            run(at);
             at += kept_run.len();
             // The run ends on an ASCII byte (a hole starts after `:`, `,`, `[` or
             // whitespace): `at` is a boundary.
@@ -253,7 +251,7 @@ impl<K: Clone> Kept<K> {
         ) {
             return None;
         }
-        run(kept_at..self.frame.len(), at);
+        run(at);
         Some(())
     }
 
@@ -376,14 +374,17 @@ mod tests {
         assert_eq!((text, usage), ("\"ab\"", r#"{"n":1}"#));
         // Holes out of order keep nothing.
         same.keep(kept, &[(usage, Hole::Value), (text, Hole::Text)], 0u8);
-        assert!(same.read(kept).is_none());
+        assert!(same.read(kept, |_, _| {}).is_none());
         same.keep(kept, &[(text, Hole::Text), (usage, Hole::Value)], 3u8);
         let id = range_of(kept, &kept[28..30]).unwrap();
         let frame = r#"{"t":"longer\n","u":{"n":12,"m":[3]},"id":"r1"}"#;
-        let read = same.read(frame).unwrap();
-        assert_eq!(read.kind, 3);
+        let mut filled = Vec::new();
+        let read = same
+            .read(frame, |at, value| filled.push((at, value)))
+            .unwrap();
+        assert_eq!(*read.kind, 3);
         assert!(
-            matches!(&read.filled[..], [Filled::Text(t), Filled::Value(v)]
+            matches!(&filled[..], [(0, Filled::Text(t)), (1, Filled::Value(v))]
             if t == "longer\n" && *v == r#"{"n":12,"m":[3]}"#)
         );
         // The id stands after both holes: found where this frame has it.
@@ -395,7 +396,7 @@ mod tests {
             r#"{"t":"x","u":1.5e3,"id":"r1"}"#,
             r#"{"t":"x","v":{"n":1},"id":"r1"}"#,
         ] {
-            let read = same.read(other);
+            let read = same.read(other, |_, _| {});
             // A number serde reads is a value too; anything else is not the frame.
             assert_eq!(read.is_some(), other.contains("1.5e3"), "{other}");
         }

@@ -233,7 +233,7 @@ impl Adapter for F5Adapter {
             out.consumed();
             return;
         }
-        if let Some(chunk) = self.same.read(data).and_then(text_chunk::same_chunk) {
+        if let Some(chunk) = text_chunk::same_chunk(&self.same, data) {
             self.text_chunk(chunk, frame, out);
             return;
         }

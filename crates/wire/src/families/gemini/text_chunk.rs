@@ -11,7 +11,7 @@
 //! [`exact_frame`]: crate::families::exact_frame
 
 use crate::families::exact_frame::{once, Cursor, List};
-use crate::families::same_frame::{range_of, Filled, Hole, Same, SameFrame, MAX_HOLES};
+use crate::families::same_frame::{range_of, Filled, Hole, SameFrame, MAX_HOLES};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -187,23 +187,26 @@ pub(super) fn keep(same: &mut SameFrame<Shape>, data: &str, chunk: &TextChunk<'_
     same.keep(data, &holes, shape);
 }
 
-/// The chunk [`hot_chunk`] reads from a frame [`SameFrame`] recognized as a kept one
-/// with other texts and usage; `None` for what `hot_chunk` leaves to serde (a `null`
-/// usage).
-pub(super) fn same_chunk<'a>(same: Same<'a, Shape>) -> Option<TextChunk<'a>> {
-    let shape = &same.kind;
+/// The chunk [`hot_chunk`] reads from `data`, when [`SameFrame`] recognizes it as a kept
+/// text frame with other texts and usage; `None` when it does not, or for what
+/// `hot_chunk` leaves to serde (a `null` usage).
+pub(super) fn same_chunk<'a>(same: &SameFrame<Shape>, data: &'a str) -> Option<TextChunk<'a>> {
+    let mut values: [Option<Filled<'a>>; MAX_HOLES] = Default::default();
+    let same = same.read(data, |at, value| {
+        if let Some(slot) = values.get_mut(at) {
+            *slot = Some(value);
+        }
+    })?;
+    let shape = same.kind;
     let fixed = |at: &Option<Range<usize>>| match at {
         None => Some(None),
         Some(at) => same.fixed(at).map(|v| Some(Cow::Borrowed(v))),
     };
     let (model_version, response_id) = (fixed(&shape.model_version)?, fixed(&shape.response_id)?);
-    if same.filled.len() != shape.holes {
-        return None;
-    }
     let mut texts: [Option<Cow<'a, str>>; KEPT_PARTS] = Default::default();
     let mut usage = None;
-    for (filled, role) in same.filled.into_iter().zip(shape.roles) {
-        match (role, filled) {
+    for (value, role) in values.into_iter().zip(shape.roles).take(shape.holes) {
+        match (role, value?) {
             (Role::Text(at), Filled::Text(text)) => *texts.get_mut(at)? = Some(text),
             (Role::Usage, Filled::Value(value)) => usage = Some(value),
             _ => return None,

@@ -148,11 +148,14 @@ fn keep(same: &mut SameFrame<Shape>, data: &str, ev: &Ev<'_>, frame_holes: &Hole
 /// empty) when it does not.
 fn same_delta<'a>(same: &SameFrame<Shape>, data: &'a str, ev: &mut Ev<'a>) -> bool {
     let mut values: [Option<Filled<'a>>; MAX_HOLES] = Default::default();
-    let Some(&shape) = same.read_each(data, |at, value| {
-        if let Some(slot) = values.get_mut(at) {
-            *slot = Some(value);
-        }
-    }) else {
+    let Some(&shape) = same
+        .read(data, |at, value| {
+            if let Some(slot) = values.get_mut(at) {
+                *slot = Some(value);
+            }
+        })
+        .map(|same| same.kind)
+    else {
         return false;
     };
     let (mut item_id, mut delta) = (None, None);
