@@ -19,7 +19,8 @@
 //! - [`finality`]: the §3.5 terminal dispatch every family maps its stop signal into.
 //! - [`response_items`]: OpenAI Responses output items, shared by `openai_responses` and
 //!   `codex`.
-//! - `same_frame`: recognizes a hot frame that is the last one with only its text changed.
+//! - `same_frame`: recognizes a hot frame that is a recent one with only its changing values
+//!   (text, usage, sequence number) changed.
 //! - [`segments`], [`whole_calls`]: text/thinking segments and whole tool calls for
 //!   families whose wire carries no segment ids.
 //!

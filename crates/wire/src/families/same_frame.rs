@@ -2,10 +2,11 @@
 //!
 //! Most frames of a long run are byte for byte a recent frame but for a value or two: a
 //! Chat Completions chunk but for its text (`{"id":"chatcmpl-1","object":…,"choices":
-//! [{"index":0,"delta":{"content":"<text>"},…}]}`), a Gemini frame but for its text and
-//! its usage counts. [`SameFrame`] keeps the last frames a member-by-member reading
-//! ([`exact_frame`]) read, with their *holes* — where those values stand — and recognizes
-//! a frame whose bytes between the holes are one kept frame's and whose holes hold what
+//! [{"index":0,"delta":{"content":"<text>"},…}]}`), a Gemini frame but for its texts and
+//! its usage counts, a Responses delta but for its text, sequence number and padding.
+//! [`SameFrame`] keeps the last frames a member-by-member reading ([`exact_frame`]) read,
+//! with their *holes* — where those values stand — and recognizes a frame whose bytes
+//! between the holes are one kept frame's and whose holes hold what
 //! their readers read ([`Cursor::string`], [`Cursor::value_text`]: escapes, refusals and
 //! all): such a frame reads exactly as the kept one did, with the new values — the bytes
 //! around them are the ones already read. So the frame costs a few comparisons and its
