@@ -62,6 +62,9 @@ pub(crate) enum Hole {
     Value,
 }
 
+/// What the holes of a recognized frame hold, in the frame's order ([`SameFrame::read`]).
+pub(crate) type Values<'a> = [Option<Filled<'a>>; MAX_HOLES];
+
 /// What a hole holds in a recognized frame.
 #[derive(Debug)]
 pub(crate) enum Filled<'a> {
@@ -156,15 +159,15 @@ impl<K: Clone> SameFrame<K> {
     }
 
     /// `frame` as a kept frame with other values in its holes, or `None` (read it in
-    /// full) when it is none of them. Each hole's value goes to `fill` as it is read, with
-    /// its place among the holes — the reader builds its own value from them, and
-    /// nothing else is built or moved (moving the values through a list was measurable
-    /// in the Responses and Gemini paths). `fill` may also be given values of a kept frame
-    /// that is then refused: only those of the frame answered count.
+    /// full) when it is none of them. Each hole's value is written to its place in
+    /// `values` as it is read — the reader builds its own value from them, and nothing
+    /// else is built or moved (moving the values through a list was measurable in the
+    /// Responses and Gemini paths). `values` may also get values of a kept frame that is
+    /// then refused: only the first as many as the answered frame has holes count.
     pub(crate) fn read<'a, 's>(
         &'s self,
         frame: &'a str,
-        mut fill: impl FnMut(usize, Filled<'a>),
+        values: &mut Values<'a>,
     ) -> Option<Same<'a, 's, K>> {
         self.find(|kept| {
             let mut starts = [0; MAX_HOLES + 1];
@@ -172,7 +175,9 @@ impl<K: Clone> SameFrame<K> {
             kept.walk(
                 frame,
                 |value| {
-                    fill(hole_at, value);
+                    if let Some(slot) = values.get_mut(hole_at) {
+                        *slot = Some(value);
+                    }
                     hole_at += 1;
                 },
                 |start| {
@@ -375,17 +380,15 @@ mod tests {
         assert_eq!((text, usage), ("\"ab\"", r#"{"n":1}"#));
         // Holes out of order keep nothing.
         same.keep(kept, &[(usage, Hole::Value), (text, Hole::Text)], 0u8);
-        assert!(same.read(kept, |_, _| {}).is_none());
+        assert!(same.read(kept, &mut Values::default()).is_none());
         same.keep(kept, &[(text, Hole::Text), (usage, Hole::Value)], 3u8);
         let id = range_of(kept, &kept[28..30]).unwrap();
         let frame = r#"{"t":"longer\n","u":{"n":12,"m":[3]},"id":"r1"}"#;
-        let mut filled = Vec::new();
-        let read = same
-            .read(frame, |at, value| filled.push((at, value)))
-            .unwrap();
+        let mut filled = Values::default();
+        let read = same.read(frame, &mut filled).unwrap();
         assert_eq!(*read.kind, 3);
         assert!(
-            matches!(&filled[..], [(0, Filled::Text(t)), (1, Filled::Value(v))]
+            matches!(&filled[..], [Some(Filled::Text(t)), Some(Filled::Value(v)), None, ..]
             if t == "longer\n" && *v == r#"{"n":12,"m":[3]}"#)
         );
         // The id stands after both holes: found where this frame has it.
@@ -397,7 +400,7 @@ mod tests {
             r#"{"t":"x","u":1.5e3,"id":"r1"}"#,
             r#"{"t":"x","v":{"n":1},"id":"r1"}"#,
         ] {
-            let read = same.read(other, |_, _| {});
+            let read = same.read(other, &mut Values::default());
             // A number serde reads is a value too; anything else is not the frame.
             assert_eq!(read.is_some(), other.contains("1.5e3"), "{other}");
         }

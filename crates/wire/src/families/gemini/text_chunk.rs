@@ -11,7 +11,7 @@
 //! [`exact_frame`]: crate::families::exact_frame
 
 use crate::families::exact_frame::{once, Cursor, List};
-use crate::families::same_frame::{range_of, Filled, Hole, SameFrame, MAX_HOLES};
+use crate::families::same_frame::{range_of, Filled, Hole, SameFrame, Values, MAX_HOLES};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -191,12 +191,8 @@ pub(super) fn keep(same: &mut SameFrame<Shape>, data: &str, chunk: &TextChunk<'_
 /// text frame with other texts and usage; `None` when it does not, or for what
 /// `hot_chunk` leaves to serde (a `null` usage).
 pub(super) fn same_chunk<'a>(same: &SameFrame<Shape>, data: &'a str) -> Option<TextChunk<'a>> {
-    let mut values: [Option<Filled<'a>>; MAX_HOLES] = Default::default();
-    let same = same.read(data, |at, value| {
-        if let Some(slot) = values.get_mut(at) {
-            *slot = Some(value);
-        }
-    })?;
+    let mut values = Values::default();
+    let same = same.read(data, &mut values)?;
     let shape = same.kind;
     let fixed = |at: &Option<Range<usize>>| match at {
         None => Some(None),

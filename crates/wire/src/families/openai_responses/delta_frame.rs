@@ -15,7 +15,7 @@
 
 use super::Ev;
 use crate::families::exact_frame::{once, Cursor};
-use crate::families::same_frame::{Filled, Hole, SameFrame, MAX_HOLES};
+use crate::families::same_frame::{Filled, Hole, SameFrame, Values, MAX_HOLES};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 
@@ -147,15 +147,8 @@ fn keep(same: &mut SameFrame<Shape>, data: &str, ev: &Ev<'_>, frame_holes: &Hole
 /// it as a kept delta frame with other values in its holes; `false` (and `ev` left
 /// empty) when it does not.
 fn same_delta<'a>(same: &SameFrame<Shape>, data: &'a str, ev: &mut Ev<'a>) -> bool {
-    let mut values: [Option<Filled<'a>>; MAX_HOLES] = Default::default();
-    let Some(&shape) = same
-        .read(data, |at, value| {
-            if let Some(slot) = values.get_mut(at) {
-                *slot = Some(value);
-            }
-        })
-        .map(|same| same.kind)
-    else {
+    let mut values = Values::default();
+    let Some(&shape) = same.read(data, &mut values).map(|same| same.kind) else {
         return false;
     };
     let (mut item_id, mut delta) = (None, None);
