@@ -621,6 +621,37 @@ impl Delivery {
     /// [`Delivery::attempts_done`]). After it, this engine sends nothing more for those
     /// runs unless they are submitted again, so two owners never act on a chat at once.
     pub async fn hand_over(&self, theirs: impl Fn(&ChatTarget, &DraftKey) -> bool) {
+        let marked = self.take_runs(theirs);
+        if marked.is_empty() {
+            return;
+        }
+        let bound = self.inner.config.attempt_timeout + Duration::from_secs(5);
+        let mut rx = self.inner.flow.subscribe();
+        // A closed engine's lanes stop without counting their ops off: there, no attempt
+        // in flight is what matters.
+        let idle = rx.wait_for(|f| {
+            (f.closed && f.attempts == 0) || marked.iter().all(|(lane, run)| lane.pending(run) == 0)
+        });
+        if timeout(bound, idle).await.is_err() {
+            tracing::warn!("an attempt of a handed-over run still in flight after its bound");
+        }
+    }
+
+    /// The first half of [`Delivery::hand_over`], without the wait: the queued ops of
+    /// the runs `theirs` picks out are dropped and an op of theirs waiting to be tried
+    /// again gives up. A partition whose lease was *lost* (its worker aborted, no time
+    /// to wait) calls this so that the engine does not go on sending for runs another
+    /// replica now owns. Returns how many runs were given up.
+    pub fn give_up(&self, theirs: impl Fn(&ChatTarget, &DraftKey) -> bool) -> usize {
+        self.take_runs(theirs).len()
+    }
+
+    /// Takes the runs `theirs` picks out from every lane ([`Lane::hand_over`]): the runs
+    /// with their lanes.
+    fn take_runs(
+        &self,
+        theirs: impl Fn(&ChatTarget, &DraftKey) -> bool,
+    ) -> Vec<(Arc<Lane>, DraftKey)> {
         let lanes: Vec<Arc<Lane>> = self
             .inner
             .lanes
@@ -637,7 +668,7 @@ impl Delivery {
             marked.extend(runs.into_iter().map(|r| (Arc::clone(&lane), r)));
         }
         if marked.is_empty() {
-            return;
+            return marked;
         }
         self.inner
             .flow
@@ -649,16 +680,7 @@ impl Delivery {
                 "queued ops handed over to the next owner"
             );
         }
-        let bound = self.inner.config.attempt_timeout + Duration::from_secs(5);
-        let mut rx = self.inner.flow.subscribe();
-        // A closed engine's lanes stop without counting their ops off: there, no attempt
-        // in flight is what matters.
-        let idle = rx.wait_for(|f| {
-            (f.closed && f.attempts == 0) || marked.iter().all(|(lane, run)| lane.pending(run) == 0)
-        });
-        if timeout(bound, idle).await.is_err() {
-            tracing::warn!("an attempt of a handed-over run still in flight after its bound");
-        }
+        marked
     }
 
     /// Close the engine now: lanes stop taking ops and give up their waits (an attempt
@@ -1072,6 +1094,10 @@ impl Inner {
                 breaker.neutral(probe);
                 return self.stopped();
             };
+            // Saved only when the attempt changed it: an attempt that found its work
+            // done (a stale draft, a final already sent) must not write back the state
+            // it read over one another owner saved meanwhile (a lost lease's overlap).
+            let loaded = key.is_some().then(|| state.clone());
             let result = match timeout(
                 self.config.attempt_timeout,
                 entry.sink.execute(chat, op, &mut state),
@@ -1082,7 +1108,7 @@ impl Inner {
                 Err(_) => Err(SinkError::Transient("attempt timed out".into())),
             };
             drop(permit);
-            if let Some(k) = &key {
+            if let Some(k) = key.as_ref().filter(|_| loaded.as_ref() != Some(&state)) {
                 self.save(k, &state).await;
             }
             drop(in_flight);

@@ -627,6 +627,29 @@ async fn hand_over_drops_queued_ops_and_waits_for_the_attempt_in_flight(
     Ok(())
 }
 
+/// A lost partition's runs (`give_up`, no waiting): their queued ops are dropped at once
+/// while the attempt in flight ends on its own, and another run of the chat goes on.
+#[tokio::test(start_paused = true)]
+async fn give_up_drops_queued_ops_without_waiting() -> Result<(), DeliveryError> {
+    let script = Script::new(&[Step::Slow(Duration::from_secs(2))]);
+    let d = engine(&script, DeliveryConfig::default());
+    d.submit(chat(), draft("r", "working", 1)).await?;
+    d.submit(chat(), final_op("r", "answer", 2)).await?;
+    d.submit(chat(), final_op("r2", "other answer", 1)).await?;
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(d.give_up(|_, run| run.run_id == "r"), 1);
+    assert!(d.flush().await);
+    let names: Vec<_> = script.calls().iter().map(|(_, op)| op.name()).collect();
+    assert_eq!(names, ["draft", "final"], "r's final dropped, r2's sent");
+    assert_eq!(script.finals(), 1);
+    assert_eq!(
+        d.give_up(|_, run| run.run_id == "r"),
+        0,
+        "nothing left of r"
+    );
+    Ok(())
+}
+
 /// An op of a handed-over run waiting out a long `retry_after` gives up at once instead
 /// of trying again after the next owner took the run.
 #[tokio::test(start_paused = true)]

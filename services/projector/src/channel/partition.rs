@@ -1,6 +1,6 @@
 //! A held partition's worker: recovery, then its durable consumer, each message
 //! processed and acked; on release, a bounded handover; its runs leave memory however
-//! the worker ends.
+//! the worker ends, and the engine's queued ops of them with them.
 
 use super::recovery::Recovery;
 use super::{lock, run_key, Channel, RunKey};
@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use streamgate_bus::lease::PartitionWork;
 use streamgate_bus::subject::{partition_of, RunAddr};
 use streamgate_bus::{consume, events, trace, EVENTS_STREAM};
+use streamgate_projection::DraftKey;
+use streamgate_sinks::ChatTarget;
 use tracing::Instrument as _;
 
 /// How long a released partition waits for the engine to execute what it queued, so
@@ -33,8 +35,39 @@ impl Channel {
             .collect()
     }
 
-    /// Forgets the runs of a partition this replica no longer holds.
+    /// Whether the run of `key` in `chat` is one of this channel's on `partition`
+    /// (`runs`: [`Channel::run_partitions`]).
+    fn is_on(
+        &self,
+        partition: u32,
+        runs: &HashMap<RunKey, u32>,
+        chat: &ChatTarget,
+        key: &DraftKey,
+    ) -> bool {
+        chat.channel == self.cfg.name
+            && runs.get(&run_key(&key.tenant, &key.run_id)).map_or_else(
+                || partition_of(&key.run_id, self.cfg.partitions) == partition,
+                |p| *p == partition,
+            )
+    }
+
+    /// Forgets the runs of a partition this replica no longer holds, and gives up what
+    /// the engine still has queued for them: after a graceful release
+    /// ([`Delivery::hand_over`](streamgate_sinks::Delivery::hand_over)) nothing is left;
+    /// after a lost lease (the worker aborted) the next owner is already sending them,
+    /// and two owners must not act on one chat.
     fn drop_partition(&self, partition: u32) {
+        let runs = self.run_partitions();
+        let given_up = self
+            .delivery
+            .give_up(|chat, key| self.is_on(partition, &runs, chat, key));
+        if given_up > 0 {
+            tracing::info!(
+                partition,
+                runs = given_up,
+                "queued ops of a partition no longer held dropped"
+            );
+        }
         lock(&self.runs).retain(|_, e| e.partition != partition);
     }
 
@@ -117,15 +150,9 @@ impl Channel {
         // Whatever of this partition is still queued (a chat paced to a few messages a
         // minute, a long retry_after) goes to the next owner, and an attempt of it in
         // flight ends before the lease does: two owners never act on one chat at once.
-        let theirs = self.run_partitions();
+        let runs = self.run_partitions();
         self.delivery
-            .hand_over(|chat, key| {
-                chat.channel == self.cfg.name
-                    && theirs.get(&run_key(&key.tenant, &key.run_id)).map_or_else(
-                        || partition_of(&key.run_id, self.cfg.partitions) == partition,
-                        |p| *p == partition,
-                    )
-            })
+            .hand_over(|chat, key| self.is_on(partition, &runs, chat, key))
             .await;
         if self.delivery.is_closed() {
             // Shutdown: the engine takes no more ops, but a request it already sent
