@@ -10,7 +10,7 @@
 //!
 //! [`exact_frame`]: crate::families::exact_frame
 
-use crate::families::exact_frame::{once, Cursor, List};
+use crate::families::exact_frame::{flat_counts, once, Cursor, List};
 use crate::families::same_frame::{range_of, Filled, Hole, SameFrame, Values, MAX_HOLES};
 use smallvec::SmallVec;
 use std::borrow::Cow;
@@ -239,6 +239,17 @@ pub(super) fn same_chunk<'a>(same: &SameFrame<Shape>, data: &'a str) -> Option<T
 /// serde (a duplicate, an escaped key, a count that is no plain `u64` …).
 pub(super) fn thought_count(usage: &str) -> Option<Option<u64>> {
     let mut count = None;
+    let flat = flat_counts(usage.as_bytes(), |key, value| {
+        if key == b"thoughtsTokenCount" {
+            // A second one is left to the member-by-member reading below (and serde).
+            once(&mut count, Some(Some(value)))?;
+        }
+        Some(())
+    });
+    if flat == Some(usage.len()) {
+        return Some(count.flatten());
+    }
+    count = None;
     let mut c = Cursor::new(usage);
     c.object(|key, c| match key {
         "thoughtsTokenCount" => once(
