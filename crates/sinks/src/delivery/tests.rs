@@ -589,18 +589,25 @@ async fn idle_lanes_go_and_come_back() -> Result<(), DeliveryError> {
     Ok(())
 }
 
-/// A partition moving to another replica: the handed-over run's queued ops go, its
-/// attempt in flight is waited for, the chat's other run goes on, and the run's flush
-/// says it was not delivered here — until it is submitted here again.
-#[tokio::test(start_paused = true)]
-async fn hand_over_drops_queued_ops_and_waits_for_the_attempt_in_flight(
-) -> Result<(), DeliveryError> {
+/// An engine whose chat has run `r`'s draft in flight (a two-second attempt) and `r`'s
+/// final and run `r2`'s final queued behind it.
+async fn run_r_in_flight_behind_r2() -> Result<(Arc<Script>, Delivery), DeliveryError> {
     let script = Script::new(&[Step::Slow(Duration::from_secs(2))]);
     let d = engine(&script, DeliveryConfig::default());
     d.submit(chat(), draft("r", "working", 1)).await?;
     d.submit(chat(), final_op("r", "answer", 2)).await?;
     d.submit(chat(), final_op("r2", "other answer", 1)).await?;
     sleep(Duration::from_millis(100)).await;
+    Ok((script, d))
+}
+
+/// A partition moving to another replica: the handed-over run's queued ops go, its
+/// attempt in flight is waited for, the chat's other run goes on, and the run's flush
+/// says it was not delivered here — until it is submitted here again.
+#[tokio::test(start_paused = true)]
+async fn hand_over_drops_queued_ops_and_waits_for_the_attempt_in_flight(
+) -> Result<(), DeliveryError> {
+    let (script, d) = run_r_in_flight_behind_r2().await?;
     let t0 = Instant::now();
     d.hand_over(|_, run| run.run_id == "r").await;
     assert!(
@@ -631,12 +638,7 @@ async fn hand_over_drops_queued_ops_and_waits_for_the_attempt_in_flight(
 /// while the attempt in flight ends on its own, and another run of the chat goes on.
 #[tokio::test(start_paused = true)]
 async fn give_up_drops_queued_ops_without_waiting() -> Result<(), DeliveryError> {
-    let script = Script::new(&[Step::Slow(Duration::from_secs(2))]);
-    let d = engine(&script, DeliveryConfig::default());
-    d.submit(chat(), draft("r", "working", 1)).await?;
-    d.submit(chat(), final_op("r", "answer", 2)).await?;
-    d.submit(chat(), final_op("r2", "other answer", 1)).await?;
-    sleep(Duration::from_millis(100)).await;
+    let (script, d) = run_r_in_flight_behind_r2().await?;
     assert_eq!(d.give_up(|_, run| run.run_id == "r"), 1);
     assert!(d.flush().await);
     let names: Vec<_> = script.calls().iter().map(|(_, op)| op.name()).collect();
