@@ -24,7 +24,7 @@ use streamed_args::{PartialArg, StreamedArgs};
 use streamgate_grammar::{
     Diagnostic, Json, Lifecycle, LifecyclePhase, StopReason, Thinking, ThinkingVariant,
 };
-use text_chunk::{hot_chunk, TextCandidate, TextChunk};
+use text_chunk::{hot_chunk, KeptChunk, TextCandidate, TextChunk};
 
 mod inline_bytes;
 mod streamed_args;
@@ -234,7 +234,7 @@ impl Adapter for F5Adapter {
             return;
         }
         if let Some(chunk) = text_chunk::same_chunk(&self.same, data) {
-            self.text_chunk(chunk, frame, out);
+            self.kept_chunk(chunk, frame, out);
             return;
         }
         if let Some(chunk) = hot_chunk(data) {
@@ -325,15 +325,47 @@ impl F5Adapter {
             model_version: chunk.model_version.as_deref(),
             known: chunk.candidates.is_some() || chunk.usage_metadata.is_some(),
         };
+        self.text_frame(head, frame, out, |this, out| {
+            for candidate in chunk.candidates.into_iter().flatten() {
+                if this.ended {
+                    break;
+                }
+                this.text_candidate(candidate, out);
+            }
+        });
+    }
+
+    /// [`F5Adapter::text_chunk`] for a frame read as a kept one: its one candidate's
+    /// parts handed straight to [`F5Adapter::text_part`].
+    fn kept_chunk(&mut self, chunk: KeptChunk<'_>, frame: Frame<'_>, out: &mut Emitter) {
+        let head = ChunkHead {
+            response_id: chunk.response_id.as_deref(),
+            usage: chunk.usage_metadata,
+            model_version: chunk.model_version.as_deref(),
+            known: true,
+        };
+        self.text_frame(head, frame, out, |this, out| {
+            if first_candidate(chunk.index, out).is_some() {
+                for (text, thought) in chunk.texts.into_iter().take(chunk.parts) {
+                    this.text_part(Some(text), thought, None, None, out);
+                }
+            }
+        });
+    }
+
+    /// A text frame: its head, then `parts` (unless the head ends it), then the thought
+    /// count a closed segment may still be waiting for.
+    fn text_frame(
+        &mut self,
+        head: ChunkHead<'_>,
+        frame: Frame<'_>,
+        out: &mut Emitter,
+        parts: impl FnOnce(&mut Self, &mut Emitter),
+    ) {
         if !self.chunk_head(head, frame, out) {
             return;
         }
-        for candidate in chunk.candidates.into_iter().flatten() {
-            if self.ended {
-                break;
-            }
-            self.text_candidate(candidate, out);
-        }
+        parts(self, out);
         if !self.ended {
             self.backfill_thought_tokens(out);
         }
