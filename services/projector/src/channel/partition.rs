@@ -58,16 +58,9 @@ impl Channel {
     /// and two owners must not act on one chat.
     fn drop_partition(&self, partition: u32) {
         let runs = self.run_partitions();
-        let given_up = self
-            .delivery
+        // The engine logs what it dropped.
+        self.delivery
             .give_up(|chat, key| self.is_on(partition, &runs, chat, key));
-        if given_up > 0 {
-            tracing::info!(
-                partition,
-                runs = given_up,
-                "queued ops of a partition no longer held dropped"
-            );
-        }
         lock(&self.runs).retain(|_, e| e.partition != partition);
     }
 
