@@ -245,6 +245,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     if let Some(steps) = steps {
         print_steps(&steps.render());
     }
+    print_stored(&js).await;
     if let Some(hop) = hop {
         let mut published = hop.stop(total_events).await;
         published.sort_unstable();
@@ -265,6 +266,31 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// Prints the messages the broker stored per raw chunk: the events messages (one per run
+/// and consumer batch, fewer when a pull brings several chunks of a run) and the KV
+/// records (open runs, leases) — the broker work the ratio sets against one publish.
+async fn print_stored(js: &async_nats::jetstream::Context) {
+    let mut stored = Vec::new();
+    for name in [
+        streamgate_bus::RAW_STREAM.to_owned(),
+        streamgate_bus::EVENTS_STREAM.to_owned(),
+        format!("KV_{}", streamgate_bus::kv::OPEN_RUNS_BUCKET),
+        format!("KV_{}", streamgate_bus::lease::LEASE_BUCKET),
+    ] {
+        let messages = match js.get_stream(&name).await {
+            Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+            Err(_) => 0,
+        };
+        stored.push((name, messages));
+    }
+    let raw = stored[0].1.max(1) as f64;
+    let parts: Vec<String> = stored
+        .iter()
+        .map(|(name, n)| format!("{name} {n} ({:.2} per raw)", *n as f64 / raw))
+        .collect();
+    println!("stored    {}", parts.join(", "));
 }
 
 /// Prints where a chunk's time goes between ingest and commit, from the services' own
