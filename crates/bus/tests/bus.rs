@@ -856,6 +856,85 @@ async fn partition_durables_start_after_the_legacy_consumers_ack_floor() {
     );
 }
 
+/// An in-order consumer (one ack covers every earlier message) never lets a taker's ack
+/// cover what an earlier taker left undone: an existing consumer with messages delivered
+/// but unacknowledged — and one made with explicit acks before an upgrade — is replaced
+/// by one that hands out everything after the ack floor again, at once and in order.
+#[tokio::test]
+async fn in_order_consumers_hand_out_what_an_earlier_taker_left_undone_first() {
+    let (_server, js) = setup().await;
+    let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
+    for i in 0..10 {
+        raw::publish_raw(&js, &data_chunk(&addr, i, b"x"))
+            .await
+            .unwrap();
+    }
+    let filter = subject::raw_partition_filter(addr.partition);
+    let open = |durable: &'static str, in_order: bool| {
+        let (js, filter) = (js.clone(), filter.clone());
+        async move {
+            let (wait, all) = (
+                Duration::from_secs(30),
+                jetstream::consumer::DeliverPolicy::All,
+            );
+            let made = if in_order {
+                consume::durable_pull_in_order(
+                    &js,
+                    RAW_STREAM,
+                    durable,
+                    vec![filter],
+                    wait,
+                    100,
+                    all,
+                )
+                .await
+            } else {
+                consume::durable_pull_from(&js, RAW_STREAM, durable, vec![filter], wait, 100, all)
+                    .await
+            };
+            made.unwrap()
+        }
+    };
+    let take = |c: jetstream::consumer::PullConsumer, n: usize| async move {
+        let mut got = Vec::new();
+        let mut batch = c.fetch().max_messages(n).messages().await.unwrap();
+        while let Some(m) = batch.next().await {
+            got.push(m.unwrap());
+        }
+        got
+    };
+    let seqs = |msgs: &[jetstream::Message]| -> Vec<u64> {
+        msgs.iter()
+            .map(|m| m.info().unwrap().stream_sequence)
+            .collect()
+    };
+
+    // Explicit acks, three acknowledged: the in-order consumer replacing it starts at 4.
+    let explicit = open("p", false).await;
+    for m in take(explicit, 3).await {
+        m.double_ack().await.unwrap();
+    }
+    let first = open("p", true).await;
+    assert_eq!(
+        first.cached_info().config.ack_policy,
+        jetstream::consumer::AckPolicy::All
+    );
+    // A taker gets 4..=7, acknowledges 4 and 5 with one ack, and dies with 6 and 7 undone.
+    let got = take(first, 4).await;
+    assert_eq!(seqs(&got), [4, 5, 6, 7]);
+    got[1].double_ack().await.unwrap();
+    drop(got);
+    // The next taker gets 6 and 7 first, not 8 (whose ack would cover them).
+    let next = open("p", true).await;
+    let got = take(next, 3).await;
+    assert_eq!(seqs(&got), [6, 7, 8]);
+    got[2].double_ack().await.unwrap();
+    // Nothing pending, the same settings: the consumer is kept, one ack covered all three.
+    let kept = open("p", true).await;
+    assert_eq!(kept.cached_info().ack_floor.stream_sequence, 8);
+    assert_eq!(seqs(&take(kept, 5).await), [9, 10]);
+}
+
 /// Every file under `dir` whose bytes contain `needle`.
 fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
     let mut found = Vec::new();
