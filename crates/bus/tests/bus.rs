@@ -780,24 +780,18 @@ async fn a_stopped_local_server_shuts_down_cleanly_and_keeps_its_store() {
     assert_eq!(&msgs[0].payload[..], b"kept");
 }
 
-/// Publishes ten data chunks of run `t/r` (stream sequences 1..=10); its address.
-async fn ten_chunks_of_one_run(js: &jetstream::Context) -> RunAddr {
-    let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
-    for i in 0..10 {
-        raw::publish_raw(js, &data_chunk(&addr, i, b"x"))
-            .await
-            .unwrap();
-    }
-    addr
-}
-
 /// Upgrading to per-partition consumers: a new partition durable starts right after the
 /// ack floor of the single consumer that served every partition before, not at the
 /// start of the stream; once it exists it keeps its own position.
 #[tokio::test]
 async fn partition_durables_start_after_the_legacy_consumers_ack_floor() {
     let (_server, js) = setup().await;
-    let addr = ten_chunks_of_one_run(&js).await;
+    let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
+    for i in 0..10 {
+        raw::publish_raw(&js, &data_chunk(&addr, i, b"x"))
+            .await
+            .unwrap();
+    }
     assert_eq!(
         consume::start_after_legacy(&js, RAW_STREAM, "legacy")
             .await
@@ -869,7 +863,12 @@ async fn partition_durables_start_after_the_legacy_consumers_ack_floor() {
 #[tokio::test]
 async fn in_order_consumers_hand_out_what_an_earlier_taker_left_undone_first() {
     let (_server, js) = setup().await;
-    let addr = ten_chunks_of_one_run(&js).await;
+    let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
+    for i in 0..10 {
+        raw::publish_raw(&js, &data_chunk(&addr, i, b"x"))
+            .await
+            .unwrap();
+    }
     let filter = subject::raw_partition_filter(addr.partition);
     let open = |durable: &'static str, in_order: bool| {
         let (js, filter) = (js.clone(), filter.clone());
