@@ -54,52 +54,16 @@ pub async fn durable_pull_from(
     max_ack_pending: i64,
     start: DeliverPolicy,
 ) -> Result<jetstream::consumer::PullConsumer, BusError> {
-    let config = pull_config(
-        durable,
-        filters,
-        ack_wait,
-        max_ack_pending,
-        AckPolicy::Explicit,
-    );
-    get_or_create(js, stream, config, start, Pending::Keep).await
-}
-
-/// [`durable_pull_from`] for a consumer that one worker at a time takes in order and
-/// acknowledges as a whole: acknowledging a message acknowledges every earlier one
-/// (`AckPolicy::All`), so a batch costs the broker one ack instead of one per message.
-///
-/// The caller's contract: never acknowledge a message before every earlier one it was
-/// handed is done — a batch that failed is retried, not stepped over. And the taker
-/// before it may have left messages delivered but not done (a crash, a lost lease):
-/// acknowledging a later one would acknowledge those too. So an existing consumer with
-/// messages pending is replaced by one that starts right after its ack floor, handing
-/// them out again first (at once, not after the ack wait). A consumer made with explicit
-/// acks (before an upgrade) cannot be changed in place and is replaced the same way; so
-/// is one of these that [`durable_pull_from`] meets. Consumers are idempotent to what is
-/// handed out again.
-pub async fn durable_pull_in_order(
-    js: &jetstream::Context,
-    stream: &str,
-    durable: &str,
-    filters: Vec<String>,
-    ack_wait: Duration,
-    max_ack_pending: i64,
-    start: DeliverPolicy,
-) -> Result<jetstream::consumer::PullConsumer, BusError> {
-    let config = pull_config(durable, filters, ack_wait, max_ack_pending, AckPolicy::All);
-    get_or_create(js, stream, config, start, Pending::Restart).await
-}
-
-fn pull_config(
-    durable: &str,
-    filters: Vec<String>,
-    ack_wait: Duration,
-    max_ack_pending: i64,
-    ack_policy: AckPolicy,
-) -> pull::Config {
+    let stream = js.get_stream(stream).await.map_err(nats("get stream"))?;
+    let deliver_policy = match stream.consumer_info(durable).await {
+        Ok(info) => info.config.deliver_policy,
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => start,
+        Err(e) => return Err(nats("consumer info")(e)),
+    };
     let mut config = pull::Config {
         durable_name: Some(durable.to_owned()),
-        ack_policy,
+        ack_policy: AckPolicy::Explicit,
+        deliver_policy,
         ack_wait,
         max_ack_pending,
         ..Default::default()
@@ -110,60 +74,6 @@ fn pull_config(
         Ok([one]) => config.filter_subject = one,
         Err(many) => config.filter_subjects = many,
     }
-    config
-}
-
-/// What [`get_or_create`] does with an existing consumer's delivered, unacknowledged
-/// messages.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Pending {
-    /// They are redelivered after their ack wait (explicit acks: nobody else's ack
-    /// covers them).
-    Keep,
-    /// The consumer is replaced so that they are handed out again first
-    /// ([`durable_pull_in_order`]).
-    Restart,
-}
-
-/// Creates `config`'s consumer, or updates the existing one (see [`durable_pull`]). A new
-/// one starts at `start`; an existing one keeps its deliver policy, or is replaced by one
-/// starting right after its ack floor when its ack policy differs (which the server cannot
-/// change) or `pending` says its unacknowledged messages must come first.
-async fn get_or_create(
-    js: &jetstream::Context,
-    stream: &str,
-    mut config: pull::Config,
-    start: DeliverPolicy,
-    pending: Pending,
-) -> Result<jetstream::consumer::PullConsumer, BusError> {
-    let stream = js.get_stream(stream).await.map_err(nats("get stream"))?;
-    let durable = config.durable_name.clone().unwrap_or_default();
-    config.deliver_policy = match stream.consumer_info(&durable).await {
-        Ok(info)
-            if info.config.ack_policy != config.ack_policy
-                || (pending == Pending::Restart && info.num_ack_pending > 0) =>
-        {
-            let floor = info.ack_floor.stream_sequence;
-            tracing::info!(
-                consumer = %durable,
-                from = ?info.config.ack_policy,
-                to = ?config.ack_policy,
-                ack_floor = floor,
-                pending = info.num_ack_pending,
-                "replacing the consumer to start right after its ack floor"
-            );
-            stream
-                .delete_consumer(&durable)
-                .await
-                .map_err(nats("delete consumer"))?;
-            DeliverPolicy::ByStartSequence {
-                start_sequence: floor + 1,
-            }
-        }
-        Ok(info) => info.config.deliver_policy,
-        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => start,
-        Err(e) => return Err(nats("consumer info")(e)),
-    };
     stream
         .create_consumer(config)
         .await

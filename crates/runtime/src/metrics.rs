@@ -28,7 +28,6 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_normalizer_chunks_total", Kind::Counter, "Raw chunks the normalizer applied to their runs"),
     ("streamgate_normalizer_events_published_total", Kind::Counter, "Canonical events the normalizer published to SG_EVENTS"),
     ("streamgate_normalizer_bad_raw_total", Kind::Counter, "Raw messages that could not be read (terminated, with a diagnostic)"),
-    ("streamgate_normalizer_batch_retries_total", Kind::Counter, "Retries of a consumer batch that failed (events publish, rebuild read); the partition's later chunks wait for it"),
     ("streamgate_connections_evicted_total", Kind::Counter, "Connections closed because every slot (or their peer address's share) was taken and they had sent nothing yet (the longest-silent first)"),
     ("streamgate_connections_refused_total", Kind::Counter, "New connections closed at once because their peer address held its share of the slots with connections that all spoke"),
     ("streamgate_normalizer_events_cut_total", Kind::Counter, "Events over the broker's max_payload whose longest texts were cut to fit (SG_RAW keeps the provider's bytes)"),

@@ -6,19 +6,16 @@
 //! chunks reach one replica only and a new owner resumes from the consumer's ack floor.
 //! A released partition's worker drains: the batch in hand and what is already
 //! buffered are processed and acknowledged before the lease goes. A lost partition's
-//! worker is aborted; what it had not acknowledged is handed out again to the next owner
-//! first (`streamgate_bus::consume::durable_pull_in_order`), which rebuilds the run from
-//! SG_RAW (docs/architecture.md §4).
+//! worker is aborted; what it had not acknowledged is redelivered to the next owner,
+//! which rebuilds the run from SG_RAW (docs/architecture.md §4).
 //!
 //! Messages are taken in batches. Each batch is applied to the run table in stream order
 //! (which is per-run chunk order), the events the batch's chunks of one run yield are
 //! published together (one SG_EVENTS message unless size splits it,
-//! `streamgate_bus::events`) and acknowledged by the broker, and only then is the batch
-//! acknowledged — with one ack, as the consumer acknowledges in order (one worker takes a
-//! partition's chunks in stream order), which saves the broker an ack per chunk. So a
-//! failed batch is retried in place, never stepped over. A crash anywhere before the raw
-//! ack means the chunks are redelivered and their events re-published — duplicates (by
-//! seq) the archive and projectors ignore.
+//! `streamgate_bus::events`) and acknowledged by the broker, and only then are the
+//! batch's raw messages acknowledged. A crash anywhere before the raw ack means the
+//! chunks are redelivered and their events re-published — duplicates (by seq) the
+//! archive and projectors ignore.
 
 use crate::config::NormalizerConfig;
 use crate::open_runs::OpenRuns;
@@ -28,7 +25,7 @@ use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
-use streamgate_bus::consume::{durable_pull_in_order, read_subject, start_after_legacy};
+use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legacy};
 use streamgate_bus::events::{publish_batches_under, Batch, MadeBy};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
@@ -162,7 +159,7 @@ async fn partition_worker(
     // A deployment upgraded from the single shared consumer `<durable>` resumes where
     // that one was acknowledged, not at the start of SG_RAW.
     let start = start_after_legacy(&js, RAW_STREAM, &cfg.durable).await?;
-    let consumer = durable_pull_in_order(
+    let consumer = durable_pull_from(
         &js,
         RAW_STREAM,
         &durable,
@@ -184,12 +181,7 @@ async fn partition_worker(
             () = work.release.cancelled() => break,
             batch = messages.next() => {
                 let Some(batch) = batch else { break };
-                if !handle_batch(&js, &open_runs, &mut table, &budget, batch, &work.release).await {
-                    // Released while a failed batch waited for its retry: it is left
-                    // unacknowledged, and so is everything after it (acks are in order).
-                    debug!(partition = p, "partition released with a batch unprocessed");
-                    return Ok(());
-                }
+                handle_batch(&js, &open_runs, &mut table, &budget, batch).await;
             }
             _ = idle_tick.tick() => {
                 // Only this partition's runs: another replica's are its business.
@@ -204,12 +196,8 @@ async fn partition_worker(
     }
     // Released: what the consumer already handed us is processed and acknowledged too,
     // rather than left to wait out the ack wait at the next owner.
-    // A batch that fails now is not retried (the release is under way) and ends the
-    // drain: nothing after it may be acknowledged.
     while let Some(Some(batch)) = messages.next().now_or_never() {
-        if !handle_batch(&js, &open_runs, &mut table, &budget, batch, &work.release).await {
-            break;
-        }
+        handle_batch(&js, &open_runs, &mut table, &budget, batch).await;
     }
     debug!(partition = p, "partition drained");
     Ok(())
@@ -260,15 +248,6 @@ async fn adopt_open_runs(
     }
 }
 
-/// Waits before a failed batch's first retry; doubled after each, up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(200);
-const RETRY_MAX: Duration = Duration::from_secs(5);
-
-/// Processes one consumer batch, retrying it in place until it is done or `stop` fires
-/// (false: given up, nothing of it acknowledged). A failed batch is not stepped over: the
-/// partition's consumer acknowledges in order (`durable_pull_in_order`), so acknowledging
-/// a later batch would acknowledge this one too. A failure is the broker's (events
-/// publish, a rebuild's read), which the partition's later chunks would meet as well.
 async fn handle_batch(
     js: &async_nats::jetstream::Context,
     open_runs: &OpenRuns,
@@ -280,8 +259,7 @@ async fn handle_batch(
             async_nats::jetstream::consumer::pull::MessagesError,
         >,
     >,
-    stop: &CancellationToken,
-) -> bool {
+) {
     let mut msgs = Vec::with_capacity(batch.len());
     for m in batch {
         match m {
@@ -289,40 +267,29 @@ async fn handle_batch(
             Err(e) => warn!(error = %e, "SG_RAW consumer error"),
         }
     }
-    let mut wait = RETRY_FIRST;
-    let done = loop {
-        match process_batch(js, open_runs, table, &msgs).await {
-            Ok(()) => break true,
-            Err(e) => {
-                warn!(error = %e, retry_in = ?wait, "batch failed; retrying it (the partition's later chunks wait)");
-                metrics::counter!("streamgate_normalizer_batch_retries_total").increment(1);
-                tokio::select! {
-                    biased;
-                    () = stop.cancelled() => break false,
-                    () = tokio::time::sleep(wait) => {}
-                }
-                wait = (wait * 2).min(RETRY_MAX);
-            }
-        }
-    };
+    if let Err(e) = process_batch(js, open_runs, table, msgs).await {
+        // Nothing of the failed batch was acknowledged: it is redelivered.
+        warn!(error = %e, "batch failed; it will be redelivered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     table.trim();
     metrics::gauge!("streamgate_normalizer_open_runs").set(budget.used() as f64);
-    done
 }
 
 async fn process_batch(
     js: &async_nats::jetstream::Context,
     open_runs: &OpenRuns,
     table: &mut RunTable,
-    msgs: &[async_nats::jetstream::Message],
+    msgs: Vec<async_nats::jetstream::Message>,
 ) -> anyhow::Result<()> {
     let mut out = BTreeMap::new();
     let mut unreadable = BTreeSet::new();
-    if let Err(e) = apply_and_publish(js, open_runs, table, msgs, &mut out, &mut unreadable).await {
+    if let Err(e) = apply_and_publish(js, open_runs, table, &msgs, &mut out, &mut unreadable).await
+    {
         // The table already holds these runs' state past this batch, but (some of) the
-        // batch's events never reached SG_EVENTS. Forget the runs: the batch's retry (or
-        // its redelivery elsewhere) rebuilds them from SG_RAW and publishes every event
-        // again. Keeping the state would make the retried chunks look like
+        // batch's events never reached SG_EVENTS. Forget the runs: their redelivered
+        // chunks, or their next ones, rebuild them from SG_RAW and publish every event
+        // again. Keeping the state would make the redelivered chunks look like
         // duplicates and lose those events for good (a gap in the run).
         for key in out.keys() {
             table.forget(key);
@@ -330,24 +297,17 @@ async fn process_batch(
         return Err(e);
     }
     let acking = Instant::now();
-    for &i in &unreadable {
-        // Terminated: never redelivered, and the broker reports it
-        // (`$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED`) for whoever watches.
-        if let Err(e) = msgs[i].ack_with(AckKind::Term).await {
-            warn!(error = %e, "terminating an unreadable raw message failed");
+    for (i, msg) in msgs.iter().enumerate() {
+        if unreadable.contains(&i) {
+            // Terminated, not acknowledged: never redelivered, and the broker reports it
+            // (`$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED`) for whoever watches.
+            if let Err(e) = msg.ack_with(AckKind::Term).await {
+                warn!(error = %e, "terminating an unreadable raw message failed");
+            }
+            continue;
         }
-    }
-    // One ack for the batch: the consumer acknowledges in order, so the readable message
-    // of the highest stream sequence covers every earlier one (a redelivery can come after
-    // later messages in a batch, hence not simply the last).
-    let highest = msgs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !unreadable.contains(i))
-        .max_by_key(|(_, m)| m.info().map_or(0, |info| info.stream_sequence));
-    if let Some((_, msg)) = highest {
         if let Err(e) = msg.ack().await {
-            warn!(error = %e, "raw ack failed; the batch will be redelivered (idempotent)");
+            warn!(error = %e, "raw ack failed; the chunk will be redelivered (idempotent)");
         }
     }
     record_step("ack", acking.elapsed());
