@@ -9,26 +9,45 @@ use crate::BusError;
 /// because some clients canonicalize header names (Go's `Header.Set` turns
 /// `traceparent` into `Traceparent`).
 pub(crate) fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    if let Some(v) = headers.get(name) {
-        return Some(v.as_str());
-    }
-    headers
-        .iter()
-        .find(|(k, _)| AsRef::<[u8]>::as_ref(k).eq_ignore_ascii_case(name.as_bytes()))
-        .and_then(|(_, vs)| vs.first())
-        .map(|v| v.as_str())
+    let [value] = find(headers, [name]);
+    value
 }
 
-/// A token-encoded text header, decoded.
-pub(crate) fn text(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, BusError> {
-    get(headers, name)
-        .map(|v| {
-            decode_token(v.trim()).map_err(|_| BusError::InvalidHeader {
-                name,
-                value: v.to_owned(),
-            })
-        })
-        .transpose()
+/// The values of `names` ([`get`]'s rule for each), found in one pass over the headers:
+/// a raw chunk reads nine, and a lookup per name — a hash, then a scan of every header
+/// for each absent one — was a tenth of the normalizer's own time per chunk.
+pub(crate) fn find<'a, const N: usize>(
+    headers: &'a HeaderMap,
+    names: [&str; N],
+) -> [Option<&'a str>; N] {
+    let mut found = [None; N];
+    let mut exact = [false; N];
+    for (name, values) in headers.iter() {
+        let Some(value) = values.first() else {
+            continue;
+        };
+        let name: &[u8] = name.as_ref();
+        for (i, wanted) in names.iter().enumerate() {
+            let wanted = wanted.as_bytes();
+            if exact[i] || name.len() != wanted.len() {
+                continue;
+            }
+            if name == wanted {
+                (found[i], exact[i]) = (Some(value.as_str()), true);
+            } else if found[i].is_none() && name.eq_ignore_ascii_case(wanted) {
+                found[i] = Some(value.as_str());
+            }
+        }
+    }
+    found
+}
+
+/// The value `v` of the token-encoded text header `name`, decoded.
+pub(crate) fn decode_text(name: &'static str, v: &str) -> Result<String, BusError> {
+    decode_token(v.trim()).map_err(|_| BusError::InvalidHeader {
+        name,
+        value: v.to_owned(),
+    })
 }
 
 /// A decimal header.
@@ -37,13 +56,19 @@ pub(crate) fn number<T: std::str::FromStr>(
     name: &'static str,
 ) -> Result<Option<T>, BusError> {
     get(headers, name)
-        .map(|v| {
-            v.trim().parse().map_err(|_| BusError::InvalidHeader {
-                name,
-                value: v.to_owned(),
-            })
-        })
+        .map(|v| parse_number(name, v))
         .transpose()
+}
+
+/// The value `v` of the decimal header `name`, parsed.
+pub(crate) fn parse_number<T: std::str::FromStr>(
+    name: &'static str,
+    v: &str,
+) -> Result<T, BusError> {
+    v.trim().parse().map_err(|_| BusError::InvalidHeader {
+        name,
+        value: v.to_owned(),
+    })
 }
 
 /// Sets a text header, token-encoded: the encoded form never holds CR or LF, so building

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use streamgate_grammar::ids;
 
-use crate::subject::{encode_token, RunAddr, SubjectKind};
+use crate::subject::{encode_token, is_literal_token, RunAddr, SubjectKind};
 use crate::{hdr, nats, BusError, SubjectError};
 
 /// `Nats-Msg-Id`: the JetStream dedupe key.
@@ -218,24 +218,39 @@ impl RawChunk {
             return Err(SubjectError::Malformed(subject.to_owned()).into());
         }
         let empty = HeaderMap::new();
-        let h = headers.unwrap_or(&empty);
-        for (name, from_subject) in [(HDR_TENANT, &*addr.tenant), (HDR_RUN, &*addr.run_id)] {
-            if let Some(v) = hdr::text(h, name)? {
-                if v != from_subject {
-                    return Err(BusError::HeaderMismatch {
-                        name,
-                        header: v,
-                        subject: from_subject.to_owned(),
-                    });
-                }
+        let [tenant, run, chunk, ingest_ts, close, session, family, dialect] = hdr::find(
+            headers.unwrap_or(&empty),
+            [
+                HDR_TENANT,
+                HDR_RUN,
+                HDR_CHUNK,
+                HDR_INGEST_TS,
+                HDR_CLOSE,
+                HDR_SESSION,
+                HDR_FAMILY,
+                HDR_DIALECT,
+            ],
+        );
+        for (name, header, from_subject) in [
+            (HDR_TENANT, tenant, &*addr.tenant),
+            (HDR_RUN, run, &*addr.run_id),
+        ] {
+            if let Some(v) = header {
+                matches_subject(name, v, from_subject)?;
             }
         }
-        let chunk = hdr::number::<u64>(h, HDR_CHUNK)?.ok_or(BusError::MissingHeader(HDR_CHUNK))?;
-        let ingest_ts_ms = match hdr::number::<i64>(h, HDR_INGEST_TS)? {
+        let chunk = chunk
+            .map(|v| hdr::parse_number::<u64>(HDR_CHUNK, v))
+            .transpose()?
+            .ok_or(BusError::MissingHeader(HDR_CHUNK))?;
+        let ingest_ts_ms = match ingest_ts
+            .map(|v| hdr::parse_number::<i64>(HDR_INGEST_TS, v))
+            .transpose()?
+        {
             Some(ts) => ts,
             None => fallback_ts_ms.ok_or(BusError::MissingHeader(HDR_INGEST_TS))?,
         };
-        let close = hdr::get(h, HDR_CLOSE)
+        let close = close
             .map(|v| {
                 CloseKind::parse(v.trim()).ok_or_else(|| BusError::InvalidHeader {
                     name: HDR_CLOSE,
@@ -246,19 +261,21 @@ impl RawChunk {
         if close.is_some() && !payload.is_empty() {
             return Err(BusError::CloseWithBody(addr.run_id.into()));
         }
-        let session_key = hdr::text(h, HDR_SESSION)?;
+        let text = |name, v: Option<&str>| v.map(|v| hdr::decode_text(name, v)).transpose();
+        let session_key = text(HDR_SESSION, session)?;
         // The id rule, as at the other front doors: a message that breaks it is refused
         // here, so it never reaches a run table, a KV key or an outbound header (the
         // tenant and run id were checked as the subject was parsed).
         if let Some(session) = &session_key {
             ids::check(ids::IdKind::Session, session)?;
         }
-        let family = hdr::text(h, HDR_FAMILY)?
+        let family = text(HDR_FAMILY, family)?
             .filter(|f| !f.is_empty())
             .unwrap_or_else(|| FAMILY_AUTO.to_owned());
+        let dialect = text(HDR_DIALECT, dialect)?.filter(|d| !d.is_empty());
         Ok(RawChunk {
             session_key,
-            dialect: hdr::text(h, HDR_DIALECT)?.filter(|d| !d.is_empty()),
+            dialect,
             family,
             chunk,
             ingest_ts_ms,
@@ -267,6 +284,29 @@ impl RawChunk {
             addr,
         })
     }
+}
+
+/// Checks that the token-encoded header `name` (value `v`) names what the subject does.
+/// A value made of literal token bytes only is its own decoding, so the common case
+/// compares without decoding (allocating) it.
+fn matches_subject(name: &'static str, v: &str, from_subject: &str) -> Result<(), BusError> {
+    let trimmed = v.trim();
+    let header = if is_literal_token(trimmed) {
+        if trimmed == from_subject {
+            return Ok(());
+        }
+        trimmed.to_owned()
+    } else {
+        hdr::decode_text(name, v)?
+    };
+    if header == from_subject {
+        return Ok(());
+    }
+    Err(BusError::HeaderMismatch {
+        name,
+        header,
+        subject: from_subject.to_owned(),
+    })
 }
 
 /// What JetStream said about one publish.
@@ -408,6 +448,26 @@ mod tests {
     }
 
     #[test]
+    fn a_header_is_read_by_its_exact_name_first_then_in_any_case() {
+        let raw = chunk(None);
+        let subject = raw.addr.raw_subject();
+        let mut h = raw.headers();
+        h.insert("SG-CHUNK", "9");
+        h.insert("sg-family", "f5");
+        let c = RawChunk::from_parts(&subject, Some(&h), Bytes::new()).unwrap();
+        assert_eq!(
+            (c.chunk, c.family.as_str()),
+            (raw.chunk, raw.family.as_str())
+        );
+        let mut h = HeaderMap::new();
+        h.insert("SG-CHUNK", "9");
+        h.insert("sg-ingest-ts", "5");
+        h.insert("sg-run", " run%201 ");
+        let c = RawChunk::from_parts(&subject, Some(&h), Bytes::new()).unwrap();
+        assert_eq!((c.chunk, c.ingest_ts_ms), (9, 5));
+    }
+
+    #[test]
     fn bad_messages_are_rejected() {
         let raw = chunk(None);
         let subject = raw.addr.raw_subject();
@@ -415,8 +475,17 @@ mod tests {
         h.insert(HDR_RUN, "other");
         assert!(matches!(
             RawChunk::from_parts(&subject, Some(&h), Bytes::new()),
-            Err(BusError::HeaderMismatch { .. })
+            Err(BusError::HeaderMismatch { header, .. }) if header == "other"
         ));
+        // A value breaking the token rule is refused as such, not compared.
+        for bad in ["run 1", "run%2"] {
+            let mut h = raw.headers();
+            h.insert(HDR_RUN, bad);
+            assert!(matches!(
+                RawChunk::from_parts(&subject, Some(&h), Bytes::new()),
+                Err(BusError::InvalidHeader { name: HDR_RUN, .. })
+            ));
+        }
         let mut h = raw.headers();
         h.insert(HDR_CLOSE, "normal");
         assert!(matches!(

@@ -128,6 +128,11 @@ pub fn decode_token(s: &str) -> Result<String, SubjectError> {
     String::from_utf8(out).map_err(|_| bad("decoded bytes are not UTF-8"))
 }
 
+/// True when `s` decodes to itself: non-empty and made only of `[A-Za-z0-9_-]`.
+pub(crate) fn is_literal_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(is_safe)
+}
+
 fn hex_val(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
@@ -268,11 +273,14 @@ impl RunAddr {
             "evt" => SubjectKind::Events,
             _ => return Err(malformed()),
         };
+        // Canonical decimal only (digits, no leading zero, no sign), so one run never has
+        // two spellings of its subject.
+        let canonical =
+            part.bytes().all(|b| b.is_ascii_digit()) && (part.len() == 1 || !part.starts_with('0'));
         let partition: u32 = part
             .parse()
             .ok()
-            // Canonical decimal only, so one run never has two spellings of its subject.
-            .filter(|p: &u32| p.to_string() == part)
+            .filter(|_| canonical)
             .ok_or_else(|| SubjectError::BadPartition(part.to_owned()))?;
         Ok((
             RunAddr {
@@ -356,11 +364,17 @@ mod tests {
         for bad in [
             "sg.raw.t.1",
             "sg.raw.t.01.r",
+            "sg.raw.t.+1.r",
+            "sg.raw.t.00.r",
+            "sg.raw.t..r",
             "sg.xxx.t.1.r",
             "x.raw.t.1.r",
             "sg.raw.t.1.r.x",
         ] {
             assert!(RunAddr::parse_subject(bad).is_err(), "{bad}");
+        }
+        for (good, partition) in [("sg.raw.t.0.r", 0), ("sg.raw.t.10.r", 10)] {
+            assert_eq!(RunAddr::parse_subject(good).unwrap().partition, partition);
         }
     }
 }
