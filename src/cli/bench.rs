@@ -24,8 +24,10 @@ pub struct PipelineArgs {
     /// Concurrent runs (producers).
     #[arg(long, default_value_t = 32)]
     pub runs: usize,
-    /// Runs each producer replays, one after another.
-    #[arg(long, default_value_t = 4)]
+    /// Runs each producer replays, one after another. The default, 32, is a few seconds of
+    /// full-speed work: fewer rounds end before the pipeline reaches a steady state, and
+    /// their figures mostly measure start-up and the last run's drain.
+    #[arg(long, default_value_t = 32)]
     pub rounds: usize,
     /// Capture each run replays (default: a bundled reasoning capture grown to ~64 KiB).
     #[arg(long)]
