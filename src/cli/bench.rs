@@ -3,9 +3,10 @@
 //! It starts a private nats-server, the normalizer and the archiver (SQLite in a temp dir
 //! unless `--archive` names a store), measures a raw JetStream publish baseline, then has
 //! N producers replay a capture concurrently at full speed through the NATS front door
-//! and reports events/s archived and ingest→archive-commit latency (p50/p99, from each
+//! (beside the broker-only floor, [`super::bench_baseline`]) and reports events/s archived and ingest→archive-commit latency (p50/p99, from each
 //! event's ingest time to the commit of its batch).
 
+use super::bench_baseline::{self, Acks};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use std::path::PathBuf;
@@ -94,8 +95,30 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     );
 
     // 1. Baseline: raw JetStream publishes of chunk-sized messages, acks pipelined.
-    let baseline = publish_baseline(&js, args.baseline_messages, args.chunk_bytes).await?;
+    let baseline = bench_baseline::publish(&js, args.baseline_messages, args.chunk_bytes).await?;
     println!("baseline  JetStream publish (file store, acked): {baseline:.0} msgs/s");
+    // The floor under any design that stores a chunk and consumes it from JetStream.
+    let mut floor = Vec::new();
+    for acks in [Acks::EachMessage, Acks::EachBatch] {
+        let consumer_nats = async_nats::connect(nats_server.url()).await?;
+        let rate = bench_baseline::relay(
+            &js,
+            consumer_nats,
+            args.baseline_messages,
+            args.chunk_bytes,
+            acks,
+        )
+        .await?;
+        floor.push(100.0 * rate / baseline.max(1.0));
+        println!(
+            "floor     publish + pull + ack, no processing ({}): {rate:.0} msgs/s = {:.0}% of the baseline",
+            match acks {
+                Acks::EachMessage => "an ack per message",
+                Acks::EachBatch => "an ack per pull",
+            },
+            floor[floor.len() - 1]
+        );
+    }
 
     // 2. The pipeline. Its services' own histograms split a chunk's time by step (none
     // when a recorder is already installed).
@@ -228,8 +251,10 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     let broker_mb_s = baseline * args.chunk_bytes as f64 / 1e6;
     if broker_mb_s > 0.0 {
         println!(
-            "ratio     {raw_mb_s:.1} MB/s raw = {:.1}% of the baseline's {broker_mb_s:.1} MB/s",
-            100.0 * raw_mb_s / broker_mb_s
+            "ratio     {raw_mb_s:.1} MB/s raw = {:.1}% of the baseline's {broker_mb_s:.1} MB/s (the floor above: {:.0}% / {:.0}%)",
+            100.0 * raw_mb_s / broker_mb_s,
+            floor[0],
+            floor[1]
         );
     }
     println!(
@@ -483,39 +508,6 @@ fn print_timeline(committed: &[(i64, i64)]) {
             lat.last().copied().unwrap_or(0)
         );
     }
-}
-
-async fn publish_baseline(
-    js: &async_nats::jetstream::Context,
-    n: usize,
-    size: usize,
-) -> Result<f64> {
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "SG_BENCH".into(),
-        subjects: vec!["sg.bench.>".into()],
-        ..Default::default()
-    })
-    .await?;
-    let payload = Bytes::from(vec![b'x'; size]);
-    let started = Instant::now();
-    let mut pending = Vec::with_capacity(1024);
-    for i in 0..n {
-        pending.push(
-            js.publish(format!("sg.bench.{}", i % 32), payload.clone())
-                .await?,
-        );
-        if pending.len() == 1024 {
-            for ack in pending.drain(..) {
-                ack.await?;
-            }
-        }
-    }
-    for ack in pending {
-        ack.await?;
-    }
-    let rate = n as f64 / started.elapsed().as_secs_f64();
-    js.delete_stream("SG_BENCH").await?;
-    Ok(rate)
 }
 
 /// Ingests `capture` as the run `spec`, `chunk_bytes` at a time (each chunk after a tick
