@@ -59,12 +59,56 @@ pub struct PipelineArgs {
     /// broker one more delivery per events message.
     #[arg(long)]
     pub timeline: bool,
+    /// Runs of the whole benchmark (each on a fresh nats-server and archive), followed by
+    /// the min / median / max of their figures: on a noisy machine one run says little.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+}
+
+/// The headline figures of one run, for [`pipeline`]'s summary over `--repeat` runs.
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    events_per_s: f64,
+    ratio_pct: f64,
+    /// The relay floor with an ack per message and with one per pull, % of the baseline.
+    floor_pct: [f64; 2],
 }
 
 const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
 
-/// Runs the benchmark and prints its figures.
+/// Runs the benchmark `--repeat` times, printing each run's figures, then their spread.
 pub async fn pipeline(args: PipelineArgs) -> Result<()> {
+    let runs = args.repeat.max(1);
+    let mut all = Vec::with_capacity(runs);
+    for i in 1..=runs {
+        if runs > 1 {
+            println!("== run {i} of {runs}");
+        }
+        all.push(pipeline_once(&args).await?);
+    }
+    if runs > 1 {
+        let spread = |f: fn(&Figures) -> f64| {
+            let mut v: Vec<f64> = all.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            (v[0], v[v.len() / 2], v[v.len() - 1])
+        };
+        let (lo, mid, hi) = spread(|f| f.events_per_s);
+        println!(
+            "summary   {runs} runs, min / median / max: {lo:.0} / {mid:.0} / {hi:.0} events/s"
+        );
+        let (lo, mid, hi) = spread(|f| f.ratio_pct);
+        println!("summary   ratio {lo:.1} / {mid:.1} / {hi:.1}% of the baseline");
+        let (lo, mid, hi) = spread(|f| f.floor_pct[0]);
+        let (lo1, mid1, hi1) = spread(|f| f.floor_pct[1]);
+        println!(
+            "summary   floor {lo:.0} / {mid:.0} / {hi:.0}% (an ack per message), {lo1:.0} / {mid1:.0} / {hi1:.0}% (an ack per pull)"
+        );
+    }
+    Ok(())
+}
+
+/// One run of the benchmark: prints its figures and returns the headline ones.
+async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     let tmp = std::env::temp_dir().join(format!("sg-bench-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
     let nats_server = LocalNats::spawn(&nats_server_binary(), free_port()?, &tmp.join("nats"))?;
@@ -249,6 +293,11 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     // The yardstick of docs/performance.md: the raw input the pipeline archives against
     // the bytes JetStream alone publishes (the baseline's messages are chunk-sized).
     let broker_mb_s = baseline * args.chunk_bytes as f64 / 1e6;
+    let figures = Figures {
+        events_per_s: total_events as f64 / secs,
+        ratio_pct: 100.0 * raw_mb_s / broker_mb_s.max(f64::MIN_POSITIVE),
+        floor_pct: [floor[0], floor[1]],
+    };
     if broker_mb_s > 0.0 {
         println!(
             "ratio     {raw_mb_s:.1} MB/s raw = {:.1}% of the baseline's {broker_mb_s:.1} MB/s (the floor above: {:.0}% / {:.0}%)",
@@ -292,7 +341,7 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     }
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
-    Ok(())
+    Ok(figures)
 }
 
 /// Prints the messages the broker stored per raw chunk: the events messages (one per run
