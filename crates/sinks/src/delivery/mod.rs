@@ -307,6 +307,31 @@ struct Flow {
     attempts: usize,
 }
 
+/// Counts a submitted op in `queued` until [`Counted::keep`] (it is on its lane, which
+/// uncounts it when done), or uncounts it when dropped first (it was coalesced, throttled
+/// or dropped instead). Never used under a lane's lock: `flush_run` locks lanes inside
+/// the watch.
+struct Counted<'a>(Option<&'a watch::Sender<Flow>>);
+
+impl<'a> Counted<'a> {
+    fn new(flow: &'a watch::Sender<Flow>) -> Counted<'a> {
+        flow.send_modify(|f| f.queued += 1);
+        Counted(Some(flow))
+    }
+
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        if let Some(flow) = self.0 {
+            flow.send_modify(|f| f.queued = f.queued.saturating_sub(1));
+        }
+    }
+}
+
 /// Counts an attempt in flight until dropped (its outcome saved, or its task gone).
 struct InFlight<'a>(&'a watch::Sender<Flow>);
 
@@ -344,6 +369,9 @@ struct Inner {
     flow: watch::Sender<Flow>,
     /// Finals whose retries ran out ([`Delivery::is_parked`]).
     parked: Mutex<HashMap<(ChatTarget, DraftKey), Parked>>,
+    /// Tests: how long `submit` stalls its thread once an op is on its lane, in ms.
+    #[cfg(test)]
+    pause_after_queueing_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -442,6 +470,8 @@ impl Delivery {
                 tasks: Mutex::new(Vec::new()),
                 flow: watch::channel(Flow::default()).0,
                 parked: Mutex::default(),
+                #[cfg(test)]
+                pause_after_queueing_ms: Default::default(),
             }),
         }
     }
@@ -463,6 +493,10 @@ impl Delivery {
             return Err(DeliveryError::Closed);
         }
         let label = op.name();
+        // Counted before the op can reach its lane: a lane may take, run and uncount it
+        // before this returns, and counting it after that left `queued` at one for good
+        // (a `flush` that never returned).
+        let counted = Counted::new(&self.inner.flow);
         let lane = loop {
             let lane = self.lane(&chat, entry);
             let mut q = lane.lock();
@@ -519,8 +553,9 @@ impl Delivery {
             drop(q);
             break lane;
         };
-        // Never under the lane's lock: `flush_run` locks lanes inside the watch.
-        self.inner.flow.send_modify(|f| f.queued += 1);
+        #[cfg(test)]
+        self.inner.stall_after_queueing();
+        counted.keep();
         lane.wake.notify_one();
         metrics::counter!("streamgate_delivery_submitted_total", "op" => label).increment(1);
         Ok(())
@@ -739,6 +774,16 @@ impl Delivery {
         lane
     }
 
+    /// Tests: makes `submit` stall its thread for `pause` once an op is on its lane —
+    /// time for the lane to run it before `submit` returns.
+    #[cfg(test)]
+    fn pause_after_queueing(&self, pause: Duration) {
+        let ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        self.inner
+            .pause_after_queueing_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
     #[cfg(test)]
     fn lane_count(&self) -> usize {
         self.inner
@@ -827,6 +872,16 @@ impl Outcome {
 }
 
 impl Inner {
+    #[cfg(test)]
+    fn stall_after_queueing(&self) {
+        let ms = self
+            .pause_after_queueing_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if ms > 0 {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+    }
+
     /// Retires `lane` if it is idle: removed from the table and marked, so a submit
     /// that already holds it looks up (and spawns) a fresh one. Lock order: the table,
     /// then the lane.

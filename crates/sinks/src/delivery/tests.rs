@@ -668,3 +668,23 @@ async fn hand_over_ends_a_retry_wait_without_another_attempt() -> Result<(), Del
     assert_eq!(script.finals(), 0);
     Ok(())
 }
+
+/// An op its lane runs before `submit` has returned still leaves nothing to flush. The
+/// count was once taken after the op was on its lane: a lane quick enough uncounted it
+/// first, and `queued` stayed at one for good — a `flush` that never returned (seen as a
+/// rare 300 s timeout of the sinks conformance test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_op_done_before_submit_returns_leaves_nothing_to_flush() -> Result<(), DeliveryError> {
+    let script = Script::new(&[]);
+    let d = engine(&script, DeliveryConfig::default());
+    // The lane runs on a worker while the submitting thread stalls.
+    d.pause_after_queueing(Duration::from_millis(200));
+    for i in 1..=3 {
+        d.submit(chat(), final_op(&format!("r{i}"), "done", 1))
+            .await?;
+        let flushed = tokio::time::timeout(Duration::from_secs(5), d.flush()).await;
+        assert_eq!(flushed.ok(), Some(true), "nothing is left queued");
+    }
+    assert_eq!(script.finals(), 3);
+    Ok(())
+}
