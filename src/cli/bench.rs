@@ -3,8 +3,9 @@
 //! It starts a private nats-server, the normalizer and the archiver (SQLite in a temp dir
 //! unless `--archive` names a store), measures a raw JetStream publish baseline, then has
 //! N producers replay a capture concurrently at full speed through the NATS front door
-//! (beside the broker-only floor, [`super::bench_baseline`]) and reports events/s archived and ingest→archive-commit latency (p50/p99, from each
-//! event's ingest time to the commit of its batch).
+//! (beside the broker-only floor, [`super::bench_baseline`]) and reports events/s
+//! archived and ingest→archive-commit latency (p50/p99, from each event's ingest time to
+//! the commit of its batch).
 
 use super::bench_baseline::{self, Acks};
 use anyhow::{Context, Result};
@@ -142,8 +143,8 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     let baseline = bench_baseline::publish(&js, args.baseline_messages, args.chunk_bytes).await?;
     println!("baseline  JetStream publish (file store, acked): {baseline:.0} msgs/s");
     // The floor under any design that stores a chunk and consumes it from JetStream.
-    let mut floor = Vec::new();
-    for acks in [Acks::EachMessage, Acks::EachBatch] {
+    let mut floor = [0.0; 2];
+    for (pct, acks) in floor.iter_mut().zip([Acks::EachMessage, Acks::EachBatch]) {
         let consumer_nats = async_nats::connect(nats_server.url()).await?;
         let rate = bench_baseline::relay(
             &js,
@@ -153,14 +154,10 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
             acks,
         )
         .await?;
-        floor.push(100.0 * rate / baseline.max(1.0));
+        *pct = 100.0 * rate / baseline.max(1.0);
         println!(
-            "floor     publish + pull + ack, no processing ({}): {rate:.0} msgs/s = {:.0}% of the baseline",
-            match acks {
-                Acks::EachMessage => "an ack per message",
-                Acks::EachBatch => "an ack per pull",
-            },
-            floor[floor.len() - 1]
+            "floor     publish + pull + ack, no processing ({}): {rate:.0} msgs/s = {pct:.0}% of the baseline",
+            acks.label()
         );
     }
 
@@ -296,14 +293,12 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     let figures = Figures {
         events_per_s: total_events as f64 / secs,
         ratio_pct: 100.0 * raw_mb_s / broker_mb_s.max(f64::MIN_POSITIVE),
-        floor_pct: [floor[0], floor[1]],
+        floor_pct: floor,
     };
     if broker_mb_s > 0.0 {
         println!(
             "ratio     {raw_mb_s:.1} MB/s raw = {:.1}% of the baseline's {broker_mb_s:.1} MB/s (the floor above: {:.0}% / {:.0}%)",
-            100.0 * raw_mb_s / broker_mb_s,
-            floor[0],
-            floor[1]
+            figures.ratio_pct, floor[0], floor[1]
         );
     }
     println!(

@@ -37,6 +37,16 @@ pub enum Acks {
     EachBatch,
 }
 
+impl Acks {
+    /// How the figure is labelled.
+    pub fn label(self) -> &'static str {
+        match self {
+            Acks::EachMessage => "an ack per message",
+            Acks::EachBatch => "an ack per pull",
+        }
+    }
+}
+
 /// `n` messages of `size` bytes published on `js` and, concurrently, taken from a durable
 /// pull consumer on `consumer_nats` (another connection, as the normalizer has) and
 /// acknowledged: messages per second, from the first publish to the last ack.
@@ -85,7 +95,7 @@ pub async fn relay(
             }
         }
         // The last acks reach the broker before the clock stops.
-        consumer_flush(&consumer).await
+        all_acked(&consumer).await
     };
     let (published, taken) = futures::future::join(publish_all(js, &stream, n, size), take).await;
     published?;
@@ -97,7 +107,7 @@ pub async fn relay(
 }
 
 /// Waits until the consumer has nothing delivered and unacknowledged.
-async fn consumer_flush(consumer: &async_nats::jetstream::consumer::PullConsumer) -> Result<()> {
+async fn all_acked(consumer: &async_nats::jetstream::consumer::PullConsumer) -> Result<()> {
     let mut consumer = consumer.clone();
     let deadline = Instant::now() + Duration::from_secs(30);
     while consumer.info().await?.num_ack_pending > 0 {

@@ -292,19 +292,16 @@ impl RawChunk {
 fn matches_subject(name: &'static str, v: &str, from_subject: &str) -> Result<(), BusError> {
     let trimmed = v.trim();
     let header = if is_literal_token(trimmed) {
-        if trimmed == from_subject {
-            return Ok(());
-        }
-        trimmed.to_owned()
+        std::borrow::Cow::Borrowed(trimmed)
     } else {
-        hdr::decode_text(name, v)?
+        std::borrow::Cow::Owned(hdr::decode_text(name, v)?)
     };
     if header == from_subject {
         return Ok(());
     }
     Err(BusError::HeaderMismatch {
         name,
-        header,
+        header: header.into_owned(),
         subject: from_subject.to_owned(),
     })
 }
