@@ -1,5 +1,7 @@
 //! Reading a raw message's subject and headers (`RawChunk::from_parts`): the normalizer
-//! does it once per chunk, before any adapter sees the bytes. Reported per message.
+//! does it once per chunk, before any adapter sees the bytes. And writing them
+//! (`RawChunk::headers`): every front door does it once per chunk it stores. Reported per
+//! message.
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -38,6 +40,7 @@ fn raw_message(c: &mut Criterion) {
                 RawChunk::from_parts(&subject, Some(&headers), raw.body.clone()).expect("readable")
             })
         });
+        group.bench_function(format!("{name}_headers"), |b| b.iter(|| raw.headers()));
     }
     group.finish();
 }

@@ -73,11 +73,12 @@ pub fn batch_msg_id(tenant: &str, run_id: &str, first: u64, last: u64) -> String
 /// The headers a single event is published with.
 pub fn event_headers(ev: &RunEvent) -> HeaderMap {
     let mut h = HeaderMap::new();
-    h.insert(
+    hdr::put(
+        &mut h,
         HDR_MSG_ID,
-        event_msg_id(&ev.envelope.tenant, &ev.envelope.run_id, ev.event.seq).as_str(),
+        event_msg_id(&ev.envelope.tenant, &ev.envelope.run_id, ev.event.seq),
     );
-    h.insert(HDR_STREAM, ev.event.stream().as_str());
+    hdr::put(&mut h, HDR_STREAM, ev.event.stream().as_str());
     h
 }
 
@@ -185,18 +186,18 @@ fn batch_message(events: &[RunEvent], mut pb: Vec<v1::Event>) -> EventMessage {
         }
     }
     let mut h = HeaderMap::new();
-    h.insert(
+    hdr::put(
+        &mut h,
         HDR_MSG_ID,
         batch_msg_id(
             &first.envelope.tenant,
             &first.envelope.run_id,
             first.event.seq,
             last.event.seq,
-        )
-        .as_str(),
+        ),
     );
-    h.insert(HDR_STREAM, kinds.join(",").as_str());
-    h.insert(HDR_BATCH, events.len().to_string().as_str());
+    hdr::put(&mut h, HDR_STREAM, kinds.join(","));
+    hdr::put(&mut h, HDR_BATCH, events.len().to_string());
     EventMessage {
         headers: h,
         payload: v1::EventBatch { events: pb }.encode_to_vec().into(),
@@ -218,11 +219,12 @@ pub struct MadeBy {
 impl MadeBy {
     /// Puts the two headers on `h`.
     pub fn stamp(&self, h: &mut HeaderMap) {
-        h.insert(
+        hdr::put(
+            h,
             HDR_ADAPTER,
-            format!("{}@{}", self.adapter, self.adapter_version).as_str(),
+            format!("{}@{}", self.adapter, self.adapter_version),
         );
-        h.insert(HDR_GRAMMAR, self.grammar_version.to_string().as_str());
+        hdr::put(h, HDR_GRAMMAR, self.grammar_version.to_string());
     }
 
     /// Reads the two headers; `None` when either is absent or malformed (a message from

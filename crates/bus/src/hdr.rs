@@ -1,5 +1,6 @@
 //! Header access shared by the raw and event formats.
 
+use async_nats::header::{HeaderName, IntoHeaderValue};
 use async_nats::HeaderMap;
 
 use crate::subject::{decode_token, encode_token};
@@ -71,8 +72,15 @@ pub(crate) fn parse_number<T: std::str::FromStr>(
     })
 }
 
+/// Sets header `name` (one of this crate's constant names) to `value`, which the caller
+/// knows holds no CR or LF. The name is taken as static: no check and no copy per message,
+/// where a `&str` name is validated and copied on every insert.
+pub(crate) fn put(headers: &mut HeaderMap, name: &'static str, value: impl IntoHeaderValue) {
+    headers.insert(HeaderName::from_static(name), value);
+}
+
 /// Sets a text header, token-encoded: the encoded form never holds CR or LF, so building
 /// the header can never panic whatever the value is.
 pub(crate) fn put_text(headers: &mut HeaderMap, name: &'static str, value: &str) {
-    headers.insert(name, encode_token(value).as_ref());
+    put(headers, name, encode_token(value).as_ref());
 }

@@ -129,7 +129,7 @@ impl RawChunk {
     /// Every header of the raw-message format, including `Nats-Msg-Id`.
     pub fn headers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(HDR_MSG_ID, self.msg_id().as_str());
+        hdr::put(&mut h, HDR_MSG_ID, self.msg_id());
         hdr::put_text(&mut h, HDR_TENANT, &self.addr.tenant);
         hdr::put_text(&mut h, HDR_RUN, &self.addr.run_id);
         if let Some(s) = &self.session_key {
@@ -139,10 +139,10 @@ impl RawChunk {
         if let Some(d) = &self.dialect {
             hdr::put_text(&mut h, HDR_DIALECT, d);
         }
-        h.insert(HDR_CHUNK, self.chunk.to_string().as_str());
-        h.insert(HDR_INGEST_TS, self.ingest_ts_ms.to_string().as_str());
+        hdr::put(&mut h, HDR_CHUNK, self.chunk.to_string());
+        hdr::put(&mut h, HDR_INGEST_TS, self.ingest_ts_ms.to_string());
         if let Some(c) = self.close {
-            h.insert(HDR_CLOSE, c.as_str());
+            hdr::put(&mut h, HDR_CLOSE, c.as_str());
         }
         h
     }

@@ -118,9 +118,9 @@ pub fn extract_context(headers: Option<&HeaderMap>) -> Option<TraceContext> {
 /// Puts `cx` on a message about to be published, as it is: a context is only made by
 /// the propagator (`parse`, `of`), so it is valid and canonical already.
 pub fn inject_context(headers: &mut HeaderMap, cx: &TraceContext) {
-    headers.insert(HDR_TRACEPARENT, cx.traceparent.as_str());
+    hdr::put(headers, HDR_TRACEPARENT, cx.traceparent.as_str());
     if let Some(state) = &cx.tracestate {
-        headers.insert(HDR_TRACESTATE, state.as_str());
+        hdr::put(headers, HDR_TRACESTATE, state.as_str());
     }
 }
 

@@ -132,21 +132,19 @@ impl TryFrom<v1::Event> for RunEvent {
 
     fn try_from(ev: v1::Event) -> Result<RunEvent, DecodeError> {
         use v1::event::Data;
-        let id = format!("{}/{}", ev.run_id, ev.seq);
-        let bad = |field: &'static str| DecodeError::InvalidEnum {
-            id: id.clone(),
-            field,
-        };
+        // The id names the event in an error only: formatted then, not for every event.
+        let (run_id, seq) = (&ev.run_id, ev.seq);
+        let id = || format!("{run_id}/{seq}");
+        let bad = |field: &'static str| DecodeError::InvalidEnum { id: id(), field };
         let json = |field: &'static str, s: Option<String>| -> Result<Option<Json>, DecodeError> {
             match s {
                 None => Ok(None),
-                Some(s) => Json::parse(&s).map(Some).ok_or(DecodeError::InvalidJson {
-                    id: id.clone(),
-                    field,
-                }),
+                Some(s) => Json::parse(&s)
+                    .map(Some)
+                    .ok_or_else(|| DecodeError::InvalidJson { id: id(), field }),
             }
         };
-        let data = match ev.data.ok_or_else(|| DecodeError::NoPayload(id.clone()))? {
+        let data = match ev.data.ok_or_else(|| DecodeError::NoPayload(id()))? {
             Data::Assistant(a) => EventData::Assistant(g::Assistant {
                 id: a.id,
                 phase: match v1::AssistantPhase::try_from(a.phase) {

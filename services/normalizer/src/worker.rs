@@ -396,7 +396,10 @@ async fn apply_and_publish(
     // The broker's message limit, once per batch (events over it are cut to fit).
     let max_payload = js.client().server_info().max_payload;
     let (taken_ms, applying) = (now_ms(), Instant::now());
+    // Metric handles once per batch: each macro call is a registry lookup.
     let pull_wait = metrics::histogram!("streamgate_normalizer_pull_wait_seconds");
+    let events_cut = metrics::counter!("streamgate_normalizer_events_cut_total");
+    let answers_cut = metrics::counter!("streamgate_normalizer_final_answers_cut_total");
     for (i, msg) in msgs.iter().enumerate() {
         let chunk = match RawChunk::from_message(msg) {
             Ok(c) => c,
@@ -443,15 +446,12 @@ async fn apply_and_publish(
         let mut groups = groups;
         for group in &mut groups {
             let cut = streamgate_wire::oversize::fit(group, max_payload);
-            metrics::counter!("streamgate_normalizer_events_cut_total").increment(cut as u64);
-            let answers_cut = group
+            events_cut.increment(cut as u64);
+            let cut_answers = group
                 .iter()
                 .filter(|e| e.event.diagnostic_code() == Some("final_answer_cut"))
                 .count();
-            metrics::counter!("streamgate_normalizer_final_answers_cut_total")
-                .increment(answers_cut as u64);
-            metrics::gauge!("streamgate_normalizer_final_text_bytes")
-                .set(streamgate_wire::families::final_text::held_bytes() as f64);
+            answers_cut.increment(cut_answers as u64);
         }
         if chunk.chunk == 0 || rebuilt || chunk.close.is_some() {
             let open = !table.is_closed(&key);
@@ -474,6 +474,8 @@ async fn apply_and_publish(
             );
         }
     }
+    metrics::gauge!("streamgate_normalizer_final_text_bytes")
+        .set(streamgate_wire::families::final_text::held_bytes() as f64);
     let publishing = Instant::now();
     record_step("apply", publishing - applying);
     // The events and the open-runs registry are written concurrently (each is a broker
