@@ -48,8 +48,13 @@ pub struct PipelineArgs {
     pub baseline_messages: usize,
     /// Offered load in events/s across all producers (0 = full speed). Latency is only
     /// meaningful below saturation: at full speed it measures the backlog.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "percent_of_max")]
     pub rate: u64,
+    /// Measure the maximum first (a full-speed run), then offer this percentage of it (a
+    /// second run, fresh servers): the latency at a given share of what this machine can
+    /// do, in one command. 80 is the yardstick of docs/performance.md.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub percent_of_max: Option<u8>,
     /// Partitions of the bench deployment: the normalizer runs one durable consumer per
     /// partition, so this is the broker's consumer count.
     #[arg(long, default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
@@ -73,6 +78,8 @@ struct Figures {
     ratio_pct: f64,
     /// The relay floor with an ack per message and with one per pull, % of the baseline.
     floor_pct: [f64; 2],
+    /// Ingest→commit latency, p99, ms.
+    p99_ms: i64,
 }
 
 const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
@@ -85,7 +92,10 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         if runs > 1 {
             println!("== run {i} of {runs}");
         }
-        all.push(pipeline_once(&args).await?);
+        all.push(match args.percent_of_max {
+            None => pipeline_once(&args).await?,
+            Some(pct) => at_percent_of_max(&args, pct).await?,
+        });
     }
     if runs > 1 {
         let spread = |f: fn(&Figures) -> f64| {
@@ -104,8 +114,34 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         println!(
             "summary   floor {lo:.0} / {mid:.0} / {hi:.0}% (an ack per message), {lo1:.0} / {mid1:.0} / {hi1:.0}% (an ack per pull)"
         );
+        let (lo, mid, hi) = spread(|f| f.p99_ms as f64);
+        let at = args
+            .percent_of_max
+            .map_or(String::new(), |p| format!(" at {p}% of the maximum"));
+        println!("summary   ingest→commit p99{at} {lo:.0} / {mid:.0} / {hi:.0} ms");
     }
     Ok(())
+}
+
+/// A full-speed run, then a run offered `pct`% of the events/s it reached; returns the
+/// first one's throughput figures with the second one's latency.
+async fn at_percent_of_max(args: &PipelineArgs, pct: u8) -> Result<Figures> {
+    let full = PipelineArgs {
+        rate: 0,
+        ..args.clone()
+    };
+    println!("-- the maximum (full speed)");
+    let max = pipeline_once(&full).await?;
+    let rate = (max.events_per_s * f64::from(pct) / 100.0).round().max(1.0) as u64;
+    println!(
+        "-- {pct}% of the maximum ({:.0} events/s): {rate} events/s",
+        max.events_per_s
+    );
+    let paced = pipeline_once(&PipelineArgs { rate, ..full }).await?;
+    Ok(Figures {
+        p99_ms: paced.p99_ms,
+        ..max
+    })
 }
 
 /// One run of the benchmark: prints its figures and returns the headline ones.
@@ -294,6 +330,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         events_per_s: total_events as f64 / secs,
         ratio_pct: 100.0 * raw_mb_s / broker_mb_s.max(f64::MIN_POSITIVE),
         floor_pct: floor,
+        p99_ms: pct(0.99),
     };
     if broker_mb_s > 0.0 {
         println!(
