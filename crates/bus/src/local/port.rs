@@ -7,6 +7,11 @@
 //! can meanwhile have become one end of some unrelated connection, and the bind fails
 //! with "Address already in use". A port outside the range is only ever taken by another
 //! listener, and a random pick among thousands makes that unlikely too.
+//!
+//! The low range stops below Kubernetes' NodePort range (30000–32767): on a cluster node
+//! kube-proxy forwards those ports with packet rules and no listening socket, so a bind
+//! check cannot see that they are taken. Off Linux the ephemeral range is not known
+//! here, and the kernel's own pick (port 0) is used.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -17,6 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// listen on (PostgreSQL's 5432, NATS's 4222, 8080 and the like).
 const LOWEST: u16 = 10_000;
 
+/// Kubernetes' default NodePort range, inclusive: never picked.
+const NODE_PORTS: (u16, u16) = (30_000, 32_767);
+
 /// Where Linux starts and ends its ephemeral range when `/proc` cannot tell.
 const LINUX_DEFAULT_RANGE: (u16, u16) = (32_768, 60_999);
 
@@ -26,7 +34,7 @@ const TRIES: usize = 64;
 /// A loopback port that was free a moment ago (the caller retries if it is taken by the
 /// time the server binds it).
 pub fn free_port() -> std::io::Result<u16> {
-    let outside = outside_ranges(ephemeral_range());
+    let outside = ephemeral_range().map(outside_ranges).unwrap_or_default();
     let total: u32 = outside.iter().map(|(lo, hi)| u32::from(hi - lo) + 1).sum();
     if total > 0 {
         for _ in 0..TRIES {
@@ -40,26 +48,35 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// The kernel's ephemeral port range (`ip_local_port_range`), inclusive.
-fn ephemeral_range() -> (u16, u16) {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+/// The kernel's ephemeral port range (`ip_local_port_range`), inclusive; `None` off
+/// Linux, where this module does not know it.
+fn ephemeral_range() -> Option<(u16, u16)> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let read = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| {
             let mut it = s.split_whitespace().map(str::parse::<u16>);
             Some((it.next()?.ok()?, it.next()?.ok()?))
         })
-        .filter(|(lo, hi)| lo <= hi)
-        .unwrap_or(LINUX_DEFAULT_RANGE)
+        .filter(|(lo, hi)| lo <= hi);
+    Some(read.unwrap_or(LINUX_DEFAULT_RANGE))
 }
 
-/// The inclusive ranges at or above [`LOWEST`] that `ephemeral` does not cover.
-fn outside_ranges((lo, hi): (u16, u16)) -> Vec<(u16, u16)> {
-    let mut out = Vec::with_capacity(2);
-    if lo > LOWEST {
-        out.push((LOWEST, lo - 1));
-    }
-    if hi < u16::MAX {
-        out.push((hi.max(LOWEST - 1) + 1, u16::MAX));
+/// The inclusive ranges at or above [`LOWEST`] that neither `ephemeral` nor the
+/// NodePort range covers, in order.
+fn outside_ranges(ephemeral: (u16, u16)) -> Vec<(u16, u16)> {
+    let mut out = vec![(LOWEST, u16::MAX)];
+    for (lo, hi) in [ephemeral, NODE_PORTS] {
+        out = out
+            .into_iter()
+            .flat_map(|(a, b)| {
+                let below = (a < lo).then(|| (a, b.min(lo - 1)));
+                let above = (b > hi).then(|| (a.max(hi + 1), b));
+                below.into_iter().chain(above)
+            })
+            .collect();
     }
     out
 }
@@ -93,11 +110,18 @@ mod tests {
     fn ranges_leave_out_the_ephemeral_ones_and_the_low_ports() {
         assert_eq!(
             outside_ranges((32_768, 60_999)),
-            vec![(10_000, 32_767), (61_000, 65_535)]
+            vec![(10_000, 29_999), (61_000, 65_535)]
         );
         assert_eq!(outside_ranges((1024, 65_535)), vec![]);
-        assert_eq!(outside_ranges((49_152, 65_535)), vec![(10_000, 49_151)]);
-        assert_eq!(outside_ranges((1024, 5000)), vec![(10_000, 65_535)]);
+        assert_eq!(outside_ranges((20_000, 65_535)), vec![(10_000, 19_999)]);
+        assert_eq!(
+            outside_ranges((49_152, 65_535)),
+            vec![(10_000, 29_999), (32_768, 49_151)]
+        );
+        assert_eq!(
+            outside_ranges((1024, 5000)),
+            vec![(10_000, 29_999), (32_768, 65_535)]
+        );
     }
 
     #[test]
@@ -111,10 +135,13 @@ mod tests {
 
     #[test]
     fn a_free_port_is_outside_the_ephemeral_range_and_bindable() {
-        let (lo, hi) = ephemeral_range();
         let port = free_port().expect("a free port");
-        if !outside_ranges((lo, hi)).is_empty() {
+        if let Some((lo, hi)) = ephemeral_range().filter(|r| !outside_ranges(*r).is_empty()) {
             assert!(!(lo..=hi).contains(&port), "{port} is in {lo}..={hi}");
+            assert!(
+                !(NODE_PORTS.0..=NODE_PORTS.1).contains(&port),
+                "{port} is a NodePort"
+            );
             assert!(port >= LOWEST);
         }
         TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("bind it");
