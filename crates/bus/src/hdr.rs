@@ -84,3 +84,40 @@ pub(crate) fn put(headers: &mut HeaderMap, name: &'static str, value: impl IntoH
 pub(crate) fn put_text(headers: &mut HeaderMap, name: &'static str, value: &str) {
     put(headers, name, encode_token(value).as_ref());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{HDR_ADAPTER, HDR_BATCH, HDR_GRAMMAR, HDR_STREAM};
+    use crate::raw::{
+        HDR_CHUNK, HDR_CLOSE, HDR_DIALECT, HDR_FAMILY, HDR_INGEST_TS, HDR_MSG_ID, HDR_RUN,
+        HDR_SESSION, HDR_TENANT,
+    };
+    use crate::trace::{HDR_TRACEPARENT, HDR_TRACESTATE};
+
+    /// [`put`] skips the name check `HeaderName::from_str` makes, so every name it is
+    /// given must pass that check.
+    #[test]
+    fn every_name_put_takes_is_a_valid_header_name() {
+        for name in [
+            HDR_ADAPTER,
+            HDR_BATCH,
+            HDR_GRAMMAR,
+            HDR_STREAM,
+            HDR_CHUNK,
+            HDR_CLOSE,
+            HDR_DIALECT,
+            HDR_FAMILY,
+            HDR_INGEST_TS,
+            HDR_MSG_ID,
+            HDR_RUN,
+            HDR_SESSION,
+            HDR_TENANT,
+            HDR_TRACEPARENT,
+            HDR_TRACESTATE,
+        ] {
+            let parsed: HeaderName = name.parse().unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(parsed, HeaderName::from_static(name), "{name}");
+        }
+    }
+}
