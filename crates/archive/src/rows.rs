@@ -426,6 +426,11 @@ pub(crate) fn list_query(
 /// Stamps a run with what made its events, keeping the lowest versions seen; only the
 /// live generation (a backfilled run's stamp is the backfill's). Placeholders: tenant,
 /// run id, adapter, adapter version, grammar version.
+///
+/// A row already stamped as low or lower is left alone (the `WHERE` repeats the `CASE`s'
+/// conditions): the archiver stamps every run of every batch, and an update that
+/// rewrote an unchanged row would dirty its page (SQLite: a WAL frame and an fsync per
+/// batch) or leave a dead tuple (PostgreSQL) each time.
 pub(crate) fn provenance_update(p: impl Fn(usize) -> String) -> String {
     let (t, r, a, av, gv) = (p(1), p(2), p(3), p(4), p(5));
     format!(
@@ -436,7 +441,9 @@ pub(crate) fn provenance_update(p: impl Fn(usize) -> String) -> String {
                         THEN {av} ELSE adapter_version END, \
          grammar_version = CASE WHEN grammar_version IS NULL OR {gv} < grammar_version \
                         THEN {gv} ELSE grammar_version END \
-         WHERE tenant = {t} AND run_id = {r} AND generation = 1"
+         WHERE tenant = {t} AND run_id = {r} AND generation = 1 \
+         AND (adapter_version IS NULL OR {av} < adapter_version \
+              OR grammar_version IS NULL OR {gv} < grammar_version)"
     )
 }
 

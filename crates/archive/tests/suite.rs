@@ -9,7 +9,7 @@ use common::*;
 use std::sync::Arc;
 use streamgate_archive::{
     id_hash, open_store, ArchiveError, ArchivedEvent, EraseScope, Erasure, InsertOutcome,
-    NewGeneration, Provenance, RawChunkRecord, RunFilter, RunStatusKind, Store,
+    NewGeneration, Provenance, RawChunkRecord, RunFilter, RunProvenance, RunStatusKind, Store,
 };
 use streamgate_grammar::usage::Tokens;
 use streamgate_grammar::{Assistant, AssistantPhase, EventData, Json, StopReason};
@@ -77,6 +77,7 @@ both_backends!(
     search_finds_runs_by_a_phrase_of_their_answer,
     thinking_search_holds_what_was_indexed_until_retention_or_erasure,
     accounting_merges_usage_across_batches_in_any_order,
+    provenance_keeps_the_lowest_versions_seen,
 );
 
 fn outcome(inserted: u64, duplicates: u64, conflicts: u64) -> InsertOutcome {
@@ -1410,4 +1411,56 @@ async fn second_generation(
         .await
         .unwrap();
     assert_eq!(outcome, streamgate_archive::GenerationOutcome::Written(2));
+}
+
+/// The archiver stamps every run of every batch; the stamp only ever moves down, and
+/// each version on its own (a newer adapter on an older grammar keeps the older adapter).
+async fn provenance_keeps_the_lowest_versions_seen(backend: Backend) {
+    let store = backend.open().await;
+    let stamp = |adapter: &str, adapter_version: u32, grammar_version: u32| RunProvenance {
+        tenant: "t1".into(),
+        run_id: "run-p".into(),
+        provenance: Provenance {
+            adapter: adapter.into(),
+            adapter_version,
+            grammar_version,
+        },
+    };
+    let stamped = || async {
+        let run = store.get_run("t1", "run-p").await.unwrap().unwrap();
+        run.provenance
+            .map(|p| (p.adapter, p.adapter_version, p.grammar_version))
+    };
+    let owned = |a: &str, av: u32, gv: u32| Some((a.to_owned(), av, gv));
+
+    // Not archived yet: skipped, no error.
+    store.record_provenance(&[stamp("f1", 3, 2)]).await.unwrap();
+    let e = |seq: u64| env("t1", None, "run-p", seq as i64);
+    store
+        .insert_batch(&[archived(e(1), 1, start("anthropic", "m"), 1)])
+        .await
+        .unwrap();
+    assert_eq!(stamped().await, None);
+
+    store.record_provenance(&[stamp("f1", 3, 2)]).await.unwrap();
+    assert_eq!(stamped().await, owned("f1", 3, 2));
+    // The same stamp again, and a newer one: unchanged.
+    store.record_provenance(&[stamp("f1", 3, 2)]).await.unwrap();
+    store
+        .record_provenance(&[stamp("f1/new", 4, 3)])
+        .await
+        .unwrap();
+    assert_eq!(stamped().await, owned("f1", 3, 2));
+    // An older grammar alone moves only the grammar version.
+    store
+        .record_provenance(&[stamp("f1/new", 4, 1)])
+        .await
+        .unwrap();
+    assert_eq!(stamped().await, owned("f1", 3, 1));
+    // An older adapter alone moves the adapter and its version.
+    store
+        .record_provenance(&[stamp("f1/old", 2, 2)])
+        .await
+        .unwrap();
+    assert_eq!(stamped().await, owned("f1/old", 2, 1));
 }
