@@ -59,6 +59,10 @@ pub struct PipelineArgs {
     /// partition, so this is the broker's consumer count.
     #[arg(long, default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
+    /// The archiver's shortest time between two commits, ms (the service's
+    /// `--commit-interval-ms`; default: the service's default).
+    #[arg(long)]
+    pub commit_interval_ms: Option<u64>,
     /// Also print latency second by second (commit time), to tell stalls from steady
     /// queueing, and the normalizer's hop (ingest → events published) apart from the
     /// archiver's. The hop is read by a subscriber on SG_EVENTS' subjects, which costs the
@@ -240,6 +244,10 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         store,
         ConsumerConfig {
             on_commit: Some(hook),
+            commit_interval: args.commit_interval_ms.map_or(
+                ConsumerConfig::default().commit_interval,
+                std::time::Duration::from_millis,
+            ),
             ..ConsumerConfig::default()
         },
         ArchiverListen {

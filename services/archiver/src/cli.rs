@@ -64,6 +64,15 @@ pub struct Args {
     /// Events per archive transaction at most.
     #[arg(long, env = "STREAMGATE_ARCHIVE_BATCH", default_value_t = 1024)]
     pub batch: usize,
+    /// Milliseconds between the starts of two archive commits at least: what arrives
+    /// meanwhile joins the next one, so a modest load does not rewrite each run's pages
+    /// (and fsync) hundreds of times a second. 0: commit as soon as anything arrives.
+    #[arg(
+        long,
+        env = "STREAMGATE_ARCHIVE_COMMIT_INTERVAL_MS",
+        default_value_t = 10
+    )]
+    pub commit_interval_ms: u64,
     /// Seconds the broker waits for an ack before redelivering an event: how long events
     /// held by a crashed replica wait before another one takes them.
     #[arg(long, env = "STREAMGATE_ACK_WAIT_SECS", default_value_t = 10)]
@@ -84,6 +93,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let store = streamgate_archive::open_store(&args.archive).await?;
     let consumer = ConsumerConfig {
         batch: args.batch,
+        commit_interval: std::time::Duration::from_millis(args.commit_interval_ms),
         ack_wait: std::time::Duration::from_secs(args.ack_wait_secs.max(1)),
         archive_raw: args.archive_raw,
         retention: args.retention.clone(),
