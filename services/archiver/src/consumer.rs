@@ -42,7 +42,9 @@ pub struct ConsumerConfig {
     /// events/s on the bench's 32 runs, 330 commits/s wrote ~90 MB/s of WAL for 5 MB/s of
     /// input, and the disk stalled the whole box. A few milliseconds here add at most that
     /// much to ingest→commit (live views read SG_EVENTS, not the archive) and divide the
-    /// writes; zero commits whatever has arrived as soon as the last commit is done.
+    /// writes. A full batch is followed at once (it is a backlog, and waiting would cap a
+    /// replica at `batch` messages per interval); zero commits whatever has arrived as
+    /// soon as the last commit is done.
     pub commit_interval: Duration,
     /// Broker redelivery timeout.
     pub ack_wait: Duration,
@@ -102,7 +104,8 @@ pub async fn run_events(
     let mut next_commit = tokio::time::Instant::now();
     loop {
         // At most one commit per `commit_interval` (what arrives meanwhile joins the next
-        // one); the first message after a quiet spell is taken at once.
+        // one) unless batches come full; the first message after a quiet spell is taken
+        // at once.
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
@@ -113,7 +116,11 @@ pub async fn run_events(
             () = shutdown.cancelled() => break,
             b = batches.next() => match b { Some(b) => b, None => break },
         };
-        next_commit = tokio::time::Instant::now() + cfg.commit_interval;
+        // A full batch means a backlog: the next one is taken as soon as this one is in.
+        next_commit = tokio::time::Instant::now();
+        if batch.len() < cfg.batch.max(1) {
+            next_commit += cfg.commit_interval;
+        }
         archive(&*store, &cfg, &shutdown, Taken::decode(batch)).await;
     }
     info!("archiver consumer stopped");
