@@ -95,25 +95,36 @@ fn start_up(dir: &std::path::Path) -> Graceful {
 /// The page address `up` printed (`http://…/?token=…`); its lines follow `up.json`, so
 /// this waits for them.
 fn page_url(dir: &std::path::Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let err = up_err(dir);
-        if let Some(url) = err
-            .split_whitespace()
-            .find(|w| w.starts_with("http://") && w.contains("?token="))
-        {
-            return url.to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "up printed no page address:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let err = up_err_with(dir, "?token=");
+    err.split_whitespace()
+        .find(|w| w.starts_with("http://") && w.contains("?token="))
+        .unwrap_or_else(|| panic!("up printed no page address:\n{err}"))
+        .to_owned()
 }
 
 fn up_err(dir: &std::path::Path) -> String {
     std::fs::read_to_string(dir.join("up.err")).unwrap_or_default()
+}
+
+/// `up`'s stderr once a whole line of it contains `needle` (its address lines follow
+/// `up.json`, so a test that has just seen `up.json` waits for them; stderr is unbuffered,
+/// so a line can be read half written).
+fn up_err_with(dir: &std::path::Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let err = up_err(dir);
+        if err
+            .split_inclusive('\n')
+            .any(|line| line.ends_with('\n') && line.contains(needle))
+        {
+            return err;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "up never printed {needle:?}:\n{err}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Pids of the nats-servers whose store is under `dir`.
@@ -1104,11 +1115,7 @@ fn up_serves_tls_and_its_clients_follow() {
     ] {
         assert!(a.as_str().unwrap().starts_with("https://"), "{inst}");
     }
-    assert!(
-        up_err(dir.path()).contains("web: https://"),
-        "{}",
-        up_err(dir.path())
-    );
+    up_err_with(dir.path(), "web: https://");
 
     let out = ingest("tls-1", &["--ca", ca]);
     assert!(

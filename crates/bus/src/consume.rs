@@ -98,6 +98,17 @@ pub async fn batches(
         .ready_chunks(batch.max(1)))
 }
 
+/// Whether the broker had more messages pending for the consumer when it sent a batch's
+/// last message: a backlog, which a consumer that paces its batches takes at once.
+pub fn more_pending<E>(batch: &[Result<jetstream::Message, E>]) -> bool {
+    batch
+        .iter()
+        .rev()
+        .find_map(|m| m.as_ref().ok())
+        .and_then(|m| m.info().ok())
+        .is_some_and(|info| info.pending > 0)
+}
+
 /// Where new per-partition consumers start when the single durable consumer `legacy`
 /// that served every partition before partition leases still exists: right after its
 /// ack floor, so upgrading a deployment resumes where it was instead of replaying the

@@ -394,18 +394,35 @@ mod tests {
     /// UTF-8; any other frame is reported and handed on with replacement characters.
     #[test]
     fn frames_are_text_exactly_when_their_bytes_are_utf8() {
-        let lines: [&[u8]; 8] = [
-            b"{\"a\":\"plain\"}",
-            "{\"a\":\"\u{e9}\u{1f600} long enough to take the vector path of the check\"}"
-                .as_bytes(),
-            b"{\"a\":\"\xff\"}",
-            b"{\"a\":\"cut \xe2\x82\"}",
-            b"{\"a\":\"overlong \xc0\xaf\"}",
-            b"{\"a\":\"surrogate \xed\xa0\x80 in a line longer than sixty-four bytes, too\"}",
-            b"{\"a\":\"past U+10FFFF \xf4\x90\x80\x80\"}",
-            b"[\x80]",
+        // simdutf8 checks 64-byte blocks with vector code and the rest byte by byte: the
+        // long lines put a multibyte character across byte 64 and bad bytes past it.
+        let pad = "x".repeat(57);
+        let long = |tail: &[u8]| [format!("{{\"a\":\"{pad}").as_bytes(), tail, b"\"}"].concat();
+        let lines: Vec<Vec<u8>> = vec![
+            b"{\"a\":\"plain\"}".to_vec(),
+            "{\"a\":\"\u{e9}\u{1f600} short\"}".as_bytes().to_vec(),
+            long("\u{e9}\u{1f600} across the block edge, then more text".as_bytes()),
+            long("\u{1f600}".repeat(40).as_bytes()),
+            long(b"past the block edge \xff"),
+            long(b"a character cut at the end \xe2\x82"),
+            long(b"an overlong one \xc0\xaf past the edge"),
+            b"{\"a\":\"\xff\"}".to_vec(),
+            b"{\"a\":\"cut \xe2\x82\"}".to_vec(),
+            b"{\"a\":\"overlong \xc0\xaf\"}".to_vec(),
+            b"{\"a\":\"surrogate \xed\xa0\x80 in a line longer than sixty-four bytes, too\"}"
+                .to_vec(),
+            b"{\"a\":\"past U+10FFFF \xf4\x90\x80\x80\"}".to_vec(),
+            b"[\x80]".to_vec(),
         ];
-        for line in lines {
+        assert_eq!(
+            &lines[2][63..65],
+            "\u{e9}".as_bytes(),
+            "\u{e9} spans bytes 63 and 64"
+        );
+        let text = lines.iter().filter(|l| std::str::from_utf8(l).is_ok());
+        assert_eq!(text.count(), 4, "four lines are UTF-8, the rest are not");
+        for line in &lines {
+            let line = line.as_slice();
             let mut capture = line.to_vec();
             capture.push(b'\n');
             let out = decode(&[&capture]);

@@ -66,11 +66,13 @@ pub struct Args {
     pub batch: usize,
     /// Milliseconds between the starts of two archive commits at least: what arrives
     /// meanwhile joins the next one, so a modest load does not rewrite each run's pages
-    /// (and fsync) hundreds of times a second. 0: commit as soon as anything arrives.
+    /// (and fsync) hundreds of times a second. 0: commit as soon as anything arrives;
+    /// at most 60000 (a minute).
     #[arg(
         long,
         env = "STREAMGATE_ARCHIVE_COMMIT_INTERVAL_MS",
-        default_value_t = 10
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(0..=60_000)
     )]
     pub commit_interval_ms: u64,
     /// Seconds the broker waits for an ack before redelivering an event: how long events

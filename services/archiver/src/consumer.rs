@@ -82,8 +82,9 @@ impl Default for ConsumerConfig {
     }
 }
 
-/// Runs the SG_EVENTS consumer until `shutdown`; the batch in flight is committed and
-/// acknowledged before it returns.
+/// Runs the SG_EVENTS consumer until `shutdown`. The batch in flight is committed and
+/// acknowledged before it returns, unless the store is down at that moment: then the
+/// batch is left unacknowledged and the broker redelivers it after `ack_wait`.
 pub async fn run_events(
     js: async_nats::jetstream::Context,
     store: Arc<dyn Store>,
@@ -116,11 +117,15 @@ pub async fn run_events(
             () = shutdown.cancelled() => break,
             b = batches.next() => match b { Some(b) => b, None => break },
         };
-        // A full batch means a backlog: the next one is taken as soon as this one is in.
-        next_commit = tokio::time::Instant::now();
-        if batch.len() < cfg.batch.max(1) {
-            next_commit += cfg.commit_interval;
-        }
+        // A backlog (a full batch, or the broker reporting more pending after its last
+        // message): the next batch is taken as soon as this one is in.
+        let now = tokio::time::Instant::now();
+        next_commit =
+            if batch.len() >= cfg.batch.max(1) || streamgate_bus::consume::more_pending(&batch) {
+                now
+            } else {
+                now.checked_add(cfg.commit_interval).unwrap_or(now)
+            };
         archive(&*store, &cfg, &shutdown, Taken::decode(batch)).await;
     }
     info!("archiver consumer stopped");
@@ -249,11 +254,19 @@ async fn archive(
 struct Provenances(std::collections::HashMap<(String, String), MadeBy>);
 
 impl Provenances {
+    /// The store's rule, per field: the adapter (name and version) of the lowest adapter
+    /// version seen, and the lowest grammar version seen — each on its own, since one
+    /// message can carry the lower adapter version and another the lower grammar version.
     fn add(&mut self, tenant: &str, run_id: &str, by: MadeBy) {
         let key = (tenant.to_owned(), run_id.to_owned());
         match self.0.get_mut(&key) {
-            Some(seen) if by.adapter_version < seen.adapter_version => *seen = by,
-            Some(_) => {}
+            Some(seen) => {
+                if by.adapter_version < seen.adapter_version {
+                    seen.adapter = by.adapter;
+                    seen.adapter_version = by.adapter_version;
+                }
+                seen.grammar_version = seen.grammar_version.min(by.grammar_version);
+            }
             None => {
                 self.0.insert(key, by);
             }
@@ -340,5 +353,44 @@ fn record_since_ingest(name: &'static str, events: &[ArchivedEvent], now_ms: i64
     for e in events {
         let ms = now_ms.saturating_sub(e.event.envelope.ts_ms).max(0);
         histogram.record(ms as f64 / 1000.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn by(adapter: &str, adapter_version: u32, grammar_version: u32) -> MadeBy {
+        MadeBy {
+            adapter: adapter.to_owned(),
+            adapter_version,
+            grammar_version,
+        }
+    }
+
+    #[test]
+    fn a_batch_keeps_the_lowest_adapter_and_the_lowest_grammar_each_on_its_own() {
+        let mut seen = Provenances::default();
+        seen.add("t", "r", by("f1", 3, 2));
+        // Lower grammar, higher adapter: only the grammar version moves.
+        seen.add("t", "r", by("f1e", 4, 1));
+        // Lower adapter, higher grammar: the adapter (name and version) moves.
+        seen.add("t", "r", by("f1/old", 2, 5));
+        seen.add("t", "other", by("f2", 9, 9));
+        let mut stamps = seen.into_vec();
+        stamps.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        let got: Vec<_> = stamps
+            .iter()
+            .map(|s| {
+                let p = &s.provenance;
+                (
+                    s.run_id.as_str(),
+                    p.adapter.as_str(),
+                    p.adapter_version,
+                    p.grammar_version,
+                )
+            })
+            .collect();
+        assert_eq!(got, [("other", "f2", 9, 9), ("r", "f1/old", 2, 1)]);
     }
 }
