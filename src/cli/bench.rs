@@ -60,8 +60,8 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
     /// The archiver's shortest time between two commits, ms (the service's
-    /// `--commit-interval-ms`; default: the service's default).
-    #[arg(long)]
+    /// `--commit-interval-ms`; default: the service's default; at most 60000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub commit_interval_ms: Option<u64>,
     /// Also print latency second by second (commit time), to tell stalls from steady
     /// queueing, and the normalizer's hop (ingest → events published) apart from the
