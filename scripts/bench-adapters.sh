@@ -49,6 +49,14 @@ if [ -n "${INSTRUCTIONS:-}" ]; then
 else
   printf '%-16s %10s %10s %12s  %s\n' family "MiB" "MB/s" "peak RSS" fixture
 fi
+if [ -z "${INSTRUCTIONS:-}" ]; then
+  # The floor under every peak RSS below: the process with no run at all (its mapped
+  # binary pages and allocator). It depends on the page cache: the kernel maps a faulted
+  # page's cached neighbours too, so a binary just built (all of it cached) reads a few
+  # MiB higher than one the cache has dropped (docs/performance.md, eighth stop).
+  floor=$( { /usr/bin/time -f '%M' "$bin" --version >/dev/null; } 2>&1 | tail -1)
+  printf '%-16s %10s %10s %9.1f MiB  %s\n' "(no run)" - - "$(awk -v k="$floor" 'BEGIN {print k/1024}')" "$bin --version"
+fi
 for family in "${families[@]}"; do
   src="${fixture[$family]:?unknown family $family}"
   big="$tmp/$family.capture"
