@@ -2,14 +2,20 @@
 //!
 //! ```text
 //! cargo run --release -p streamgate-archive --example insert_bench -- \
-//!     [--events N] [--batch N] [--runs N] [--writers N] [--backend sqlite|postgres|both]
+//!     [--events N] [--batch N] [--runs N] [--writers N] [--backend sqlite|postgres|both] \
+//!     [--run-events N] [--provenance none|apart|joined]
 //! ```
 //!
 //! Events are generated up front like `SG_EVENTS` delivers them: `--runs` runs streaming
 //! concurrently, their events interleaved on the journal, so every batch touches many
-//! runs. Each run is `lifecycle/start`, assistant deltas, `lifecycle/end` with usage.
+//! runs. With `--run-events N` each run has N events and is followed by a new one in its
+//! place (runs starting all the time, as in `streamgate bench pipeline`: 268); without, each
+//! of the `--runs` runs lasts the whole journal. Each run is `lifecycle/start`, assistant deltas, `lifecycle/end` with usage.
 //! The timed part is only `insert_batch`; with `--writers N` that many tasks insert
-//! disjoint batches concurrently (archiver replicas / in-flight batches). PostgreSQL uses
+//! disjoint batches concurrently (archiver replicas / in-flight batches). With
+//! `--provenance` each batch also stamps what made its runs, as the archiver does:
+//! `apart` in a second transaction (`record_provenance`, the archiver up to 2026-12-03),
+//! `joined` in the same one (`insert_batch_with_provenance`, the archiver since). PostgreSQL uses
 //! a fresh database on `$STREAMGATE_PG_URL` (default the local trust-auth server), dropped
 //! afterwards; SQLite a file in a temp dir.
 
@@ -18,7 +24,7 @@ mod common;
 
 use std::sync::Arc;
 use std::time::Instant;
-use streamgate_archive::{open_store, ArchivedEvent, Store};
+use streamgate_archive::{open_store, ArchivedEvent, Provenance, RunProvenance, Store};
 
 struct Args {
     events: usize,
@@ -26,6 +32,8 @@ struct Args {
     runs: usize,
     writers: usize,
     backend: String,
+    provenance: String,
+    run_events: Option<usize>,
 }
 
 fn parse_args() -> Args {
@@ -35,6 +43,8 @@ fn parse_args() -> Args {
         runs: 100,
         writers: 1,
         backend: "both".into(),
+        provenance: "none".into(),
+        run_events: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -46,44 +56,88 @@ fn parse_args() -> Args {
             "--runs" => a.runs = num(),
             "--writers" => a.writers = num(),
             "--backend" => a.backend = value.clone(),
+            "--provenance" => a.provenance = value.clone(),
+            "--run-events" => a.run_events = Some(num()),
             other => panic!("unknown flag {other}"),
         }
     }
     a
 }
 
-/// The journal: `runs` concurrent runs, interleaved round-robin, `events` in total.
-fn journal(events: usize, runs: usize) -> Vec<ArchivedEvent> {
-    let per_run = events.div_ceil(runs).max(3) as u64;
-    let mut lanes: Vec<std::vec::IntoIter<ArchivedEvent>> = (0..runs)
-        .map(|r| {
-            common::whole_run(
-                &format!("tenant-{}", r % 4),
-                &format!("bench-run-{r:05}"),
-                1_700_000_000_000 + r as i64,
-                per_run - 2,
-                0,
-            )
-            .into_iter()
-        })
-        .collect();
+/// The journal: `runs` lanes of runs of `per_run` events each (or one run per lane
+/// lasting the whole journal), interleaved round-robin, `events` in total.
+fn journal(events: usize, runs: usize, per_run: Option<usize>) -> Vec<ArchivedEvent> {
+    let per_run = per_run.unwrap_or(events.div_ceil(runs)).max(3) as u64;
+    let run = |lane: usize, k: usize| {
+        common::whole_run(
+            &format!("tenant-{}", lane % 4),
+            &format!("bench-run-{lane:05}-{k:05}"),
+            1_700_000_000_000 + lane as i64,
+            per_run - 2,
+            0,
+        )
+        .into_iter()
+    };
+    let mut lanes: Vec<(usize, std::vec::IntoIter<ArchivedEvent>)> =
+        (0..runs).map(|lane| (0, run(lane, 0))).collect();
     let mut out = Vec::with_capacity(events);
     while out.len() < events {
-        let before = out.len();
-        for lane in lanes.iter_mut() {
-            if let Some(mut e) = lane.next() {
-                e.journal_seq = out.len() as u64 + 1;
-                out.push(e);
-                if out.len() == events {
-                    break;
+        for (lane, (k, events_left)) in lanes.iter_mut().enumerate() {
+            let mut e = match events_left.next() {
+                Some(e) => e,
+                None => {
+                    *k += 1;
+                    *events_left = run(lane, *k);
+                    events_left.next().expect("a run has events")
                 }
+            };
+            e.journal_seq = out.len() as u64 + 1;
+            out.push(e);
+            if out.len() == events {
+                break;
             }
-        }
-        if out.len() == before {
-            break;
         }
     }
     out
+}
+
+/// One stamp per run of the batch, as the archiver reads them off its messages.
+fn provenances(batch: &[ArchivedEvent]) -> Vec<RunProvenance> {
+    let runs: std::collections::BTreeSet<(&str, &str)> = batch
+        .iter()
+        .map(|e| {
+            (
+                e.event.envelope.tenant.as_str(),
+                e.event.envelope.run_id.as_str(),
+            )
+        })
+        .collect();
+    runs.into_iter()
+        .map(|(tenant, run_id)| RunProvenance {
+            tenant: tenant.to_owned(),
+            run_id: run_id.to_owned(),
+            provenance: Provenance {
+                adapter: "bench".to_owned(),
+                adapter_version: 1,
+                grammar_version: 1,
+            },
+        })
+        .collect()
+}
+
+/// One batch, with its provenance as `--provenance` says.
+async fn insert(store: &dyn Store, batch: &[ArchivedEvent], mode: &str) -> u64 {
+    let runs = provenances(batch);
+    let outcome = match mode {
+        "none" => store.insert_batch(batch).await,
+        "apart" => match store.insert_batch(batch).await {
+            Ok(outcome) => store.record_provenance(&runs).await.map(|()| outcome),
+            Err(e) => Err(e),
+        },
+        "joined" => store.insert_batch_with_provenance(batch, &runs).await,
+        other => panic!("--provenance is none, apart or joined, not {other}"),
+    };
+    outcome.expect("insert").inserted
 }
 
 async fn bench(name: &str, store: Arc<dyn Store>, events: &[ArchivedEvent], args: &Args) {
@@ -95,10 +149,11 @@ async fn bench(name: &str, store: Arc<dyn Store>, events: &[ArchivedEvent], args
         let store = store.clone();
         let batches = batches.clone();
         let writers = args.writers;
+        let mode = args.provenance.clone();
         tasks.push(tokio::spawn(async move {
             let mut inserted = 0u64;
             for b in batches.iter().skip(w).step_by(writers) {
-                inserted += store.insert_batch(b).await.expect("insert").inserted;
+                inserted += insert(&*store, b, &mode).await;
             }
             inserted
         }));
@@ -110,18 +165,21 @@ async fn bench(name: &str, store: Arc<dyn Store>, events: &[ArchivedEvent], args
     let secs = started.elapsed().as_secs_f64();
     assert_eq!(inserted, events.len() as u64, "every event is new");
     println!(
-        "{name:>8}: {inserted} events in {secs:.2}s = {:.0} events/s (batch {}, {} runs, {} writer(s))",
+        "{name:>8}: {inserted} events in {secs:.2}s = {:.0} events/s, {:.2} ms per batch \
+         (batch {}, {} runs, {} writer(s), provenance {})",
         inserted as f64 / secs,
+        secs * 1000.0 / batches.len() as f64,
         args.batch,
         args.runs,
-        args.writers
+        args.writers,
+        args.provenance
     );
 }
 
 #[tokio::main]
 async fn main() {
     let args = parse_args();
-    let events = journal(args.events, args.runs);
+    let events = journal(args.events, args.runs, args.run_events);
     let payload_bytes: usize = events.iter().map(|e| e.event.event.to_json().len()).sum();
     println!(
         "{} events, {:.0} payload bytes/event on average",

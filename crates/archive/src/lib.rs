@@ -373,6 +373,21 @@ pub trait Store: Send + Sync + 'static {
     /// sequence but is the same event).
     async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError>;
 
+    /// [`Store::insert_batch`] and then [`Store::record_provenance`] for what made those
+    /// events, in the same transaction: the archiver's commit. One commit (one fsync) per
+    /// batch instead of two — a run's first batch always changes its provenance — and a
+    /// run's events never stand archived without it. This default, for a store that
+    /// cannot join them, runs the two one after the other.
+    async fn insert_batch_with_provenance(
+        &self,
+        events: &[ArchivedEvent],
+        runs: &[RunProvenance],
+    ) -> Result<InsertOutcome, ArchiveError> {
+        let outcome = self.insert_batch(events).await?;
+        self.record_provenance(runs).await?;
+        Ok(outcome)
+    }
+
     /// Events of the run `(tenant, run_id)` with `seq > after_seq`, ascending, at most
     /// `limit` (0 = no limit).
     async fn events_after(

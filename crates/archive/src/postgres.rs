@@ -465,16 +465,72 @@ async fn write_rows<'r>(
     Ok((outcome, conflicts))
 }
 
+/// The provenance rule ([`rows::provenance_update`]) for each run, inside `tx`. One
+/// statement per run, in order (a run named twice gets the rule twice), sent pipelined:
+/// one round trip for the lot, not one per run.
+async fn update_provenance(
+    tx: &deadpool_postgres::Transaction<'_>,
+    runs: &[RunProvenance],
+) -> Result<(), ArchiveError> {
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let update = tx
+        .prepare_cached(&rows::provenance_update(|n| match n {
+            4 | 5 => format!("${n}::int8"),
+            _ => format!("${n}"),
+        }))
+        .await?;
+    let versions: Vec<(i64, i64)> = runs
+        .iter()
+        .map(|r| {
+            (
+                i64::from(r.provenance.adapter_version),
+                i64::from(r.provenance.grammar_version),
+            )
+        })
+        .collect();
+    let params: Vec<[&(dyn ToSql + Sync); 5]> = runs
+        .iter()
+        .zip(&versions)
+        .map(|(r, (adapter, grammar))| -> [&(dyn ToSql + Sync); 5] {
+            [
+                &r.tenant,
+                &r.run_id,
+                &r.provenance.adapter,
+                adapter,
+                grammar,
+            ]
+        })
+        .collect();
+    let updates = params.iter().map(|params| tx.execute(&update, params));
+    for updated in futures::future::join_all(updates).await {
+        updated?;
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError> {
+        self.insert_batch_with_provenance(events, &[]).await
+    }
+
+    async fn insert_batch_with_provenance(
+        &self,
+        events: &[ArchivedEvent],
+        runs: &[RunProvenance],
+    ) -> Result<InsertOutcome, ArchiveError> {
         if events.is_empty() {
+            self.record_provenance(runs).await?;
             return Ok(InsertOutcome::default());
         }
         let rows = rows::to_rows(events)?;
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let (outcome, conflicts) = write_rows(&tx, &rows).await?;
+        // After the rows: their upsert makes the `runs` rows this stamps.
+        update_provenance(&tx, runs).await?;
         tx.commit().await?;
         self.counted(&outcome, conflicts);
         Ok(outcome)
@@ -606,26 +662,7 @@ impl Store for PostgresStore {
         }
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let update = tx
-            .prepare_cached(&rows::provenance_update(|n| match n {
-                4 | 5 => format!("${n}::int8"),
-                _ => format!("${n}"),
-            }))
-            .await?;
-        for r in runs {
-            let p = &r.provenance;
-            tx.execute(
-                &update,
-                &[
-                    &r.tenant,
-                    &r.run_id,
-                    &p.adapter,
-                    &i64::from(p.adapter_version),
-                    &i64::from(p.grammar_version),
-                ],
-            )
-            .await?;
-        }
+        update_provenance(&tx, runs).await?;
         tx.commit().await?;
         Ok(())
     }

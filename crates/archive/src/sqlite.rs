@@ -51,7 +51,7 @@ pub struct SqliteStore {
 
 enum WriteJob {
     Events {
-        rows: Vec<EventRow>,
+        batch: EventBatch,
         reply: oneshot::Sender<Result<InsertOutcome, ArchiveError>>,
     },
     Raw {
@@ -89,6 +89,13 @@ enum WriteJob {
         strip_at_ms: Option<i64>,
         reply: oneshot::Sender<Result<u64, ArchiveError>>,
     },
+}
+
+/// One `insert_batch_with_provenance` moved to the writer thread: the rows, then the
+/// provenance of their runs, in one transaction.
+struct EventBatch {
+    rows: Vec<EventRow>,
+    provenance: Vec<RunProvenance>,
 }
 
 /// An [`Erasure`] moved to the writer thread.
@@ -388,16 +395,16 @@ fn writer_loop(
             },
         };
         match job {
-            WriteJob::Events { rows, reply } => {
+            WriteJob::Events { batch, reply } => {
                 // Group commit: batches that queued up while the previous commit was
                 // fsyncing share the next transaction.
-                let mut total = rows.len();
-                let mut group = vec![(rows, reply)];
+                let mut total = batch.rows.len();
+                let mut group = vec![(batch, reply)];
                 while total < GROUP_MAX_ROWS {
                     match rx.try_recv() {
-                        Ok(WriteJob::Events { rows, reply }) => {
-                            total += rows.len();
-                            group.push((rows, reply));
+                        Ok(WriteJob::Events { batch, reply }) => {
+                            total += batch.rows.len();
+                            group.push((batch, reply));
                         }
                         Ok(other) => {
                             next = Some(other);
@@ -455,16 +462,16 @@ fn writer_loop(
 /// so a bad batch only fails its own caller.
 fn commit_group(
     conn: &mut Connection,
-    group: Vec<(Vec<EventRow>, EventsReply)>,
+    group: Vec<(EventBatch, EventsReply)>,
     conflicts_total: &AtomicU64,
 ) {
     if group.len() > 1 {
-        let batches: Vec<&[EventRow]> = group.iter().map(|(rows, _)| rows.as_slice()).collect();
+        let batches: Vec<&EventBatch> = group.iter().map(|(batch, _)| batch).collect();
         match write_events(conn, &batches) {
             Ok(results) => {
                 drop(batches);
-                for ((rows, reply), result) in group.into_iter().zip(results) {
-                    finish(&rows, &result, conflicts_total);
+                for ((batch, reply), result) in group.into_iter().zip(results) {
+                    finish(&batch.rows, &result, conflicts_total);
                     let _ = reply.send(Ok(result.outcome));
                 }
                 return;
@@ -474,10 +481,10 @@ fn commit_group(
             }
         }
     }
-    for (rows, reply) in group {
-        let result = write_events(conn, &[rows.as_slice()]).map(|mut results| {
+    for (batch, reply) in group {
+        let result = write_events(conn, &[&batch]).map(|mut results| {
             let result = results.pop().unwrap_or_default();
-            finish(&rows, &result, conflicts_total);
+            finish(&batch.rows, &result, conflicts_total);
             result.outcome
         });
         let _ = reply.send(result);
@@ -503,12 +510,14 @@ fn finish(rows: &[EventRow], result: &BatchResult, conflicts_total: &AtomicU64) 
 
 fn write_events(
     conn: &mut Connection,
-    batches: &[&[EventRow]],
+    batches: &[&EventBatch],
 ) -> Result<Vec<BatchResult>, ArchiveError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut results = Vec::with_capacity(batches.len());
-    for rows in batches {
-        results.push(write_batch(&tx, rows)?);
+    for batch in batches {
+        results.push(write_batch(&tx, &batch.rows)?);
+        // After the rows: their upsert makes the `runs` rows this stamps.
+        update_provenance(&tx, &batch.provenance)?;
     }
     tx.commit()?;
     Ok(results)
@@ -617,20 +626,30 @@ fn write_batch(
 
 fn write_provenance(conn: &mut Connection, runs: &[RunProvenance]) -> Result<(), ArchiveError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    {
-        let mut update = tx.prepare_cached(&rows::provenance_update(|n| format!("?{n}")))?;
-        for r in runs {
-            let p = &r.provenance;
-            update.execute(params![
-                r.tenant,
-                r.run_id,
-                p.adapter,
-                i64::from(p.adapter_version),
-                i64::from(p.grammar_version)
-            ])?;
-        }
-    }
+    update_provenance(&tx, runs)?;
     tx.commit()?;
+    Ok(())
+}
+
+/// The provenance rule ([`rows::provenance_update`]) for each run, inside `tx`.
+fn update_provenance(
+    tx: &rusqlite::Transaction<'_>,
+    runs: &[RunProvenance],
+) -> Result<(), ArchiveError> {
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let mut update = tx.prepare_cached(&rows::provenance_update(|n| format!("?{n}")))?;
+    for r in runs {
+        let p = &r.provenance;
+        update.execute(params![
+            r.tenant,
+            r.run_id,
+            p.adapter,
+            i64::from(p.adapter_version),
+            i64::from(p.grammar_version)
+        ])?;
+    }
     Ok(())
 }
 
@@ -1077,13 +1096,25 @@ fn sqlite_limit(limit: u32) -> i64 {
 #[async_trait::async_trait]
 impl Store for SqliteStore {
     async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError> {
+        self.insert_batch_with_provenance(events, &[]).await
+    }
+
+    async fn insert_batch_with_provenance(
+        &self,
+        events: &[ArchivedEvent],
+        runs: &[RunProvenance],
+    ) -> Result<InsertOutcome, ArchiveError> {
         if events.is_empty() {
+            self.record_provenance(runs).await?;
             return Ok(InsertOutcome::default());
         }
         // Encoding happens here, on the caller's task, in parallel with the writer
         // thread committing the previous batch.
-        let rows = rows::to_rows(events)?;
-        self.submit(|reply| WriteJob::Events { rows, reply }).await
+        let batch = EventBatch {
+            rows: rows::to_rows(events)?,
+            provenance: runs.to_vec(),
+        };
+        self.submit(|reply| WriteJob::Events { batch, reply }).await
     }
 
     async fn events_after(

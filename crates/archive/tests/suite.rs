@@ -78,6 +78,7 @@ both_backends!(
     thinking_search_holds_what_was_indexed_until_retention_or_erasure,
     accounting_merges_usage_across_batches_in_any_order,
     provenance_keeps_the_lowest_versions_seen,
+    a_batch_and_its_provenance_commit_together,
 );
 
 fn outcome(inserted: u64, duplicates: u64, conflicts: u64) -> InsertOutcome {
@@ -1463,4 +1464,70 @@ async fn provenance_keeps_the_lowest_versions_seen(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(stamped().await, owned("f1/old", 2, 1));
+}
+
+/// The archiver's commit: a run's first batch is stamped by the same call that archives
+/// it, batches committed concurrently (SQLite merges them into one transaction) each stamp
+/// their own runs, and a run named twice in one call keeps the lower of each version.
+async fn a_batch_and_its_provenance_commit_together(backend: Backend) {
+    let store = backend.open().await;
+    let stamp = |run_id: &str, adapter_version: u32, grammar_version: u32| RunProvenance {
+        tenant: "t1".into(),
+        run_id: run_id.into(),
+        provenance: Provenance {
+            adapter: format!("f1/{adapter_version}"),
+            adapter_version,
+            grammar_version,
+        },
+    };
+    let first = |run_id: &str| archived(env("t1", None, run_id, 1), 1, start("anthropic", "m"), 1);
+    let inserted = store
+        .insert_batch_with_provenance(&[first("run-a")], &[stamp("run-a", 3, 2)])
+        .await
+        .unwrap();
+    assert_eq!(inserted, outcome(1, 0, 0));
+
+    let batches: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            let run = format!("run-c{i}");
+            tokio::spawn(async move {
+                let events = [first(&run)];
+                let runs = [stamp(&run, 10 + i, 1), stamp(&run, 20, 0)];
+                store.insert_batch_with_provenance(&events, &runs).await
+            })
+        })
+        .collect();
+    for batch in batches {
+        assert_eq!(batch.await.unwrap().unwrap(), outcome(1, 0, 0));
+    }
+
+    let stamped = |run_id: String| {
+        let store = store.clone();
+        async move {
+            let run = store.get_run("t1", &run_id).await.unwrap().unwrap();
+            run.provenance
+                .map(|p| (p.adapter, p.adapter_version, p.grammar_version))
+        }
+    };
+    assert_eq!(
+        stamped("run-a".into()).await,
+        Some(("f1/3".to_owned(), 3, 2))
+    );
+    for i in 0..8u32 {
+        assert_eq!(
+            stamped(format!("run-c{i}")).await,
+            Some((format!("f1/{}", 10 + i), 10 + i, 0)),
+            "run-c{i}"
+        );
+    }
+    // Provenance alone (no events) still goes through the rule.
+    store
+        .insert_batch_with_provenance(&[], &[stamp("run-a", 2, 2)])
+        .await
+        .unwrap();
+    assert_eq!(
+        stamped("run-a".into()).await,
+        Some(("f1/2".to_owned(), 2, 2))
+    );
 }

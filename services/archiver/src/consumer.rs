@@ -202,16 +202,12 @@ async fn archive(
     } = taken;
     let mut committing = std::time::Instant::now();
     loop {
-        // Provenance after the events (it stamps their `runs` rows); both before the
-        // ack, and both idempotent, so a retry or a redelivery repeats them harmlessly.
-        let committed = match store.insert_batch(&events).await {
-            Ok(outcome) => store
-                .record_provenance(&provenances)
-                .await
-                .map(|()| outcome),
-            Err(e) => Err(e),
-        };
-        match committed {
+        // The events and their provenance in one transaction, before the ack; both
+        // idempotent, so a retry or a redelivery repeats them harmlessly.
+        match store
+            .insert_batch_with_provenance(&events, &provenances)
+            .await
+        {
             Ok(outcome) => {
                 record_step("commit", committing.elapsed());
                 metrics::counter!("streamgate_archiver_events_inserted_total")
