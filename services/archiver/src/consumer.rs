@@ -245,9 +245,10 @@ async fn archive(
 }
 
 /// What made the runs of one consumer batch, one entry per run (the lowest versions when
-/// its messages disagree, as the store keeps them).
+/// its messages disagree, as the store keeps them). Ordered by run, as the batch's rows
+/// are: replicas' transactions then lock `runs` rows in one order (no deadlocks).
 #[derive(Default)]
-struct Provenances(std::collections::HashMap<(String, String), MadeBy>);
+struct Provenances(std::collections::BTreeMap<(String, String), MadeBy>);
 
 impl Provenances {
     /// The store's rule, per field: the adapter (name and version) of the lowest adapter
