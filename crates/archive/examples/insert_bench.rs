@@ -9,15 +9,17 @@
 //! Events are generated up front like `SG_EVENTS` delivers them: `--runs` runs streaming
 //! concurrently, their events interleaved on the journal, so every batch touches many
 //! runs. With `--run-events N` each run has N events and is followed by a new one in its
-//! place (runs starting all the time, as in `streamgate bench pipeline`: 268); without, each
-//! of the `--runs` runs lasts the whole journal. Each run is `lifecycle/start`, assistant deltas, `lifecycle/end` with usage.
-//! The timed part is only `insert_batch`; with `--writers N` that many tasks insert
+//! place (runs starting all the time, as in `streamgate bench pipeline`: 268); without,
+//! each of the `--runs` runs lasts the whole journal. Each run is `lifecycle/start`,
+//! assistant deltas, `lifecycle/end` with usage.
+//!
+//! The timed part is only the store's calls; with `--writers N` that many tasks insert
 //! disjoint batches concurrently (archiver replicas / in-flight batches). With
 //! `--provenance` each batch also stamps what made its runs, as the archiver does:
 //! `apart` in a second transaction (`record_provenance`, the archiver up to 2026-12-03),
-//! `joined` in the same one (`insert_batch_with_provenance`, the archiver since). PostgreSQL uses
-//! a fresh database on `$STREAMGATE_PG_URL` (default the local trust-auth server), dropped
-//! afterwards; SQLite a file in a temp dir.
+//! `joined` in the same one (`insert_batch_with_provenance`, the archiver since).
+//! PostgreSQL uses a fresh database on `$STREAMGATE_PG_URL` (default the local trust-auth
+//! server), dropped afterwards; SQLite a file in a temp dir.
 
 #[path = "../tests/common/mod.rs"]
 mod common;

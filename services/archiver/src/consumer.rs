@@ -246,7 +246,8 @@ async fn archive(
 
 /// What made the runs of one consumer batch, one entry per run (the lowest versions when
 /// its messages disagree, as the store keeps them). Ordered by run, as the batch's rows
-/// are: replicas' transactions then lock `runs` rows in one order (no deadlocks).
+/// are, so two replicas' transactions take `runs` row locks in key order at each step
+/// (a deadlock PostgreSQL still finds is rolled back, and the batch retried).
 #[derive(Default)]
 struct Provenances(std::collections::BTreeMap<(String, String), MadeBy>);
 
