@@ -393,14 +393,13 @@ pub fn assert_archive_eq(run: &str, got: &[ArchivedEvent], want: &[Value], ctx: 
     );
 }
 
-/// Waits until a durable consumer exists (its service is consuming).
+/// Waits until a durable consumer exists (its service is consuming): `durable` itself or,
+/// for the normalizer's partitions, an incarnation of it (`streamgate_bus::incarnation`).
 pub async fn wait_consumer(js: &async_nats::jetstream::Context, stream: &str, durable: &str) {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        if let Ok(s) = js.get_stream(stream).await {
-            if s.consumer_info(durable).await.is_ok() {
-                return;
-            }
+        if current_consumer(js, stream, durable).await.is_some() {
+            return;
         }
         assert!(
             Instant::now() < deadline,
@@ -410,7 +409,20 @@ pub async fn wait_consumer(js: &async_nats::jetstream::Context, stream: &str, du
     }
 }
 
-/// The normalizer's durable consumers, one per partition (`sg-normalizer-pNN`).
+/// The consumer serving `durable` now (itself or its newest incarnation), if any.
+pub async fn current_consumer(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    durable: &str,
+) -> Option<async_nats::jetstream::consumer::Info> {
+    streamgate_bus::incarnation::current(js, stream, durable)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The normalizer's durable consumers, one per partition (`sg-normalizer-pNN`, each
+/// served by an incarnation of its own).
 pub fn normalizer_durables(prefix: &str) -> Vec<String> {
     (0..DEFAULT_PARTITIONS)
         .map(|p| streamgate_bus::subject::partition_durable(prefix, DEFAULT_PARTITIONS, p))
@@ -451,11 +463,7 @@ pub async fn wait_quiet(js: &async_nats::jetstream::Context) {
     loop {
         let mut idle = true;
         for (stream, durable) in &consumers {
-            let info = js
-                .get_stream(stream)
-                .await
-                .expect("stream")
-                .consumer_info(durable)
+            let info = current_consumer(js, stream, durable)
                 .await
                 .expect("consumer info");
             idle &= info.num_pending == 0 && info.num_ack_pending == 0;
@@ -729,10 +737,11 @@ pub async fn lease_owners(
 /// Redeliveries each normalizer partition consumer counts (0 everywhere: every raw
 /// message was taken once, by the replica holding its partition).
 pub async fn normalizer_redeliveries(js: &async_nats::jetstream::Context) -> u64 {
-    let stream = js.get_stream(RAW_STREAM).await.expect("SG_RAW");
     let mut total = 0;
     for durable in normalizer_durables("sg-normalizer") {
-        let info = stream.consumer_info(&durable).await.expect("consumer info");
+        let info = current_consumer(js, RAW_STREAM, &durable)
+            .await
+            .expect("consumer info");
         total += info.num_redelivered as u64;
     }
     total

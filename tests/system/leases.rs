@@ -11,6 +11,10 @@
 //!   `streamgate normalizer` processes; one is SIGKILLed mid-ingest, with runs of its
 //!   partitions in flight. Its leases (visible in `SG_LEASES`) pass to the survivor once
 //!   their TTL ran out, and every run still archives complete and duplicate-free.
+//! - `partition_consumers_deleted_mid_ingest_are_made_again_and_nothing_is_lost`: every
+//!   partition's consumer (an incarnation, acknowledged in order) is deleted while runs
+//!   are half ingested; the workers make new ones from their ack floors and every run
+//!   still archives complete.
 
 use crate::common;
 
@@ -19,7 +23,7 @@ use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use streamgate_bus::subject::partition_of;
-use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM};
+use streamgate_bus::{DEFAULT_PARTITIONS, EVENTS_STREAM, RAW_STREAM};
 
 /// Partitions each of two replicas holds once they split them.
 const HALF: usize = DEFAULT_PARTITIONS as usize / 2;
@@ -241,4 +245,63 @@ async fn a_sigkilled_normalizer_hands_its_partitions_to_the_survivor_after_the_t
     if std::env::var_os("E2E_LOGS").is_some() {
         eprintln!("{}", tail(&survivor.log_text(), 60));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_consumers_deleted_mid_ingest_are_made_again_and_nothing_is_lost() {
+    let p = Pipeline::start(Backend::Sqlite).await;
+    wait_normalizer(&p.js, "sg-normalizer").await;
+    let runs = runs(7);
+    // The first half of every run's chunks.
+    futures::future::join_all(runs.iter().map(|(run, case, chunks)| {
+        let spec = spec(run, &case.family);
+        let ingestor = &p.ingestor;
+        async move { put_range(ingestor, &spec, chunks, 0, chunks.len() / 2).await }
+    }))
+    .await;
+    let raw = p.js.get_stream(RAW_STREAM).await.expect("SG_RAW");
+    let mut deleted = Vec::new();
+    for base in normalizer_durables("sg-normalizer") {
+        let now = current_consumer(&p.js, RAW_STREAM, &base)
+            .await
+            .expect("a consumer per partition");
+        assert_ne!(now.name, base, "served by an incarnation of its own");
+        raw.delete_consumer(&now.name).await.expect("delete");
+        deleted.push(now.name);
+    }
+    // The rest, and the close markers.
+    futures::future::join_all(runs.iter().map(|(run, case, chunks)| {
+        let spec = spec(run, &case.family);
+        let ingestor = &p.ingestor;
+        async move {
+            put_range(ingestor, &spec, chunks, chunks.len() / 2, chunks.len()).await;
+            put(
+                ingestor,
+                &spec,
+                chunks.len() as u64,
+                Bytes::new(),
+                Some(streamgate_bus::raw::CloseKind::Normal),
+            )
+            .await;
+        }
+    }))
+    .await;
+    for (run, case, chunks) in &runs {
+        let want = expected(&case.family, &case.bytes);
+        let got = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+        assert_archive_eq(
+            run,
+            &got,
+            &want,
+            &format!("{} ({} chunks)", case.name, chunks.len()),
+        );
+    }
+    wait_quiet(&p.js).await;
+    for (base, old) in normalizer_durables("sg-normalizer").iter().zip(&deleted) {
+        let now = current_consumer(&p.js, RAW_STREAM, base)
+            .await
+            .expect("made again");
+        assert_ne!(&now.name, old, "{base} was made again");
+    }
+    assert_eq!(p.store.conflicts_total(), 0);
 }

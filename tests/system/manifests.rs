@@ -772,10 +772,10 @@ async fn wait_consumers(d: &mut Deployed) {
 }
 
 async fn consumer_exists(js: &async_nats::jetstream::Context, stream: &str, durable: &str) -> bool {
-    match js.get_stream(stream).await {
-        Ok(s) => s.consumer_info(durable).await.is_ok(),
-        Err(_) => false,
-    }
+    matches!(
+        streamgate_bus::incarnation::current(js, stream, durable).await,
+        Ok(Some(_))
+    )
 }
 
 /// `streamgate ingest` of the capture as `run` into the normalizer's gRPC front door,

@@ -192,18 +192,29 @@ pub const LAG_REPORT_EVERY: Duration = Duration::from_secs(5);
 /// (`streamgate_consumer_pending_messages`, `streamgate_consumer_ack_pending_messages`,
 /// labelled by stream and consumer) every [`LAG_REPORT_EVERY`] until `stop`. Each
 /// replica reports every consumer it names (the same values from every replica: the
-/// broker's view), so a scrape of any replica shows the group's lag. A consumer that
-/// does not exist yet is skipped.
+/// broker's view), so a scrape of any replica shows the group's lag. A name stands for
+/// itself or its newest [`crate::incarnation`], so the label stays `sg-normalizer-pNN`
+/// while its owners make consumers of their own. A consumer that does not exist yet is
+/// skipped.
 pub async fn report_lag(
     js: jetstream::Context,
     stream: &'static str,
     consumers: Vec<String>,
     stop: tokio_util::sync::CancellationToken,
 ) {
+    use futures::TryStreamExt as _;
     loop {
         if let Ok(s) = js.get_stream(stream).await {
+            // One listing per round (paged by the broker), not a request per consumer.
+            let all: Vec<jetstream::consumer::Info> =
+                s.consumers().try_collect().await.unwrap_or_default();
             for name in &consumers {
-                let Ok(info) = s.consumer_info(name).await else {
+                let mine: Vec<_> = all
+                    .iter()
+                    .filter(|c| crate::incarnation::belongs(&c.name, name))
+                    .cloned()
+                    .collect();
+                let Some(info) = crate::incarnation::newest(&mine) else {
                     continue;
                 };
                 let labels = [("stream", stream.to_owned()), ("consumer", name.clone())];

@@ -108,19 +108,24 @@ pub fn default_member_id() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "host".to_owned());
-    // RandomState is seeded from the OS per process (and varied per instance), which is
-    // all the randomness a member id needs.
+    crate::kv::token(&format!(
+        "{host}-{}-{:06x}",
+        std::process::id(),
+        random_u64() & 0xff_ffff
+    ))
+}
+
+/// 64 bits that differ between processes and calls: enough for names that must not
+/// collide among live ones (member ids, consumer incarnations). RandomState is seeded
+/// from the OS per process and varied per instance.
+pub(crate) fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
     );
-    crate::kv::token(&format!(
-        "{host}-{}-{:06x}",
-        std::process::id(),
-        h.finish() & 0xff_ffff
-    ))
+    h.finish()
 }
 
 /// What a group of replicas shares.

@@ -65,6 +65,8 @@
 //! - [`raw`]: [`raw::RawChunk`] ⇄ message, [`raw::publish_raw`].
 //! - [`events`]: [`events::publish_batches`] (pipelined) and [`events::decode_message`].
 //! - [`consume`]: durable pull consumers and [`consume::read_subject`] for run rebuilds.
+//! - [`incarnation`]: a consumer of its own for each owner of a partition, acknowledged
+//!   in order (the normalizer's).
 //! - [`lease`]: partition leases in KV ([`lease::PartitionLeases`]) and the per-partition
 //!   workers they run — how the normalizer and projector replicas split the partitions.
 //! - [`trace`]: W3C `traceparent` through NATS headers.
@@ -83,6 +85,7 @@ pub mod consume;
 pub mod erase;
 pub mod events;
 mod hdr;
+pub mod incarnation;
 pub mod kv;
 pub mod lease;
 pub mod local;

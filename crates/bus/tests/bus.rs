@@ -856,6 +856,117 @@ async fn partition_durables_start_after_the_legacy_consumers_ack_floor() {
     );
 }
 
+/// A partition's consumer incarnations: each starts right after what the earlier ones
+/// acknowledged (in order), a fresh one's floor is just before its start, an explicit
+/// start wins, and making one deletes the others — a fixed-name consumer of an earlier
+/// release included.
+#[tokio::test]
+async fn each_consumer_incarnation_starts_after_what_the_earlier_ones_acknowledged() {
+    use streamgate_bus::incarnation::{self, Start};
+    let (_server, js) = setup().await;
+    let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
+    for i in 0..10 {
+        raw::publish_raw(&js, &data_chunk(&addr, i, b"x"))
+            .await
+            .unwrap();
+    }
+    let base = "sg-normalizer-p07";
+    let spec = incarnation::Spec {
+        stream: RAW_STREAM.into(),
+        base: base.into(),
+        filter: subject::raw_partition_filter(addr.partition),
+        ack_wait: Duration::from_secs(30),
+        max_ack_pending: 100,
+    };
+    let consumers = || async {
+        let stream = js.get_stream(RAW_STREAM).await.unwrap();
+        let mut names: Vec<String> = incarnation::list(&stream, base)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        names.sort();
+        names
+    };
+    let take = |c: jetstream::consumer::PullConsumer, n: usize| async move {
+        let mut got = c.fetch().max_messages(n).messages().await.unwrap();
+        let mut out = Vec::new();
+        while let Some(m) = got.next().await {
+            out.push(m.unwrap());
+        }
+        out
+    };
+    // An earlier release's fixed-name consumer, acknowledged up to seq 3.
+    let old = consume::durable_pull(
+        &js,
+        RAW_STREAM,
+        base,
+        vec![spec.filter.clone()],
+        Duration::from_secs(30),
+        100,
+    )
+    .await
+    .unwrap();
+    for m in take(old, 3).await {
+        m.double_ack().await.unwrap();
+    }
+    let first = incarnation::open(
+        &js,
+        &spec,
+        Start::Resume(jetstream::consumer::DeliverPolicy::All),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.start, 4, "after the fixed-name consumer's floor");
+    assert_eq!(
+        consumers().await,
+        std::slice::from_ref(&first.name),
+        "the old one is deleted"
+    );
+    let msgs = take(first.consumer.clone(), 4).await;
+    let seqs: Vec<u64> = msgs
+        .iter()
+        .map(|m| m.info().unwrap().stream_sequence)
+        .collect();
+    assert_eq!(seqs, [4, 5, 6, 7]);
+    // One in-order ack of the second: 4 and 5 are done, 6 and 7 were never processed.
+    msgs[1].double_ack().await.unwrap();
+    let second = incarnation::open(
+        &js,
+        &spec,
+        Start::Resume(jetstream::consumer::DeliverPolicy::All),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.start, 6);
+    assert_eq!(consumers().await, std::slice::from_ref(&second.name));
+    // A fresh incarnation that acknowledged nothing: its floor is just before its start.
+    let third = incarnation::open(&js, &spec, Start::At(9)).await.unwrap();
+    assert_eq!(third.start, 9, "an explicit start wins");
+    let fourth = incarnation::open(
+        &js,
+        &spec,
+        Start::Resume(jetstream::consumer::DeliverPolicy::All),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fourth.start, 9);
+    let msgs = take(fourth.consumer.clone(), 5).await;
+    let seqs: Vec<u64> = msgs
+        .iter()
+        .map(|m| m.info().unwrap().stream_sequence)
+        .collect();
+    assert_eq!(seqs, [9, 10]);
+    assert_eq!(
+        incarnation::current(&js, RAW_STREAM, base)
+            .await
+            .unwrap()
+            .map(|c| c.name),
+        Some(fourth.name)
+    );
+}
+
 /// Every file under `dir` whose bytes contain `needle`.
 fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<String> {
     let mut found = Vec::new();

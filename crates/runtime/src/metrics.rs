@@ -27,7 +27,8 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_gateway_frames_malformed_total", Kind::Counter, "OpenClaw gateway WebSocket frames that were not protocol frames"),
     ("streamgate_normalizer_chunks_total", Kind::Counter, "Raw chunks the normalizer applied to their runs"),
     ("streamgate_normalizer_events_published_total", Kind::Counter, "Canonical events the normalizer published to SG_EVENTS"),
-    ("streamgate_normalizer_bad_raw_total", Kind::Counter, "Raw messages that could not be read (terminated, with a diagnostic)"),
+    ("streamgate_normalizer_bad_raw_total", Kind::Counter, "Raw messages that could not be read (logged and passed over; their bytes stay in SG_RAW)"),
+    ("streamgate_normalizer_delivery_gaps_total", Kind::Counter, "Raw deliveries that never reached the normalizer (a consumer sequence skipped): the partition was taken again from its first chunk not processed"),
     ("streamgate_connections_evicted_total", Kind::Counter, "Connections closed because every slot (or their peer address's share) was taken and they had sent nothing yet (the longest-silent first)"),
     ("streamgate_connections_refused_total", Kind::Counter, "New connections closed at once because their peer address held its share of the slots with connections that all spoke"),
     ("streamgate_normalizer_events_cut_total", Kind::Counter, "Events over the broker's max_payload whose longest texts were cut to fit (SG_RAW keeps the provider's bytes)"),
@@ -35,7 +36,7 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     ("streamgate_normalizer_final_answers_cut_total", Kind::Counter, "Final answers over the bytes an open run keeps in memory (8 MiB), sent with their head and a note of the cut (SG_RAW keeps the provider's bytes)"),
     ("streamgate_normalizer_rebuilds_total", Kind::Counter, "Runs rebuilt from SG_RAW (restart, redelivery, partition move)"),
     ("streamgate_normalizer_pull_wait_seconds", Kind::Histogram, "From a chunk's ingest to the normalizer taking it from its partition's consumer (the broker's store and delivery, and the batches ahead of it)"),
-    ("streamgate_normalizer_batch_seconds", Kind::Histogram, "Time a consumer batch spends in each of the normalizer's steps, by step: apply (normalize its chunks), publish (its events and the open-runs registry, until the broker's acks), ack (its chunks)"),
+    ("streamgate_normalizer_batch_seconds", Kind::Histogram, "Time a consumer batch spends in each of the normalizer's steps, by step: apply (normalize its chunks), publish (its events and the open-runs registry, until the broker's acks), ack (its one in-order ack)"),
     ("streamgate_normalizer_open_runs", Kind::Gauge, "Runs the normalizer holds open in memory"),
     ("streamgate_normalizer_runs_evicted_total", Kind::Counter, "Open runs evicted from memory under the budget (rebuilt when they go on)"),
     // Archiver.

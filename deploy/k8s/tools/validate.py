@@ -223,7 +223,7 @@ def check_policy(rendered):
     for name, d in rendered:
         if d["kind"] == "ScaledObject":
             target, mx = d["spec"]["scaleTargetRef"]["name"], d["spec"].get("maxReplicaCount", 100)
-            consumers = {t["metadata"].get("consumer") for t in d["spec"]["triggers"]}
+            consumers = {trigger_consumer(t) for t in d["spec"]["triggers"]}
         elif d["kind"] == "HorizontalPodAutoscaler":
             target, mx, consumers = d["spec"]["scaleTargetRef"]["name"], d["spec"]["maxReplicas"], None
         else:
@@ -245,6 +245,16 @@ def check_policy(rendered):
             if consumers != want:
                 err(f"{name} {ident(d)}", f"triggers must cover exactly the consumers {sorted(want)}; "
                     f"missing {sorted(want - consumers)}, extra {sorted(consumers - want)}")
+
+
+def trigger_consumer(trigger):
+    """The partition consumer a KEDA trigger scales on: nats-jetstream names it, a
+    prometheus trigger selects streamgate_consumer_pending_messages by its label."""
+    meta = trigger["metadata"]
+    if trigger["type"] == "prometheus":
+        m = re.search(r'consumer="([^"]+)"', meta.get("query", ""))
+        return m.group(1) if m else None
+    return meta.get("consumer")
 
 
 def main():

@@ -1,32 +1,40 @@
 //! The normalization worker: SG_RAW → per-run adapters → SG_EVENTS.
 //!
 //! Replicas split the partitions with leases (`streamgate_bus::lease`, group
-//! `normalizer`): each held partition has a worker of its own, with its own durable
-//! consumer `<durable>-pNN` (filter `sg.raw.*.<p>.*`) and its own run table, so a run's
-//! chunks reach one replica only and a new owner resumes from the consumer's ack floor.
+//! `normalizer`): each held partition has a worker of its own, with its own run table
+//! and a consumer of its own (filter `sg.raw.*.<p>.*`) — an incarnation of
+//! `<durable>-pNN` (`streamgate_bus::incarnation`) made when the worker starts, right
+//! after the lowest ack floor the partition's earlier consumers left, so a run's chunks
+//! reach one replica only and a new owner resumes where the last one stopped.
 //! A released partition's worker drains: the batch in hand and what is already
 //! buffered are processed and acknowledged before the lease goes. A lost partition's
-//! worker is aborted; what it had not acknowledged is redelivered to the next owner,
+//! worker is aborted; what it had not acknowledged is delivered again to the next owner,
 //! which rebuilds the run from SG_RAW (docs/architecture.md §4).
 //!
 //! Messages are taken in batches. Each batch is applied to the run table in stream order
 //! (which is per-run chunk order), the events the batch's chunks of one run yield are
 //! published together (one SG_EVENTS message unless size splits it,
-//! `streamgate_bus::events`) and acknowledged by the broker, and only then are the
-//! batch's raw messages acknowledged. A crash anywhere before the raw ack means the
-//! chunks are redelivered and their events re-published — duplicates (by seq) the
-//! archive and projectors ignore.
+//! `streamgate_bus::events`) and acknowledged by the broker, and only then is the batch
+//! acknowledged — with one ack, in order (`AckPolicy::All`): the broker's work per chunk
+//! is a third less than with an ack per message (docs/performance.md). That ack covers
+//! every earlier message of the partition, so the worker checks that deliveries arrive
+//! without a gap (consumer sequences 1, 2, 3, …) and acknowledges only the whole prefix;
+//! after a gap, a batch that failed or its consumer deleted, it makes a new incarnation
+//! from the first chunk not processed. A crash anywhere before the ack means the chunks
+//! are delivered again and their events re-published — duplicates (by seq) the archive
+//! and projectors ignore.
 
 use crate::config::NormalizerConfig;
 use crate::open_runs::OpenRuns;
 use crate::runs::{Applied, RunBudget, RunKey, RunTable};
-use async_nats::jetstream::message::AckKind;
+use async_nats::jetstream::consumer::pull::{MessagesError, MessagesErrorKind};
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
-use streamgate_bus::consume::{durable_pull_from, read_subject, start_after_legacy};
+use streamgate_bus::consume::{read_subject, start_after_legacy};
 use streamgate_bus::events::{publish_batches_under, Batch, MadeBy};
+use streamgate_bus::incarnation::{self, Start};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
 use streamgate_bus::subject::{partition_durable, raw_partition_filter, RunAddr};
@@ -141,7 +149,8 @@ pub async fn run(
     Worker::open(js, cfg, partitions).await?.run(shutdown).await
 }
 
-/// One partition: its durable consumer, its run table, its idle reaper.
+/// One partition: its consumer (an [`incarnation`] of `<durable>-pNN`), its run table,
+/// its idle reaper.
 async fn partition_worker(
     js: async_nats::jetstream::Context,
     cfg: NormalizerConfig,
@@ -151,37 +160,38 @@ async fn partition_worker(
     work: PartitionWork,
 ) -> anyhow::Result<()> {
     let p = work.partition;
-    let durable = partition_durable(&cfg.durable, partitions, p);
     // The process-wide backpressure bound, split over the partitions; never below two
     // pull batches, which keeps one pull in flight while the previous is processed.
     let max_ack_pending = (cfg.max_ack_pending / i64::from(partitions))
         .max(2 * i64::try_from(cfg.batch).unwrap_or(i64::MAX));
+    let spec = incarnation::Spec {
+        stream: RAW_STREAM.to_owned(),
+        base: partition_durable(&cfg.durable, partitions, p),
+        filter: raw_partition_filter(p),
+        ack_wait: cfg.ack_wait,
+        max_ack_pending,
+    };
     // A deployment upgraded from the single shared consumer `<durable>` resumes where
     // that one was acknowledged, not at the start of SG_RAW.
-    let start = start_after_legacy(&js, RAW_STREAM, &cfg.durable).await?;
-    let consumer = durable_pull_from(
-        &js,
-        RAW_STREAM,
-        &durable,
-        vec![raw_partition_filter(p)],
-        cfg.ack_wait,
-        max_ack_pending,
-        start,
-    )
-    .await?;
-    let mut messages = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
+    let legacy = start_after_legacy(&js, RAW_STREAM, &cfg.durable).await?;
+    let mut pulling = Pulling::open(&js, &spec, Start::Resume(legacy), cfg.batch).await?;
     let mut table = RunTable::with_budget(budget.clone());
     adopt_open_runs(&js, &open_runs, p, &mut table).await;
     let mut idle_tick = tokio::time::interval(cfg.idle_check);
     idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    debug!(partition = p, durable = %durable, "consuming partition");
+    debug!(partition = p, consumer = %pulling.name, "consuming partition");
     loop {
         tokio::select! {
             biased;
             () = work.release.cancelled() => break,
-            batch = messages.next() => {
+            batch = pulling.messages.next() => {
                 let Some(batch) = batch else { break };
-                handle_batch(&js, &open_runs, &mut table, &budget, batch).await;
+                let next = handle_batch(&js, &open_runs, &mut table, &budget, &mut pulling, batch).await;
+                if reopen(&js, &pulling, next).await {
+                    let start = Start::At(pulling.resume_at);
+                    pulling = Pulling::open(&js, &spec, start, cfg.batch).await?;
+                    debug!(partition = p, consumer = %pulling.name, "consuming partition again");
+                }
             }
             _ = idle_tick.tick() => {
                 // Only this partition's runs: another replica's are its business.
@@ -195,12 +205,103 @@ async fn partition_worker(
         }
     }
     // Released: what the consumer already handed us is processed and acknowledged too,
-    // rather than left to wait out the ack wait at the next owner.
-    while let Some(Some(batch)) = messages.next().now_or_never() {
-        handle_batch(&js, &open_runs, &mut table, &budget, batch).await;
+    // rather than left to the next owner.
+    while let Some(Some(batch)) = pulling.messages.next().now_or_never() {
+        let next = handle_batch(&js, &open_runs, &mut table, &budget, &mut pulling, batch).await;
+        if next != Next::Pull {
+            break;
+        }
+    }
+    // The last ack on its way before the lease goes: the next owner starts after it.
+    if let Err(e) = js.client().flush().await {
+        debug!(partition = p, error = %e, "cannot flush the last ack");
     }
     debug!(partition = p, "partition drained");
     Ok(())
+}
+
+/// A partition's current consumer incarnation, and how far what it delivered is known to
+/// be whole.
+struct Pulling {
+    name: String,
+    messages: futures::stream::ReadyChunks<PullStream>,
+    /// The consumer sequence the next delivery must carry. Any other means a delivery
+    /// never arrived (lost on a reconnect, dropped as a slow consumer), and an in-order
+    /// ack past it would cover a chunk nobody processed.
+    next_delivery: u64,
+    /// The stream sequence a new incarnation starts at: everything of the partition
+    /// before it was processed and acknowledged.
+    resume_at: u64,
+}
+
+type PullStream = async_nats::jetstream::consumer::pull::Stream;
+
+impl Pulling {
+    async fn open(
+        js: &async_nats::jetstream::Context,
+        spec: &incarnation::Spec,
+        start: Start,
+        batch: usize,
+    ) -> anyhow::Result<Pulling> {
+        let made = incarnation::open(js, spec, start).await?;
+        let messages = streamgate_bus::consume::batches(&made.consumer, batch).await?;
+        Ok(Pulling {
+            name: made.name,
+            messages,
+            next_delivery: 1,
+            resume_at: made.start,
+        })
+    }
+}
+
+/// What a partition worker does after a batch.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Go on pulling.
+    Pull,
+    /// Make a new incarnation from [`Pulling::resume_at`]: a delivery never arrived, or
+    /// the batch failed. Its chunks come again from the new one.
+    Reopen,
+    /// The consumer was deleted under a waiting pull.
+    Deleted,
+    /// The broker did not answer a pull (no responders, missed heartbeats): the consumer
+    /// may be gone — deleted while no pull of ours was waiting — or the broker away.
+    Check,
+}
+
+/// How long a worker whose consumer was deleted waits before it makes a new one. When
+/// the deleter is a new owner of the partition (this replica's lease was lost and it has
+/// not noticed yet), each would otherwise delete the other's consumer back to back until
+/// the lease runner stops this worker.
+const REMAKE_DELETED_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether, after a batch that said `next`, the partition needs a new incarnation (from
+/// [`Pulling::resume_at`]: nothing processed is lost and nothing is taken twice by the
+/// run table).
+async fn reopen(js: &async_nats::jetstream::Context, pulling: &Pulling, next: Next) -> bool {
+    let deleted = match next {
+        Next::Pull => return false,
+        Next::Reopen => return true,
+        Next::Deleted => true,
+        Next::Check => consumer_gone(js, &pulling.name).await,
+    };
+    if deleted {
+        warn!(consumer = %pulling.name, "the partition's consumer was deleted; making a new one");
+        tokio::time::sleep(REMAKE_DELETED_AFTER).await;
+    }
+    deleted
+}
+
+/// Whether the broker says the consumer `name` does not exist (not when it cannot say).
+async fn consumer_gone(js: &async_nats::jetstream::Context, name: &str) -> bool {
+    use async_nats::jetstream::context::ConsumerInfoErrorKind;
+    match js.get_stream(RAW_STREAM).await {
+        Ok(stream) => matches!(
+            stream.consumer_info(name).await,
+            Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound
+        ),
+        Err(_) => false,
+    }
 }
 
 /// Hands the runs left open in partition `p` (by a previous owner, or this replica before
@@ -253,39 +354,97 @@ async fn handle_batch(
     open_runs: &OpenRuns,
     table: &mut RunTable,
     budget: &RunBudget,
-    batch: Vec<
-        Result<
-            async_nats::jetstream::Message,
-            async_nats::jetstream::consumer::pull::MessagesError,
-        >,
-    >,
-) {
-    let mut msgs = Vec::with_capacity(batch.len());
-    for m in batch {
-        match m {
-            Ok(m) => msgs.push(m),
-            Err(e) => warn!(error = %e, "SG_RAW consumer error"),
+    pulling: &mut Pulling,
+    batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
+) -> Next {
+    let (msgs, mut next) = whole_prefix(&mut pulling.next_delivery, &pulling.name, batch);
+    if let Some(last) = msgs.iter().max_by_key(|m| stream_sequence(m)) {
+        let resume_at = stream_sequence(last) + 1;
+        match process_batch(js, open_runs, table, &msgs).await {
+            Ok(()) => {
+                // In order: this ack covers every message of the batch (and of the
+                // partition) before it.
+                let acking = Instant::now();
+                if let Err(e) = last.ack().await {
+                    warn!(error = %e, "raw ack failed; the next one covers it");
+                }
+                record_step("ack", acking.elapsed());
+                pulling.resume_at = pulling.resume_at.max(resume_at);
+            }
+            Err(e) => {
+                // Nothing of the failed batch was acknowledged: a new incarnation
+                // delivers it again.
+                warn!(error = %e, "batch failed; it will be delivered again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if next == Next::Pull {
+                    next = Next::Reopen;
+                }
+            }
         }
-    }
-    if let Err(e) = process_batch(js, open_runs, table, msgs).await {
-        // Nothing of the failed batch was acknowledged: it is redelivered.
-        warn!(error = %e, "batch failed; it will be redelivered");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     table.trim();
     metrics::gauge!("streamgate_normalizer_open_runs").set(budget.used() as f64);
+    next
+}
+
+/// The messages of `batch` up to the first one that does not follow the last delivery
+/// of `consumer` (`next_delivery`, [`Pulling::next_delivery`]), and what to do after
+/// them.
+fn whole_prefix(
+    next_delivery: &mut u64,
+    consumer: &str,
+    batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
+) -> (Vec<async_nats::jetstream::Message>, Next) {
+    let mut msgs = Vec::with_capacity(batch.len());
+    for m in batch {
+        match m {
+            Ok(m) => match m.info().map(|i| i.consumer_sequence) {
+                Ok(seq) if seq == *next_delivery => {
+                    *next_delivery += 1;
+                    msgs.push(m);
+                }
+                got => {
+                    warn!(
+                        consumer,
+                        expected = *next_delivery,
+                        got = ?got.ok(),
+                        "a raw delivery never arrived; taking the partition again from the last chunk processed"
+                    );
+                    metrics::counter!("streamgate_normalizer_delivery_gaps_total").increment(1);
+                    return (msgs, Next::Reopen);
+                }
+            },
+            Err(e) if e.kind() == MessagesErrorKind::ConsumerDeleted => {
+                return (msgs, Next::Deleted);
+            }
+            Err(e) => {
+                warn!(error = %e, "SG_RAW consumer error");
+                if matches!(
+                    e.kind(),
+                    MessagesErrorKind::NoResponders | MessagesErrorKind::MissingHeartbeat
+                ) {
+                    return (msgs, Next::Check);
+                }
+            }
+        }
+    }
+    (msgs, Next::Pull)
+}
+
+/// A delivered message's stream sequence (0 when its reply subject cannot be read, which
+/// [`whole_prefix`] never lets through).
+fn stream_sequence(msg: &async_nats::jetstream::Message) -> u64 {
+    msg.info().map_or(0, |i| i.stream_sequence)
 }
 
 async fn process_batch(
     js: &async_nats::jetstream::Context,
     open_runs: &OpenRuns,
     table: &mut RunTable,
-    msgs: Vec<async_nats::jetstream::Message>,
+    msgs: &[async_nats::jetstream::Message],
 ) -> anyhow::Result<()> {
     let mut out = BTreeMap::new();
-    let mut unreadable = BTreeSet::new();
-    if let Err(e) = apply_and_publish(js, open_runs, table, &msgs, &mut out, &mut unreadable).await
-    {
+    if let Err(e) = apply_and_publish(js, open_runs, table, msgs, &mut out).await {
         // The table already holds these runs' state past this batch, but (some of) the
         // batch's events never reached SG_EVENTS. Forget the runs: their redelivered
         // chunks, or their next ones, rebuild them from SG_RAW and publish every event
@@ -296,21 +455,6 @@ async fn process_batch(
         }
         return Err(e);
     }
-    let acking = Instant::now();
-    for (i, msg) in msgs.iter().enumerate() {
-        if unreadable.contains(&i) {
-            // Terminated, not acknowledged: never redelivered, and the broker reports it
-            // (`$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED`) for whoever watches.
-            if let Err(e) = msg.ack_with(AckKind::Term).await {
-                warn!(error = %e, "terminating an unreadable raw message failed");
-            }
-            continue;
-        }
-        if let Err(e) = msg.ack().await {
-            warn!(error = %e, "raw ack failed; the chunk will be redelivered (idempotent)");
-        }
-    }
-    record_step("ack", acking.elapsed());
     Ok(())
 }
 
@@ -383,7 +527,6 @@ async fn apply_and_publish(
     table: &mut RunTable,
     msgs: &[async_nats::jetstream::Message],
     out: &mut BTreeMap<RunKey, RunBatches>,
-    unreadable: &mut BTreeSet<usize>,
 ) -> anyhow::Result<()> {
     // `out`: per run whose state this batch moved, in seq order, the events of its
     // chunks ([`coalesce`]d); runs are published concurrently.
@@ -400,14 +543,13 @@ async fn apply_and_publish(
     let pull_wait = metrics::histogram!("streamgate_normalizer_pull_wait_seconds");
     let events_cut = metrics::counter!("streamgate_normalizer_events_cut_total");
     let answers_cut = metrics::counter!("streamgate_normalizer_final_answers_cut_total");
-    for (i, msg) in msgs.iter().enumerate() {
+    for msg in msgs {
         let chunk = match RawChunk::from_message(msg) {
             Ok(c) => c,
             Err(e) => {
                 // A message nobody can read (a malformed header, an id breaking the id
-                // rule, …) is terminated (it would loop forever) and counted; the raw
-                // bytes stay in SG_RAW for inspection.
-                unreadable.insert(i);
+                // rule, …) is counted and passed over (the batch's in-order ack covers
+                // it, so it never loops); the raw bytes stay in SG_RAW for inspection.
                 warn!(error = %e, subject = %msg.subject, "unreadable raw message");
                 metrics::counter!("streamgate_normalizer_bad_raw_total").increment(1);
                 continue;
@@ -545,6 +687,91 @@ async fn publish_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Deliveries of a real consumer: a batch is taken up to a delivery that never
+    /// arrived, the worker is told to take the partition again, and a consumer deletion
+    /// is told apart.
+    #[tokio::test]
+    async fn a_batch_is_taken_up_to_a_delivery_that_never_arrived() {
+        use streamgate_bus::subject::RunAddr;
+        let server = streamgate_testkit::NatsServer::start();
+        let js = async_nats::jetstream::new(server.client().await);
+        ensure_streams(&js, &streamgate_bus::StreamSettings::default())
+            .await
+            .unwrap();
+        let addr = RunAddr::parse("t", "r", streamgate_bus::DEFAULT_PARTITIONS).unwrap();
+        for chunk in 0..4 {
+            let raw = RawChunk {
+                addr: addr.clone(),
+                session_key: None,
+                family: "f1".into(),
+                dialect: None,
+                chunk,
+                ingest_ts_ms: 1,
+                close: None,
+                body: bytes::Bytes::from_static(b"x"),
+            };
+            publish_raw(&js, &raw).await.unwrap();
+        }
+        let spec = incarnation::Spec {
+            stream: RAW_STREAM.into(),
+            base: "sg-normalizer-p07".into(),
+            filter: raw_partition_filter(addr.partition),
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 100,
+        };
+        let made = incarnation::open(&js, &spec, Start::At(1)).await.unwrap();
+        let mut fetched = made
+            .consumer
+            .fetch()
+            .max_messages(4)
+            .messages()
+            .await
+            .unwrap();
+        let mut delivered = Vec::new();
+        while let Some(m) = fetched.next().await {
+            delivered.push(m);
+        }
+        assert_eq!(delivered.len(), 4);
+        // The whole batch.
+        let mut next = 1;
+        let whole: Vec<_> = delivered
+            .iter()
+            .map(|m| Ok(m.as_ref().unwrap().clone()))
+            .collect();
+        let (msgs, then) = whole_prefix(&mut next, "c", whole);
+        assert_eq!((msgs.len(), then, next), (4, Next::Pull, 5));
+        // The second delivery lost: only the first is taken.
+        let mut next = 1;
+        let lost: Vec<_> = [0, 2, 3]
+            .iter()
+            .map(|&i| Ok(delivered[i].as_ref().unwrap().clone()))
+            .collect();
+        let (msgs, then) = whole_prefix(&mut next, "c", lost);
+        assert_eq!((msgs.len(), then, next), (1, Next::Reopen, 2));
+        assert_eq!(stream_sequence(&msgs[0]), 1);
+        // The consumer deleted under the pull.
+        let stream = js.get_stream(RAW_STREAM).await.unwrap();
+        stream.delete_consumer(&made.name).await.unwrap();
+        let mut pull = streamgate_bus::consume::batches(&made.consumer, 8)
+            .await
+            .unwrap();
+        let then = loop {
+            let batch = pull
+                .next()
+                .await
+                .expect("the pull stream ends with an error");
+            let (_, then) = whole_prefix(&mut 1, "c", batch);
+            if then != Next::Pull {
+                break then;
+            }
+        };
+        // No pull of ours was waiting when it went: the next one is not answered.
+        assert_eq!(then, Next::Check);
+        assert!(consumer_gone(&js, &made.name).await);
+        let other = incarnation::open(&js, &spec, Start::At(1)).await.unwrap();
+        assert!(!consumer_gone(&js, &other.name).await);
+    }
     use streamgate_grammar::{Assistant, Envelope, Event, EventData};
 
     fn produced(seqs: std::ops::RangeInclusive<u64>, adapter: &str, span: char) -> Produced {

@@ -1,0 +1,195 @@
+//! Consumers made afresh by each owner of a partition: *incarnations*.
+//!
+//! A consumer that acknowledges in order (`AckPolicy::All`: one ack of a batch's highest
+//! stream sequence covers the batch) is only safe while nothing but its owner's current
+//! pull can take its messages, and while no ack from an earlier life of it can land on
+//! it. Under a fixed name neither holds: a pull stream of an overlapping owner (a frozen
+//! process resuming past its lease) keeps pulling from the consumer a new owner made
+//! again under that name, and queued acks flushed on a reconnect hit it too
+//! (docs/performance.md, fifth stop). So each owner — and each restart of one, after a
+//! delivery that never arrived or a batch that failed — makes a consumer of its own,
+//! `<base>-i<16 hex>`, from a known stream sequence, and then deletes every other
+//! consumer of `base`. What an old incarnation's pull still takes, or an old ack still
+//! covers, belongs to a consumer nobody reads any more.
+//!
+//! A new owner starts right after the lowest ack floor among the consumers it finds (all
+//! of them acknowledged only what was processed), so it may process again what lies
+//! between a floor and its owner's last ack — duplicates consumers are idempotent to —
+//! and never skips anything. `base` itself (the fixed-name consumer of earlier releases)
+//! counts as an incarnation, which upgrades a deployment in place.
+//!
+//! Metrics and operators name the stable `base` ([`crate::consume::report_lag`] reports
+//! the newest incarnation under it).
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+use async_nats::jetstream::stream::ConsumerErrorKind;
+use futures::TryStreamExt as _;
+
+use crate::{nats, BusError};
+
+/// What separates `base` from an incarnation's random part.
+const SEPARATOR: &str = "-i";
+
+/// A fresh incarnation name of `base`: `<base>-i<16 lowercase hex>`.
+pub fn new_name(base: &str) -> String {
+    format!("{base}{SEPARATOR}{:016x}", crate::lease::random_u64())
+}
+
+/// Whether the consumer `name` is an incarnation of `base`: `base` itself or
+/// `<base>-i<hex>`. `sg-normalizer-p01` does not own `sg-normalizer-p010-i…`.
+pub fn belongs(name: &str, base: &str) -> bool {
+    match name.strip_prefix(base) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix(SEPARATOR)
+            .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())),
+        None => false,
+    }
+}
+
+/// Every consumer of `stream` that is an incarnation of `base` ([`belongs`]).
+pub async fn list(
+    stream: &jetstream::stream::Stream,
+    base: &str,
+) -> Result<Vec<jetstream::consumer::Info>, BusError> {
+    let all: Vec<_> = stream
+        .consumers()
+        .try_collect()
+        .await
+        .map_err(nats("list consumers"))?;
+    Ok(all.into_iter().filter(|c| belongs(&c.name, base)).collect())
+}
+
+/// The newest consumer of `infos` by creation time: the one its owner works on while an
+/// older one waits to be deleted.
+pub fn newest(infos: &[jetstream::consumer::Info]) -> Option<&jetstream::consumer::Info> {
+    infos.iter().max_by_key(|c| c.created)
+}
+
+/// The consumer of `stream` that serves `base` now: `base` itself or its newest
+/// incarnation ([`newest`]); `None` while there is none.
+pub async fn current(
+    js: &jetstream::Context,
+    stream: &str,
+    base: &str,
+) -> Result<Option<jetstream::consumer::Info>, BusError> {
+    let stream = js.get_stream(stream).await.map_err(nats("get stream"))?;
+    let mine = list(&stream, base).await?;
+    Ok(newest(&mine).cloned())
+}
+
+/// Where a partition's new incarnation starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// At this stream sequence: its owner processed everything of the partition before.
+    At(u64),
+    /// After the lowest ack floor of the incarnations there are; with none, by this
+    /// policy (a first start, or one after an older kind of consumer).
+    Resume(DeliverPolicy),
+}
+
+/// How a partition's incarnations are made.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// The stream.
+    pub stream: String,
+    /// The stable name the incarnations extend (`sg-normalizer-pNN`).
+    pub base: String,
+    /// The partition's filter subject.
+    pub filter: String,
+    /// Ack wait.
+    pub ack_wait: Duration,
+    /// Max ack pending.
+    pub max_ack_pending: i64,
+}
+
+/// A new incarnation, pulled from.
+pub struct Incarnation {
+    /// Its consumer name.
+    pub name: String,
+    /// The stream sequence it started at: everything of the partition before it had
+    /// been processed.
+    pub start: u64,
+    /// Its consumer.
+    pub consumer: jetstream::consumer::PullConsumer,
+}
+
+/// Makes a new incarnation of `spec.base` (in-order acks) starting at `start`, then
+/// deletes every other one. Deleting comes second, so a crash between the two leaves a
+/// consumer whose floor the next owner starts from, never none.
+pub async fn open(
+    js: &jetstream::Context,
+    spec: &Spec,
+    start: Start,
+) -> Result<Incarnation, BusError> {
+    let stream = js
+        .get_stream(&spec.stream)
+        .await
+        .map_err(nats("get stream"))?;
+    let others = list(&stream, &spec.base).await?;
+    let start = match start {
+        Start::At(seq) => seq,
+        Start::Resume(fallback) => match others.iter().map(|c| c.ack_floor.stream_sequence).min() {
+            Some(floor) => floor + 1,
+            None => match fallback {
+                DeliverPolicy::ByStartSequence { start_sequence } => start_sequence,
+                _ => 1,
+            },
+        },
+    }
+    .max(1);
+    let name = new_name(&spec.base);
+    let config = pull::Config {
+        durable_name: Some(name.clone()),
+        ack_policy: AckPolicy::All,
+        deliver_policy: DeliverPolicy::ByStartSequence {
+            start_sequence: start,
+        },
+        ack_wait: spec.ack_wait,
+        max_ack_pending: spec.max_ack_pending,
+        filter_subject: spec.filter.clone(),
+        ..Default::default()
+    };
+    let consumer = stream
+        .create_consumer(config)
+        .await
+        .map_err(nats("create consumer incarnation"))?;
+    for other in others {
+        match stream.delete_consumer(&other.name).await {
+            Ok(_) => {}
+            Err(e)
+                if matches!(e.kind(), ConsumerErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND) => {}
+            // Left behind, it only costs the broker a consumer; the next owner deletes it.
+            Err(e) => {
+                tracing::warn!(consumer = %other.name, error = %e, "cannot delete an old consumer incarnation")
+            }
+        }
+    }
+    Ok(Incarnation {
+        name,
+        start,
+        consumer,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incarnations_extend_their_base_and_nothing_else() {
+        let name = new_name("sg-normalizer-p01");
+        assert!(belongs(&name, "sg-normalizer-p01"), "{name}");
+        assert!(belongs("sg-normalizer-p01", "sg-normalizer-p01"));
+        assert!(!belongs(&name, "sg-normalizer-p0"));
+        assert!(!belongs("sg-normalizer-p010-i00ff", "sg-normalizer-p01"));
+        assert!(!belongs("sg-normalizer-p01-i", "sg-normalizer-p01"));
+        assert!(!belongs("sg-normalizer-p01-x12", "sg-normalizer-p01"));
+        assert!(!belongs("sg-normalizer-p01-izz", "sg-normalizer-p01"));
+        assert_ne!(new_name("b"), new_name("b"));
+    }
+}
