@@ -429,6 +429,40 @@ pub fn normalizer_durables(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// The consumers serving each normalizer partition now, by partition (one each once
+/// the owners settled: a new owner deletes the ones before it).
+pub async fn normalizer_incarnations(js: &async_nats::jetstream::Context) -> Vec<Vec<String>> {
+    let stream = js.get_stream(RAW_STREAM).await.expect("SG_RAW");
+    let mut out = Vec::new();
+    for base in normalizer_durables("sg-normalizer") {
+        let mut names: Vec<String> = streamgate_bus::incarnation::list(&stream, &base)
+            .await
+            .expect("list consumers")
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        names.sort();
+        out.push(names);
+    }
+    out
+}
+
+/// Waits until each normalizer partition has exactly one consumer, and returns them.
+pub async fn settled_normalizer_incarnations(js: &async_nats::jetstream::Context) -> Vec<String> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let now = normalizer_incarnations(js).await;
+        if now.iter().all(|names| names.len() == 1) {
+            return now.into_iter().flatten().collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "normalizer partitions never settled on one consumer each: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until the normalizer consumes every partition (each partition's durable
 /// consumer exists, created by the replica holding its lease).
 pub async fn wait_normalizer(js: &async_nats::jetstream::Context, prefix: &str) {

@@ -5,8 +5,9 @@
 //!   in this process split the partitions half and half; every capture, ingested in random
 //!   chunks, ends in the archive exactly as `streamgate normalize` prints it (seq 1..n,
 //!   once each). Each run was normalized by exactly one replica: the partition sets did
-//!   not change while the runs went through (only a partition's holder consumes it), and
-//!   no partition consumer ever redelivered a raw message (each chunk was taken once).
+//!   not change while the runs went through (only a partition's holder consumes it), no
+//!   partition consumer ever redelivered a raw message and none was made again (each
+//!   chunk was taken once).
 //! - `a_sigkilled_normalizer_hands_its_partitions_to_the_survivor_after_the_ttl`: two
 //!   `streamgate normalizer` processes; one is SIGKILLed mid-ingest, with runs of its
 //!   partitions in flight. Its leases (visible in `SG_LEASES`) pass to the survivor once
@@ -63,6 +64,7 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
     })
     .await;
     let (held_a, held_b) = (p.normalizer_partitions(), b.held());
+    let consumers = settled_normalizer_incarnations(&p.js).await;
 
     let runs = runs(seed);
     put_runs(&p.ingestor, &runs).await;
@@ -96,6 +98,13 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
         normalizer_redeliveries(&p.js).await,
         0,
         "a raw chunk was delivered twice (seed {seed})"
+    );
+    // Nor did any worker start its partition over (a gap, a failed batch): the same
+    // consumer incarnations took every chunk.
+    assert_eq!(
+        settled_normalizer_incarnations(&p.js).await,
+        consumers,
+        "a partition's consumer was made again (seed {seed})"
     );
     assert_eq!(p.store.conflicts_total(), 0);
     eprintln!(

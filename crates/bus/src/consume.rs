@@ -193,7 +193,8 @@ pub const LAG_REPORT_EVERY: Duration = Duration::from_secs(5);
 /// labelled by stream and consumer) every [`LAG_REPORT_EVERY`] until `stop`. Each
 /// replica reports every consumer it names (the same values from every replica: the
 /// broker's view), so a scrape of any replica shows the group's lag. A name stands for
-/// itself or its newest [`crate::incarnation`], so the label stays `sg-normalizer-pNN`
+/// itself or the [`crate::incarnation`] its owner works on
+/// ([`crate::incarnation::in_use`]), so the label stays `sg-normalizer-pNN`
 /// while its owners make consumers of their own. A consumer that does not exist yet is
 /// skipped.
 pub async fn report_lag(
@@ -204,17 +205,20 @@ pub async fn report_lag(
 ) {
     use futures::TryStreamExt as _;
     loop {
-        if let Ok(s) = js.get_stream(stream).await {
-            // One listing per round (paged by the broker), not a request per consumer.
-            let all: Vec<jetstream::consumer::Info> =
-                s.consumers().try_collect().await.unwrap_or_default();
+        // One listing per round (paged by the broker), not a request per consumer; a
+        // round that cannot list leaves the gauges as they were.
+        let listed = match js.get_stream(stream).await {
+            Ok(s) => s.consumers().try_collect::<Vec<_>>().await.ok(),
+            Err(_) => None,
+        };
+        if let Some(all) = listed {
             for name in &consumers {
                 let mine: Vec<_> = all
                     .iter()
                     .filter(|c| crate::incarnation::belongs(&c.name, name))
                     .cloned()
                     .collect();
-                let Some(info) = crate::incarnation::newest(&mine) else {
+                let Some(info) = crate::incarnation::in_use(&mine) else {
                     continue;
                 };
                 let labels = [("stream", stream.to_owned()), ("consumer", name.clone())];

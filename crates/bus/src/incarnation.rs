@@ -19,7 +19,7 @@
 //! counts as an incarnation, which upgrades a deployment in place.
 //!
 //! Metrics and operators name the stable `base` ([`crate::consume::report_lag`] reports
-//! the newest incarnation under it).
+//! the incarnation in use under it, [`in_use`]).
 
 use std::time::Duration;
 
@@ -39,13 +39,13 @@ pub fn new_name(base: &str) -> String {
 }
 
 /// Whether the consumer `name` is an incarnation of `base`: `base` itself or
-/// `<base>-i<hex>`. `sg-normalizer-p01` does not own `sg-normalizer-p010-i…`.
+/// `<base>-i<16 hex>`. `sg-normalizer-p01` does not own `sg-normalizer-p010-i…`.
 pub fn belongs(name: &str, base: &str) -> bool {
     match name.strip_prefix(base) {
         Some("") => true,
         Some(rest) => rest
             .strip_prefix(SEPARATOR)
-            .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())),
+            .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())),
         None => false,
     }
 }
@@ -63,14 +63,17 @@ pub async fn list(
     Ok(all.into_iter().filter(|c| belongs(&c.name, base)).collect())
 }
 
-/// The newest consumer of `infos` by creation time: the one its owner works on while an
-/// older one waits to be deleted.
-pub fn newest(infos: &[jetstream::consumer::Info]) -> Option<&jetstream::consumer::Info> {
-    infos.iter().max_by_key(|c| c.created)
+/// The consumer of `infos` its owner works on: the one that delivered furthest into
+/// the stream (one left behind by an overlapping owner stops delivering), the newest of
+/// those.
+pub fn in_use(infos: &[jetstream::consumer::Info]) -> Option<&jetstream::consumer::Info> {
+    infos
+        .iter()
+        .max_by_key(|c| (c.delivered.stream_sequence, c.created))
 }
 
-/// The consumer of `stream` that serves `base` now: `base` itself or its newest
-/// incarnation ([`newest`]); `None` while there is none.
+/// The consumer of `stream` that serves `base` now: `base` itself or the
+/// incarnation in use ([`in_use`]); `None` while there is none.
 pub async fn current(
     js: &jetstream::Context,
     stream: &str,
@@ -78,7 +81,7 @@ pub async fn current(
 ) -> Result<Option<jetstream::consumer::Info>, BusError> {
     let stream = js.get_stream(stream).await.map_err(nats("get stream"))?;
     let mine = list(&stream, base).await?;
-    Ok(newest(&mine).cloned())
+    Ok(in_use(&mine).cloned())
 }
 
 /// Where a partition's new incarnation starts.
@@ -157,23 +160,52 @@ pub async fn open(
         .create_consumer(config)
         .await
         .map_err(nats("create consumer incarnation"))?;
-    for other in others {
-        match stream.delete_consumer(&other.name).await {
-            Ok(_) => {}
-            Err(e)
-                if matches!(e.kind(), ConsumerErrorKind::JetStream(j)
-                if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND) => {}
-            // Left behind, it only costs the broker a consumer; the next owner deletes it.
-            Err(e) => {
-                tracing::warn!(consumer = %other.name, error = %e, "cannot delete an old consumer incarnation")
-            }
-        }
-    }
+    delete(&stream, others.iter().map(|c| c.name.as_str())).await;
     Ok(Incarnation {
         name,
         start,
         consumer,
     })
+}
+
+/// Deletes every incarnation of `spec.base` but `keep` (what an overlapping owner left
+/// behind).
+pub async fn delete_others(
+    js: &jetstream::Context,
+    spec: &Spec,
+    keep: &str,
+) -> Result<(), BusError> {
+    let stream = js
+        .get_stream(&spec.stream)
+        .await
+        .map_err(nats("get stream"))?;
+    let others = list(&stream, &spec.base).await?;
+    delete(
+        &stream,
+        others
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|&n| n != keep),
+    )
+    .await;
+    Ok(())
+}
+
+/// Deletes the consumers `names`; one already gone is fine, and one that cannot be
+/// deleted is logged (left behind, it only costs the broker a consumer; the next owner
+/// or sweep deletes it).
+async fn delete(stream: &jetstream::stream::Stream, names: impl Iterator<Item = &str>) {
+    for name in names {
+        match stream.delete_consumer(name).await {
+            Ok(_) => {}
+            Err(e)
+                if matches!(e.kind(), ConsumerErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND) => {}
+            Err(e) => {
+                tracing::warn!(consumer = %name, error = %e, "cannot delete an old consumer incarnation")
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -186,7 +218,11 @@ mod tests {
         assert!(belongs(&name, "sg-normalizer-p01"), "{name}");
         assert!(belongs("sg-normalizer-p01", "sg-normalizer-p01"));
         assert!(!belongs(&name, "sg-normalizer-p0"));
-        assert!(!belongs("sg-normalizer-p010-i00ff", "sg-normalizer-p01"));
+        assert!(!belongs(
+            "sg-normalizer-p010-i00ff00ff00ff00ff",
+            "sg-normalizer-p01"
+        ));
+        assert!(!belongs("sg-normalizer-p01-iface", "sg-normalizer-p01"));
         assert!(!belongs("sg-normalizer-p01-i", "sg-normalizer-p01"));
         assert!(!belongs("sg-normalizer-p01-x12", "sg-normalizer-p01"));
         assert!(!belongs("sg-normalizer-p01-izz", "sg-normalizer-p01"));

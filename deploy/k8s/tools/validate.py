@@ -252,8 +252,10 @@ def trigger_consumer(trigger):
     prometheus trigger selects streamgate_consumer_pending_messages by its label."""
     meta = trigger["metadata"]
     if trigger["type"] == "prometheus":
-        m = re.search(r'consumer="([^"]+)"', meta.get("query", ""))
-        return m.group(1) if m else None
+        query = meta.get("query", "")
+        m = re.search(r'consumer="([^"]+)"', query)
+        lag = "streamgate_consumer_pending_messages{" in query and 'stream="SG_RAW"' in query
+        return m.group(1) if m and lag else None
     return meta.get("consumer")
 
 

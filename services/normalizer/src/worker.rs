@@ -179,18 +179,42 @@ async fn partition_worker(
     adopt_open_runs(&js, &open_runs, p, &mut table).await;
     let mut idle_tick = tokio::time::interval(cfg.idle_check);
     idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sweep_tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + SWEEP_EVERY, SWEEP_EVERY);
+    sweep_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // New incarnations since the last batch that moved the partition on.
+    let mut reopens = 0u32;
     debug!(partition = p, consumer = %pulling.name, "consuming partition");
     loop {
         tokio::select! {
             biased;
             () = work.release.cancelled() => break,
             batch = pulling.messages.next() => {
-                let Some(batch) = batch else { break };
+                let Some(batch) = batch else {
+                    warn!(partition = p, consumer = %pulling.name, "the partition's pull ended; starting over");
+                    break;
+                };
+                let done = pulling.resume_at;
                 let next = handle_batch(&js, &open_runs, &mut table, &budget, &mut pulling, batch).await;
+                if pulling.resume_at > done {
+                    reopens = 0;
+                }
                 if reopen(&js, &pulling, next).await {
+                    // Back to back only once: a cause that persists (SG_EVENTS full, a
+                    // gap that keeps coming) waits longer each time, up to the ack wait.
+                    tokio::time::sleep(reopen_backoff(reopens, cfg.ack_wait)).await;
+                    reopens += 1;
                     let start = Start::At(pulling.resume_at);
                     pulling = Pulling::open(&js, &spec, start, cfg.batch).await?;
                     debug!(partition = p, consumer = %pulling.name, "consuming partition again");
+                }
+            }
+            _ = sweep_tick.tick() => {
+                // Incarnations an overlapping owner left behind (it made one, then was
+                // stopped before deleting the others): they would pull the next owner's
+                // start back and mislead the lag gauge.
+                if let Err(e) = incarnation::delete_others(&js, &spec, &pulling.name).await {
+                    debug!(partition = p, error = %e, "cannot sweep old consumer incarnations");
                 }
             }
             _ = idle_tick.tick() => {
@@ -267,6 +291,20 @@ enum Next {
     /// The broker did not answer a pull (no responders, missed heartbeats): the consumer
     /// may be gone — deleted while no pull of ours was waiting — or the broker away.
     Check,
+}
+
+/// How often a partition worker deletes consumer incarnations other than its own.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// How long to wait before the new incarnation after `reopens` earlier ones that moved
+/// nothing on: none the first time, then 200 ms doubling up to `cap`.
+fn reopen_backoff(reopens: u32, cap: Duration) -> Duration {
+    match reopens {
+        0 => Duration::ZERO,
+        n => Duration::from_millis(200)
+            .saturating_mul(1 << (n - 1).min(16))
+            .min(cap),
+    }
 }
 
 /// How long a worker whose consumer was deleted waits before it makes a new one. When
@@ -376,7 +414,10 @@ async fn handle_batch(
                 // delivers it again.
                 warn!(error = %e, "batch failed; it will be delivered again");
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                if next == Next::Pull {
+                // Whatever else the batch said (a missed heartbeat after its messages, a
+                // gap): the next ack would cover these chunks, so never go on with this
+                // incarnation — unless it is gone anyway.
+                if next != Next::Deleted {
                     next = Next::Reopen;
                 }
             }
@@ -396,6 +437,7 @@ fn whole_prefix(
     batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
 ) -> (Vec<async_nats::jetstream::Message>, Next) {
     let mut msgs = Vec::with_capacity(batch.len());
+    let mut next = Next::Pull;
     for m in batch {
         match m {
             Ok(m) => match m.info().map(|i| i.consumer_sequence) {
@@ -419,16 +461,17 @@ fn whole_prefix(
             }
             Err(e) => {
                 warn!(error = %e, "SG_RAW consumer error");
+                // Checked after the batch: deliveries after the error are still whole.
                 if matches!(
                     e.kind(),
                     MessagesErrorKind::NoResponders | MessagesErrorKind::MissingHeartbeat
                 ) {
-                    return (msgs, Next::Check);
+                    next = Next::Check;
                 }
             }
         }
     }
-    (msgs, Next::Pull)
+    (msgs, next)
 }
 
 /// A delivered message's stream sequence (0 when its reply subject cannot be read, which
@@ -687,6 +730,14 @@ async fn publish_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reopens_back_off_up_to_the_ack_wait() {
+        let cap = Duration::from_secs(10);
+        let waits: Vec<u128> = (0..9).map(|n| reopen_backoff(n, cap).as_millis()).collect();
+        assert_eq!(waits, [0, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000]);
+        assert_eq!(reopen_backoff(u32::MAX, cap), cap);
+    }
 
     /// Deliveries of a real consumer: a batch is taken up to a delivery that never
     /// arrived, the worker is told to take the partition again, and a consumer deletion
