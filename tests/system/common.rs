@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use streamgate_archive::{ArchivedEvent, RunStatusKind, Store};
 use streamgate_archiver::{ArchiverListen, ConsumerConfig};
 use streamgate_bus::raw::{publish_raw_with, CloseKind, RawChunk};
@@ -431,33 +431,50 @@ pub fn normalizer_durables(prefix: &str) -> Vec<String> {
 
 /// The consumers serving each normalizer partition now, by partition (one each once
 /// the owners settled: a new owner deletes the ones before it).
-pub async fn normalizer_incarnations(js: &async_nats::jetstream::Context) -> Vec<Vec<String>> {
+pub async fn normalizer_incarnations(
+    js: &async_nats::jetstream::Context,
+) -> Vec<Vec<async_nats::jetstream::consumer::Info>> {
     let stream = js.get_stream(RAW_STREAM).await.expect("SG_RAW");
     let mut out = Vec::new();
     for base in normalizer_durables("sg-normalizer") {
-        let mut names: Vec<String> = streamgate_bus::incarnation::list(&stream, &base)
+        let list = streamgate_bus::incarnation::list(&stream, &base)
             .await
-            .expect("list consumers")
-            .into_iter()
-            .map(|c| c.name)
-            .collect();
-        names.sort();
-        out.push(names);
+            .expect("list consumers");
+        out.push(list);
     }
     out
 }
 
-/// Waits until each normalizer partition has exactly one consumer, and returns them.
-pub async fn settled_normalizer_incarnations(js: &async_nats::jetstream::Context) -> Vec<String> {
+/// Waits until each normalizer partition has exactly one consumer — for the partitions
+/// in `made_after.0`, one created after `made_after.1` (by a replica started then; until
+/// it made its own, the one its partitions' last owner left is there) — and returns
+/// their names.
+pub async fn settled_normalizer_incarnations(
+    js: &async_nats::jetstream::Context,
+    made_after: (&BTreeSet<u32>, SystemTime),
+) -> Vec<String> {
+    let (newer, since) = made_after;
+    let since = since
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as i128;
     let deadline = Instant::now() + PATIENCE;
     loop {
         let now = normalizer_incarnations(js).await;
-        if now.iter().all(|names| names.len() == 1) {
-            return now.into_iter().flatten().collect();
+        let settled = now.iter().enumerate().all(|(p, list)| {
+            list.len() == 1
+                && (!newer.contains(&(p as u32)) || list[0].created.unix_timestamp_nanos() > since)
+        });
+        let names: Vec<Vec<String>> = now
+            .iter()
+            .map(|list| list.iter().map(|c| c.name.clone()).collect())
+            .collect();
+        if settled {
+            return names.into_iter().flatten().collect();
         }
         assert!(
             Instant::now() < deadline,
-            "normalizer partitions never settled on one consumer each: {now:?}"
+            "normalizer partitions never settled on one consumer each: {names:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

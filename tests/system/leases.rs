@@ -57,6 +57,7 @@ async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() {
     let seed = seed("two_normalizers_split_the_partitions");
     let p = Pipeline::start(Backend::Sqlite).await;
+    let b_started = std::time::SystemTime::now();
     let b = NormalizerReplica::start(&p.nats, p.normalizer_config().clone()).await;
     eventually("the replicas split the partitions half and half", || {
         let (x, y) = (p.normalizer_partitions(), b.held());
@@ -64,7 +65,7 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
     })
     .await;
     let (held_a, held_b) = (p.normalizer_partitions(), b.held());
-    let consumers = settled_normalizer_incarnations(&p.js).await;
+    let consumers = settled_normalizer_incarnations(&p.js, (&held_b, b_started)).await;
 
     let runs = runs(seed);
     put_runs(&p.ingestor, &runs).await;
@@ -91,7 +92,7 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
     // holder, the only replica consuming it.
     assert_eq!(
         (p.normalizer_partitions(), b.held()),
-        (held_a, held_b),
+        (held_a, held_b.clone()),
         "partitions moved during the test"
     );
     assert_eq!(
@@ -102,7 +103,7 @@ async fn two_normalizers_split_the_partitions_and_each_run_is_normalized_once() 
     // Nor did any worker start its partition over (a gap, a failed batch): the same
     // consumer incarnations took every chunk.
     assert_eq!(
-        settled_normalizer_incarnations(&p.js).await,
+        settled_normalizer_incarnations(&p.js, (&held_b, b_started)).await,
         consumers,
         "a partition's consumer was made again (seed {seed})"
     );

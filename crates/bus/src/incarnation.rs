@@ -89,9 +89,9 @@ pub async fn current(
 pub enum Start {
     /// At this stream sequence: its owner processed everything of the partition before.
     At(u64),
-    /// After the lowest ack floor of the incarnations there are; with none, by this
-    /// policy (a first start, or one after an older kind of consumer).
-    Resume(DeliverPolicy),
+    /// After the lowest ack floor of the incarnations there are; with none, at this
+    /// stream sequence (after an older kind of consumer) or, without one, at the start.
+    Resume(Option<u64>),
 }
 
 /// How a partition's incarnations are made.
@@ -137,10 +137,7 @@ pub async fn open(
         Start::At(seq) => seq,
         Start::Resume(fallback) => match others.iter().map(|c| c.ack_floor.stream_sequence).min() {
             Some(floor) => floor + 1,
-            None => match fallback {
-                DeliverPolicy::ByStartSequence { start_sequence } => start_sequence,
-                _ => 1,
-            },
+            None => fallback.unwrap_or(1),
         },
     }
     .max(1);
@@ -169,7 +166,7 @@ pub async fn open(
 }
 
 /// Deletes every incarnation of `spec.base` but `keep` (what an overlapping owner left
-/// behind).
+/// behind) — only while `keep` itself exists.
 pub async fn delete_others(
     js: &jetstream::Context,
     spec: &Spec,
@@ -179,15 +176,13 @@ pub async fn delete_others(
         .get_stream(&spec.stream)
         .await
         .map_err(nats("get stream"))?;
-    let others = list(&stream, &spec.base).await?;
-    delete(
-        &stream,
-        others
-            .iter()
-            .map(|c| c.name.as_str())
-            .filter(|&n| n != keep),
-    )
-    .await;
+    let all = list(&stream, &spec.base).await?;
+    // A caller whose own incarnation is gone was replaced by a new owner: its sweep
+    // would delete the new owner's, and with it the partition's only floor.
+    if all.iter().any(|c| c.name == keep) {
+        let others = all.iter().map(|c| c.name.as_str()).filter(|&n| n != keep);
+        delete(&stream, others).await;
+    }
     Ok(())
 }
 

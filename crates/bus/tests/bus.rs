@@ -911,13 +911,9 @@ async fn each_consumer_incarnation_starts_after_what_the_earlier_ones_acknowledg
     for m in take(old, 3).await {
         m.double_ack().await.unwrap();
     }
-    let first = incarnation::open(
-        &js,
-        &spec,
-        Start::Resume(jetstream::consumer::DeliverPolicy::All),
-    )
-    .await
-    .unwrap();
+    let first = incarnation::open(&js, &spec, Start::Resume(None))
+        .await
+        .unwrap();
     assert_eq!(first.start, 4, "after the fixed-name consumer's floor");
     assert_eq!(
         consumers().await,
@@ -932,25 +928,17 @@ async fn each_consumer_incarnation_starts_after_what_the_earlier_ones_acknowledg
     assert_eq!(seqs, [4, 5, 6, 7]);
     // One in-order ack of the second: 4 and 5 are done, 6 and 7 were never processed.
     msgs[1].double_ack().await.unwrap();
-    let second = incarnation::open(
-        &js,
-        &spec,
-        Start::Resume(jetstream::consumer::DeliverPolicy::All),
-    )
-    .await
-    .unwrap();
+    let second = incarnation::open(&js, &spec, Start::Resume(None))
+        .await
+        .unwrap();
     assert_eq!(second.start, 6);
     assert_eq!(consumers().await, std::slice::from_ref(&second.name));
     // A fresh incarnation that acknowledged nothing: its floor is just before its start.
     let third = incarnation::open(&js, &spec, Start::At(9)).await.unwrap();
     assert_eq!(third.start, 9, "an explicit start wins");
-    let fourth = incarnation::open(
-        &js,
-        &spec,
-        Start::Resume(jetstream::consumer::DeliverPolicy::All),
-    )
-    .await
-    .unwrap();
+    let fourth = incarnation::open(&js, &spec, Start::Resume(None))
+        .await
+        .unwrap();
     assert_eq!(fourth.start, 9);
     let msgs = take(fourth.consumer.clone(), 5).await;
     let seqs: Vec<u64> = msgs

@@ -28,6 +28,7 @@ use crate::config::NormalizerConfig;
 use crate::open_runs::OpenRuns;
 use crate::runs::{Applied, RunBudget, RunKey, RunTable};
 use async_nats::jetstream::consumer::pull::{MessagesError, MessagesErrorKind};
+use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::{FutureExt as _, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
@@ -160,101 +161,215 @@ async fn partition_worker(
     work: PartitionWork,
 ) -> anyhow::Result<()> {
     let p = work.partition;
-    // The process-wide backpressure bound, split over the partitions; never below two
-    // pull batches, which keeps one pull in flight while the previous is processed.
-    let max_ack_pending = (cfg.max_ack_pending / i64::from(partitions))
-        .max(2 * i64::try_from(cfg.batch).unwrap_or(i64::MAX));
-    let spec = incarnation::Spec {
-        stream: RAW_STREAM.to_owned(),
-        base: partition_durable(&cfg.durable, partitions, p),
-        filter: raw_partition_filter(p),
-        ack_wait: cfg.ack_wait,
-        max_ack_pending,
-    };
-    // A deployment upgraded from the single shared consumer `<durable>` resumes where
-    // that one was acknowledged, not at the start of SG_RAW.
-    let legacy = start_after_legacy(&js, RAW_STREAM, &cfg.durable).await?;
-    let mut pulling = Pulling::open(&js, &spec, Start::Resume(legacy), cfg.batch).await?;
-    let mut table = RunTable::with_budget(budget.clone());
-    adopt_open_runs(&js, &open_runs, p, &mut table).await;
-    let mut idle_tick = tokio::time::interval(cfg.idle_check);
+    let mut part = Partition::start(js, cfg, partitions, budget, open_runs, p).await?;
+    let mut idle_tick = tokio::time::interval(part.cfg.idle_check);
     idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sweep_tick =
         tokio::time::interval_at(tokio::time::Instant::now() + SWEEP_EVERY, SWEEP_EVERY);
     sweep_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // New incarnations since the last batch that moved the partition on.
-    let mut reopens = 0u32;
-    debug!(partition = p, consumer = %pulling.name, "consuming partition");
+    debug!(partition = p, consumer = %part.pulling.name, "consuming partition");
     loop {
+        // The ticks before the batches: under a backlog a batch is always ready.
         tokio::select! {
             biased;
             () = work.release.cancelled() => break,
-            batch = pulling.messages.next() => {
+            _ = sweep_tick.tick() => part.sweep().await,
+            _ = idle_tick.tick() => part.reap_idle().await,
+            batch = part.pulling.messages.next() => {
                 let Some(batch) = batch else {
-                    warn!(partition = p, consumer = %pulling.name, "the partition's pull ended; starting over");
+                    warn!(partition = p, consumer = %part.pulling.name, "the partition's pull ended; starting over");
                     break;
                 };
-                let done = pulling.resume_at;
-                let next = handle_batch(&js, &open_runs, &mut table, &budget, &mut pulling, batch).await;
-                if pulling.resume_at > done {
-                    reopens = 0;
-                }
-                if reopen(&js, &pulling, next).await {
-                    // Back to back only once: a cause that persists (SG_EVENTS full, a
-                    // gap that keeps coming) waits longer each time, up to the ack wait.
-                    tokio::time::sleep(reopen_backoff(reopens, cfg.ack_wait)).await;
-                    reopens += 1;
-                    let start = Start::At(pulling.resume_at);
-                    pulling = Pulling::open(&js, &spec, start, cfg.batch).await?;
-                    debug!(partition = p, consumer = %pulling.name, "consuming partition again");
-                }
-            }
-            _ = sweep_tick.tick() => {
-                // Incarnations an overlapping owner left behind (it made one, then was
-                // stopped before deleting the others): they would pull the next owner's
-                // start back and mislead the lag gauge.
-                if let Err(e) = incarnation::delete_others(&js, &spec, &pulling.name).await {
-                    debug!(partition = p, error = %e, "cannot sweep old consumer incarnations");
-                }
-            }
-            _ = idle_tick.tick() => {
-                // Only this partition's runs: another replica's are its business.
-                for marker in table.idle_closes(cfg.idle_timeout, now_ms()) {
-                    info!(run = %marker.addr.run_id, "run idle: writing timeout close marker");
-                    if let Err(e) = publish_raw(&js, &marker).await {
-                        warn!(error = %e, run = %marker.addr.run_id, "cannot write timeout close marker");
-                    }
+                if part.take(batch, &work.release).await? == Taken::Released {
+                    // Released while waiting for a new incarnation: what the old one
+                    // still holds must not be acknowledged (the ack would cover the
+                    // chunks it is made again for); the next owner starts before them.
+                    return Ok(());
                 }
             }
         }
     }
-    // Released: what the consumer already handed us is processed and acknowledged too,
-    // rather than left to the next owner.
-    while let Some(Some(batch)) = pulling.messages.next().now_or_never() {
-        let next = handle_batch(&js, &open_runs, &mut table, &budget, &mut pulling, batch).await;
-        if next != Next::Pull {
-            break;
-        }
-    }
-    // The last ack on its way before the lease goes: the next owner starts after it.
-    if let Err(e) = js.client().flush().await {
-        debug!(partition = p, error = %e, "cannot flush the last ack");
-    }
+    part.drain().await;
     debug!(partition = p, "partition drained");
     Ok(())
+}
+
+/// What a partition worker holds.
+struct Partition {
+    js: async_nats::jetstream::Context,
+    cfg: NormalizerConfig,
+    spec: incarnation::Spec,
+    open_runs: OpenRuns,
+    budget: RunBudget,
+    table: RunTable,
+    pulling: Pulling,
+    /// New incarnations since the last batch that moved the partition on.
+    reopens: u32,
+}
+
+/// Whether [`Partition::take`] may go on.
+#[derive(Debug, PartialEq, Eq)]
+enum Taken {
+    Go,
+    /// The partition was released while a new incarnation was waited for.
+    Released,
+}
+
+impl Partition {
+    /// Makes the partition's first incarnation and adopts the runs left open in it.
+    async fn start(
+        js: async_nats::jetstream::Context,
+        cfg: NormalizerConfig,
+        partitions: u32,
+        budget: RunBudget,
+        open_runs: OpenRuns,
+        p: u32,
+    ) -> anyhow::Result<Partition> {
+        // The process-wide backpressure bound, split over the partitions; never below
+        // two pull batches, which keeps one pull in flight while the previous is
+        // processed.
+        let max_ack_pending = (cfg.max_ack_pending / i64::from(partitions))
+            .max(2 * i64::try_from(cfg.batch).unwrap_or(i64::MAX));
+        let spec = incarnation::Spec {
+            stream: RAW_STREAM.to_owned(),
+            base: partition_durable(&cfg.durable, partitions, p),
+            filter: raw_partition_filter(p),
+            ack_wait: cfg.ack_wait,
+            max_ack_pending,
+        };
+        // A deployment upgraded from the single shared consumer `<durable>` resumes
+        // where that one was acknowledged, not at the start of SG_RAW.
+        let legacy = match start_after_legacy(&js, RAW_STREAM, &cfg.durable).await? {
+            DeliverPolicy::ByStartSequence { start_sequence } => Some(start_sequence),
+            _ => None,
+        };
+        let pulling = Pulling::open(&js, &spec, Start::Resume(legacy), cfg.batch).await?;
+        let mut table = RunTable::with_budget(budget.clone());
+        adopt_open_runs(&js, &open_runs, p, &mut table).await;
+        Ok(Partition {
+            js,
+            cfg,
+            spec,
+            open_runs,
+            budget,
+            table,
+            pulling,
+            reopens: 0,
+        })
+    }
+
+    /// Applies a batch; then, when it says so, makes a new incarnation from
+    /// [`Pulling::resume_at`] — at once the first time, later each time a cause persists
+    /// (SG_EVENTS full, a gap that keeps coming), up to the ack wait.
+    async fn take(
+        &mut self,
+        batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
+        release: &CancellationToken,
+    ) -> anyhow::Result<Taken> {
+        let resume_before = self.pulling.resume_at;
+        let next = handle_batch(
+            &self.js,
+            &self.open_runs,
+            &mut self.table,
+            &self.budget,
+            &mut self.pulling,
+            batch,
+        )
+        .await;
+        if self.pulling.resume_at > resume_before {
+            self.reopens = 0;
+        }
+        let Some(least) = self.needs_new_incarnation(next).await else {
+            return Ok(Taken::Go);
+        };
+        let wait = least.max(reopen_backoff(self.reopens, self.cfg.ack_wait));
+        tokio::select! {
+            () = release.cancelled() => return Ok(Taken::Released),
+            () = tokio::time::sleep(wait) => {}
+        }
+        self.reopens += 1;
+        let start = Start::At(self.pulling.resume_at);
+        self.pulling = Pulling::open(&self.js, &self.spec, start, self.cfg.batch).await?;
+        debug!(consumer = %self.pulling.name, "consuming partition again");
+        Ok(Taken::Go)
+    }
+
+    /// Whether, after a batch that said `next`, the partition needs a new incarnation,
+    /// and the least wait before it. Nothing processed is lost by one, and the run
+    /// table takes nothing twice.
+    async fn needs_new_incarnation(&mut self, next: Next) -> Option<Duration> {
+        let deleted = match next {
+            Next::Pull => return None,
+            Next::Reopen => return Some(Duration::ZERO),
+            Next::Deleted => true,
+            Next::Check => consumer_gone(&self.js, &self.pulling.name).await,
+        };
+        if deleted {
+            warn!(consumer = %self.pulling.name, "the partition's consumer was deleted; making a new one");
+            return Some(REMAKE_DELETED_AFTER);
+        }
+        // Still there: pull again at once rather than wait out the lost pull's expiry.
+        // Deliveries of the old pull that no longer arrive show up as a gap.
+        self.pulling.pull_again(self.cfg.batch).await;
+        None
+    }
+
+    /// Deletes incarnations an overlapping owner left behind (it made one, then was
+    /// stopped before deleting the others): they would pull the next owner's start back
+    /// and mislead the lag gauge. (`&mut`: the run table is not `Sync`.)
+    async fn sweep(&mut self) {
+        if let Err(e) = incarnation::delete_others(&self.js, &self.spec, &self.pulling.name).await {
+            debug!(error = %e, "cannot sweep old consumer incarnations");
+        }
+    }
+
+    /// Writes the timeout close marker of this partition's idle runs (another replica's
+    /// are its business).
+    async fn reap_idle(&mut self) {
+        for marker in self.table.idle_closes(self.cfg.idle_timeout, now_ms()) {
+            info!(run = %marker.addr.run_id, "run idle: writing timeout close marker");
+            if let Err(e) = publish_raw(&self.js, &marker).await {
+                warn!(error = %e, run = %marker.addr.run_id, "cannot write timeout close marker");
+            }
+        }
+    }
+
+    /// Released: what the consumer already handed us is processed and acknowledged too,
+    /// rather than left to the next owner.
+    async fn drain(mut self) {
+        while let Some(Some(batch)) = self.pulling.messages.next().now_or_never() {
+            let next = handle_batch(
+                &self.js,
+                &self.open_runs,
+                &mut self.table,
+                &self.budget,
+                &mut self.pulling,
+                batch,
+            )
+            .await;
+            if next != Next::Pull {
+                break;
+            }
+        }
+        // The last ack on its way before the lease goes: the next owner starts after it.
+        if let Err(e) = self.js.client().flush().await {
+            debug!(error = %e, "cannot flush the last ack");
+        }
+    }
 }
 
 /// A partition's current consumer incarnation, and how far what it delivered is known to
 /// be whole.
 struct Pulling {
     name: String,
+    consumer: async_nats::jetstream::consumer::PullConsumer,
     messages: futures::stream::ReadyChunks<PullStream>,
     /// The consumer sequence the next delivery must carry. Any other means a delivery
     /// never arrived (lost on a reconnect, dropped as a slow consumer), and an in-order
     /// ack past it would cover a chunk nobody processed.
     next_delivery: u64,
     /// The stream sequence a new incarnation starts at: everything of the partition
-    /// before it was processed and acknowledged.
+    /// before it was processed (and its ack sent; a lost ack is covered by the next).
     resume_at: u64,
 }
 
@@ -271,10 +386,19 @@ impl Pulling {
         let messages = streamgate_bus::consume::batches(&made.consumer, batch).await?;
         Ok(Pulling {
             name: made.name,
+            consumer: made.consumer,
             messages,
             next_delivery: 1,
             resume_at: made.start,
         })
+    }
+
+    /// A new pull on the same incarnation (the old one's requests are dropped).
+    async fn pull_again(&mut self, batch: usize) {
+        match streamgate_bus::consume::batches(&self.consumer, batch).await {
+            Ok(messages) => self.messages = messages,
+            Err(e) => debug!(consumer = %self.name, error = %e, "cannot pull again yet"),
+        }
     }
 }
 
@@ -312,23 +436,6 @@ fn reopen_backoff(reopens: u32, cap: Duration) -> Duration {
 /// not noticed yet), each would otherwise delete the other's consumer back to back until
 /// the lease runner stops this worker.
 const REMAKE_DELETED_AFTER: Duration = Duration::from_secs(1);
-
-/// Whether, after a batch that said `next`, the partition needs a new incarnation (from
-/// [`Pulling::resume_at`]: nothing processed is lost and nothing is taken twice by the
-/// run table).
-async fn reopen(js: &async_nats::jetstream::Context, pulling: &Pulling, next: Next) -> bool {
-    let deleted = match next {
-        Next::Pull => return false,
-        Next::Reopen => return true,
-        Next::Deleted => true,
-        Next::Check => consumer_gone(js, &pulling.name).await,
-    };
-    if deleted {
-        warn!(consumer = %pulling.name, "the partition's consumer was deleted; making a new one");
-        tokio::time::sleep(REMAKE_DELETED_AFTER).await;
-    }
-    deleted
-}
 
 /// Whether the broker says the consumer `name` does not exist (not when it cannot say).
 async fn consumer_gone(js: &async_nats::jetstream::Context, name: &str) -> bool {
@@ -450,7 +557,7 @@ fn whole_prefix(
                         consumer,
                         expected = *next_delivery,
                         got = ?got.ok(),
-                        "a raw delivery never arrived; taking the partition again from the last chunk processed"
+                        "a raw delivery never arrived; taking the partition again from the first chunk not processed"
                     );
                     metrics::counter!("streamgate_normalizer_delivery_gaps_total").increment(1);
                     return (msgs, Next::Reopen);
