@@ -267,15 +267,7 @@ impl Partition {
         release: &CancellationToken,
     ) -> anyhow::Result<Taken> {
         let resume_before = self.pulling.resume_at;
-        let next = handle_batch(
-            &self.js,
-            &self.open_runs,
-            &mut self.table,
-            &self.budget,
-            &mut self.pulling,
-            batch,
-        )
-        .await;
+        let next = self.apply(batch).await;
         if self.pulling.resume_at > resume_before {
             self.reopens = 0;
         }
@@ -292,6 +284,22 @@ impl Partition {
         self.pulling = Pulling::open(&self.js, &self.spec, start, self.cfg.batch).await?;
         debug!(consumer = %self.pulling.name, "consuming partition again");
         Ok(Taken::Go)
+    }
+
+    /// Applies, publishes and acknowledges a batch ([`handle_batch`]).
+    async fn apply(
+        &mut self,
+        batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
+    ) -> Next {
+        handle_batch(
+            &self.js,
+            &self.open_runs,
+            &mut self.table,
+            &self.budget,
+            &mut self.pulling,
+            batch,
+        )
+        .await
     }
 
     /// Whether, after a batch that said `next`, the partition needs a new incarnation,
@@ -338,15 +346,7 @@ impl Partition {
     /// rather than left to the next owner.
     async fn drain(mut self) {
         while let Some(Some(batch)) = self.pulling.messages.next().now_or_never() {
-            let next = handle_batch(
-                &self.js,
-                &self.open_runs,
-                &mut self.table,
-                &self.budget,
-                &mut self.pulling,
-                batch,
-            )
-            .await;
+            let next = self.apply(batch).await;
             if next != Next::Pull {
                 break;
             }
