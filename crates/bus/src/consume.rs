@@ -213,12 +213,10 @@ pub async fn report_lag(
         };
         if let Some(all) = listed {
             for name in &consumers {
-                let mine: Vec<_> = all
+                let mine = all
                     .iter()
-                    .filter(|c| crate::incarnation::belongs(&c.name, name))
-                    .cloned()
-                    .collect();
-                let Some(info) = crate::incarnation::in_use(&mine) else {
+                    .filter(|c| crate::incarnation::belongs(&c.name, name));
+                let Some(info) = crate::incarnation::in_use(mine) else {
                     continue;
                 };
                 let labels = [("stream", stream.to_owned()), ("consumer", name.clone())];

@@ -66,9 +66,11 @@ pub async fn list(
 /// The consumer of `infos` its owner works on: the one that delivered furthest into
 /// the stream (one left behind by an overlapping owner stops delivering), the newest of
 /// those.
-pub fn in_use(infos: &[jetstream::consumer::Info]) -> Option<&jetstream::consumer::Info> {
+pub fn in_use<'a>(
+    infos: impl IntoIterator<Item = &'a jetstream::consumer::Info>,
+) -> Option<&'a jetstream::consumer::Info> {
     infos
-        .iter()
+        .into_iter()
         .max_by_key(|c| (c.delivered.stream_sequence, c.created))
 }
 

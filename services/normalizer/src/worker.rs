@@ -502,9 +502,9 @@ async fn handle_batch(
     pulling: &mut Pulling,
     batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
 ) -> Next {
-    let (msgs, mut next) = whole_prefix(&mut pulling.next_delivery, &pulling.name, batch);
-    if let Some(last) = msgs.iter().max_by_key(|m| stream_sequence(m)) {
-        let resume_at = stream_sequence(last) + 1;
+    let (msgs, highest, mut next) = whole_prefix(&mut pulling.next_delivery, &pulling.name, batch);
+    if let Some((last, highest)) = highest {
+        let (last, resume_at) = (&msgs[last], highest + 1);
         match process_batch(js, open_runs, table, &msgs).await {
             Ok(()) => {
                 // In order: this ack covers every message of the batch (and of the
@@ -536,20 +536,30 @@ async fn handle_batch(
 }
 
 /// The messages of `batch` up to the first one that does not follow the last delivery
-/// of `consumer` (`next_delivery`, [`Pulling::next_delivery`]), and what to do after
-/// them.
+/// of `consumer` (`next_delivery`, [`Pulling::next_delivery`]); which of them has the
+/// highest stream sequence, and that sequence (the one whose ack covers them all; a
+/// redelivery can come after a later chunk); and what to do after them. Each reply
+/// subject is read once.
 fn whole_prefix(
     next_delivery: &mut u64,
     consumer: &str,
     batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
-) -> (Vec<async_nats::jetstream::Message>, Next) {
+) -> (
+    Vec<async_nats::jetstream::Message>,
+    Option<(usize, u64)>,
+    Next,
+) {
     let mut msgs = Vec::with_capacity(batch.len());
+    let mut highest: Option<(usize, u64)> = None;
     let mut next = Next::Pull;
     for m in batch {
         match m {
-            Ok(m) => match m.info().map(|i| i.consumer_sequence) {
-                Ok(seq) if seq == *next_delivery => {
+            Ok(m) => match m.info().map(|i| (i.consumer_sequence, i.stream_sequence)) {
+                Ok((seq, stream_seq)) if seq == *next_delivery => {
                     *next_delivery += 1;
+                    if highest.is_none_or(|(_, h)| stream_seq > h) {
+                        highest = Some((msgs.len(), stream_seq));
+                    }
                     msgs.push(m);
                 }
                 got => {
@@ -560,11 +570,11 @@ fn whole_prefix(
                         "a raw delivery never arrived; taking the partition again from the first chunk not processed"
                     );
                     metrics::counter!("streamgate_normalizer_delivery_gaps_total").increment(1);
-                    return (msgs, Next::Reopen);
+                    return (msgs, highest, Next::Reopen);
                 }
             },
             Err(e) if e.kind() == MessagesErrorKind::ConsumerDeleted => {
-                return (msgs, Next::Deleted);
+                return (msgs, highest, Next::Deleted);
             }
             Err(e) => {
                 warn!(error = %e, "SG_RAW consumer error");
@@ -578,13 +588,7 @@ fn whole_prefix(
             }
         }
     }
-    (msgs, next)
-}
-
-/// A delivered message's stream sequence (0 when its reply subject cannot be read, which
-/// [`whole_prefix`] never lets through).
-fn stream_sequence(msg: &async_nats::jetstream::Message) -> u64 {
-    msg.info().map_or(0, |i| i.stream_sequence)
+    (msgs, highest, next)
 }
 
 async fn process_batch(
@@ -897,7 +901,7 @@ mod tests {
             .iter()
             .map(|m| Ok(m.as_ref().unwrap().clone()))
             .collect();
-        let (msgs, then) = whole_prefix(&mut next, "c", whole);
+        let (msgs, _, then) = whole_prefix(&mut next, "c", whole);
         assert_eq!((msgs.len(), then, next), (4, Next::Pull, 5));
         // The second delivery lost: only the first is taken.
         let mut next = 1;
@@ -905,9 +909,9 @@ mod tests {
             .iter()
             .map(|&i| Ok(delivered[i].as_ref().unwrap().clone()))
             .collect();
-        let (msgs, then) = whole_prefix(&mut next, "c", lost);
+        let (msgs, _, then) = whole_prefix(&mut next, "c", lost);
         assert_eq!((msgs.len(), then, next), (1, Next::Reopen, 2));
-        assert_eq!(stream_sequence(&msgs[0]), 1);
+        assert_eq!(msgs[0].info().unwrap().stream_sequence, 1);
         // The consumer deleted under the pull.
         let stream = js.get_stream(RAW_STREAM).await.unwrap();
         stream.delete_consumer(&made.name).await.unwrap();
@@ -919,7 +923,7 @@ mod tests {
                 .next()
                 .await
                 .expect("the pull stream ends with an error");
-            let (_, then) = whole_prefix(&mut 1, "c", batch);
+            let (_, _, then) = whole_prefix(&mut 1, "c", batch);
             if then != Next::Pull {
                 break then;
             }
