@@ -276,10 +276,16 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, Archi
     make_private(path)?;
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    // 16 KiB pages for a new archive (an existing one keeps the size it was made with:
+    // in WAL mode only a VACUUM outside it could change that). The events B-tree is
+    // keyed by run and holds each event's JSON inline, and batches insert into every
+    // live run's range: a 4 KiB page holds ~15 such rows and splits every few inserts.
+    conn.pragma_update(None, "page_size", NEW_ARCHIVE_PAGE_SIZE)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", options.durability.pragma())?;
     // Checkpoints run on their own thread; this is only the backstop.
-    conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?;
+    let backstop = pages_of(&conn, WRITER_AUTOCHECKPOINT_BYTES)?;
+    conn.pragma_update(None, "wal_autocheckpoint", backstop)?;
     // Never shrink the WAL from here: truncating tens of MiB of page cache inside a commit
     // stalled it for ~45 ms about once a second under load. The checkpointer shrinks the
     // file once writes go idle (`IDLE_TRUNCATE_AFTER`).
@@ -367,14 +373,23 @@ const GROUP_MAX_ROWS: usize = 20_000;
 /// Minimum pause between background checkpoints; each one fsyncs the database file, so
 /// one per interval absorbs the commits in between.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
-/// WAL size (pages) past which the checkpointer stops being polite and waits for the
-/// writer (`RESTART`), so a write burst cannot grow the WAL without bound.
-const WAL_HARD_LIMIT_PAGES: i64 = 100_000;
+/// WAL size past which the checkpointer stops being polite and waits for the writer
+/// (`RESTART`), so a write burst cannot grow the WAL without bound.
+const WAL_HARD_LIMIT_BYTES: i64 = 400 << 20;
 /// How long without commits before the checkpointer truncates the WAL file to zero: the
 /// WAL keeps its high-water size while writes flow, and gives the disk back when they stop.
 const IDLE_TRUNCATE_AFTER: Duration = Duration::from_secs(2);
-/// Backstop auto-checkpoint on the writer (pages) in case the checkpointer is gone.
-const WRITER_AUTOCHECKPOINT_PAGES: i64 = 50_000;
+/// Backstop auto-checkpoint on the writer in case the checkpointer is gone.
+const WRITER_AUTOCHECKPOINT_BYTES: i64 = 200 << 20;
+/// The page size of a new archive ([`open_writer`]).
+const NEW_ARCHIVE_PAGE_SIZE: i64 = 16 << 10;
+
+/// How many of the database's pages make `bytes` (SQLite counts the WAL in pages, and an
+/// archive made before 16 KiB pages keeps its 4 KiB ones).
+fn pages_of(conn: &Connection, bytes: i64) -> rusqlite::Result<i64> {
+    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    Ok(bytes / page_size.max(512))
+}
 
 type EventsReply = oneshot::Sender<Result<InsertOutcome, ArchiveError>>;
 
@@ -941,6 +956,13 @@ fn checkpointer(path: PathBuf, signals: std::sync::mpsc::Receiver<()>) {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         })
     };
+    let hard_limit = match pages_of(&conn, WAL_HARD_LIMIT_BYTES) {
+        Ok(pages) => pages,
+        Err(e) => {
+            tracing::warn!(error = %e, "sqlite checkpointer unavailable; writer auto-checkpoints");
+            return;
+        }
+    };
     let mut wal_in_use = false;
     loop {
         match signals.recv_timeout(IDLE_TRUNCATE_AFTER) {
@@ -962,7 +984,7 @@ fn checkpointer(path: PathBuf, signals: std::sync::mpsc::Receiver<()>) {
         std::thread::sleep(CHECKPOINT_INTERVAL);
         while signals.try_recv().is_ok() {}
         match run("PASSIVE") {
-            Ok((log, done)) if log > WAL_HARD_LIMIT_PAGES && done < log => {
+            Ok((log, done)) if log > hard_limit && done < log => {
                 if let Err(e) = run("RESTART") {
                     tracing::warn!(error = %e, "sqlite WAL restart checkpoint failed");
                 }

@@ -1531,3 +1531,39 @@ async fn a_batch_and_its_provenance_commit_together(backend: Backend) {
         Some(("f1/2".to_owned(), 2, 2))
     );
 }
+
+/// SQLite-only: a new archive is made with 16 KiB pages (fewer B-tree splits under the
+/// archiver's batches); one made before keeps its 4 KiB pages — in WAL mode only a
+/// VACUUM outside it could change them — and works as before.
+#[tokio::test]
+async fn sqlite_new_archives_get_16_kib_pages_and_old_ones_keep_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let page_size = |db: &std::path::Path| -> i64 {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap()
+    };
+    let new = dir.path().join("new.db");
+    let old = dir.path().join("old.db");
+    {
+        let conn = rusqlite::Connection::open(&old).unwrap();
+        conn.execute_batch(
+            "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; CREATE TABLE before_us (x);",
+        )
+        .unwrap();
+    }
+    for (db, want) in [(&new, 16 << 10), (&old, 4096)] {
+        let store = open_store(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        store
+            .insert_batch(&whole_run("t", "run-p", 0, 50, 1))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.events_after("t", "run-p", 0, 0).await.unwrap().len(),
+            52
+        );
+        assert_eq!(page_size(db), want, "{}", db.display());
+    }
+}
