@@ -29,6 +29,10 @@
 //!   output, every seq exactly once. (After an archiver or normalizer SIGKILL, what the
 //!   dead process held unacknowledged comes back only after the consumers' 30 s ack wait;
 //!   the archiver tests therefore take ~30 s.)
+//! - `events_the_broker_refused_are_published_again`: SG_EVENTS refuses new messages for
+//!   a while (full, `discard: new`) while 96 runs are ingested one after another, with
+//!   four batches a partition in flight; the failed batches and those behind them come
+//!   again and every run still archives exactly as normalized, each seq once.
 //! - `abandoned_run_is_closed_once_by_timeout`: a run whose producer vanishes (no close
 //!   marker) gets exactly one terminal event, `lifecycle/error` with reason
 //!   `stream_closed`; the timeout close marker is in `SG_RAW`, so replaying the raw chunks
@@ -70,7 +74,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use streamgate_archive::{InsertOutcome, RunStatusKind};
 use streamgate_bus::raw::CloseKind;
-use streamgate_bus::{StreamSettings, DEFAULT_PARTITIONS};
+use streamgate_bus::{StreamSettings, DEFAULT_PARTITIONS, EVENTS_STREAM};
 use streamgate_normalizer::NormalizerConfig;
 use streamgate_proto::v1;
 use streamgate_proto::v1::ingest_service_client::IngestServiceClient;
@@ -453,6 +457,83 @@ async fn archiver_sigkill_mid_batch_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_server_killed_mid_run() {
     crash_mid_run(Backend::Postgres, Victim::Nats).await;
+}
+
+/// SG_EVENTS refuses every new message for a while (full, with `discard: new`) while
+/// runs are ingested one after another and each partition keeps four batches in flight
+/// (`batches_in_flight`), so a batch after a failed one holds runs the failed one does
+/// not: every batch behind a failed one is taken along (its runs forgotten, its chunks
+/// delivered again), and every run archives exactly as normalized, each seq once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_the_broker_refused_are_published_again() {
+    use async_nats::jetstream::stream::DiscardPolicy;
+    let seed = seed("refused");
+    let mut rng = rng(seed);
+    let cfg = NormalizerConfig {
+        batches_in_flight: 4,
+        ..NormalizerConfig::default()
+    };
+    let p = Pipeline::start_with(Backend::Sqlite, cfg).await;
+    let family = "f2";
+    let bytes = streamgate_wire::synth::inflate(&fixture("f2/deepseek-thinking.sse"), 24 * 1024);
+    let want = expected(family, &bytes);
+    let runs: Vec<(String, Vec<Bytes>)> = (0..96)
+        .map(|i| (format!("refused-{i:02}"), split(&bytes, &mut rng, 768)))
+        .collect();
+    // One run through first: SG_EVENTS holds messages, the pipeline is up.
+    put_run(&p.ingestor, &spec(&runs[0].0, family), &runs[0].1).await;
+    wait_run(&*p.store, &runs[0].0, want.len(), PATIENCE).await;
+    let names = |incarnations: Vec<Vec<async_nats::jetstream::consumer::Info>>| {
+        incarnations
+            .into_iter()
+            .flatten()
+            .map(|c| c.name)
+            .collect::<BTreeSet<_>>()
+    };
+    let before = names(normalizer_incarnations(&p.js).await);
+
+    // Full: no events message is stored until the limit is lifted.
+    let mut events = p.js.get_stream(EVENTS_STREAM).await.unwrap();
+    let info = events.info().await.unwrap().clone();
+    let open = info.config.clone();
+    let full = async_nats::jetstream::stream::Config {
+        max_messages: i64::try_from(info.state.messages).unwrap(),
+        discard: DiscardPolicy::New,
+        ..open.clone()
+    };
+    p.js.update_stream(full).await.unwrap();
+    let refused =
+        p.js.publish("sg.evt.probe", Bytes::from_static(b"x"))
+            .await
+            .unwrap()
+            .await;
+    assert!(refused.is_err(), "a full SG_EVENTS still took a message");
+    // The other runs one after another: each partition's backlog is runs in a row,
+    // several batches long.
+    for (run, chunks) in &runs[1..] {
+        put_run(&p.ingestor, &spec(run, family), chunks).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    p.js.update_stream(open).await.unwrap();
+
+    for (run, chunks) in &runs {
+        let got = wait_run(&*p.store, run, want.len(), PATIENCE).await;
+        let ctx = format!("{} chunks, seed {seed}", chunks.len());
+        assert_archive_eq(run, &got, &want, &ctx);
+        let row = p.store.get_run(TENANT, run).await.unwrap().unwrap();
+        assert_eq!(
+            row.event_count as usize,
+            want.len(),
+            "no duplicates ({ctx})"
+        );
+    }
+    // The refusal failed batches: their partitions took their chunks again from a new
+    // consumer incarnation (`flight`'s failure path, not a retry that went through).
+    let after = names(normalizer_incarnations(&p.js).await);
+    assert!(
+        after.difference(&before).next().is_some(),
+        "no partition started over: {before:?} → {after:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
