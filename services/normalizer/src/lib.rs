@@ -11,7 +11,7 @@
 //! - [`config`]: worker settings.
 //! - [`runs`]: the in-flight run table (one adapter per run, rebuilt from SG_RAW when
 //!   needed).
-//! - [`flight`]: a batch's events sent and awaiting the broker's acks, while the next
+//! - `flight`: a batch's events sent and awaiting the broker's acks, while the next
 //!   batch is applied; batches land (their raw chunks acknowledged) in order.
 //! - [`worker`]: the SG_RAW consumer loops, one per partition this replica holds a
 //!   lease on (replicas split the partitions; `streamgate_bus::lease`).

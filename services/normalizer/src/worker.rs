@@ -15,7 +15,7 @@
 //! (which is per-run chunk order), the events the batch's chunks of one run yield are
 //! published together (one SG_EVENTS message unless size splits it,
 //! `streamgate_bus::events`) and acknowledged by the broker — meanwhile the next batch
-//! is applied and sent ([`crate::flight`]) — and only then is the batch acknowledged,
+//! is applied and sent (`crate::flight`) — and only then is the batch acknowledged,
 //! with one ack, in order (`AckPolicy::All`): the broker's work per chunk is a third less
 //! than with an ack per message (docs/performance.md). That ack covers
 //! every earlier message of the partition, so the worker checks that deliveries arrive
