@@ -297,7 +297,7 @@ pub async fn publish_batches_under<'a, B: Into<Batch<'a>>>(
         .await
 }
 
-/// The first half of [`publish_batches_under`]: every message is written to the
+/// The first half of [`publish_batches_under`]: every message is queued on the
 /// connection (so a later send on the same connection reaches the broker after it);
 /// the returned [`EventAcks`] resolve when the broker has stored them all.
 pub async fn send_batches_under<'a, B: Into<Batch<'a>>>(
@@ -356,10 +356,14 @@ impl std::future::IntoFuture for EventAcks {
     type IntoFuture = futures::future::BoxFuture<'static, Result<(), BusError>>;
 
     fn into_future(self) -> Self::IntoFuture {
+        // All at once: each ack's timeout starts when it is first polled, so acks lost
+        // across a reconnect cost one timeout, not one each.
         Box::pin(async move {
-            for ack in self.0 {
-                ack.await.map_err(nats("publish event ack"))?;
-            }
+            futures::future::try_join_all(
+                self.0.into_iter().map(std::future::IntoFuture::into_future),
+            )
+            .await
+            .map_err(nats("publish event ack"))?;
             Ok(())
         })
     }

@@ -276,7 +276,7 @@ impl Partition {
         batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
         release: &CancellationToken,
     ) -> anyhow::Result<Taken> {
-        let next = self.apply(batch).await;
+        let next = self.apply_and_send(batch).await;
         self.follow(next, release).await
     }
 
@@ -301,18 +301,28 @@ impl Partition {
     /// of it until fewer than `batches_in_flight` are left — none when the batch says
     /// anything but [`Next::Pull`] (what is before a gap or an error is whole, and a new
     /// incarnation starts after it).
-    async fn apply(
+    async fn apply_and_send(
         &mut self,
         batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
     ) -> Next {
         let (msgs, highest, mut next) =
             whole_prefix(&mut self.pulling.next_delivery, &self.pulling.name, batch);
-        if let Some((last, highest)) = highest {
+        if let Some((acked_by, highest_seq)) = highest {
             match apply_chunks(&self.js, &mut self.table, &msgs).await {
                 Ok(ready) => {
-                    let last = msgs[last].clone();
-                    let flight = flight::send(&self.js, &self.open_runs, ready, last, highest + 1);
-                    self.flights.push_back(flight.await);
+                    let acked_by = msgs[acked_by].clone();
+                    let before = self.flights.back_mut();
+                    let resume_at = highest_seq + 1;
+                    let flight = flight::send(
+                        &self.js,
+                        &self.open_runs,
+                        ready,
+                        acked_by,
+                        resume_at,
+                        before,
+                    )
+                    .await;
+                    self.flights.push_back(flight);
                 }
                 Err(e) => {
                     // Nothing of the failed batch is acknowledged: a new incarnation
@@ -361,7 +371,7 @@ impl Partition {
             tokio::time::sleep(Duration::from_millis(200)).await;
             return Next::Reopen;
         }
-        record_step("publish", flight.sent.elapsed());
+        record_step("publish", flight.sent_at.elapsed());
         let acking = Instant::now();
         if let Err(e) = flight.last.ack().await {
             warn!(error = %e, "raw ack failed; the next one covers it");
@@ -421,7 +431,7 @@ impl Partition {
     /// rather than left to the next owner.
     async fn drain(mut self) {
         while let Some(Some(batch)) = self.pulling.messages.next().now_or_never() {
-            let next = self.apply(batch).await;
+            let next = self.apply_and_send(batch).await;
             if next != Next::Pull {
                 break;
             }
