@@ -59,10 +59,6 @@ pub struct PipelineArgs {
     /// partition, so this is the broker's consumer count.
     #[arg(long, default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
     pub partitions: u32,
-    /// Consumer batches of a partition whose events may await the broker's acks at once
-    /// (the normalizer's `--batches-in-flight`).
-    #[arg(long, default_value_t = streamgate_normalizer::config::DEFAULT_BATCHES_IN_FLIGHT, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub batches_in_flight: u16,
     /// The archiver's shortest time between two commits, ms (the service's
     /// `--commit-interval-ms`; default: the service's default; at most 60000).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=60_000))]
@@ -232,10 +228,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     // through one socket and one reader task.
     let normalizer = streamgate_normalizer::start(
         async_nats::connect(nats_server.url()).await?,
-        NormalizerConfig {
-            batches_in_flight: usize::from(args.batches_in_flight),
-            ..NormalizerConfig::default()
-        },
+        NormalizerConfig::default(),
         Listeners {
             grpc: None,
             http: None,

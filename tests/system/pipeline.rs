@@ -30,9 +30,9 @@
 //!   dead process held unacknowledged comes back only after the consumers' 30 s ack wait;
 //!   the archiver tests therefore take ~30 s.)
 //! - `events_the_broker_refused_are_published_again`: SG_EVENTS refuses new messages for
-//!   a while (full, `discard: new`) while 96 runs are ingested one after another, with
-//!   four batches a partition in flight; the failed batches and those behind them come
-//!   again and every run still archives exactly as normalized, each seq once.
+//!   a while (full, `discard: new`) while 96 runs are ingested one after another; the
+//!   failed batches come again from a new consumer incarnation and every run still
+//!   archives exactly as normalized, each seq once.
 //! - `abandoned_run_is_closed_once_by_timeout`: a run whose producer vanishes (no close
 //!   marker) gets exactly one terminal event, `lifecycle/error` with reason
 //!   `stream_closed`; the timeout close marker is in `SG_RAW`, so replaying the raw chunks
@@ -460,20 +460,16 @@ async fn nats_server_killed_mid_run() {
 }
 
 /// SG_EVENTS refuses every new message for a while (full, with `discard: new`) while
-/// runs are ingested one after another and each partition keeps four batches in flight
-/// (`batches_in_flight`), so a batch after a failed one holds runs the failed one does
-/// not: every batch behind a failed one is taken along (its runs forgotten, its chunks
-/// delivered again), and every run archives exactly as normalized, each seq once.
+/// runs are ingested one after another, so a partition's backlog is several batches of
+/// runs in a row: every failed batch's runs are forgotten and its chunks delivered
+/// again from a new consumer incarnation, and every run archives exactly as normalized,
+/// each seq once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_the_broker_refused_are_published_again() {
     use async_nats::jetstream::stream::DiscardPolicy;
     let seed = seed("refused");
     let mut rng = rng(seed);
-    let cfg = NormalizerConfig {
-        batches_in_flight: 4,
-        ..NormalizerConfig::default()
-    };
-    let p = Pipeline::start_with(Backend::Sqlite, cfg).await;
+    let p = Pipeline::start(Backend::Sqlite).await;
     let family = "f2";
     let bytes = streamgate_wire::synth::inflate(&fixture("f2/deepseek-thinking.sse"), 24 * 1024);
     let want = expected(family, &bytes);
@@ -528,7 +524,7 @@ async fn events_the_broker_refused_are_published_again() {
         );
     }
     // The refusal failed batches: their partitions took their chunks again from a new
-    // consumer incarnation (`flight`'s failure path, not a retry that went through).
+    // consumer incarnation (the failure path, not a retry that went through).
     let after = names(normalizer_incarnations(&p.js).await);
     assert!(
         after.difference(&before).next().is_some(),

@@ -292,20 +292,6 @@ pub async fn publish_batches_under<'a, B: Into<Batch<'a>>>(
     batches: impl IntoIterator<Item = B>,
     max_payload: usize,
 ) -> Result<(), BusError> {
-    send_batches_under(js, addr, batches, max_payload)
-        .await?
-        .await
-}
-
-/// The first half of [`publish_batches_under`]: every message is queued on the
-/// connection (so a later send on the same connection reaches the broker after it);
-/// the returned [`EventAcks`] resolve when the broker has stored them all.
-pub async fn send_batches_under<'a, B: Into<Batch<'a>>>(
-    js: &jetstream::Context,
-    addr: &RunAddr,
-    batches: impl IntoIterator<Item = B>,
-    max_payload: usize,
-) -> Result<EventAcks, BusError> {
     // Room for the headers and the batch's framing under the broker's message limit.
     let max_bytes = max_payload.saturating_sub(BATCH_HEADROOM);
     let mut messages = Vec::new();
@@ -343,30 +329,12 @@ pub async fn send_batches_under<'a, B: Into<Batch<'a>>>(
             .map_err(nats("publish event"))?;
         acks.push(ack);
     }
-    Ok(EventAcks(acks))
-}
-
-/// The broker's acks of messages [`send_batches_under`] sent: awaited, `Ok` once every
-/// one of them is stored.
-#[must_use = "the messages are stored only once their acks are awaited"]
-pub struct EventAcks(Vec<jetstream::context::PublishAckFuture>);
-
-impl std::future::IntoFuture for EventAcks {
-    type Output = Result<(), BusError>;
-    type IntoFuture = futures::future::BoxFuture<'static, Result<(), BusError>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        // All at once: each ack's timeout starts when it is first polled, so acks lost
-        // across a reconnect cost one timeout, not one each.
-        Box::pin(async move {
-            futures::future::try_join_all(
-                self.0.into_iter().map(std::future::IntoFuture::into_future),
-            )
-            .await
-            .map_err(nats("publish event ack"))?;
-            Ok(())
-        })
-    }
+    // All at once: each ack's timeout starts when it is first polled, so acks lost
+    // across a reconnect cost one timeout, not one per message.
+    futures::future::try_join_all(acks.into_iter().map(std::future::IntoFuture::into_future))
+        .await
+        .map_err(nats("publish event ack"))?;
+    Ok(())
 }
 
 /// Publishes each event as its own message (see [`publish_batches`]): for producers

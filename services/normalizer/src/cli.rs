@@ -64,10 +64,6 @@ pub struct Args {
     /// TLS and connection limits of the front doors.
     #[command(flatten)]
     pub serve: ServeArgs,
-    /// Consumer batches of a partition whose events may await the broker's acks at once
-    /// (the next batch is applied and sent meanwhile); 1 waits out each batch's acks.
-    #[arg(long, env = "STREAMGATE_BATCHES_IN_FLIGHT", default_value_t = crate::config::DEFAULT_BATCHES_IN_FLIGHT, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub batches_in_flight: u16,
     /// Chunk publishes one ingest request keeps in flight before waiting for acks.
     #[arg(long, env = "STREAMGATE_INGEST_WINDOW", default_value_t = crate::ingest::flow::DEFAULT_WINDOW)]
     pub ingest_window: usize,
@@ -104,7 +100,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut cfg = NormalizerConfig {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
         max_open_runs: args.max_open_runs,
-        batches_in_flight: usize::from(args.batches_in_flight),
         ack_wait: Duration::from_secs(args.ack_wait_secs.max(1)),
         lease_ttl: Duration::from_secs(args.lease_ttl.max(1)),
         // Leases on a connection of their own: ingest and normalization never delay a

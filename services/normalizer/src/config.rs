@@ -4,9 +4,6 @@
 use std::time::Duration;
 use streamgate_bus::StreamSettings;
 
-/// [`NormalizerConfig::batches_in_flight`] unless set (docs/performance.md measured it).
-pub const DEFAULT_BATCHES_IN_FLIGHT: u16 = 2;
-
 /// Everything the normalizer worker needs.
 #[derive(Debug, Clone)]
 pub struct NormalizerConfig {
@@ -17,10 +14,6 @@ pub struct NormalizerConfig {
     pub durable: String,
     /// Raw messages per batch.
     pub batch: usize,
-    /// Batches of a partition whose events may wait for the broker's acks at once: the
-    /// worker applies and sends the next batch meanwhile (`crate::flight`). 1 waits for
-    /// each batch's acks before taking the next.
-    pub batches_in_flight: usize,
     /// How long the broker waits for an ack before redelivering.
     pub ack_wait: Duration,
     /// Unacknowledged raw messages the broker lets the partitions' consumers hold
@@ -58,7 +51,6 @@ impl Default for NormalizerConfig {
             streams: StreamSettings::default(),
             durable: "sg-normalizer".to_owned(),
             batch: 256,
-            batches_in_flight: usize::from(DEFAULT_BATCHES_IN_FLIGHT),
             ack_wait: Duration::from_secs(10),
             max_ack_pending: 20_000,
             idle_timeout: Duration::from_secs(120),

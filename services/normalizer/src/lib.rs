@@ -11,8 +11,6 @@
 //! - [`config`]: worker settings.
 //! - [`runs`]: the in-flight run table (one adapter per run, rebuilt from SG_RAW when
 //!   needed).
-//! - `flight`: a batch's events sent and awaiting the broker's acks, while the next
-//!   batch is applied; batches land (their raw chunks acknowledged) in order.
 //! - [`worker`]: the SG_RAW consumer loops, one per partition this replica holds a
 //!   lease on (replicas split the partitions; `streamgate_bus::lease`).
 //! - [`open_runs`]: runs started and not closed, per partition (KV), so an abandoned
@@ -27,7 +25,6 @@
 
 pub mod cli;
 pub mod config;
-mod flight;
 pub mod gateway;
 pub mod ingest;
 pub mod open_runs;

@@ -14,10 +14,9 @@
 //! Messages are taken in batches. Each batch is applied to the run table in stream order
 //! (which is per-run chunk order), the events the batch's chunks of one run yield are
 //! published together (one SG_EVENTS message unless size splits it,
-//! `streamgate_bus::events`) and acknowledged by the broker — meanwhile the next batch
-//! is applied and sent (`crate::flight`) — and only then is the batch acknowledged,
-//! with one ack, in order (`AckPolicy::All`): the broker's work per chunk is a third less
-//! than with an ack per message (docs/performance.md). That ack covers
+//! `streamgate_bus::events`) and acknowledged by the broker, and only then is the batch
+//! acknowledged — with one ack, in order (`AckPolicy::All`): the broker's work per chunk
+//! is a third less than with an ack per message (docs/performance.md). That ack covers
 //! every earlier message of the partition, so the worker checks that deliveries arrive
 //! without a gap (consumer sequences 1, 2, 3, …) and acknowledges only the whole prefix;
 //! after a gap, a batch that failed or its consumer deleted, it makes a new incarnation
@@ -26,23 +25,23 @@
 //! and projectors ignore.
 
 use crate::config::NormalizerConfig;
-use crate::flight::{self, Flight, Produced, Ready};
 use crate::open_runs::OpenRuns;
-use crate::runs::{Applied, RunBudget, RunTable};
+use crate::runs::{Applied, RunBudget, RunKey, RunTable};
 use async_nats::jetstream::consumer::pull::{MessagesError, MessagesErrorKind};
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use futures::{FutureExt as _, StreamExt};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use streamgate_bus::consume::{read_subject, start_after_legacy};
-use streamgate_bus::events::MadeBy;
+use streamgate_bus::events::{publish_batches_under, Batch, MadeBy};
 use streamgate_bus::incarnation::{self, Start};
 use streamgate_bus::lease::{group_key, LeaseConfig, PartitionLeases, PartitionWork};
 use streamgate_bus::raw::{publish_raw, RawChunk};
-use streamgate_bus::subject::{partition_durable, raw_partition_filter};
-use streamgate_bus::trace;
+use streamgate_bus::subject::{partition_durable, raw_partition_filter, RunAddr};
+use streamgate_bus::trace::{self, TraceContext};
 use streamgate_bus::{ensure_streams, RAW_STREAM};
+use streamgate_grammar::RunEvent;
 use streamgate_wire::Family;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -176,12 +175,6 @@ async fn partition_worker(
             () = work.release.cancelled() => break,
             _ = sweep_tick.tick() => part.sweep().await,
             _ = idle_tick.tick() => part.reap_idle().await,
-            Some((flight, landed)) = flight::land_front(&mut part.flights), if !part.flights.is_empty() => {
-                let next = part.landed(flight, landed).await;
-                if part.follow(next, &work.release).await? == Taken::Released {
-                    return Ok(());
-                }
-            }
             batch = part.pulling.messages.next() => {
                 let Some(batch) = batch else {
                     warn!(partition = p, consumer = %part.pulling.name, "the partition's pull ended; starting over");
@@ -210,8 +203,6 @@ struct Partition {
     budget: RunBudget,
     table: RunTable,
     pulling: Pulling,
-    /// Batches whose events are sent and not yet stored, oldest first ([`flight`]).
-    flights: VecDeque<Flight>,
     /// New incarnations since the last batch that moved the partition on.
     reopens: u32,
 }
@@ -263,7 +254,6 @@ impl Partition {
             budget,
             table,
             pulling,
-            flights: VecDeque::new(),
             reopens: 0,
         })
     }
@@ -276,12 +266,11 @@ impl Partition {
         batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
         release: &CancellationToken,
     ) -> anyhow::Result<Taken> {
-        let next = self.apply_and_send(batch).await;
-        self.follow(next, release).await
-    }
-
-    /// What follows a batch taken or landed that said `next` (see [`Partition::take`]).
-    async fn follow(&mut self, next: Next, release: &CancellationToken) -> anyhow::Result<Taken> {
+        let resume_before = self.pulling.resume_at;
+        let next = self.apply(batch).await;
+        if self.pulling.resume_at > resume_before {
+            self.reopens = 0;
+        }
         let Some(least) = self.needs_new_incarnation(next).await else {
             return Ok(Taken::Go);
         };
@@ -297,94 +286,20 @@ impl Partition {
         Ok(Taken::Go)
     }
 
-    /// Applies a batch and sends its events ([`flight::send`]); lands the flights ahead
-    /// of it until fewer than `batches_in_flight` are left — none when the batch says
-    /// anything but [`Next::Pull`] (what is before a gap or an error is whole, and a new
-    /// incarnation starts after it).
-    async fn apply_and_send(
+    /// Applies, publishes and acknowledges a batch ([`handle_batch`]).
+    async fn apply(
         &mut self,
         batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
     ) -> Next {
-        let (msgs, highest, mut next) =
-            whole_prefix(&mut self.pulling.next_delivery, &self.pulling.name, batch);
-        if let Some((acked_by, highest_seq)) = highest {
-            match apply_chunks(&self.js, &mut self.table, &msgs).await {
-                Ok(ready) => {
-                    let acked_by = msgs[acked_by].clone();
-                    let before = self.flights.back_mut();
-                    let resume_at = highest_seq + 1;
-                    let flight = flight::send(
-                        &self.js,
-                        &self.open_runs,
-                        ready,
-                        acked_by,
-                        resume_at,
-                        before,
-                    )
-                    .await;
-                    self.flights.push_back(flight);
-                }
-                Err(e) => {
-                    // Nothing of the failed batch is acknowledged: a new incarnation
-                    // delivers it again, after the batches before it land.
-                    warn!(error = %e, "batch failed; it will be delivered again");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    if next != Next::Deleted {
-                        next = Next::Reopen;
-                    }
-                }
-            }
-        }
-        let keep = match next {
-            Next::Pull => self.cfg.batches_in_flight.max(1) - 1,
-            _ => 0,
-        };
-        while self.flights.len() > keep {
-            let Some((flight, landed)) = flight::land_front(&mut self.flights).await else {
-                break;
-            };
-            // Whatever else the batch said (a missed heartbeat after its messages, a
-            // gap): after a failed flight the next ack would cover chunks whose events
-            // were never stored, so never go on with this incarnation.
-            if self.landed(flight, landed).await != Next::Pull && next != Next::Deleted {
-                next = Next::Reopen;
-            }
-        }
-        self.table.trim();
-        metrics::gauge!("streamgate_normalizer_open_runs").set(self.budget.used() as f64);
-        next
-    }
-
-    /// A flight landed: its chunks are acknowledged, with one ack, in order (it covers
-    /// every message of the partition before it). A failed one takes every flight behind
-    /// it along: their runs are forgotten and their chunks delivered again.
-    async fn landed(&mut self, flight: Flight, landed: anyhow::Result<()>) -> Next {
-        if let Err(e) = landed {
-            warn!(error = %e, "batch failed; it and the batches after it will be delivered again");
-            let behind = std::mem::take(&mut self.flights);
-            for key in std::iter::once(&flight)
-                .chain(&behind)
-                .flat_map(|f| &f.runs)
-            {
-                self.table.forget(key);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            return Next::Reopen;
-        }
-        record_step("publish", flight.sent_at.elapsed());
-        let acking = Instant::now();
-        if let Err(e) = flight.last.ack().await {
-            warn!(error = %e, "raw ack failed; the next one covers it");
-        }
-        record_step("ack", acking.elapsed());
-        if flight.resume_at > self.pulling.resume_at {
-            self.pulling.resume_at = flight.resume_at;
-            self.reopens = 0;
-        }
-        metrics::counter!("streamgate_normalizer_events_published_total")
-            .increment(flight.events as u64);
-        metrics::counter!("streamgate_normalizer_chunks_total").increment(flight.chunks);
-        Next::Pull
+        handle_batch(
+            &self.js,
+            &self.open_runs,
+            &mut self.table,
+            &self.budget,
+            &mut self.pulling,
+            batch,
+        )
+        .await
     }
 
     /// Whether, after a batch that said `next`, the partition needs a new incarnation,
@@ -431,13 +346,8 @@ impl Partition {
     /// rather than left to the next owner.
     async fn drain(mut self) {
         while let Some(Some(batch)) = self.pulling.messages.next().now_or_never() {
-            let next = self.apply_and_send(batch).await;
+            let next = self.apply(batch).await;
             if next != Next::Pull {
-                break;
-            }
-        }
-        while let Some((flight, landed)) = flight::land_front(&mut self.flights).await {
-            if self.landed(flight, landed).await != Next::Pull {
                 break;
             }
         }
@@ -584,6 +494,47 @@ async fn adopt_open_runs(
     }
 }
 
+async fn handle_batch(
+    js: &async_nats::jetstream::Context,
+    open_runs: &OpenRuns,
+    table: &mut RunTable,
+    budget: &RunBudget,
+    pulling: &mut Pulling,
+    batch: Vec<Result<async_nats::jetstream::Message, MessagesError>>,
+) -> Next {
+    let (msgs, highest, mut next) = whole_prefix(&mut pulling.next_delivery, &pulling.name, batch);
+    if let Some((last, highest)) = highest {
+        let (last, resume_at) = (&msgs[last], highest + 1);
+        match process_batch(js, open_runs, table, &msgs).await {
+            Ok(()) => {
+                // In order: this ack covers every message of the batch (and of the
+                // partition) before it.
+                let acking = Instant::now();
+                if let Err(e) = last.ack().await {
+                    warn!(error = %e, "raw ack failed; the next one covers it");
+                }
+                record_step("ack", acking.elapsed());
+                pulling.resume_at = pulling.resume_at.max(resume_at);
+            }
+            Err(e) => {
+                // Nothing of the failed batch was acknowledged: a new incarnation
+                // delivers it again.
+                warn!(error = %e, "batch failed; it will be delivered again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                // Whatever else the batch said (a missed heartbeat after its messages, a
+                // gap): the next ack would cover these chunks, so never go on with this
+                // incarnation — unless it is gone anyway.
+                if next != Next::Deleted {
+                    next = Next::Reopen;
+                }
+            }
+        }
+    }
+    table.trim();
+    metrics::gauge!("streamgate_normalizer_open_runs").set(budget.used() as f64);
+    next
+}
+
 /// The messages of `batch` up to the first one that does not follow the last delivery
 /// of `consumer` (`next_delivery`, [`Pulling::next_delivery`]); which of them has the
 /// highest stream sequence, and that sequence (the one whose ack covers them all; a
@@ -640,6 +591,27 @@ fn whole_prefix(
     (msgs, highest, next)
 }
 
+async fn process_batch(
+    js: &async_nats::jetstream::Context,
+    open_runs: &OpenRuns,
+    table: &mut RunTable,
+    msgs: &[async_nats::jetstream::Message],
+) -> anyhow::Result<()> {
+    let mut out = BTreeMap::new();
+    if let Err(e) = apply_and_publish(js, open_runs, table, msgs, &mut out).await {
+        // The table already holds these runs' state past this batch, but (some of) the
+        // batch's events never reached SG_EVENTS. Forget the runs: their redelivered
+        // chunks, or their next ones, rebuild them from SG_RAW and publish every event
+        // again. Keeping the state would make the redelivered chunks look like
+        // duplicates and lose those events for good (a gap in the run).
+        for key in out.keys() {
+            table.forget(key);
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Records the time a consumer batch spent in one of the worker's steps
 /// (`streamgate_normalizer_batch_seconds`): with the pull wait, where a chunk's time
 /// between ingest and its events goes (`bench pipeline` prints them).
@@ -652,6 +624,14 @@ fn record_step(step: &'static str, took: Duration) {
 /// clock may run ahead.
 fn seconds_since(since_ms: i64, now_ms: i64) -> f64 {
     now_ms.saturating_sub(since_ms).max(0) as f64 / 1000.0
+}
+
+/// The events consecutive raw chunks of a run yielded ([`coalesce`]), published together
+/// with the first chunk's trace.
+struct Produced {
+    events: Vec<RunEvent>,
+    trace: Option<TraceContext>,
+    made_by: Option<MadeBy>,
 }
 
 /// Adds what a chunk of a run yielded to what the run's earlier chunks in this consumer
@@ -689,46 +669,29 @@ fn made_by(family: Option<Family>, dialect: Option<&str>) -> Option<MadeBy> {
     })
 }
 
-/// Applies `msgs` to the run table, in stream order: per run whose state they moved,
-/// the events of its chunks ([`coalesce`]d), ready to send. On an error (a rebuild that
-/// could not read SG_RAW) the runs it moved are forgotten: their redelivered chunks, or
-/// their next ones, rebuild them from SG_RAW.
-async fn apply_chunks(
-    js: &async_nats::jetstream::Context,
-    table: &mut RunTable,
-    msgs: &[async_nats::jetstream::Message],
-) -> anyhow::Result<Ready> {
-    let mut ready = Ready {
-        out: BTreeMap::new(),
-        registry: BTreeMap::new(),
-        chunks: 0,
-        spans: Vec::with_capacity(msgs.len()),
-        // The broker's message limit, once per batch (events over it are cut to fit).
-        max_payload: js.client().server_info().max_payload,
-    };
-    if let Err(e) = apply_each(js, table, msgs, &mut ready).await {
-        for key in ready.out.keys() {
-            table.forget(key);
-        }
-        return Err(e);
-    }
-    Ok(ready)
-}
+/// A run's address and what its chunks in a consumer batch yielded ([`coalesce`]d).
+type RunBatches = (RunAddr, Vec<Produced>);
 
-async fn apply_each(
+/// Publish attempts per run and batch before the batch is given up (and redelivered).
+const PUBLISH_ATTEMPTS: usize = 3;
+
+async fn apply_and_publish(
     js: &async_nats::jetstream::Context,
+    open_runs: &OpenRuns,
     table: &mut RunTable,
     msgs: &[async_nats::jetstream::Message],
-    ready: &mut Ready,
+    out: &mut BTreeMap<RunKey, RunBatches>,
 ) -> anyhow::Result<()> {
-    let Ready {
-        out,
-        registry,
-        chunks: chunks_applied,
-        spans,
-        max_payload,
-    } = ready;
-    let max_payload = *max_payload;
+    // `out`: per run whose state this batch moved, in seq order, the events of its
+    // chunks ([`coalesce`]d); runs are published concurrently.
+    // Runs that started, were rebuilt or closed in this batch: whether each is open now.
+    let mut registry: BTreeMap<RunKey, (RunAddr, bool)> = BTreeMap::new();
+    let mut chunks_applied = 0u64;
+    // One span per chunk, open until its events are published: the normalizer's step of
+    // the trace the chunk carries.
+    let mut spans = Vec::with_capacity(msgs.len());
+    // The broker's message limit, once per batch (events over it are cut to fit).
+    let max_payload = js.client().server_info().max_payload;
     let (taken_ms, applying) = (now_ms(), Instant::now());
     // Metric handles once per batch: each macro call is a registry lookup.
     let pull_wait = metrics::histogram!("streamgate_normalizer_pull_wait_seconds");
@@ -775,7 +738,7 @@ async fn apply_each(
                 groups
             }
         };
-        *chunks_applied += 1;
+        chunks_applied += 1;
         let mut groups = groups;
         for group in &mut groups {
             let cut = streamgate_wire::oversize::fit(group, max_payload);
@@ -809,7 +772,69 @@ async fn apply_each(
     }
     metrics::gauge!("streamgate_normalizer_final_text_bytes")
         .set(streamgate_wire::families::final_text::held_bytes() as f64);
-    record_step("apply", applying.elapsed());
+    let publishing = Instant::now();
+    record_step("apply", publishing - applying);
+    // The events and the open-runs registry are written concurrently (each is a broker
+    // round trip, and neither depends on the other); both before the chunks are
+    // acknowledged: a failure of either fails the batch, whose redelivery rebuilds the
+    // runs, publishes their events again (same seqs) and records them again.
+    let record = futures::future::join_all(
+        registry
+            .values()
+            .map(|(addr, open)| open_runs.record(addr, *open)),
+    );
+    let (published, recorded) =
+        futures::future::join(publish_runs(js, &*out, max_payload), record).await;
+    published?;
+    recorded.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    record_step("publish", publishing.elapsed());
+    let published: usize = out
+        .values()
+        .flat_map(|(_, produced)| produced.iter().map(|p| p.events.len()))
+        .sum();
+    metrics::counter!("streamgate_normalizer_events_published_total").increment(published as u64);
+    metrics::counter!("streamgate_normalizer_chunks_total").increment(chunks_applied);
+    drop(spans);
+    Ok(())
+}
+
+/// Publishes the events of every run in `out`, runs concurrently. Re-publishing is
+/// harmless (message ids), so a run whose publish failed (e.g. acks lost across a broker
+/// reconnect) is retried a few times before the batch fails.
+async fn publish_runs(
+    js: &async_nats::jetstream::Context,
+    out: &BTreeMap<RunKey, RunBatches>,
+    max_payload: usize,
+) -> anyhow::Result<()> {
+    let mut pending: Vec<&RunBatches> = out
+        .values()
+        .filter(|(_, groups)| !groups.is_empty())
+        .collect();
+    for attempt in 1..=PUBLISH_ATTEMPTS {
+        let results = futures::future::join_all(pending.iter().map(|(addr, produced)| {
+            let batches = produced.iter().map(|p| Batch {
+                events: &p.events,
+                trace: p.trace.as_ref(),
+                made_by: p.made_by.as_ref(),
+            });
+            publish_batches_under(js, addr, batches, max_payload)
+        }))
+        .await;
+        let mut failed = Vec::new();
+        let mut last_error = None;
+        for (run, result) in pending.into_iter().zip(results) {
+            if let Err(e) = result {
+                failed.push(run);
+                last_error = Some(e);
+            }
+        }
+        pending = failed;
+        match last_error {
+            None => break,
+            Some(e) if attempt == PUBLISH_ATTEMPTS => return Err(e.into()),
+            Some(e) => warn!(error = %e, attempt, "publishing events failed; retrying"),
+        }
+    }
     Ok(())
 }
 
@@ -909,8 +934,7 @@ mod tests {
         let other = incarnation::open(&js, &spec, Start::At(1)).await.unwrap();
         assert!(!consumer_gone(&js, &other.name).await);
     }
-    use streamgate_bus::trace::TraceContext;
-    use streamgate_grammar::{Assistant, Envelope, Event, EventData, RunEvent};
+    use streamgate_grammar::{Assistant, Envelope, Event, EventData};
 
     fn produced(seqs: std::ops::RangeInclusive<u64>, adapter: &str, span: char) -> Produced {
         let traceparent = format!("00-{}-{}-01", "1".repeat(32), span.to_string().repeat(16));
