@@ -651,9 +651,29 @@ async fn abandoned_run_is_closed_once_across_a_normalizer_restart() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     wait_quiet(&p.js).await;
     assert_eq!(p.store.events_after(TENANT, run, 0, 0).await.unwrap(), got);
-    let open = streamgate_normalizer::open_runs::OpenRuns::open(&p.js, DEFAULT_PARTITIONS, 1)
-        .await
-        .unwrap();
+    // The registry keeps a closed run's tombstone only as long as its raw chunks: the
+    // bucket does not grow by a run forever.
+    let max_age = |name: &'static str| {
+        let js = p.js.clone();
+        async move {
+            js.get_stream(name)
+                .await
+                .unwrap()
+                .cached_info()
+                .config
+                .max_age
+        }
+    };
+    let raw_age = max_age(streamgate_bus::RAW_STREAM).await;
+    assert!(raw_age > Duration::ZERO);
+    assert_eq!(max_age("KV_SG_OPEN_RUNS").await, raw_age);
+    let open = streamgate_normalizer::open_runs::OpenRuns::open(
+        &p.js,
+        DEFAULT_PARTITIONS,
+        &streamgate_bus::StreamSettings::default(),
+    )
+    .await
+    .unwrap();
     let addr =
         streamgate_bus::subject::RunAddr::parse(&sp.tenant, run, DEFAULT_PARTITIONS).unwrap();
     assert!(

@@ -10,10 +10,20 @@
 //! Keys are `<partition>.<tenant>.<run>` ([`streamgate_bus::kv`] tokens, partition
 //! zero-padded); the value is the run's `SG_RAW` subject. The cost is two KV writes per
 //! run, whatever its length, and a read of one partition's open runs when it is taken.
+//!
+//! Unlike the projectors' delivery states, the writes here do not erase the versions
+//! they replace: the value names nothing its key does not, and the close's tombstone
+//! keeps the key, so erasing the open version on close hid nothing. It cost the broker
+//! a rewrite of the bucket's block file per run, one that grows with every run the
+//! block holds (docs/performance.md, twelfth stop). A run's versions stay addressable,
+//! so erasing the run (`streamgate_bus::erase`) still overwrites every one of them; and
+//! they live as long as the run's raw chunks (the bucket's age limit is `SG_RAW`'s), so
+//! the bucket no longer grows by a tombstone per run forever.
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use streamgate_bus::subject::{partition_label, RunAddr};
+use streamgate_bus::StreamSettings;
 
 /// The bucket of open runs.
 pub const OPEN_RUNS_BUCKET: &str = streamgate_bus::kv::OPEN_RUNS_BUCKET;
@@ -26,21 +36,24 @@ pub struct OpenRuns {
 }
 
 impl OpenRuns {
-    /// Gets or creates the bucket (file storage, `replicas` copies).
+    /// Gets or creates the bucket (file storage, copies and age limit as `streams` gives
+    /// them for `SG_RAW`: an entry is kept as long as the chunks it points at).
     pub async fn open(
         js: &jetstream::Context,
         partitions: u32,
-        replicas: usize,
+        streams: &StreamSettings,
     ) -> anyhow::Result<OpenRuns> {
         let kv = streamgate_bus::kv::open_erasable(
             js,
             kv::Config {
                 bucket: OPEN_RUNS_BUCKET.to_owned(),
                 description: "streamgate runs started and not yet closed, per partition".to_owned(),
-                // Room for the writes below to erase the versions they replace.
+                // A run's open version and its tombstone, with room for a rebuild's
+                // second open; the run's erasure overwrites them all.
                 history: streamgate_bus::kv::ERASABLE_HISTORY,
+                max_age: streams.raw_max_age,
                 storage: jetstream::stream::StorageType::File,
-                num_replicas: replicas.max(1),
+                num_replicas: streams.replicas.max(1),
                 ..Default::default()
             },
         )
@@ -59,14 +72,14 @@ impl OpenRuns {
         )
     }
 
-    /// Records that `addr` started (`open`) or closed (`!open`). Idempotent.
+    /// Records that `addr` started (`open`) or closed (`!open`, a tombstone). Idempotent.
     pub async fn record(&self, addr: &RunAddr, open: bool) -> anyhow::Result<()> {
         let key = self.key(addr);
         if open {
             let subject = Bytes::from(addr.raw_subject());
-            streamgate_bus::kv::put_erasing(&self.kv, &key, subject).await?;
+            self.kv.put(key, subject).await?;
         } else {
-            streamgate_bus::kv::delete_erasing(&self.kv, &key).await?;
+            self.kv.delete(key).await?;
         }
         Ok(())
     }

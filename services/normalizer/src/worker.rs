@@ -91,7 +91,7 @@ impl Worker {
             },
         )
         .await?;
-        let open_runs = OpenRuns::open(&js, partitions, cfg.streams.replicas).await?;
+        let open_runs = OpenRuns::open(&js, partitions, &cfg.streams).await?;
         Ok(Worker {
             js,
             cfg,
