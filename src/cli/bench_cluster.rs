@@ -420,6 +420,7 @@ impl Replica {
             secret: Secret::new(SECRET),
             tier: streamgate_projection::Tier::T1,
             timeout_secs: 10.0,
+            max_in_flight: streamgate_sinks::webhook::DEFAULT_MAX_IN_FLIGHT,
         }));
         let mut cfg = ChannelConfig::new(CHANNEL, sink);
         cfg.partitions = args.partitions;

@@ -50,6 +50,9 @@ pub struct ProjectorArgs {
     /// reports.
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
+    /// Requests in flight to the webhook receiver at once (the sink's `max_in_flight`).
+    #[arg(long, default_value_t = streamgate_sinks::webhook::DEFAULT_MAX_IN_FLIGHT)]
+    pub webhook_in_flight: usize,
 }
 
 /// Which channel `bench projector` loads.
@@ -109,6 +112,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             secret: Secret::new("bench"),
             tier: streamgate_projection::Tier::T1,
             timeout_secs: 10.0,
+            max_in_flight: args.webhook_in_flight,
         })),
         BenchSink::Web => ChannelSink::Web {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),

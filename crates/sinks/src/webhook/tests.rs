@@ -200,3 +200,25 @@ async fn a_400_forever_is_permanent() -> Result<(), Box<dyn std::error::Error>> 
     assert!(matches!(r, Err(SinkError::Permanent(_))), "{r:?}");
     Ok(())
 }
+
+#[test]
+fn requests_in_flight_are_configured_and_at_least_one() -> Result<(), Box<dyn std::error::Error>> {
+    // A config written before the field existed gets the default bound.
+    let c: WebhookConfig =
+        serde_json::from_str(r#"{"name":"hook","url":"http://127.0.0.1:9/hook","secret":"s"}"#)?;
+    assert_eq!(c.max_in_flight, super::DEFAULT_MAX_IN_FLIGHT);
+    let wide = WebhookConfig {
+        max_in_flight: 200,
+        ..c.clone()
+    };
+    assert_eq!(WebhookSink::new(wide)?.pacing().concurrency, 200);
+    let zero = WebhookConfig {
+        max_in_flight: 0,
+        ..c
+    };
+    match WebhookSink::new(zero) {
+        Err(SinkError::Permanent(why)) => assert!(why.contains("max_in_flight"), "{why}"),
+        other => panic!("expected a refusal naming max_in_flight, got {other:?}"),
+    }
+    Ok(())
+}

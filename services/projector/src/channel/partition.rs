@@ -2,10 +2,13 @@
 //! processed and acked; on release, a bounded handover; its runs leave memory however
 //! the worker ends, and the engine's queued ops of them with them.
 
+use super::lanes::Lanes;
 use super::recovery::Recovery;
 use super::{lock, run_key, Channel, RunKey};
 use crate::error::{nats, ProjectorError};
 use async_nats::jetstream;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use futures::FutureExt as _;
 use futures::StreamExt as _;
 use std::collections::HashMap;
@@ -24,6 +27,11 @@ use tracing::Instrument as _;
 /// after its own short grace, which ends this wait sooner; then only the requests
 /// already sent are waited for ([`streamgate_sinks::Delivery::attempts_done`]).
 const HANDOVER_FLUSH_LIMIT: Duration = Duration::from_secs(5);
+
+/// A partition's messages processed at once, at most ([`Lanes`]: one run's, and one
+/// chat's, still one after the other). Enough that a few hundred new runs' KV round
+/// trips overlap; few enough that a partition's burst does not flood the broker.
+const MESSAGES_AT_ONCE: usize = 32;
 
 impl Channel {
     /// The partition of every run in memory (a run not in memory is on the partition its
@@ -70,7 +78,9 @@ impl Channel {
     /// its previous owner left. Each message is acked after [`Channel::process`] took
     /// all its events (a redelivered batch re-applies nothing: the projection skips seqs
     /// it has seen); a message that cannot be decoded is terminated (it would never
-    /// decode on redelivery).
+    /// decode on redelivery). Messages of different runs in different chats are
+    /// processed at once ([`Lanes`]), so a new run's KV round trips or a rebuild hold up
+    /// only its own run and chat.
     ///
     /// On release, messages already received are processed too and the engine gets a
     /// bounded time to execute what was queued, so the next owner starts after it.
@@ -115,20 +125,39 @@ impl Channel {
             .messages()
             .await
             .map_err(nats("consumer messages"))?;
-        loop {
-            let next = tokio::select! {
+        let this: &Channel = &self;
+        let mut lanes = Lanes::new(MESSAGES_AT_ONCE);
+        let mut running: FuturesUnordered<BoxFuture<'_, Vec<LaneKey>>> = FuturesUnordered::new();
+        let released = loop {
+            // Taken messages are bounded too: beyond these the broker holds the rest.
+            let room = lanes.len() < 2 * MESSAGES_AT_ONCE;
+            tokio::select! {
                 biased;
-                () = work.release.cancelled() => break,
-                n = messages.next() => n,
-            };
-            let Some(msg) = next else {
-                // The consumer ended (deleted?): the lease supervisor starts us again.
-                return Ok(());
-            };
-            self.handle_message(msg).await;
+                () = work.release.cancelled() => break true,
+                Some(keys) = running.next() => lanes.done(&keys),
+                next = messages.next(), if room => match next {
+                    Some(msg) => this.take(&mut lanes, msg),
+                    // The consumer ended (deleted?): the lease supervisor starts us again.
+                    None => break false,
+                },
+            }
+            start_ready(this, &mut lanes, &mut running);
+        };
+        if released {
+            while let Some(Some(msg)) = messages.next().now_or_never() {
+                this.take(&mut lanes, msg);
+            }
         }
-        while let Some(Some(msg)) = messages.next().now_or_never() {
-            self.handle_message(msg).await;
+        // What was taken is processed (and acked) before the partition goes.
+        while !lanes.is_empty() {
+            start_ready(this, &mut lanes, &mut running);
+            match running.next().await {
+                Some(keys) => lanes.done(&keys),
+                None => break,
+            }
+        }
+        if !released {
+            return Ok(());
         }
         drop(messages);
         if tokio::time::timeout(HANDOVER_FLUSH_LIMIT, self.delivery.flush())
@@ -156,10 +185,11 @@ impl Channel {
         Ok(())
     }
 
-    /// One `SG_EVENTS` message: decode, process every event, ack (or leave it for
-    /// redelivery).
-    async fn handle_message(
+    /// One `SG_EVENTS` message taken from the consumer: decoded and queued in its run's
+    /// and chat's lanes (a consumer error is logged and dropped).
+    fn take(
         &self,
+        lanes: &mut Lanes<LaneKey, Taken>,
         msg: Result<jetstream::Message, jetstream::consumer::pull::MessagesError>,
     ) {
         let msg = match msg {
@@ -169,10 +199,30 @@ impl Channel {
                 return;
             }
         };
-        let evs = match events::decode_msg(&msg) {
-            Ok(evs) => evs,
-            Err(e) => {
-                tracing::warn!(subject = %msg.subject, error = %e, "undecodable message terminated");
+        match events::decode_msg(&msg) {
+            Ok(evs) => {
+                let mut keys = vec![LaneKey::Run(msg.subject.to_string())];
+                // A message's events are one run's, so they share one chat.
+                if let Some(env) = evs.first().map(|e| &e.envelope) {
+                    keys.push(LaneKey::Chat(super::settings::chat_key(
+                        &env.tenant,
+                        &self.cfg.chat_for(env.session_key.as_deref()),
+                    )));
+                }
+                lanes.push(keys, Taken::Events { msg, evs });
+            }
+            Err(e) => lanes.push(Vec::new(), Taken::Undecodable { msg, error: e }),
+        }
+    }
+
+    /// Processes one taken message: every event, then the ack (or leave it for
+    /// redelivery); an undecodable one is terminated (it would never decode on
+    /// redelivery).
+    async fn handle(&self, taken: Taken) {
+        let (msg, evs) = match taken {
+            Taken::Events { msg, evs } => (msg, evs),
+            Taken::Undecodable { msg, error } => {
+                tracing::warn!(subject = %msg.subject, error = %error, "undecodable message terminated");
                 let _ = msg.ack_with(jetstream::AckKind::Term).await;
                 return;
             }
@@ -200,6 +250,44 @@ impl Channel {
                     .await;
             }
         }
+    }
+}
+
+/// What orders a partition's messages ([`Lanes`]): a run's in order, and a chat's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum LaneKey {
+    /// The run's `SG_EVENTS` subject.
+    Run(String),
+    /// The chat the run renders into: (tenant, chat).
+    Chat(super::settings::ChatKey),
+}
+
+/// A message taken from the consumer, waiting for its lanes.
+enum Taken {
+    Events {
+        msg: jetstream::Message,
+        evs: Vec<streamgate_grammar::RunEvent>,
+    },
+    Undecodable {
+        msg: jetstream::Message,
+        error: streamgate_bus::BusError,
+    },
+}
+
+/// Starts every taken message whose lanes are free.
+fn start_ready<'a>(
+    channel: &'a Channel,
+    lanes: &mut Lanes<LaneKey, Taken>,
+    running: &mut FuturesUnordered<BoxFuture<'a, Vec<LaneKey>>>,
+) {
+    for (keys, taken) in lanes.ready() {
+        running.push(
+            async move {
+                channel.handle(taken).await;
+                keys
+            }
+            .boxed(),
+        );
     }
 }
 
