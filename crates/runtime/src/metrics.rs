@@ -55,6 +55,7 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     // Projector and delivery.
     ("streamgate_projector_event_to_submit_seconds", Kind::Histogram, "From an event's ingest to its ops' submission to the delivery engine"),
     ("streamgate_delivery_latency_seconds", Kind::Histogram, "From an op's submission to the sink's answer, by op (with the projector's part: event to sink)"),
+    ("streamgate_delivery_step_seconds", Kind::Histogram, "Time one delivery attempt spends in each step, by step: load (the run's delivery state), slot (waiting for one of the sink's requests in flight), request (the sink's call), save (the changed state)"),
     ("streamgate_delivery_submitted_total", Kind::Counter, "Ops queued to the delivery engine, by op"),
     ("streamgate_delivery_ops_total", Kind::Counter, "Ops the delivery engine finished, by channel, op and outcome"),
     ("streamgate_delivery_parked_total", Kind::Counter, "Finals parked after their bounded retries (the receiver kept failing): the chat goes on, the run's marker stays, and the final is sent again on the next start, by channel"),

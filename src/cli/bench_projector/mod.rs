@@ -20,6 +20,9 @@ use streamgate_grammar::{Envelope, RunEvent};
 
 /// The tenant of the bench's runs.
 const BENCH_TENANT: &str = "bench";
+
+/// Runs published together per tick with `--spread`.
+const SPREAD_GROUP: usize = 50;
 use streamgate_projector::{ChannelConfig, ChannelSink};
 use streamgate_sinks::webhook::WebhookConfig;
 use streamgate_sinks::{Secret, SinkConfig};
@@ -50,6 +53,12 @@ pub struct ProjectorArgs {
     /// reports.
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
+    /// Publish each round's events spread evenly over the round, [`SPREAD_GROUP`] runs
+    /// at a time, instead of every run's at once. Independent live runs do not emit in
+    /// lockstep: with all at once, an event's latency includes publishing the whole
+    /// round (2,000 acked publishes) before it, so it grows with `--runs` by itself.
+    #[arg(long)]
+    pub spread: bool,
     /// Requests in flight to the webhook receiver at once (the sink's `max_in_flight`).
     #[arg(long, default_value_t = streamgate_sinks::webhook::DEFAULT_MAX_IN_FLIGHT)]
     pub webhook_in_flight: usize,
@@ -143,20 +152,29 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         .map_or(0, |e| e.seq);
     let mut published: HashMap<(String, u64), Instant> = HashMap::with_capacity(total);
     let started = Instant::now();
-    // One round publishes an event of every run: at `rate`, a round every runs/rate s.
+    // One round publishes an event of every run: at `rate`, a round every runs/rate s,
+    // in one group of every run or (`--spread`) in groups spaced evenly over the round.
+    let group = if args.spread {
+        SPREAD_GROUP.min(args.runs.max(1))
+    } else {
+        args.runs.max(1)
+    };
     let mut pace = (args.rate > 0).then(|| {
-        let round = Duration::from_secs_f64(args.runs as f64 / args.rate as f64);
-        let mut t = tokio::time::interval(round);
+        let mut t = tokio::time::interval(Duration::from_secs_f64(group as f64 / args.rate as f64));
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         t
     });
     // Interleave runs event by event, like concurrent live turns.
-    for ev in &events {
+    for (ev, runs) in events.iter().flat_map(|ev| {
+        (0..args.runs)
+            .step_by(group)
+            .map(move |from| (ev, from..(from + group).min(args.runs)))
+    }) {
         if let Some(t) = pace.as_mut() {
             t.tick().await;
         }
-        let mut batch = Vec::with_capacity(args.runs);
-        for (r, run_id) in run_ids.iter().enumerate() {
+        let mut batch = Vec::with_capacity(runs.len());
+        for (r, run_id) in run_ids.iter().enumerate().skip(runs.start).take(runs.len()) {
             let re = RunEvent {
                 envelope: Envelope {
                     tenant: BENCH_TENANT.into(),
@@ -246,8 +264,13 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     );
     if args.rate > 0 {
         println!(
-            "offered   {} events/s; published at {:.0} events/s",
+            "offered   {} events/s ({}); published at {:.0} events/s",
             args.rate,
+            if args.spread {
+                format!("each round in groups of {SPREAD_GROUP} runs")
+            } else {
+                "every run's event of a round at once".to_owned()
+            },
             total as f64 / published_in.as_secs_f64()
         );
     }
@@ -284,6 +307,21 @@ fn print_hops(rendered: &str) {
         if let Some((p50, p99)) = crate::cli::bench::quantiles_ms(rendered, metric, None) {
             println!("hop       {hop}: p50 {p50:.1} ms, p99 {p99:.1} ms");
         }
+    }
+    let steps: Vec<String> = ["load", "slot", "request", "save"]
+        .into_iter()
+        .filter_map(|step| {
+            let label = format!("step=\"{step}\"");
+            crate::cli::bench::quantiles_ms(
+                rendered,
+                "streamgate_delivery_step_seconds",
+                Some(&label),
+            )
+            .map(|(p50, p99)| format!("{step} {p50:.1} / {p99:.1}"))
+        })
+        .collect();
+    if !steps.is_empty() {
+        println!("steps     delivery (p50 / p99 ms): {}", steps.join(", "));
     }
 }
 

@@ -160,6 +160,15 @@ const DROPPED: &str = "streamgate_delivery_dropped_total";
 /// event→sink; the projector records the part before it).
 const LATENCY: &str = "streamgate_delivery_latency_seconds";
 
+/// Records the time one attempt spent in a step of its delivery since `since`
+/// (`streamgate_delivery_step_seconds`): `load` (the run's delivery state), `slot` (a
+/// request slot among the sink's in flight), `request` (the sink's call), `save` (the
+/// changed state).
+fn record_step(step: &'static str, since: Instant) {
+    metrics::histogram!("streamgate_delivery_step_seconds", "step" => step)
+        .record(since.elapsed().as_secs_f64());
+}
+
 #[derive(Debug)]
 struct Bucket {
     rate: Rate,
@@ -1107,9 +1116,13 @@ impl Inner {
             //    taken: the slots bound requests to the platform, and a state read held
             //    in one made every chat's op wait for other chats' reads (finals of 200
             //    chats at once waited 120 ms for 16 slots, 0.3 ms of it the request).
+            let loading = Instant::now();
             let mut state = match &key {
                 Some(k) => match self.load(k).await {
-                    Ok(s) => s,
+                    Ok(s) => {
+                        record_step("load", loading);
+                        s
+                    }
                     Err(e) => {
                         breaker.neutral(probe);
                         attempt += 1;
@@ -1134,9 +1147,11 @@ impl Inner {
             //    timed-out attempt leaves in `state` whatever the sink recorded before
             //    the cut; it is saved like any other. It counts as in flight until then:
             //    a shutdown waits for it.
+            let waiting = Instant::now();
             let permit = self
                 .unless_stopped(lane, run, entry.permits.acquire())
                 .await;
+            record_step("slot", waiting);
             let Some(permit) = permit else {
                 breaker.neutral(probe);
                 return self.stopped();
@@ -1153,6 +1168,7 @@ impl Inner {
             // done (a stale draft, a final already sent) must not write back the state
             // it read over one another owner saved meanwhile (a lost lease's overlap).
             let loaded = key.is_some().then(|| state.clone());
+            let requesting = Instant::now();
             let result = match timeout(
                 self.config.attempt_timeout,
                 entry.sink.execute(chat, op, &mut state),
@@ -1163,8 +1179,11 @@ impl Inner {
                 Err(_) => Err(SinkError::Transient("attempt timed out".into())),
             };
             drop(permit);
+            record_step("request", requesting);
             if let Some(k) = key.as_ref().filter(|_| loaded.as_ref() != Some(&state)) {
+                let saving = Instant::now();
                 self.save(k, &state).await;
+                record_step("save", saving);
             }
             drop(in_flight);
             let superseded = || match run {
