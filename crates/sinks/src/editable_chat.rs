@@ -9,6 +9,7 @@
 use crate::format::Target;
 use crate::sink::{
     final_display_text, ChatTarget, DeliveryState, NativeStream, Pacing, Sink, SinkError,
+    TextDigest,
 };
 use crate::text::{truncate, Unit};
 use futures::future::BoxFuture;
@@ -160,12 +161,12 @@ async fn native_upsert<A: MessageApi>(
     let fresh = state
         .native_draft_at_ms
         .is_some_and(|at| now.saturating_sub(at) < NATIVE_DRAFT_REFRESH_MS);
-    if fresh && state.draft_text.as_deref() == Some(text) {
+    if fresh && state.draft_is(text) {
         return Ok(());
     }
     match api.native_draft(chat, native_draft_id(key), text).await {
         Ok(()) => {
-            state.draft_text = Some(text.to_owned());
+            state.draft_digest = Some(TextDigest::of(text));
             state.native_draft_at_ms = Some(now);
             Ok(())
         }
@@ -173,7 +174,7 @@ async fn native_upsert<A: MessageApi>(
             tracing::info!(chat = %chat, error = %e, "native draft refused; sending and editing a message instead");
             state.native_draft_refused = true;
             state.native_draft_at_ms = None;
-            state.draft_text = None;
+            state.draft_digest = None;
             upsert_draft(api, chat, text, state).await
         }
         Err(e) => Err(e),
@@ -187,25 +188,25 @@ async fn upsert_draft<A: MessageApi>(
     text: &str,
     state: &mut DeliveryState,
 ) -> Result<(), SinkError> {
-    if state.draft_text.as_deref() == Some(text) && state.draft_message_id.is_some() {
+    if state.draft_is(text) && state.draft_message_id.is_some() {
         return Ok(());
     }
     if let Some(id) = state.draft_message_id.clone() {
         match api.edit(chat, &id, text).await? {
             Edited::Applied => {
-                state.draft_text = Some(text.to_owned());
+                state.draft_digest = Some(TextDigest::of(text));
                 return Ok(());
             }
             // Someone deleted the draft: recreate it rather than lose the rendering.
             Edited::NotFound => {
                 state.draft_message_id = None;
-                state.draft_text = None;
+                state.draft_digest = None;
             }
         }
     }
     let id = api.send(chat, text).await?;
     state.draft_message_id = Some(id);
-    state.draft_text = Some(text.to_owned());
+    state.draft_digest = Some(TextDigest::of(text));
     Ok(())
 }
 
@@ -268,7 +269,7 @@ pub(crate) async fn execute<A: MessageApi>(
                 api.delete(chat, &id).await?;
             }
             state.draft_message_id = None;
-            state.draft_text = None;
+            state.draft_digest = None;
             state.dismissed = true;
             Ok(())
         }
@@ -315,12 +316,12 @@ pub(crate) async fn execute<A: MessageApi>(
                     state.final_message_ids = vec![id];
                 }
             } else if state.draft_message_id.is_some() {
-                state.draft_text = None;
+                state.draft_digest = None;
                 upsert_draft(api, chat, &placeholder, state).await?;
             } else {
                 let id = api.send(chat, &placeholder).await?;
                 state.draft_message_id = Some(id);
-                state.draft_text = Some(placeholder.clone());
+                state.draft_digest = Some(TextDigest::of(&placeholder));
             }
             state.retracted = true;
             Ok(())

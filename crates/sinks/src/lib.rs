@@ -58,7 +58,7 @@ pub use delivery::{
     StateStore, StoreError,
 };
 pub use http::Secret;
-pub use sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
+pub use sink::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError, TextDigest};
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

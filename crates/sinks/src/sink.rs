@@ -56,8 +56,9 @@ pub struct DeliveryState {
     /// Id of the run's draft message once created (Telegram message id, Discord
     /// snowflake, Slack `ts`).
     pub draft_message_id: Option<String>,
-    /// Text last applied to the draft; an identical upsert is skipped.
-    pub draft_text: Option<String>,
+    /// Digest of the text last applied to the draft; an identical upsert is skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_digest: Option<TextDigest>,
     /// A native draft (Telegram `sendMessageDraft`) is shown: when it was last sent, in
     /// ms since the epoch (it vanishes ~30 s after its last update, so an unchanged draft
     /// is sent again before then).
@@ -120,9 +121,9 @@ pub struct NativeStream {
     /// Each task's last outcome sent (`pending`, `running`, `done`, `failed`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tasks: std::collections::BTreeMap<String, String>,
-    /// The plan title last sent.
+    /// Digest of the plan title last sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<String>,
+    pub plan_digest: Option<TextDigest>,
     /// The stream was stopped by us.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
@@ -137,6 +138,36 @@ pub struct NativeStream {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+impl DeliveryState {
+    /// Whether `text` is what the draft shows now.
+    pub fn draft_is(&self, text: &str) -> bool {
+        self.draft_digest.as_ref().is_some_and(|d| d.is_of(text))
+    }
+}
+
+/// What a delivery state keeps of a text it showed, to tell whether the same text is
+/// shown again: a digest (SHA-256, its first 16 bytes in hex), never the text. So the
+/// state — and every version of it the KV bucket still holds — carries no model
+/// output, and overwriting it needs no erasure of the versions before
+/// (docs/architecture.md, KV buckets).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TextDigest(String);
+
+impl TextDigest {
+    /// The digest of `text`.
+    pub fn of(text: &str) -> TextDigest {
+        use sha2::Digest as _;
+        let sum = sha2::Sha256::digest(text.as_bytes());
+        TextDigest(sum.iter().take(16).map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// Whether this is the digest of `text`.
+    pub fn is_of(&self, text: &str) -> bool {
+        *self == TextDigest::of(text)
+    }
 }
 
 impl NativeStream {

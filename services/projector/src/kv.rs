@@ -124,7 +124,14 @@ impl StateStore for KvStateStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let bytes = serde_json::to_vec(state).map_err(|e| StoreError(e.to_string()))?;
-            streamgate_bus::kv::put_erasing(&self.store, &state_kv_key(key), bytes.into())
+            // A plain put: a delivery state holds ids, flags, seqs and digests, never
+            // the text it showed (`streamgate_sinks::TextDigest`), so the versions it
+            // replaces reveal nothing its key and its current version do not. Erasing
+            // each one rewrote a block file of the bucket per op, and every chat's state
+            // read and write queued behind those rewrites (delivery p99 6 ms → 39–48 ms
+            // at 200 runs). A run's erasure still overwrites every version.
+            self.store
+                .put(state_kv_key(key), bytes.into())
                 .await
                 .map(|_| ())
                 .map_err(|e| StoreError(e.to_string()))

@@ -23,7 +23,9 @@ use super::chat::SlackChat;
 use super::config::Streaming;
 use super::runtime::{plain, Fail, SlackSink};
 use crate::editable_chat::{Edited, MessageApi, Streamed};
-use crate::sink::{final_display_text, ChatTarget, DeliveryState, NativeStream, SinkError};
+use crate::sink::{
+    final_display_text, ChatTarget, DeliveryState, NativeStream, SinkError, TextDigest,
+};
 use crate::text::slack_unit;
 use serde_json::{json, Value};
 use streamgate_projection::{Live, LiveText, Op, Outcome};
@@ -250,9 +252,13 @@ async fn draft(
 fn chunks(st: &mut NativeStream, live: &Live) -> Vec<Value> {
     let mut out = Vec::new();
     if let Some(plan) = &live.plan {
-        if st.plan.as_deref() != Some(plan.title.as_str()) {
+        if !st
+            .plan_digest
+            .as_ref()
+            .is_some_and(|d| d.is_of(&plan.title))
+        {
             out.push(json!({"type": "plan_update", "title": plan.title}));
-            st.plan = Some(plan.title.clone());
+            st.plan_digest = Some(TextDigest::of(&plan.title));
         }
     }
     let steps = live.plan.iter().flat_map(|p| &p.steps);

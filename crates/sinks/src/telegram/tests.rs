@@ -68,6 +68,37 @@ async fn happy_path_draft_settle_final_with_html() -> Result<(), Box<dyn std::er
     Ok(())
 }
 
+/// The delivery state is what the projector keeps in KV (and overwrites without erasing
+/// the versions before): it tells a repeated draft by a digest, never holding the text.
+#[tokio::test]
+async fn a_delivery_state_holds_no_text_it_showed() -> Result<(), Box<dyn std::error::Error>> {
+    let fake = FakeServer::telegram(TOKEN, Behavior::default()).await?;
+    let tg = sink(&fake)?;
+    let chat = ChatTarget::new("", "tg", "-100200");
+    let mut st = DeliveryState::default();
+    let shown = "the model's private draft wording";
+    tg.execute(&chat, &draft("r1", shown, 1), &mut st).await?;
+    tg.execute(&chat, &draft("r1", shown, 2), &mut st).await?;
+    assert_eq!(
+        fake.live_messages()[0].edits,
+        0,
+        "an identical draft is skipped"
+    );
+    assert!(st.draft_is(shown) && !st.draft_is("something else"));
+    let saved = serde_json::to_string(&st)?;
+    assert!(!saved.contains("private draft"), "{saved}");
+    // A state saved before digests (with the text) still loads; its next draft is sent.
+    let mut old = serde_json::to_value(DeliveryState {
+        draft_message_id: Some("7".into()),
+        ..DeliveryState::default()
+    })?;
+    old["draft_text"] = "old words".into();
+    let old: DeliveryState = serde_json::from_value(old)?;
+    assert_eq!(old.draft_message_id.as_deref(), Some("7"));
+    assert!(!old.draft_is("old words"));
+    Ok(())
+}
+
 #[tokio::test]
 async fn dismiss_deletes_and_deleted_draft_is_recreated() -> Result<(), Box<dyn std::error::Error>>
 {

@@ -46,7 +46,7 @@ use runs::Runs;
 use std::convert::Infallible;
 use std::sync::Arc;
 use streamgate_projection::{DraftKey, Op, Tier};
-use streamgate_sinks::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError};
+use streamgate_sinks::{ChatTarget, DeliveryState, Pacing, Rate, Sink, SinkError, TextDigest};
 use tokio_util::sync::CancellationToken;
 
 const PAGE: &str = include_str!("assets/index.html");
@@ -124,11 +124,11 @@ impl Sink for WebSink {
             match op {
                 Op::Typing => {}
                 Op::Draft { key, text, seq, .. } => {
-                    if state.settled || state.draft_text.as_deref() == Some(text) {
+                    if state.settled || state.draft_is(text) {
                         return Ok(());
                     }
                     record(key);
-                    state.draft_text = Some(text.clone());
+                    state.draft_digest = Some(TextDigest::of(text));
                     state.last_rendered_seq = Some(*seq);
                 }
                 Op::Settle { key, text, seq } => {
@@ -136,7 +136,7 @@ impl Sink for WebSink {
                         return Ok(());
                     }
                     record(key);
-                    state.draft_text = Some(text.clone());
+                    state.draft_digest = Some(TextDigest::of(text));
                     state.last_rendered_seq = Some(*seq);
                     state.settled = true;
                 }
