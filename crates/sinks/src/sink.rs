@@ -160,8 +160,7 @@ impl TextDigest {
     /// The digest of `text`.
     pub fn of(text: &str) -> TextDigest {
         use sha2::Digest as _;
-        let sum = sha2::Sha256::digest(text.as_bytes());
-        TextDigest(sum.iter().take(16).map(|b| format!("{b:02x}")).collect())
+        TextDigest(hex::encode(&sha2::Sha256::digest(text.as_bytes())[..16]))
     }
 
     /// Whether this is the digest of `text`.

@@ -11,8 +11,8 @@
 //! zero-padded); the value is the run's `SG_RAW` subject. The cost is two KV writes per
 //! run, whatever its length, and a read of one partition's open runs when it is taken.
 //!
-//! Unlike the projectors' delivery states, the writes here do not erase the versions
-//! they replace: the value names nothing its key does not, and the close's tombstone
+//! The writes here do not erase the versions they replace (nor do the projectors' in
+//! `SG_DELIVERY`): the value names nothing its key does not, and the close's tombstone
 //! keeps the key, so erasing the open version on close hid nothing. It cost the broker
 //! a rewrite of the bucket's block file per run, one that grows with every run the
 //! block holds (docs/performance.md, twelfth stop). A run's versions stay addressable,

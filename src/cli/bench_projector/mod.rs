@@ -20,12 +20,12 @@ use streamgate_grammar::{Envelope, RunEvent};
 
 /// The tenant of the bench's runs.
 const BENCH_TENANT: &str = "bench";
-
-/// Runs published together per tick with `--spread`.
-const SPREAD_GROUP: usize = 50;
 use streamgate_projector::{ChannelConfig, ChannelSink};
 use streamgate_sinks::webhook::WebhookConfig;
 use streamgate_sinks::{Secret, SinkConfig};
+
+/// Runs published together per tick with `--spread`.
+const SPREAD_GROUP: usize = 50;
 
 /// Flags of `streamgate bench projector`.
 #[derive(Debug, Clone, clap::Args)]
@@ -174,7 +174,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             t.tick().await;
         }
         let mut batch = Vec::with_capacity(runs.len());
-        for (r, run_id) in run_ids.iter().enumerate().skip(runs.start).take(runs.len()) {
+        for (r, run_id) in runs.clone().zip(&run_ids[runs]) {
             let re = RunEvent {
                 envelope: Envelope {
                     tenant: BENCH_TENANT.into(),
