@@ -881,11 +881,12 @@ struct Probe {
 }
 
 /// Ingests small fresh runs over HTTP until `stop`, noting every answer; counts each
-/// accepted one in `accepted` as it goes.
+/// accepted one in `accepted` and each refused one in `refused` as it goes.
 fn spawn_http_probe(
     http: std::net::SocketAddr,
     stop: CancellationToken,
     accepted: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
 ) -> tokio::task::JoinHandle<Probe> {
     tokio::spawn(async move {
         let client = reqwest::Client::new();
@@ -909,6 +910,7 @@ fn spawn_http_probe(
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_owned);
                     probe.failed.push((r.status().as_u16(), after));
+                    refused.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(Err(e)) => panic!("HTTP probe {i}: {e}"),
                 Err(_) => panic!("HTTP probe {i}: no answer within 20 s"),
@@ -920,9 +922,11 @@ fn spawn_http_probe(
 }
 
 /// (e) The SG_RAW leader (SG_EVENTS' too) is SIGKILLed while `streamgate ingest`
-/// processes send runs over gRPC and small runs are posted over HTTP: during the
-/// election HTTP answers 503 with `Retry-After`, the CLI says once that it retries, and
-/// every CLI run lands in the archive complete, once.
+/// processes send runs over gRPC and small runs are posted over HTTP, and a second node
+/// with it, restarted once an HTTP ingest was refused (so the election cannot end before
+/// a probe has landed in it): during the election HTTP answers 503 with `Retry-After`,
+/// the CLI says once that it retries, and every CLI run lands in the archive complete,
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_retries_through_a_leader_election() {
     let _serial = SERIAL.lock().await;
@@ -953,7 +957,8 @@ async fn ingest_retries_through_a_leader_election() {
         })
     };
     let accepted = Arc::new(AtomicUsize::new(0));
-    let probe = spawn_http_probe(http, stop.clone(), accepted.clone());
+    let refused = Arc::new(AtomicUsize::new(0));
+    let probe = spawn_http_probe(http, stop.clone(), accepted.clone(), refused.clone());
     // Both front doors carry load before the kill: an HTTP ingest accepted, and the first
     // CLI run's events archived.
     wait_for("an HTTP ingest accepted before the kill", SETTLE, || {
@@ -961,12 +966,31 @@ async fn ingest_retries_through_a_leader_election() {
     })
     .await;
     wait_some(&*env.store, "cli-000", 1).await;
+    // The election is held open until a probe has landed in it: a second node goes down
+    // with the leader, so the one left cannot win a vote (one of three is no quorum) and
+    // SG_RAW has no leader until that node is back. With the leader alone killed, the
+    // window was whatever the survivors took to elect, and under full-suite load the
+    // probe (one small request at a time, in a process sharing two cores with three
+    // servers and the CLI runs) at times had no request in it and saw no 503.
+    let held = (0..env.cluster.len())
+        .find(|&i| i != victim)
+        .expect("a second node");
+    let refused_before = refused.load(Ordering::Relaxed);
     env.cluster.kill(victim);
+    env.cluster.kill(held);
     let killed_at = Instant::now();
-    let leader = env
-        .cluster
-        .stream_leader(&env.js, RAW_STREAM, patience)
-        .await;
+    wait_for(
+        "an HTTP ingest refused while SG_RAW has no quorum",
+        SETTLE,
+        || refused.load(Ordering::Relaxed) > refused_before,
+    )
+    .await;
+    let held_for = killed_at.elapsed();
+    // Two of three again: the election can end, on the survivor or the restarted node.
+    env.cluster.restart(held);
+    // SETTLE, not `patience`: the restarted node recovers its store first, and the
+    // survivor's next campaign may be a whole election timeout away.
+    let leader = env.cluster.stream_leader(&env.js, RAW_STREAM, SETTLE).await;
     assert_ne!(leader, victim, "SG_RAW still led by the killed node");
     let elected = killed_at.elapsed();
     // Ingest goes on through the new leader before the load stops.
@@ -1013,8 +1037,9 @@ async fn ingest_retries_through_a_leader_election() {
     let ids: Vec<String> = runs.iter().map(|(r, _, _)| r.clone()).collect();
     assert_archived(&*env.store, &ids, &bytes, "ingest through an election").await;
     eprintln!(
-        "killed n{victim}: new SG_RAW leader after {elected:?}; {} CLI runs all landed, {retried} \
-         of them retried; HTTP: {} ok, {} answered 503 + Retry-After; total {:?}",
+        "killed n{victim} (n{held} down for {held_for:?}, until an HTTP ingest was refused): \
+         new SG_RAW leader after {elected:?}; {} CLI runs all landed, {retried} of them \
+         retried; HTTP: {} ok, {} answered 503 + Retry-After; total {:?}",
         runs.len(),
         probe.ok,
         probe.failed.len(),
