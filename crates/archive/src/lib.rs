@@ -373,6 +373,17 @@ pub trait Store: Send + Sync + 'static {
     /// sequence but is the same event).
     async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError>;
 
+    /// Whether batches one caller hands over concurrently
+    /// ([`Store::insert_batch_with_provenance`] calls not awaited one by one) commit in the
+    /// order they were handed over: a single writer taking them from one queue. The
+    /// archiver keeps two batches in flight only then, so that a run never stands ended
+    /// in the archive while an earlier batch of it is still uncommitted (ended runs are
+    /// exported and indexed as they appear). The default, for a store that commits
+    /// concurrent transactions in any order, is `false`.
+    fn commits_in_submission_order(&self) -> bool {
+        false
+    }
+
     /// [`Store::insert_batch`] and then [`Store::record_provenance`] for what made those
     /// events, in the same transaction: the archiver's commit. One commit (one fsync) per
     /// batch instead of two — a run's first batch always changes its provenance — and a

@@ -1117,6 +1117,12 @@ fn sqlite_limit(limit: u32) -> i64 {
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
+    /// One writer thread takes every job from one FIFO queue (batches queued together
+    /// share a transaction, in queue order).
+    fn commits_in_submission_order(&self) -> bool {
+        true
+    }
+
     async fn insert_batch(&self, events: &[ArchivedEvent]) -> Result<InsertOutcome, ArchiveError> {
         self.insert_batch_with_provenance(events, &[]).await
     }

@@ -15,6 +15,12 @@ use streamgate_bus::{EVENTS_STREAM, RAW_STREAM};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// Batches handed to the store and not yet acknowledged, at most, when the store commits
+/// them in the order they were handed over ([`Store::commits_in_submission_order`]): one
+/// committing and one waiting behind it keep the store's writer busy, and more would only
+/// hold messages longer without a shorter wait. Other stores get one at a time.
+const COMMITS_IN_FLIGHT: usize = 2;
+
 /// Called with every batch right after it is committed (before the ack): the hook
 /// benchmarks and tests use to observe commit latency.
 #[derive(Clone)]
@@ -36,7 +42,9 @@ pub struct ConsumerConfig {
     pub durable: String,
     /// Messages per transaction at most.
     pub batch: usize,
-    /// The shortest time between the starts of two commits. Every commit rewrites the
+    /// The shortest time between two batches taken from the broker (each is handed to
+    /// the store as it is taken; batches that queue behind a commit share the next
+    /// transaction, so this also spaces the commits). Every commit rewrites the
     /// archive pages of each run it touches (and, on SQLite, fsyncs), so at a modest load
     /// committing as soon as anything arrives writes each page many times over: at 20k
     /// events/s on the bench's 32 runs, 330 commits/s wrote ~90 MB/s of WAL for 5 MB/s of
@@ -102,19 +110,34 @@ pub async fn run_events(
     .await?;
     let mut batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
     info!(durable = %cfg.durable, "archiver consuming SG_EVENTS");
+    // Commits in flight: the next batch is pulled and decoded while the store commits the
+    // last one, and batches that queue behind a commit share the next transaction (the
+    // store's group commit). One at a time, the writer idled through every pull, decode
+    // and ack, and the archiver's pace was commit + everything else (docs/performance.md,
+    // fourteenth stop).
+    let max_in_flight = if store.commits_in_submission_order() {
+        COMMITS_IN_FLIGHT
+    } else {
+        1
+    };
+    let mut in_flight = futures::stream::FuturesUnordered::new();
     let mut next_commit = tokio::time::Instant::now();
     loop {
-        // At most one commit per `commit_interval` (what arrives meanwhile joins the next
+        // At most one batch per `commit_interval` (what arrives meanwhile joins the next
         // one) unless batches come full; the first message after a quiet spell is taken
-        // at once.
+        // at once. With `max_in_flight` batches unfinished, nothing more is pulled: the
+        // broker holds the rest.
+        let may_pull = in_flight.len() < max_in_flight;
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            () = tokio::time::sleep_until(next_commit) => {}
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+            () = tokio::time::sleep_until(next_commit), if may_pull => {}
         }
         let batch = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
             b = batches.next() => match b { Some(b) => b, None => break },
         };
         // A backlog (a full batch, or the broker reporting more pending after its last
@@ -126,8 +149,11 @@ pub async fn run_events(
             } else {
                 now.checked_add(cfg.commit_interval).unwrap_or(now)
             };
-        archive(&*store, &cfg, &shutdown, Taken::decode(batch)).await;
+        in_flight.push(archive(&*store, &cfg, &shutdown, Taken::decode(batch)));
     }
+    // What was taken is committed and acknowledged (or, with the store down at shutdown,
+    // left for redelivery) before the consumer returns.
+    while in_flight.next().await.is_some() {}
     info!("archiver consumer stopped");
     Ok(())
 }
