@@ -161,12 +161,13 @@ async fn native_upsert<A: MessageApi>(
     let fresh = state
         .native_draft_at_ms
         .is_some_and(|at| now.saturating_sub(at) < NATIVE_DRAFT_REFRESH_MS);
-    if fresh && state.draft_is(text) {
+    let digest = TextDigest::of(text);
+    if fresh && digest.is_in(&state.draft_digest) {
         return Ok(());
     }
     match api.native_draft(chat, native_draft_id(key), text).await {
         Ok(()) => {
-            state.draft_digest = Some(TextDigest::of(text));
+            state.draft_digest = Some(digest);
             state.native_draft_at_ms = Some(now);
             Ok(())
         }
@@ -188,13 +189,14 @@ async fn upsert_draft<A: MessageApi>(
     text: &str,
     state: &mut DeliveryState,
 ) -> Result<(), SinkError> {
-    if state.draft_is(text) && state.draft_message_id.is_some() {
+    let digest = TextDigest::of(text);
+    if digest.is_in(&state.draft_digest) && state.draft_message_id.is_some() {
         return Ok(());
     }
     if let Some(id) = state.draft_message_id.clone() {
         match api.edit(chat, &id, text).await? {
             Edited::Applied => {
-                state.draft_digest = Some(TextDigest::of(text));
+                state.draft_digest = Some(digest);
                 return Ok(());
             }
             // Someone deleted the draft: recreate it rather than lose the rendering.
@@ -206,7 +208,7 @@ async fn upsert_draft<A: MessageApi>(
     }
     let id = api.send(chat, text).await?;
     state.draft_message_id = Some(id);
-    state.draft_digest = Some(TextDigest::of(text));
+    state.draft_digest = Some(digest);
     Ok(())
 }
 

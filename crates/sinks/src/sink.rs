@@ -143,7 +143,7 @@ fn is_zero(n: &usize) -> bool {
 impl DeliveryState {
     /// Whether `text` is what the draft shows now.
     pub fn draft_is(&self, text: &str) -> bool {
-        self.draft_digest.as_ref().is_some_and(|d| d.is_of(text))
+        TextDigest::of(text).is_in(&self.draft_digest)
     }
 }
 
@@ -163,9 +163,11 @@ impl TextDigest {
         TextDigest(hex::encode(&sha2::Sha256::digest(text.as_bytes())[..16]))
     }
 
-    /// Whether this is the digest of `text`.
-    pub fn is_of(&self, text: &str) -> bool {
-        *self == TextDigest::of(text)
+    /// Whether `slot` holds this digest: the text it was made of is what `slot` last
+    /// recorded as shown. A sink hashes a text once, compares, and on success stores that
+    /// same digest.
+    pub fn is_in(&self, slot: &Option<TextDigest>) -> bool {
+        slot.as_ref() == Some(self)
     }
 }
 

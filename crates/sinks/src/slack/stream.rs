@@ -252,13 +252,10 @@ async fn draft(
 fn chunks(st: &mut NativeStream, live: &Live) -> Vec<Value> {
     let mut out = Vec::new();
     if let Some(plan) = &live.plan {
-        if !st
-            .plan_digest
-            .as_ref()
-            .is_some_and(|d| d.is_of(&plan.title))
-        {
+        let digest = TextDigest::of(&plan.title);
+        if !digest.is_in(&st.plan_digest) {
             out.push(json!({"type": "plan_update", "title": plan.title}));
-            st.plan_digest = Some(TextDigest::of(&plan.title));
+            st.plan_digest = Some(digest);
         }
     }
     let steps = live.plan.iter().flat_map(|p| &p.steps);

@@ -124,11 +124,12 @@ impl Sink for WebSink {
             match op {
                 Op::Typing => {}
                 Op::Draft { key, text, seq, .. } => {
-                    if state.settled || state.draft_is(text) {
+                    let digest = TextDigest::of(text);
+                    if state.settled || digest.is_in(&state.draft_digest) {
                         return Ok(());
                     }
                     record(key);
-                    state.draft_digest = Some(TextDigest::of(text));
+                    state.draft_digest = Some(digest);
                     state.last_rendered_seq = Some(*seq);
                 }
                 Op::Settle { key, text, seq } => {
