@@ -4,8 +4,9 @@
 //! unless `--archive` names a store), measures a raw JetStream publish baseline, then has
 //! N producers replay a capture concurrently at full speed through the NATS front door
 //! (beside the broker-only floor, [`super::bench_baseline`]) and reports events/s
-//! archived and ingest→archive-commit latency (p50/p99, from each event's ingest time to
-//! the commit of its batch).
+//! archived, ingest→archive-commit latency (p50/p99, from each event's ingest time to
+//! the commit of its batch) and the CPU time each event cost this process and
+//! nats-server (steadier than events/s on a machine whose speed drifts).
 
 use super::bench_baseline::{self, Acks};
 use anyhow::{Context, Result};
@@ -84,6 +85,10 @@ struct Figures {
     floor_pct: [f64; 2],
     /// Ingest→commit latency, p99, ms.
     p99_ms: i64,
+    /// CPU time per archived event during the pipeline, µs: this process (the services
+    /// and the bench's producers) and nats-server. On a machine whose speed drifts, far
+    /// steadier than events/s for comparing builds.
+    cpu_us_per_event: [f64; 2],
 }
 
 const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
@@ -117,6 +122,11 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
         let (lo1, mid1, hi1) = spread(|f| f.floor_pct[1]);
         println!(
             "summary   floor {lo:.0} / {mid:.0} / {hi:.0}% (an ack per message), {lo1:.0} / {mid1:.0} / {hi1:.0}% (an ack per pull)"
+        );
+        let (lo, mid, hi) = spread(|f| f.cpu_us_per_event[0]);
+        let (lo1, mid1, hi1) = spread(|f| f.cpu_us_per_event[1]);
+        println!(
+            "summary   cpu per event {lo:.2} / {mid:.2} / {hi:.2} µs (this process), {lo1:.2} / {mid1:.2} / {hi1:.2} µs (nats-server)"
         );
         let (lo, mid, hi) = spread(|f| f.p99_ms as f64);
         let at = args
@@ -276,6 +286,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
             args.rate as f64 * chunks_per_run as f64 / events_per_run.max(1) as f64;
         Duration::from_secs_f64(args.runs as f64 / chunks_per_sec)
     });
+    let cpu_before = [cpu_seconds(None), cpu_seconds(nats_server.pid())];
     let started = Instant::now();
     let mut producers = tokio::task::JoinSet::new();
     for p in 0..args.runs {
@@ -311,6 +322,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = started.elapsed();
+    let cpu_after = [cpu_seconds(None), cpu_seconds(nats_server.pid())];
     shutdown.cancel();
     for mut t in [normalizer.tasks, archiver.tasks] {
         while let Some(r) = t.join_next().await {
@@ -339,6 +351,10 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         ratio_pct: 100.0 * raw_mb_s / broker_mb_s.max(f64::MIN_POSITIVE),
         floor_pct: floor,
         p99_ms: pct(0.99),
+        cpu_us_per_event: [0, 1].map(|i| match (cpu_before[i], cpu_after[i]) {
+            (Some(b), Some(a)) => (a - b) * 1e6 / total_events.max(1) as f64,
+            _ => f64::NAN,
+        }),
     };
     if broker_mb_s > 0.0 {
         println!(
@@ -351,6 +367,12 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         pct(0.50),
         pct(0.99),
         l.last().copied().unwrap_or(0)
+    );
+    let [own, broker] = figures.cpu_us_per_event;
+    println!(
+        "cpu       {own:.2} µs per event in this process (services and producers), {broker:.2} µs in nats-server: {:.0}% and {:.0}% of a core",
+        own * total_events as f64 / secs / 1e4,
+        broker * total_events as f64 / secs / 1e4,
     );
     let commits = commits.load(std::sync::atomic::Ordering::Relaxed).max(1);
     println!(
@@ -382,6 +404,26 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(figures)
+}
+
+/// CPU time (user + system) a process has used so far, in seconds: this process, or
+/// the one with `pid`; `None` where `/proc` cannot tell (not Linux, or gone).
+fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_owned(),
+    };
+    let stat = std::fs::read_to_string(path).ok()?;
+    // After the command name (in parentheses, which may hold spaces): state, then the
+    // fields numbered from 4 in proc(5); utime and stime are 14 and 15.
+    let mut fields = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .skip(11);
+    let mut ticks = || fields.next()?.parse::<u64>().ok();
+    let (utime, stime) = (ticks()?, ticks()?);
+    // In USER_HZ, which Linux fixes at 100 for user space.
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// Prints the messages the broker stored per raw chunk: the events messages (one per run
@@ -661,6 +703,27 @@ x_seconds_count{step=\"apply\"} 80
         let (p50, _) = quantiles_ms(rendered, "x_seconds", Some("step=\"ack\"")).unwrap();
         assert!((p50 - 1.0).abs() < 1e-9, "{p50}");
         assert_eq!(quantiles_ms(rendered, "y_seconds", None), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn cpu_time_is_read_from_proc_and_grows_with_work() {
+        let before = cpu_seconds(None).expect("this process's CPU time");
+        let own = cpu_seconds(Some(std::process::id())).expect("the same, by pid");
+        assert!(own >= before, "{own} < {before}");
+        // Spin until the clock-tick counters move (USER_HZ: 10 ms a tick).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut x = 0u64;
+        while cpu_seconds(None).unwrap_or(0.0) < before + 0.05 {
+            assert!(
+                Instant::now() < deadline,
+                "no CPU time counted after 10 s of work"
+            );
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        assert_eq!(cpu_seconds(Some(u32::MAX)), None, "no such process");
     }
 
     #[test]

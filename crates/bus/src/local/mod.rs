@@ -239,6 +239,11 @@ impl LocalNats {
         &self.store_dir
     }
 
+    /// The server's process id while it runs (benchmarks read its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         let mut s = String::new();
