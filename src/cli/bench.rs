@@ -292,9 +292,14 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     for p in 0..args.runs {
         let (ingestor, capture, family) = (ingestor.clone(), capture.clone(), family.clone());
         let (rounds, chunk_bytes) = (args.rounds, args.chunk_bytes.max(1));
+        // Each producer's ticks start at its own share of the tick: independent runs are
+        // not in step, and producers ticking together would offer every run's chunk at
+        // once (a burst of `--runs` chunks a tick, which at hundreds of runs is most of
+        // the latency measured).
+        let phase = tick.map(|t| t.mul_f64(p as f64 / args.runs as f64));
         producers.spawn(async move {
-            let mut pace = tick.map(|t| {
-                let mut i = tokio::time::interval(t);
+            let mut pace = tick.zip(phase).map(|(t, phase)| {
+                let mut i = tokio::time::interval_at(tokio::time::Instant::now() + phase, t);
                 i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
                 i
             });
