@@ -412,23 +412,23 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
 }
 
 /// CPU time (user + system) a process has used so far, in seconds: this process, or
-/// the one with `pid`; `None` where `/proc` cannot tell (not Linux, or gone).
+/// the one with `pid`; `None` where it cannot be read (the process is gone). Read with
+/// procfs (already in the tree through metrics-process, which reads only its own
+/// process).
+#[cfg(target_os = "linux")]
 fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/stat"),
-        None => "/proc/self/stat".to_owned(),
+    let process = match pid {
+        Some(pid) => procfs::process::Process::new(i32::try_from(pid).ok()?),
+        None => procfs::process::Process::myself(),
     };
-    let stat = std::fs::read_to_string(path).ok()?;
-    // After the command name (in parentheses, which may hold spaces): state, then the
-    // fields numbered from 4 in proc(5); utime and stime are 14 and 15.
-    let mut fields = stat
-        .get(stat.rfind(')')? + 1..)?
-        .split_whitespace()
-        .skip(11);
-    let mut ticks = || fields.next()?.parse::<u64>().ok();
-    let (utime, stime) = (ticks()?, ticks()?);
-    // In USER_HZ, which Linux fixes at 100 for user space.
-    Some((utime + stime) as f64 / 100.0)
+    let stat = process.ok()?.stat().ok()?;
+    Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+}
+
+/// Not read outside Linux: the figure prints as NaN.
+#[cfg(not(target_os = "linux"))]
+fn cpu_seconds(_pid: Option<u32>) -> Option<f64> {
+    None
 }
 
 /// Prints the messages the broker stored per raw chunk: the events messages (one per run
