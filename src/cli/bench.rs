@@ -38,9 +38,12 @@ pub struct PipelineArgs {
     /// Family of `--capture`.
     #[arg(long, default_value = "auto")]
     pub family: String,
-    /// Bytes per raw chunk.
+    /// Bytes per frame a producer sends (and per message of the baseline).
     #[arg(long, default_value_t = 1024)]
     pub chunk_bytes: usize,
+    /// The front door the producers hand their runs to.
+    #[arg(long, value_enum, default_value_t = Door::Http)]
+    pub door: Door,
     /// Archive URL (default: SQLite in a temp dir).
     #[arg(long)]
     pub archive: Option<String>,
@@ -74,6 +77,18 @@ pub struct PipelineArgs {
     /// the min / median / max of their figures: on a noisy machine one run says little.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+}
+
+/// How `bench pipeline`'s producers hand their runs to the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Door {
+    /// A POST per run to the normalizer's HTTP ingest, the body streamed in frames of
+    /// `--chunk-bytes` (as a gateway relays a provider's stream): the door cuts the
+    /// chunks, and joins the lines that arrive while its previous publish is in flight.
+    Http,
+    /// Each frame a chunk of its own, numbered by the producer and published by the
+    /// ingestor in this process (as gRPC and NATS producers do).
+    Direct,
 }
 
 /// The headline figures of one run, for [`pipeline`]'s summary over `--repeat` runs.
@@ -241,14 +256,21 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         NormalizerConfig::default(),
         Listeners {
             grpc: None,
-            http: None,
-            ingest_token: None,
+            http: (args.door == Door::Http).then(|| ([127, 0, 0, 1], 0).into()),
+            ingest_token: Some(BENCH_TOKEN.to_owned()),
             partitions: args.partitions,
             ..Default::default()
         },
         shutdown.clone(),
     )
     .await?;
+    let door = match normalizer.http {
+        Some(addr) => Producers::Http {
+            client: reqwest::Client::new(),
+            base: format!("http://{addr}/v1/ingest/bench"),
+        },
+        None => Producers::Direct(Box::new(Ingestor::new(js.clone(), args.partitions))),
+    };
     let archiver = streamgate_archiver::start(
         async_nats::connect(nats_server.url()).await?,
         store,
@@ -276,7 +298,6 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         None
     };
 
-    let ingestor = Ingestor::new(js.clone(), args.partitions);
     let capture = Bytes::from(capture);
     let chunks_per_run = capture.len().div_ceil(args.chunk_bytes.max(1)) + 1;
     // Each producer sends one chunk per tick; the tick makes the producers together
@@ -290,7 +311,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     let started = Instant::now();
     let mut producers = tokio::task::JoinSet::new();
     for p in 0..args.runs {
-        let (ingestor, capture, family) = (ingestor.clone(), capture.clone(), family.clone());
+        let (door, capture, family) = (door.clone(), capture.clone(), family.clone());
         let (rounds, chunk_bytes) = (args.rounds, args.chunk_bytes.max(1));
         // Each producer's ticks start at its own share of the tick: independent runs are
         // not in step, and producers ticking together would offer every run's chunk at
@@ -304,8 +325,9 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
                 i
             });
             for r in 0..rounds {
-                let spec = RunSpec::new("bench", &format!("bench-{p}-{r}"), None, &family, None)?;
-                put_capture(&ingestor, &spec, &capture, chunk_bytes, pace.as_mut()).await?;
+                let run = format!("bench-{p}-{r}");
+                door.send_run(&run, &family, &capture, chunk_bytes, pace.as_mut())
+                    .await?;
             }
             anyhow::Ok(())
         });
@@ -388,7 +410,11 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     if let Some(steps) = steps {
         print_steps(&steps.render());
     }
-    print_stored(&js).await;
+    print_stored(
+        &js,
+        total_runs * capture.len().div_ceil(args.chunk_bytes.max(1)),
+    )
+    .await;
     if let Some(hop) = hop {
         let mut published = hop.stop(total_events).await;
         published.sort_unstable();
@@ -434,7 +460,7 @@ fn cpu_seconds(_pid: Option<u32>) -> Option<f64> {
 /// Prints the messages the broker stored per raw chunk: the events messages (one per run
 /// and consumer batch, fewer when a pull brings several chunks of a run) and the KV
 /// records (open runs, leases) — the broker work the ratio sets against one publish.
-async fn print_stored(js: &async_nats::jetstream::Context) {
+async fn print_stored(js: &async_nats::jetstream::Context, frames: usize) {
     let mut stored = Vec::new();
     for name in [
         streamgate_bus::RAW_STREAM.to_owned(),
@@ -454,6 +480,11 @@ async fn print_stored(js: &async_nats::jetstream::Context) {
         .map(|(name, n)| format!("{name} {n} ({:.2} per raw)", *n as f64 / raw))
         .collect();
     println!("stored    {}", parts.join(", "));
+    // Raw messages are the runs' chunks and one close marker per run.
+    println!(
+        "door      {frames} frames sent, {:.2} per raw message",
+        frames as f64 / raw
+    );
 }
 
 /// Prints where a chunk's time goes between ingest and commit, from the services' own
@@ -651,6 +682,83 @@ fn print_timeline(committed: &[(i64, i64)]) {
 /// `bench cluster`. Like the gRPC and HTTP front doors, it keeps the ingestor's window of
 /// publishes in flight ([`Window`]) instead of waiting for each chunk's ack: a producer
 /// waiting out one broker round trip per chunk measures that round trip, not the pipeline.
+/// The ingest token of the bench's normalizer.
+const BENCH_TOKEN: &str = "bench";
+
+/// Where the producers send their runs ([`Door`]).
+#[derive(Clone)]
+enum Producers {
+    Http {
+        client: reqwest::Client,
+        base: String,
+    },
+    Direct(Box<Ingestor>),
+}
+
+impl Producers {
+    /// Sends one run of `capture` in frames of `chunk_bytes`, one per `pace` tick when
+    /// paced, and its close.
+    async fn send_run(
+        &self,
+        run: &str,
+        family: &str,
+        capture: &Bytes,
+        chunk_bytes: usize,
+        pace: Option<&mut tokio::time::Interval>,
+    ) -> anyhow::Result<()> {
+        match self {
+            Producers::Direct(ingestor) => {
+                let spec = RunSpec::new("bench", run, None, family, None)?;
+                put_capture(ingestor, &spec, capture, chunk_bytes, pace).await
+            }
+            Producers::Http { client, base } => {
+                post_capture(client, base, run, family, capture, chunk_bytes, pace).await
+            }
+        }
+    }
+}
+
+/// POSTs `capture` to the HTTP ingest at `base` as run `run`, streaming it in frames of
+/// `chunk_bytes` (each sent once the door reads the one before, paced when `pace`).
+async fn post_capture(
+    client: &reqwest::Client,
+    base: &str,
+    run: &str,
+    family: &str,
+    capture: &Bytes,
+    chunk_bytes: usize,
+    mut pace: Option<&mut tokio::time::Interval>,
+) -> anyhow::Result<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let request = client
+        .post(format!("{base}/{run}?family={family}"))
+        .bearer_auth(BENCH_TOKEN)
+        .body(reqwest::Body::wrap_stream(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
+        .send();
+    let frames = async move {
+        for start in (0..capture.len()).step_by(chunk_bytes) {
+            if let Some(t) = pace.as_mut() {
+                t.tick().await;
+            }
+            let end = (start + chunk_bytes).min(capture.len());
+            if tx.send(Ok(capture.slice(start..end))).await.is_err() {
+                break; // The request ended early: its answer says why.
+            }
+        }
+    };
+    let (response, ()) = tokio::join!(request, frames);
+    let response = response?;
+    let status = response.status();
+    anyhow::ensure!(
+        status.is_success(),
+        "ingest of {run} answered {status}: {}",
+        response.text().await.unwrap_or_default()
+    );
+    Ok(())
+}
+
 pub(crate) async fn put_capture(
     ingestor: &Ingestor,
     spec: &RunSpec,

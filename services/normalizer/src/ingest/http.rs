@@ -10,11 +10,14 @@
 //! [`MIN_CHUNK_BYTES`]), and the bytes of a frame still incomplete follow after
 //! [`IDLE_FLUSH`] (25 ms) if nothing completes them sooner. So a sender that pauses
 //! mid-turn (curl `-T -` reading a pipe) shows on every channel what it sent so far.
-//! Chunks go out with at most a window in flight per request ([`flow::DEFAULT_WINDOW`]
-//! unless configured): more of the body is
-//! read only while the window has room, so a slow broker slows the sender and a request
-//! holds at most about `window × chunk_bytes` of its body in memory, however large the
-//! body ([`super::flow`]). Once every chunk is acknowledged, the end of the body writes a
+//! Lines that arrive while the body's previous chunk is still on its way to the broker
+//! go out together when its ack comes back (at most one publish's round trip later):
+//! under load a chunk carries the backlog, not one message per frame, and each chunk is
+//! stamped with when its first byte arrived. Whole chunks go out with at most a window
+//! in flight per request ([`flow::DEFAULT_WINDOW`] unless configured): more of the body
+//! is read only while less than a chunk waits, so a slow broker slows the sender and a
+//! request holds at most about `(window + 1) × chunk_bytes` of its body in memory,
+//! however large the body ([`super::flow`]). Once every chunk is acknowledged, the end of the body writes a
 //! `normal` close marker, and the reply says how many chunks were stored. A body that
 //! breaks off (a cut connection) writes no close marker: the run stays open for the
 //! resend (or the normalizer's idle timeout closes it).
@@ -48,6 +51,7 @@ use axum::{Json, Router};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::Deserialize;
+use std::collections::VecDeque;
 use streamgate_bus::raw::{CloseKind, Placement};
 use streamgate_bus::trace::{self, TraceContext};
 use tracing::Instrument as _;
@@ -179,6 +183,7 @@ async fn ingest_body(
         next: point.next_chunk,
         offset: point.stored_bytes,
         fence: Some(point.last_seq),
+        arrivals: VecDeque::new(),
     };
     let sent = send_body(&st.ingestor, &spec, &mut window, cut, body, trace).await;
     // Every chunk acknowledged (or failed) before the answer or the close marker.
@@ -244,6 +249,9 @@ struct Cutter {
     offset: u64,
     /// The fence the first publish carries (the run's last stored message), then `None`.
     fence: Option<u64>,
+    /// When the bytes not sent yet arrived: `(run offset their frame ends at, ms since
+    /// the Unix epoch)`, oldest first. A chunk is stamped with its first byte's.
+    arrivals: VecDeque<(u64, i64)>,
 }
 
 impl Cutter {
@@ -265,8 +273,49 @@ impl Cutter {
         }
     }
 
-    /// Sends one chunk through `window`. The fenced first publish is awaited before any
-    /// other goes out: if the fence fails nothing after it may land.
+    /// Takes `data` (bytes the run does not have) into `pending`, noting when it came.
+    fn take(&mut self, pending: &mut BytesMut, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        pending.extend_from_slice(data);
+        let end = self.offset + pending.len() as u64;
+        self.arrivals.push_back((end, crate::worker::now_ms()));
+    }
+
+    /// Sends what of `pending` may go out now:
+    /// - whole `chunk_bytes` pieces, while the window has room;
+    /// - then, with nothing of this body in flight, every complete line.
+    ///
+    /// So lines that arrive while a publish is in flight join one chunk, sent when its
+    /// ack comes back, instead of each becoming a message of its own (the broker's work
+    /// is per message): under load a chunk grows with the backlog, and a sender whose
+    /// frames are further apart than a publish's round trip (a model streaming live)
+    /// has every line out the moment it arrives.
+    async fn flush(
+        &mut self,
+        ingestor: &Ingestor,
+        spec: &RunSpec,
+        window: &mut Window,
+        pending: &mut BytesMut,
+        trace: Option<&TraceContext>,
+    ) -> Result<(), IngestError> {
+        while pending.len() >= self.chunk_bytes && !window.is_full() {
+            let part = pending.split_to(self.chunk_bytes).freeze();
+            self.send(ingestor, spec, window, part, trace).await?;
+        }
+        if window.is_empty() {
+            if let Some(nl) = memchr::memrchr(b'\n', pending) {
+                let part = pending.split_to(nl + 1).freeze();
+                self.send(ingestor, spec, window, part, trace).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one chunk through `window`, stamped with when its first byte arrived. The
+    /// fenced first publish is awaited before any other goes out: if the fence fails
+    /// nothing after it may land.
     async fn send(
         &mut self,
         ingestor: &Ingestor,
@@ -280,10 +329,15 @@ impl Cutter {
         }
         let at = self.placement();
         let len = part.len() as u64;
+        let received_ms = self
+            .arrivals
+            .iter()
+            .find(|(end, _)| *end > self.offset)
+            .map_or_else(crate::worker::now_ms, |(_, ms)| *ms);
         window.make_room().await?;
         window.push(
             ingestor
-                .send_at(spec, self.next, part, None, trace, at)
+                .send_received(spec, self.next, part, trace, at, received_ms)
                 .await?,
         );
         if at.expect_last_seq.is_some() {
@@ -291,6 +345,13 @@ impl Cutter {
         }
         self.next += 1;
         self.offset += len;
+        while self
+            .arrivals
+            .front()
+            .is_some_and(|(end, _)| *end <= self.offset)
+        {
+            self.arrivals.pop_front();
+        }
         Ok(())
     }
 }
@@ -302,12 +363,13 @@ enum Step {
     Frame(Option<Result<Bytes, axum::Error>>),
 }
 
-/// Reads the body and sends it as it arrives through `window` ([`Cutter`]): on every read,
-/// whole `chunk_bytes` pieces and then everything up to the last line end go out at
-/// once; bytes after it (a frame still incomplete) go out when more completes it or
-/// after [`IDLE_FLUSH`], whichever is first. The body is read only while the window has
-/// room (acks that come back meanwhile are taken at once). Returns when the whole body
-/// was sent; acks may still be in flight.
+/// Reads the body and sends it as it arrives through `window`, cut by
+/// [`Cutter::flush`]: whole pieces at once, complete lines as soon as nothing of the
+/// body is in flight, and the bytes after the last line end (a frame still incomplete)
+/// when more completes them or after [`IDLE_FLUSH`], whichever is first. The body is
+/// read while less than a chunk waits (acks that come back meanwhile are taken at once),
+/// so a slow broker slows the sender. Returns when the whole body was sent; acks may
+/// still be in flight.
 async fn send_body(
     ingestor: &Ingestor,
     spec: &RunSpec,
@@ -326,9 +388,10 @@ async fn send_body(
         let step = tokio::select! {
             biased;
             Some(ack) = window.next_ack(), if !window.is_empty() => Step::Ack(ack),
-            () = &mut idle, if !pending.is_empty() && !window.is_full() => Step::Idle,
-            frame = stream.next(), if !window.is_full() => Step::Frame(frame),
+            () = &mut idle, if !pending.is_empty() && window.is_empty() => Step::Idle,
+            frame = stream.next(), if pending.len() < cut.chunk_bytes => Step::Frame(frame),
         };
+        let (waiting, sent) = (!pending.is_empty(), cut.next);
         match step {
             Step::Ack(ack) => {
                 ack?;
@@ -340,22 +403,8 @@ async fn send_body(
             Step::Frame(Some(Ok(data))) => {
                 let pos = bytes_in;
                 bytes_in += data.len() as u64;
-                let waiting = !pending.is_empty();
-                pending.extend_from_slice(&cut.unstored(pos, data));
-                while pending.len() >= cut.chunk_bytes {
-                    let part = pending.split_to(cut.chunk_bytes).freeze();
-                    cut.send(ingestor, spec, window, part, trace).await?;
-                }
-                if let Some(nl) = memchr::memrchr(b'\n', &pending) {
-                    let part = pending.split_to(nl + 1).freeze();
-                    cut.send(ingestor, spec, window, part, trace).await?;
-                }
-                // The idle clock starts when a partial frame starts waiting, and is not
-                // pushed back by bytes that do not complete it.
-                if !pending.is_empty() && !waiting {
-                    idle.as_mut()
-                        .reset(tokio::time::Instant::now() + IDLE_FLUSH);
-                }
+                let data = cut.unstored(pos, data);
+                cut.take(&mut pending, &data);
             }
             Step::Frame(Some(Err(_))) => {
                 close = CloseKind::Abnormal;
@@ -363,9 +412,22 @@ async fn send_body(
             }
             Step::Frame(None) => break,
         }
+        cut.flush(ingestor, spec, window, &mut pending, trace)
+            .await?;
+        // The idle clock starts when a partial frame starts waiting, and is not pushed
+        // back by bytes that do not complete it.
+        if !pending.is_empty() && (!waiting || cut.next != sent) {
+            idle.as_mut()
+                .reset(tokio::time::Instant::now() + IDLE_FLUSH);
+        }
     }
-    let rest = pending.freeze();
-    cut.send(ingestor, spec, window, rest, trace).await?;
+    // The end of the body (or the break): everything read goes out.
+    while !pending.is_empty() {
+        let part = pending
+            .split_to(pending.len().min(cut.chunk_bytes))
+            .freeze();
+        cut.send(ingestor, spec, window, part, trace).await?;
+    }
     Ok(Sent {
         cut,
         bytes_in,

@@ -260,16 +260,54 @@ impl Ingestor {
         trace: Option<&TraceContext>,
         at: Placement,
     ) -> Result<PendingPut, IngestError> {
-        let raw = RawChunk {
+        let raw = self.raw_chunk(spec, chunk, body, close, now_ms());
+        self.publish(raw, trace, at).await
+    }
+
+    /// [`Ingestor::send_at`] for a chunk of bytes whose first byte reached the front door
+    /// at `received_ms` (ms since the Unix epoch), earlier than now: a door that joins
+    /// what arrived while its previous publish was in flight stamps the chunk, and so its
+    /// events, with when the bytes came, not when they went out.
+    pub async fn send_received(
+        &self,
+        spec: &RunSpec,
+        chunk: u64,
+        body: Bytes,
+        trace: Option<&TraceContext>,
+        at: Placement,
+        received_ms: i64,
+    ) -> Result<PendingPut, IngestError> {
+        let raw = self.raw_chunk(spec, chunk, body, None, received_ms);
+        self.publish(raw, trace, at).await
+    }
+
+    fn raw_chunk(
+        &self,
+        spec: &RunSpec,
+        chunk: u64,
+        body: Bytes,
+        close: Option<CloseKind>,
+        ingest_ts_ms: i64,
+    ) -> RawChunk {
+        RawChunk {
             addr: RunAddr::new(&spec.run(), self.partitions),
             session_key: spec.session_key.clone().map(String::from),
             family: spec.family.clone(),
             dialect: spec.dialect.clone(),
             chunk,
-            ingest_ts_ms: now_ms(),
+            ingest_ts_ms,
             close,
             body,
-        };
+        }
+    }
+
+    /// Publishes `raw`; the [`PendingPut`] waits for the broker's ack.
+    async fn publish(
+        &self,
+        raw: RawChunk,
+        trace: Option<&TraceContext>,
+        at: Placement,
+    ) -> Result<PendingPut, IngestError> {
         let ack = send_raw_placed(&self.js, &raw, trace, at)
             .await
             .map_err(from_bus)?;
