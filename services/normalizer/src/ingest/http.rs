@@ -13,7 +13,7 @@
 //! Lines that arrive while the body's previous chunk is still on its way to the broker
 //! go out together when its ack comes back (at most one publish's round trip later):
 //! under load a chunk carries the backlog, not one message per frame, and each chunk is
-//! stamped with when its first byte arrived. Whole chunks go out with at most a window
+//! stamped with when its first line was complete (so its events' times count the wait). Whole chunks go out with at most a window
 //! in flight per request ([`flow::DEFAULT_WINDOW`] unless configured): more of the body
 //! is read only while less than a chunk waits, so a slow broker slows the sender and a
 //! request holds at most about `(window + 1) × chunk_bytes` of its body in memory,
@@ -250,7 +250,7 @@ struct Cutter {
     /// The fence the first publish carries (the run's last stored message), then `None`.
     fence: Option<u64>,
     /// When the bytes not sent yet arrived: `(run offset their frame ends at, ms since
-    /// the Unix epoch)`, oldest first. A chunk is stamped with its first byte's.
+    /// the Unix epoch)`, oldest first ([`Cutter::send`] stamps a chunk from it).
     arrivals: VecDeque<(u64, i64)>,
 }
 
@@ -313,9 +313,11 @@ impl Cutter {
         Ok(())
     }
 
-    /// Sends one chunk through `window`, stamped with when its first byte arrived. The
-    /// fenced first publish is awaited before any other goes out: if the fence fails
-    /// nothing after it may land.
+    /// Sends one chunk through `window`, stamped with when its first line was complete:
+    /// the arrival of its first line end (of its last byte when it has none). No event
+    /// of the chunk could exist before that, and a chunk that waited for a publish in
+    /// flight counts the wait. The fenced first publish is awaited before any other goes
+    /// out: if the fence fails nothing after it may land.
     async fn send(
         &mut self,
         ingestor: &Ingestor,
@@ -329,10 +331,12 @@ impl Cutter {
         }
         let at = self.placement();
         let len = part.len() as u64;
+        let complete_at =
+            self.offset + memchr::memchr(b'\n', &part).map_or(len - 1, |nl| nl as u64);
         let received_ms = self
             .arrivals
             .iter()
-            .find(|(end, _)| *end > self.offset)
+            .find(|(end, _)| *end > complete_at)
             .map_or_else(crate::worker::now_ms, |(_, ms)| *ms);
         window.make_room().await?;
         window.push(

@@ -264,9 +264,9 @@ impl Ingestor {
         self.publish(raw, trace, at).await
     }
 
-    /// [`Ingestor::send_at`] for a chunk of bytes whose first byte reached the front door
-    /// at `received_ms` (ms since the Unix epoch), earlier than now: a door that joins
-    /// what arrived while its previous publish was in flight stamps the chunk, and so its
+    /// [`Ingestor::send_at`] for a chunk of bytes that reached the front door at
+    /// `received_ms` (ms since the Unix epoch), earlier than now: a door that joins what
+    /// arrived while its previous publish was in flight stamps the chunk, and so its
     /// events, with when the bytes came, not when they went out.
     pub async fn send_received(
         &self,
