@@ -313,6 +313,18 @@ impl Cutter {
         Ok(())
     }
 
+    /// When the next chunk, `part` (not empty), had its first line complete: the arrival
+    /// of its first line end, of its last byte when it has none. `None` when the
+    /// arrivals do not cover it.
+    fn complete_at(&self, part: &[u8]) -> Option<i64> {
+        let at = memchr::memchr(b'\n', part).unwrap_or(part.len().saturating_sub(1));
+        let at = self.offset + at as u64;
+        self.arrivals
+            .iter()
+            .find(|(end, _)| *end > at)
+            .map(|(_, ms)| *ms)
+    }
+
     /// Sends one chunk through `window`, stamped with when its first line was complete:
     /// the arrival of its first line end (of its last byte when it has none). No event
     /// of the chunk could exist before that, and a chunk that waited for a publish in
@@ -329,15 +341,11 @@ impl Cutter {
         if part.is_empty() {
             return Ok(());
         }
+        let received_ms = self
+            .complete_at(&part)
+            .unwrap_or_else(crate::worker::now_ms);
         let at = self.placement();
         let len = part.len() as u64;
-        let complete_at =
-            self.offset + memchr::memchr(b'\n', &part).map_or(len - 1, |nl| nl as u64);
-        let received_ms = self
-            .arrivals
-            .iter()
-            .find(|(end, _)| *end > complete_at)
-            .map_or_else(crate::worker::now_ms, |(_, ms)| *ms);
         window.make_room().await?;
         window.push(
             ingestor
@@ -437,4 +445,35 @@ async fn send_body(
         bytes_in,
         close,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cutter at run offset 5 that read frames ending at offsets 10, 20 and 30 at
+    /// 100, 200 and 300 ms.
+    fn cutter() -> Cutter {
+        Cutter {
+            chunk_bytes: MIN_CHUNK_BYTES,
+            skip: 0,
+            next: 0,
+            offset: 5,
+            fence: None,
+            arrivals: VecDeque::from([(10, 100), (20, 200), (30, 300)]),
+        }
+    }
+
+    #[test]
+    fn a_chunk_is_stamped_when_its_first_line_was_complete() {
+        let c = cutter();
+        // A line end in the first frame: that frame's arrival.
+        assert_eq!(c.complete_at(b"ab\ncdefghijklmn"), Some(100));
+        // A tail carried from the first frame, its line end in the second.
+        assert_eq!(c.complete_at(b"abcdefgh\nijklmn"), Some(200));
+        // No line end (an idle flush): its last byte's arrival.
+        assert_eq!(c.complete_at(b"abcdefghijklmnopqrstu"), Some(300));
+        // Past what was read: not covered.
+        assert_eq!(c.complete_at(&[b'x'; 40]), None);
+    }
 }
