@@ -738,12 +738,11 @@ async fn post_capture(
         ))
         .send();
     let frames = async move {
-        for start in (0..capture.len()).step_by(chunk_bytes) {
+        for frame in frames_of(capture, chunk_bytes) {
             if let Some(t) = pace.as_mut() {
                 t.tick().await;
             }
-            let end = (start + chunk_bytes).min(capture.len());
-            if tx.send(Ok(capture.slice(start..end))).await.is_err() {
+            if tx.send(Ok(frame)).await.is_err() {
                 break; // The request ended early: its answer says why.
             }
         }
@@ -759,6 +758,16 @@ async fn post_capture(
     Ok(())
 }
 
+/// `capture` cut in frames of `chunk_bytes` (at least 1), as a producer sends it.
+fn frames_of(capture: &Bytes, chunk_bytes: usize) -> impl Iterator<Item = Bytes> + '_ {
+    let chunk_bytes = chunk_bytes.max(1);
+    (0..capture.len())
+        .step_by(chunk_bytes)
+        .map(move |start| capture.slice(start..(start + chunk_bytes).min(capture.len())))
+}
+
+/// Sends `capture` as run `spec` through `ingestor`, a chunk per frame of `chunk_bytes`
+/// (one per `pace` tick when paced), then its close, with the ingestor's window.
 pub(crate) async fn put_capture(
     ingestor: &Ingestor,
     spec: &RunSpec,
@@ -768,17 +777,12 @@ pub(crate) async fn put_capture(
 ) -> anyhow::Result<()> {
     let mut window = Window::new(ingestor.window());
     let mut chunk = 0u64;
-    for start in (0..capture.len()).step_by(chunk_bytes) {
+    for frame in frames_of(capture, chunk_bytes) {
         if let Some(t) = pace.as_mut() {
             t.tick().await;
         }
-        let end = (start + chunk_bytes).min(capture.len());
         window.make_room().await?;
-        window.push(
-            ingestor
-                .send(spec, chunk, capture.slice(start..end), None, None)
-                .await?,
-        );
+        window.push(ingestor.send(spec, chunk, frame, None, None).await?);
         chunk += 1;
     }
     window.make_room().await?;
