@@ -5,19 +5,22 @@
 //! curl --data-binary @capture.sse 'http://127.0.0.1:7311/v1/ingest/acme/run-1?family=f1'
 //! ```
 //!
-//! The body goes out live, as it arrives: every line the sender completed is published
-//! at once (in chunks of at most `chunk_bytes`, default 16 KiB, at least
-//! [`MIN_CHUNK_BYTES`]), and the bytes of a frame still incomplete follow after
-//! [`IDLE_FLUSH`] (25 ms) if nothing completes them sooner. So a sender that pauses
-//! mid-turn (curl `-T -` reading a pipe) shows on every channel what it sent so far.
-//! Lines that arrive while the body's previous chunk is still on its way to the broker
-//! go out together when its ack comes back (at most one publish's round trip later):
-//! under load a chunk carries the backlog, not one message per frame, and each chunk is
-//! stamped with when its first line was complete (so its events' times count the wait). Whole chunks go out with at most a window
-//! in flight per request ([`flow::DEFAULT_WINDOW`] unless configured): more of the body
-//! is read only while less than a chunk waits, so a slow broker slows the sender and a
-//! request holds at most about `(window + 1) × chunk_bytes` of its body in memory,
-//! however large the body ([`super::flow`]). Once every chunk is acknowledged, the end of the body writes a
+//! The body goes out live, as it arrives. While nothing of it is in flight, every line
+//! the sender completed is published at once (in chunks of at most `chunk_bytes`,
+//! default 16 KiB, at least [`MIN_CHUNK_BYTES`]), and the bytes of a frame still
+//! incomplete follow after [`IDLE_FLUSH`] (25 ms) if nothing completes them sooner. So a
+//! sender that pauses mid-turn (curl `-T -` reading a pipe) shows on every channel what
+//! it sent so far. Lines that arrive while publishes of the body are in flight wait for
+//! their acks and then go out together: a sender whose frames are further apart than a
+//! publish's round trip (a model streaming live) never waits, and under load a chunk
+//! carries the backlog instead of one message per frame (the broker's work is per
+//! message). A chunk is stamped with when its first line was complete, so its events'
+//! times count that wait (the events of its later lines carry that earlier time too).
+//! Whole chunks go out with at most a window in flight per request
+//! ([`flow::DEFAULT_WINDOW`] unless configured): more of the body is read only while
+//! less than a chunk waits, so a slow broker slows the sender and a request holds at
+//! most about `(window + 1) × chunk_bytes` of its body in memory, however large the
+//! body ([`super::flow`]). Once every chunk is acknowledged, the end of the body writes a
 //! `normal` close marker, and the reply says how many chunks were stored. A body that
 //! breaks off (a cut connection) writes no close marker: the run stays open for the
 //! resend (or the normalizer's idle timeout closes it).
@@ -58,11 +61,12 @@ use tracing::Instrument as _;
 
 /// Default upper bound of one chunk of an HTTP body.
 pub const DEFAULT_CHUNK_BYTES: usize = 16 * 1024;
-/// Smallest `chunk_bytes` honoured: a smaller one would only multiply messages (bytes
-/// go out as soon as a line completes, whatever the bound).
+/// Smallest `chunk_bytes` honoured: a smaller one would only multiply messages (complete
+/// lines go out without waiting for a chunk to fill, whatever the bound).
 pub const MIN_CHUNK_BYTES: usize = 1024;
 /// How long the bytes of a frame still incomplete (after the body's last line end) wait
-/// for the rest before they go out on their own.
+/// for the rest, from when they started waiting or the body's last publish, before they
+/// go out on their own (once nothing of the body is in flight).
 pub const IDLE_FLUSH: std::time::Duration = std::time::Duration::from_millis(25);
 
 #[derive(Clone)]
@@ -236,6 +240,9 @@ struct Sent {
     close: CloseKind,
 }
 
+/// Most arrival notes a request keeps ([`Cutter::take`]).
+const MAX_ARRIVALS: usize = 1024;
+
 /// How a body becomes chunks: live, and exactly once by byte offset.
 #[derive(Debug)]
 struct Cutter {
@@ -274,21 +281,29 @@ impl Cutter {
     }
 
     /// Takes `data` (bytes the run does not have) into `pending`, noting when it came.
+    /// Frames of the same millisecond share one note, and past [`MAX_ARRIVALS`] notes the
+    /// last one grows (its bytes keep its earlier time): tiny frames cannot make the notes
+    /// outgrow the bytes they describe.
     fn take(&mut self, pending: &mut BytesMut, data: &[u8]) {
         if data.is_empty() {
             return;
         }
         pending.extend_from_slice(data);
         let end = self.offset + pending.len() as u64;
-        self.arrivals.push_back((end, crate::worker::now_ms()));
+        let now = crate::worker::now_ms();
+        let full = self.arrivals.len() >= MAX_ARRIVALS;
+        match self.arrivals.back_mut() {
+            Some(last) if last.1 == now || full => last.0 = end,
+            _ => self.arrivals.push_back((end, now)),
+        }
     }
 
     /// Sends what of `pending` may go out now:
     /// - whole `chunk_bytes` pieces, while the window has room;
     /// - then, with nothing of this body in flight, every complete line.
     ///
-    /// So lines that arrive while a publish is in flight join one chunk, sent when its
-    /// ack comes back, instead of each becoming a message of its own (the broker's work
+    /// So lines that arrive while publishes are in flight join one chunk, sent once they
+    /// are acknowledged, instead of each becoming a message of its own (the broker's work
     /// is per message): under load a chunk grows with the backlog, and a sender whose
     /// frames are further apart than a publish's round trip (a model streaming live)
     /// has every line out the moment it arrives.
@@ -379,9 +394,10 @@ enum Step {
 /// [`Cutter::flush`]: whole pieces at once, complete lines as soon as nothing of the
 /// body is in flight, and the bytes after the last line end (a frame still incomplete)
 /// when more completes them or after [`IDLE_FLUSH`], whichever is first. The body is
-/// read while less than a chunk waits (acks that come back meanwhile are taken at once),
-/// so a slow broker slows the sender. Returns when the whole body was sent; acks may
-/// still be in flight.
+/// read while less than a chunk waits (acks that come back meanwhile are taken first,
+/// and a frame already there before the idle flush, which it may complete), so a slow
+/// broker slows the sender. Returns when the whole body was sent; acks may still be in
+/// flight.
 async fn send_body(
     ingestor: &Ingestor,
     spec: &RunSpec,
@@ -400,8 +416,8 @@ async fn send_body(
         let step = tokio::select! {
             biased;
             Some(ack) = window.next_ack(), if !window.is_empty() => Step::Ack(ack),
-            () = &mut idle, if !pending.is_empty() && window.is_empty() => Step::Idle,
             frame = stream.next(), if pending.len() < cut.chunk_bytes => Step::Frame(frame),
+            () = &mut idle, if !pending.is_empty() && window.is_empty() => Step::Idle,
         };
         let (waiting, sent) = (!pending.is_empty(), cut.next);
         match step {
@@ -475,5 +491,30 @@ mod tests {
         assert_eq!(c.complete_at(b"abcdefghijklmnopqrstu"), Some(300));
         // Past what was read: not covered.
         assert_eq!(c.complete_at(&[b'x'; 40]), None);
+    }
+
+    #[test]
+    fn tiny_frames_keep_a_bounded_number_of_arrival_notes_covering_every_byte() {
+        let mut c = cutter();
+        c.arrivals.clear();
+        let mut pending = BytesMut::new();
+        for _ in 0..20_000 {
+            c.take(&mut pending, b"x");
+        }
+        assert!(c.arrivals.len() <= MAX_ARRIVALS, "{}", c.arrivals.len());
+        assert_eq!(c.arrivals.back().map(|a| a.0), Some(5 + 20_000));
+        assert!(c.complete_at(&pending).is_some());
+        // A full set of notes, each of another millisecond: the next frame grows the
+        // last one instead of adding a note.
+        let mut pending = BytesMut::from(&[b'x'; MAX_ARRIVALS][..]);
+        c.arrivals = (0..MAX_ARRIVALS as u64)
+            .map(|i| (5 + i + 1, i as i64))
+            .collect();
+        c.take(&mut pending, b"yz");
+        assert_eq!(c.arrivals.len(), MAX_ARRIVALS);
+        assert_eq!(
+            c.arrivals.back(),
+            Some(&(5 + MAX_ARRIVALS as u64 + 2, MAX_ARRIVALS as i64 - 1))
+        );
     }
 }
