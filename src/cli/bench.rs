@@ -301,7 +301,9 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     };
 
     let capture = Bytes::from(capture);
-    let chunks_per_run = capture.len().div_ceil(args.chunk_bytes.max(1)) + 1;
+    let frames_per_run = capture.len().div_ceil(args.chunk_bytes.max(1));
+    // The frames and the close marker (the pacing below counts both).
+    let chunks_per_run = frames_per_run + 1;
     // Each producer sends one chunk per tick; the tick makes the producers together
     // offer `rate` events/s.
     let tick = (args.rate > 0).then(|| {
@@ -417,7 +419,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     }
     print_stored(
         &js,
-        total_runs * capture.len().div_ceil(args.chunk_bytes.max(1)),
+        total_runs * frames_per_run,
         args.chunk_bytes,
         total_runs * capture.len(),
     )
