@@ -312,6 +312,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         Duration::from_secs_f64(args.runs as f64 / chunks_per_sec)
     });
     let cpu_before = [cpu_seconds(None), cpu_seconds(nats_server.pid())];
+    let threads_before = [thread_times(None), thread_times(nats_server.pid())];
     let started = Instant::now();
     let mut producers = tokio::task::JoinSet::new();
     for p in 0..args.runs {
@@ -354,6 +355,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     }
     let elapsed = started.elapsed();
     let cpu_after = [cpu_seconds(None), cpu_seconds(nats_server.pid())];
+    let threads_after = [thread_times(None), thread_times(nats_server.pid())];
     shutdown.cancel();
     for mut t in [normalizer.tasks, archiver.tasks] {
         while let Some(r) = t.join_next().await {
@@ -408,6 +410,9 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         own * total_events as f64 / secs / 1e4,
         broker * total_events as f64 / secs / 1e4,
     );
+    if let Some(line) = threads_line(&threads_before, &threads_after, secs) {
+        println!("{line}");
+    }
     let commits = commits.load(std::sync::atomic::Ordering::Relaxed).max(1);
     println!(
         "archive   {commits} batches committed ({:.0} events each, {:.0} per second)",
@@ -464,6 +469,66 @@ fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
 #[cfg(not(target_os = "linux"))]
 fn cpu_seconds(_pid: Option<u32>) -> Option<f64> {
     None
+}
+
+/// On a core and runnable but waiting for one (the scheduler's run queue), in seconds so
+/// far, per thread name, summed over that name's threads: of this process, or of the one
+/// with `pid`. Empty where it cannot be read.
+type ThreadTimes = std::collections::BTreeMap<String, [f64; 2]>;
+
+#[cfg(target_os = "linux")]
+fn thread_times(pid: Option<u32>) -> ThreadTimes {
+    let mut times = ThreadTimes::new();
+    let process = match pid {
+        Some(pid) => i32::try_from(pid)
+            .ok()
+            .and_then(|pid| procfs::process::Process::new(pid).ok()),
+        None => procfs::process::Process::myself().ok(),
+    };
+    let Some(tasks) = process.and_then(|p| p.tasks().ok()) else {
+        return times;
+    };
+    for task in tasks.flatten() {
+        let (Ok(stat), Ok(sched)) = (task.stat(), task.schedstat()) else {
+            continue;
+        };
+        let t = times.entry(stat.comm).or_insert([0.0; 2]);
+        t[0] += sched.sum_exec_runtime as f64 / 1e9;
+        t[1] += sched.run_delay as f64 / 1e9;
+    }
+    times
+}
+
+/// Not read outside Linux: the `threads` line is left out.
+#[cfg(not(target_os = "linux"))]
+fn thread_times(_pid: Option<u32>) -> ThreadTimes {
+    ThreadTimes::new()
+}
+
+/// The `threads` line: per thread name (this process, then nats-server), the share of a
+/// core it ran and the share of a core's time it was runnable but waited for one, over
+/// the run. Waiting is the box's saturation made visible: every hop a thread serves is
+/// that much later, whatever its batching (a thread made during the run counts whole).
+fn threads_line(before: &[ThreadTimes; 2], after: &[ThreadTimes; 2], secs: f64) -> Option<String> {
+    let mut parts = Vec::new();
+    for (who, (b, a)) in ["", "nats-server: "].iter().zip(before.iter().zip(after)) {
+        let mut first = true;
+        for (name, now) in a {
+            let was = b.get(name).copied().unwrap_or([0.0; 2]);
+            let [ran, waited] = [0, 1].map(|i| 100.0 * (now[i] - was[i]).max(0.0) / secs);
+            if ran < 1.0 {
+                continue;
+            }
+            let prefix = if std::mem::take(&mut first) { *who } else { "" };
+            parts.push(format!("{prefix}{name} {ran:.0}% / {waited:.0}%"));
+        }
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "threads   ran / waited for a core, in % of one core: {}",
+            parts.join(", ")
+        )
+    })
 }
 
 /// Prints the messages the broker stored per raw chunk: the events messages (one per run
@@ -855,6 +920,54 @@ x_seconds_count{step=\"apply\"} 80
             }
         }
         assert_eq!(cpu_seconds(Some(u32::MAX)), None, "no such process");
+    }
+
+    #[test]
+    fn thread_times_are_read_per_thread_name_and_grow_with_work() {
+        let spin = std::thread::Builder::new()
+            .name("sg-bench-spin".to_owned())
+            .spawn(|| {
+                let (started, mut x) = (Instant::now(), 0u64);
+                while started.elapsed() < Duration::from_millis(30) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+                }
+                thread_times(None)
+            })
+            .expect("a thread");
+        let times = spin.join().expect("the spinning thread");
+        let [ran, waited] = times["sg-bench-spin"];
+        assert!(ran >= 0.02, "ran {ran} s");
+        assert!(waited >= 0.0);
+        assert!(thread_times(Some(u32::MAX)).is_empty(), "no such process");
+    }
+
+    #[test]
+    fn the_threads_line_shows_each_name_s_share_of_a_core_over_the_run() {
+        let at = |pairs: &[(&str, [f64; 2])]| -> ThreadTimes {
+            pairs.iter().map(|(n, t)| ((*n).to_owned(), *t)).collect()
+        };
+        let before = [
+            at(&[("writer", [1.0, 0.5])]),
+            at(&[("nats-server", [2.0, 0.0])]),
+        ];
+        let after = [
+            // The writer ran 1 s and waited 0.5 s in 2 s; a new thread counts whole; an
+            // idle one is left out.
+            at(&[
+                ("writer", [2.0, 1.0]),
+                ("worker", [0.4, 0.2]),
+                ("idle", [0.01, 0.0]),
+            ]),
+            at(&[("nats-server", [3.0, 1.0])]),
+        ];
+        assert_eq!(
+            threads_line(&before, &after, 2.0).as_deref(),
+            Some(
+                "threads   ran / waited for a core, in % of one core: worker 20% / 10%, \
+                 writer 50% / 25%, nats-server: nats-server 50% / 50%"
+            )
+        );
+        assert_eq!(threads_line(&before, &before, 2.0), None);
     }
 
     #[test]
