@@ -457,12 +457,17 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
 /// process).
 #[cfg(target_os = "linux")]
 fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    let process = match pid {
-        Some(pid) => procfs::process::Process::new(i32::try_from(pid).ok()?),
-        None => procfs::process::Process::myself(),
-    };
-    let stat = process.ok()?.stat().ok()?;
+    let stat = process(pid)?.stat().ok()?;
     Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+}
+
+/// This process, or the one with `pid`; `None` where it cannot be opened (it is gone).
+#[cfg(target_os = "linux")]
+fn process(pid: Option<u32>) -> Option<procfs::process::Process> {
+    match pid {
+        Some(pid) => procfs::process::Process::new(i32::try_from(pid).ok()?).ok(),
+        None => procfs::process::Process::myself().ok(),
+    }
 }
 
 /// Not read outside Linux: the figure prints as NaN.
@@ -479,13 +484,7 @@ type ThreadTimes = std::collections::BTreeMap<String, [f64; 2]>;
 #[cfg(target_os = "linux")]
 fn thread_times(pid: Option<u32>) -> ThreadTimes {
     let mut times = ThreadTimes::new();
-    let process = match pid {
-        Some(pid) => i32::try_from(pid)
-            .ok()
-            .and_then(|pid| procfs::process::Process::new(pid).ok()),
-        None => procfs::process::Process::myself().ok(),
-    };
-    let Some(tasks) = process.and_then(|p| p.tasks().ok()) else {
+    let Some(tasks) = process(pid).and_then(|p| p.tasks().ok()) else {
         return times;
     };
     for task in tasks.flatten() {
