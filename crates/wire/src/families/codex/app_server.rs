@@ -878,7 +878,7 @@ fn unmapped(method: &str, data: &str, out: &mut Emitter) {
 /// A completed reasoning item as thinking snapshots (summary, then raw); an item with
 /// neither (encrypted-only) is a content-free `redacted` marker (§3.2).
 pub(crate) fn reasoning_snapshot(summary: String, content: String, id: String, out: &mut Emitter) {
-    let sid = Some(id);
+    let mut sid = Some(id);
     if summary.is_empty() && content.is_empty() {
         // Encrypted-only under OAuth: a content-free marker (§3.2).
         out.emit(Thinking {
@@ -891,13 +891,21 @@ pub(crate) fn reasoning_snapshot(summary: String, content: String, id: String, o
         });
         return;
     }
+    // The id is copied only when both texts go out: a copy each time was an allocation
+    // and a free per reasoning item (callgrind).
+    let both = !summary.is_empty() && !content.is_empty();
     for (variant, text) in [
         (ThinkingVariant::Summary, summary),
         (ThinkingVariant::Raw, content),
     ] {
         if !text.is_empty() {
+            let id = if both && variant == ThinkingVariant::Summary {
+                sid.clone()
+            } else {
+                sid.take()
+            };
             out.emit(Thinking {
-                id: sid.clone(),
+                id,
                 variant,
                 phase: None,
                 delta: None,

@@ -126,6 +126,17 @@ fn hot_item(data: &str) -> Option<ExecItem<'_>> {
     })
 }
 
+/// Keeps `(id, text)` as the latest candidate in `slot`, in the strings it already holds:
+/// a long run is message after message, and a fresh pair for each was two allocations
+/// and two frees a line (callgrind).
+fn remember(slot: &mut Option<(String, String)>, id: &str, text: &str) {
+    let (last_id, last_text) = slot.get_or_insert_with(Default::default);
+    last_id.clear();
+    last_id.push_str(id);
+    last_text.clear();
+    last_text.push_str(text);
+}
+
 /// Item types that become `item` rows.
 const TOOL_TYPES: [&str; 5] = [
     "command_execution",
@@ -316,8 +327,8 @@ impl CodexExecAdapter {
             out.consumed();
             return;
         }
-        out.emit(commentary_snapshot(id.clone(), text.to_owned()));
-        self.last_message = Some((id, text.to_owned()));
+        remember(&mut self.last_message, &id, text);
+        out.emit(commentary_snapshot(id, text.to_owned()));
     }
 
     /// A completed plan: a status update carrying the item; its text is kept as the
@@ -326,8 +337,11 @@ impl CodexExecAdapter {
         out.diagnostic("plan", raw.map(Json::from_raw));
         let text = item.text.as_deref().unwrap_or("");
         if !text.is_empty() {
-            let id = item.id.as_deref().unwrap_or("plan").to_owned();
-            self.last_plan = Some((id, text.to_owned()));
+            remember(
+                &mut self.last_plan,
+                item.id.as_deref().unwrap_or("plan"),
+                text,
+            );
         }
     }
 
