@@ -282,11 +282,12 @@ fn special_in_tail(bytes: &[u8]) -> Option<usize> {
         let mut w = [0u8; 8];
         w[..4].copy_from_slice(&bytes[..4]);
         w[4..].copy_from_slice(&bytes[len - 4..]);
+        // A mark in the upper half is byte `i - 4` of the last four.
         return first_marked(special_bytes(u64::from_le_bytes(w))).map(|i| {
             if i < 4 {
                 i
             } else {
-                len - 8 + i
+                len - 4 + (i - 4)
             }
         });
     }
