@@ -179,7 +179,7 @@ async fn at_percent_of_max(args: &PipelineArgs, pct: u8) -> Result<Figures> {
 async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     let tmp = std::env::temp_dir().join(format!("sg-bench-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
-    let nats_server = LocalNats::spawn(&nats_server_binary(), free_port()?, &tmp.join("nats"))?;
+    let nats_server = LocalNats::spawn(&nats_server_binary()?, free_port()?, &tmp.join("nats"))?;
     let nats = async_nats::connect(nats_server.url()).await?;
     let js = async_nats::jetstream::new(nats.clone());
 
@@ -476,11 +476,12 @@ fn cpu_seconds(_pid: Option<u32>) -> Option<f64> {
     None
 }
 
+/// Per thread name, seconds `[on a core, runnable but waiting for one]`.
+type ThreadTimes = std::collections::BTreeMap<String, [f64; 2]>;
+
 /// On a core and runnable but waiting for one (the scheduler's run queue), in seconds so
 /// far, per thread name, summed over that name's threads: of this process, or of the one
 /// with `pid`. Empty where it cannot be read.
-type ThreadTimes = std::collections::BTreeMap<String, [f64; 2]>;
-
 #[cfg(target_os = "linux")]
 fn thread_times(pid: Option<u32>) -> ThreadTimes {
     let mut times = ThreadTimes::new();

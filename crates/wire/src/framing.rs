@@ -292,11 +292,11 @@ impl FrameDecoder {
                 }
                 emit_text(line, None, checked, sink);
             }
-            Framing::Sse => self.sse_line(line, sink),
+            Framing::Sse => self.sse_line(line, checked, sink),
         }
     }
 
-    fn sse_line(&mut self, line: &[u8], sink: &mut dyn FnMut(Decoded<'_>)) {
+    fn sse_line(&mut self, line: &[u8], checked: Checked<'_>, sink: &mut dyn FnMut(Decoded<'_>)) {
         if line.is_empty() {
             self.dispatch(sink);
             return;
@@ -317,9 +317,13 @@ impl FrameDecoder {
             }
             b"event" => {
                 self.event_name.clear();
-                // Checked as UTF-8 first: the lossy decoder's chunk iterator cost a few
-                // percent of the families that name every event (`perf`).
-                match std::str::from_utf8(value) {
+                // Text the chunk's check already holds, else checked here: the lossy
+                // decoder's chunk iterator cost a few percent of the families that name
+                // every event (`perf`).
+                match checked
+                    .text_of(value)
+                    .map_or_else(|| std::str::from_utf8(value), Ok)
+                {
                     Ok(name) => self.event_name.push_str(name),
                     Err(_) => self.event_name.push_str(&String::from_utf8_lossy(value)),
                 }
