@@ -85,7 +85,7 @@ pub async fn cluster(args: ClusterArgs) -> Result<()> {
 }
 
 async fn run(args: &ClusterArgs, tmp: &Path) -> Result<()> {
-    let nodes = Nodes::start(&nats_server_binary(), NODES, &tmp.join("nats"))?;
+    let nodes = Nodes::start(&nats_server_binary()?, NODES, &tmp.join("nats"))?;
     let urls = nodes.urls();
     let nats = streamgate_runtime::nats::connect(&urls).await?;
     let js = async_nats::jetstream::new(nats.clone());

@@ -63,7 +63,7 @@ async fn a_producer_publishes_only_its_own_tenant() {
     )
     .unwrap();
     let _server = Server(
-        Command::new(streamgate_testkit::nats_server_binary())
+        Command::new(streamgate_testkit::nats_server_binary().unwrap_or_else(|e| panic!("{e}")))
             .arg("-c")
             .arg(&conf)
             .env("SG_NATS_SERVICES_PASSWORD", SERVICES_PASSWORD)

@@ -749,8 +749,12 @@ async fn a_foreign_client_can_ingest_with_plain_headers() {
 async fn a_stopped_local_server_shuts_down_cleanly_and_keeps_its_store() {
     use streamgate_bus::local::{free_port, nats_server_binary, LocalNats};
     let dir = tempfile::tempdir().unwrap();
-    let server = LocalNats::spawn(&nats_server_binary(), free_port().unwrap(), dir.path())
-        .expect("nats-server");
+    let server = LocalNats::spawn(
+        &nats_server_binary().unwrap(),
+        free_port().unwrap(),
+        dir.path(),
+    )
+    .expect("nats-server");
     let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
     ensure_streams(&js, &StreamSettings::default())
         .await

@@ -59,7 +59,7 @@ impl NatsCluster {
 
     /// As [`start`](NatsCluster::start) with `n` nodes.
     pub async fn start_nodes(n: usize) -> NatsCluster {
-        let binary = crate::nats_server_binary();
+        let binary = crate::nats_server_binary().unwrap_or_else(|e| panic!("{e}"));
         let mut last = String::new();
         // A few attempts: a probed free port may be taken before the node binds it.
         for _ in 0..5 {

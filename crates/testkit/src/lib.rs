@@ -56,7 +56,7 @@ impl NatsServer {
     /// When the binary cannot be run or the server does not come up (the panic message
     /// includes the server log).
     pub fn start() -> NatsServer {
-        let binary = nats_server_binary();
+        let binary = nats_server_binary().unwrap_or_else(|e| panic!("{e}"));
         let mut last = String::new();
         // A few attempts because the free port may be taken between probe and bind; each
         // attempt gets a fresh store so a failed one leaves nothing behind.

@@ -83,7 +83,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     // already installed).
     let hops = crate::cli::bench::install_step_recorder();
     let tmp = std::env::temp_dir().join(format!("sg-bench-proj-{}", std::process::id()));
-    let nats_server = LocalNats::spawn(&nats_server_binary(), free_port()?, &tmp.join("nats"))?;
+    let nats_server = LocalNats::spawn(&nats_server_binary()?, free_port()?, &tmp.join("nats"))?;
     let nats = async_nats::connect(nats_server.url()).await?;
     let js = async_nats::jetstream::new(nats.clone());
     streamgate_bus::ensure_streams(&js, &streamgate_bus::StreamSettings::default()).await?;

@@ -61,7 +61,7 @@ pub struct NatsServerBinary {
 }
 
 /// No current nats-server could be found or installed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum NatsServerError {
     /// `$STREAMGATE_NATS_SERVER` names a binary that cannot run or is too old.
     #[error(
@@ -271,22 +271,20 @@ fn python_scripts_dir() -> Option<PathBuf> {
 }
 
 /// Path of a current nats-server for tests and benchmarks: [`ensure_current`], once per
-/// process; when that fails, `nats-server` (whose spawn then fails with the reason in the
-/// log). Prints the install line, if any, to stderr.
-pub fn nats_server_binary() -> PathBuf {
-    static RESOLVED: OnceLock<PathBuf> = OnceLock::new();
+/// process (its install line, if any, printed to stderr). Its error, when none can be had,
+/// is the caller's to report: falling back to whatever `nats-server` is on PATH would run
+/// an old server (Debian's 2.9) whose missing JetStream features then fail far from the
+/// cause (`bench pipeline` stopped at "get lease bucket: stream not found").
+pub fn nats_server_binary() -> Result<PathBuf, NatsServerError> {
+    static RESOLVED: OnceLock<Result<PathBuf, NatsServerError>> = OnceLock::new();
     RESOLVED
-        .get_or_init(|| match ensure_current() {
-            Ok(server) => {
+        .get_or_init(|| {
+            ensure_current().map(|server| {
                 if let Some(line) = &server.installed {
                     eprintln!("{line}");
                 }
                 server.path
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                PathBuf::from("nats-server")
-            }
+            })
         })
         .clone()
 }
