@@ -65,7 +65,23 @@ fn data_dir(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// Starts `streamgate up --quiet <extra>` in `dir` and waits for its `up.json`.
+///
+/// Started once more when it stops on "Address already in use": `up` checks that a
+/// remembered port is free and binds it moments later, and another test's server can
+/// take that port in between (picked at random from the same range). The second start
+/// finds the port taken and picks a fresh one, as a user's rerun would.
 fn start_up_with(dir: &std::path::Path, extra: &[&str]) -> Graceful {
+    match try_start_up(dir, extra) {
+        Ok(up) => up,
+        Err(err) if err.contains("Address already in use") => try_start_up(dir, extra)
+            .unwrap_or_else(|err| panic!("streamgate up failed twice:\n{err}")),
+        Err(err) => panic!("{err}"),
+    }
+}
+
+/// One start of `streamgate up --quiet <extra>`: running once `up.json` exists, or why
+/// it exited before.
+fn try_start_up(dir: &std::path::Path, extra: &[&str]) -> Result<Graceful, String> {
     let mut up = Graceful(
         Command::new(bin())
             .args(["up", "--quiet"])
@@ -79,12 +95,12 @@ fn start_up_with(dir: &std::path::Path, extra: &[&str]) -> Graceful {
     let deadline = Instant::now() + PATIENCE;
     while !data_dir(dir).join("up.json").exists() {
         if let Ok(Some(s)) = up.0.try_wait() {
-            panic!("streamgate up exited with {s}:\n{}", up_err(dir));
+            return Err(format!("streamgate up exited with {s}:\n{}", up_err(dir)));
         }
         assert!(Instant::now() < deadline, "no up.json after {PATIENCE:?}");
         std::thread::sleep(Duration::from_millis(25));
     }
-    up
+    Ok(up)
 }
 
 /// Starts `streamgate up --quiet` in `dir` and waits for its `up.json`.
