@@ -2,8 +2,8 @@
 //! the ports it bound (`<data dir>/addresses.json`) and its tokens (the ingest token and
 //! each channel's, in their files). A listener asked for port 0 (the default) takes its
 //! remembered address again when that is free (else a fresh port, said in one line);
-//! fresh ports come from below the ephemeral range, where no other program's port-0 bind
-//! lands while `up` is stopped. `--rotate-tokens` writes fresh tokens.
+//! fresh ports come from outside the ephemeral range, where no other program's port-0
+//! bind lands while `up` is stopped. `--rotate-tokens` writes fresh tokens.
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -22,28 +22,13 @@ fn path(data_dir: &Path) -> PathBuf {
     data_dir.join("addresses.json")
 }
 
-/// A free port on `asked`'s IP below the kernel's ephemeral range (Linux:
-/// `ip_local_port_range`, 32768 and up by default), so that while `up` is stopped no
+/// A fresh address on `asked`'s IP outside the kernel's ephemeral range
+/// ([`streamgate_bus::local::outside_ephemeral`]), so that while `up` is stopped no
 /// outgoing connection or port-0 listener of another program takes the port it will ask
 /// for again; `asked` (port 0) when none is found.
 fn outside_ephemeral(asked: SocketAddr) -> SocketAddr {
-    use rand::Rng as _;
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32_768);
-    const FIRST: u16 = 10_000;
-    if low <= FIRST + 100 {
-        return asked;
-    }
-    let mut rng = rand::rng();
-    for _ in 0..32 {
-        let candidate = SocketAddr::new(asked.ip(), rng.random_range(FIRST..low));
-        if std::net::TcpListener::bind(candidate).is_ok() {
-            return candidate;
-        }
-    }
-    asked
+    streamgate_bus::local::outside_ephemeral(asked.ip())
+        .map_or(asked, |port| SocketAddr::new(asked.ip(), port))
 }
 
 impl Addresses {
@@ -120,11 +105,12 @@ mod tests {
     use std::net::SocketAddr;
 
     #[test]
-    fn a_fresh_port_comes_from_below_the_ephemeral_range_and_is_kept() {
+    fn a_fresh_port_comes_from_outside_the_ephemeral_range_and_is_kept() {
         let asked: SocketAddr = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
         let mut memory = Addresses::default();
         let fresh = memory.pick("ingest_http", asked);
-        assert!((10_000..32_768).contains(&fresh.port()), "{fresh}");
+        // Which ports are outside the range is held by streamgate_bus's port tests.
+        assert!(fresh.port() >= 10_000, "{fresh}");
         memory.record("ingest_http", Some(fresh));
         assert_eq!(memory.pick("ingest_http", asked), fresh, "remembered");
         let explicit: SocketAddr = "127.0.0.1:7555".parse().unwrap_or_else(|e| panic!("{e}"));

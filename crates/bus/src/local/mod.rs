@@ -16,7 +16,7 @@ pub use binary::{
     cache_dir, ensure_current, find_current, nats_server_binary, version_of, NatsServerBinary,
     NatsServerError, Version, MIN_VERSION,
 };
-pub use port::free_port;
+pub use port::{free_port, outside_ephemeral};
 
 use std::fs::File;
 use std::io::Read;

@@ -15,7 +15,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Ports below this are left alone: the well-known and registered ports local services
@@ -34,18 +34,26 @@ const TRIES: usize = 64;
 /// A loopback port that was free a moment ago (the caller retries if it is taken by the
 /// time the server binds it).
 pub fn free_port() -> std::io::Result<u16> {
-    let outside = ephemeral_range().map(outside_ranges).unwrap_or_default();
-    let total: u32 = outside.iter().map(|(lo, hi)| u32::from(hi - lo) + 1).sum();
-    if total > 0 {
-        for _ in 0..TRIES {
-            let port = nth_port(&outside, (random() % u64::from(total)) as u32);
-            if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
-                return Ok(port);
-            }
-        }
+    if let Some(port) = outside_ephemeral(IpAddr::V4(Ipv4Addr::LOCALHOST)) {
+        return Ok(port);
     }
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     Ok(l.local_addr()?.port())
+}
+
+/// A port on `ip` that was free a moment ago, picked at random outside the kernel's
+/// ephemeral range and the NodePort range (above); `None` when none was found or the
+/// range is not known here. For a listener that asks for it again later, as `up` does
+/// for the ports it remembers.
+pub fn outside_ephemeral(ip: IpAddr) -> Option<u16> {
+    let outside = ephemeral_range().map(outside_ranges).unwrap_or_default();
+    let total: u32 = outside.iter().map(|(lo, hi)| u32::from(hi - lo) + 1).sum();
+    if total == 0 {
+        return None;
+    }
+    (0..TRIES)
+        .map(|_| nth_port(&outside, (random() % u64::from(total)) as u32))
+        .find(|&port| TcpListener::bind((ip, port)).is_ok())
 }
 
 /// The kernel's ephemeral port range (`ip_local_port_range`), inclusive; `None` off
