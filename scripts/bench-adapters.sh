@@ -4,7 +4,7 @@
 # Grows one of the project's own fixtures to a single run of SIZE MiB with `streamgate
 # synth` (its delta records repeated in place), then times `streamgate normalize` over it
 # RUNS times (wall time from bash's clock, peak RSS from /usr/bin/time) and prints the
-# median MB/s and the largest peak RSS.
+# median MB/s, the largest peak RSS, and the slowest and fastest run's MB/s.
 #
 #   scripts/bench-adapters.sh [SIZE_MIB=100] [RUNS=3] [FAMILY ...]
 #
@@ -47,7 +47,7 @@ if [ -n "${INSTRUCTIONS:-}" ]; then
   command -v valgrind >/dev/null || { echo "INSTRUCTIONS=1 needs valgrind" >&2; exit 2; }
   printf '%-16s %10s %14s %10s  %s\n' family "MiB" "instructions" "per byte" fixture
 else
-  printf '%-16s %10s %10s %12s  %s\n' family "MiB" "MB/s" "peak RSS" fixture
+  printf '%-16s %10s %10s %12s %12s  %s\n' family "MiB" "MB/s" "peak RSS" "runs MB/s" fixture
 fi
 if [ -z "${INSTRUCTIONS:-}" ]; then
   # The floor under every peak RSS below: the process with no run at all (its mapped
@@ -55,7 +55,7 @@ if [ -z "${INSTRUCTIONS:-}" ]; then
   # page's cached neighbours too, so a binary just built (all of it cached) reads a few
   # MiB higher than one the cache has dropped (docs/performance.md, eighth stop).
   floor=$( { /usr/bin/time -f '%M' "$bin" --version >/dev/null; } 2>&1 | tail -1)
-  printf '%-16s %10s %10s %9.1f MiB  %s\n' "(no run)" - - "$(awk -v k="$floor" 'BEGIN {print k/1024}')" "$bin --version"
+  printf '%-16s %10s %10s %9.1f MiB %12s  %s\n' "(no run)" - - "$(awk -v k="$floor" 'BEGIN {print k/1024}')" - "$bin --version"
 fi
 for family in "${families[@]}"; do
   src="${fixture[$family]:?unknown family $family}"
@@ -81,9 +81,14 @@ for family in "${families[@]}"; do
     secs+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.6f", b - a}')")
     (( kib > peak )) && peak=$kib
   done
-  median=$(printf '%s\n' "${secs[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  mbps=$(awk -v b="$bytes" -v s="$median" 'BEGIN {printf "%.0f", (s > 0 ? b / s / 1e6 : 0)}')
-  printf '%-16s %10.1f %10s %9.1f MiB  %s\n' "$family" "$(awk -v b="$bytes" 'BEGIN {print b/1048576}')" \
-    "$mbps" "$(awk -v k="$peak" 'BEGIN {print k/1024}')" "$src"
+  # The median, and the slowest and fastest run: this machine kind's speed moves by a
+  # quarter from one minute to the next (docs/performance.md), which the range shows.
+  sorted=$(printf '%s\n' "${secs[@]}" | sort -g)
+  median=$(awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' <<<"$sorted")
+  rate() { awk -v b="$bytes" -v s="$1" 'BEGIN {printf "%.0f", (s > 0 ? b / s / 1e6 : 0)}'; }
+  mbps=$(rate "$median")
+  range="$(rate "$(tail -1 <<<"$sorted")")-$(rate "$(head -1 <<<"$sorted")")"
+  printf '%-16s %10.1f %10s %9.1f MiB %12s  %s\n' "$family" "$(awk -v b="$bytes" 'BEGIN {print b/1048576}')" \
+    "$mbps" "$(awk -v k="$peak" 'BEGIN {print k/1024}')" "$range" "$src"
   rm -f "$big"
 done
