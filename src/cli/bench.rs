@@ -404,6 +404,15 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         pct(0.99),
         l.last().copied().unwrap_or(0)
     );
+    if let Some(steady) = after_start(&committed, START_MS) {
+        println!(
+            "latency   after the first {} s of commits: p50 {} ms, p99 {} ms ({} events; the start, while the batches grow, left out)",
+            START_MS / 1000,
+            percentile(&steady, 0.50),
+            percentile(&steady, 0.99),
+            steady.len()
+        );
+    }
     let [own, broker] = figures.cpu_us_per_event;
     println!(
         "cpu       {own:.2} µs per event in this process (services and producers), {broker:.2} µs in nats-server: {:.0}% and {:.0}% of a core",
@@ -735,6 +744,28 @@ pub fn percentile(sorted: &[i64], p: f64) -> i64 {
         .unwrap_or(0)
 }
 
+/// How much of a run's start [`after_start`] leaves out, in ms of commit time.
+const START_MS: i64 = 3000;
+
+/// The sorted latencies of the events committed `skip_ms` or later after the first
+/// commit: the steady part of a run, apart from its start, where a pipeline near its
+/// capacity begins with small batches, falls behind and catches up (docs/performance.md,
+/// nineteenth stop). `None` for a run too short to have one (under twice `skip_ms`).
+fn after_start(committed: &[(i64, i64)], skip_ms: i64) -> Option<Vec<i64>> {
+    let first = committed.iter().map(|&(at, _)| at).min()?;
+    let last = committed.iter().map(|&(at, _)| at).max()?;
+    if last - first < 2 * skip_ms {
+        return None;
+    }
+    let mut steady: Vec<i64> = committed
+        .iter()
+        .filter(|&&(at, _)| at - first >= skip_ms)
+        .map(|&(_, lat)| lat)
+        .collect();
+    steady.sort_unstable();
+    Some(steady)
+}
+
 /// Latency per second of commit time: events, p50, p99, max.
 fn print_timeline(committed: &[(i64, i64)]) {
     let Some(start) = committed.iter().map(|&(at, _)| at).min() else {
@@ -939,6 +970,15 @@ x_seconds_count{step=\"apply\"} 80
         assert!(ran >= 0.02, "ran {ran} s");
         assert!(waited >= 0.0);
         assert!(thread_times(Some(u32::MAX)).is_empty(), "no such process");
+    }
+
+    #[test]
+    fn after_the_start_keeps_the_events_committed_later_sorted() {
+        // (commit time, latency) in ms; the first commit at 1000.
+        let committed = [(1000, 300), (2500, 200), (4000, 40), (5000, 60), (7100, 50)];
+        assert_eq!(after_start(&committed, 3000), Some(vec![40, 50, 60]));
+        assert_eq!(after_start(&committed[..4], 3000), None, "too short");
+        assert_eq!(after_start(&[], 3000), None);
     }
 
     #[test]
