@@ -312,11 +312,20 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         Duration::from_secs_f64(args.runs as f64 / chunks_per_sec)
     });
     let cpu_before = [cpu_seconds(None), cpu_seconds(nats_server.pid())];
+    let stored_before = [storage_bytes(None), storage_bytes(nats_server.pid())];
     let threads_before = [thread_times(None), thread_times(nats_server.pid())];
     let started = Instant::now();
     let mut producers = tokio::task::JoinSet::new();
+    // Run ids of their own per benchmark run, so that a run on an archive an earlier one
+    // filled (`--archive`) inserts its events rather than finding them all there.
+    let runs_of = format!("bench-{}", streamgate_runtime::clock::now_ms());
     for p in 0..args.runs {
-        let (door, capture, family) = (door.clone(), capture.clone(), family.clone());
+        let (door, capture, family, runs_of) = (
+            door.clone(),
+            capture.clone(),
+            family.clone(),
+            runs_of.clone(),
+        );
         let (rounds, chunk_bytes) = (args.rounds, args.chunk_bytes.max(1));
         // Each producer's ticks start at its own share of the tick: independent runs are
         // not in step, and producers ticking together would offer every run's chunk at
@@ -330,7 +339,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
                 i
             });
             for r in 0..rounds {
-                let run = format!("bench-{p}-{r}");
+                let run = format!("{runs_of}-{p}-{r}");
                 door.send_run(&run, &family, &capture, chunk_bytes, pace.as_mut())
                     .await?;
             }
@@ -355,6 +364,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     }
     let elapsed = started.elapsed();
     let cpu_after = [cpu_seconds(None), cpu_seconds(nats_server.pid())];
+    let stored_after = [storage_bytes(None), storage_bytes(nats_server.pid())];
     let threads_after = [thread_times(None), thread_times(nats_server.pid())];
     shutdown.cancel();
     for mut t in [normalizer.tasks, archiver.tasks] {
@@ -422,6 +432,14 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     if let Some(line) = threads_line(&threads_before, &threads_after, secs) {
         println!("{line}");
     }
+    if let Some(line) = disk_line(
+        stored_before,
+        stored_after,
+        total_events,
+        capture.len() * total_runs,
+    ) {
+        println!("{line}");
+    }
     let commits = commits.load(std::sync::atomic::Ordering::Relaxed).max(1);
     println!(
         "archive   {commits} batches committed ({:.0} events each, {:.0} per second)",
@@ -483,6 +501,44 @@ fn process(pid: Option<u32>) -> Option<procfs::process::Process> {
 #[cfg(not(target_os = "linux"))]
 fn cpu_seconds(_pid: Option<u32>) -> Option<f64> {
     None
+}
+
+/// Bytes a process has sent to the storage layer so far (`write_bytes` of
+/// `/proc/<pid>/io`: pages it dirtied in files, not its socket writes): this process, or
+/// the one with `pid`; `None` where it cannot be read.
+#[cfg(target_os = "linux")]
+fn storage_bytes(pid: Option<u32>) -> Option<u64> {
+    Some(process(pid)?.io().ok()?.write_bytes)
+}
+
+/// Not read outside Linux: the `disk` line is left out.
+#[cfg(not(target_os = "linux"))]
+fn storage_bytes(_pid: Option<u32>) -> Option<u64> {
+    None
+}
+
+/// The `disk` line: what this process (the archive: its database and WAL) and
+/// nats-server (its stores) sent to storage over the run, in MB and in bytes per event,
+/// beside the raw input's bytes per event — the write amplification an operator's disk
+/// sees. Commits write every page they touch whole, so a light load, with many small
+/// commits, writes far more per event than full speed does.
+fn disk_line(
+    before: [Option<u64>; 2],
+    after: [Option<u64>; 2],
+    events: usize,
+    raw_bytes: usize,
+) -> Option<String> {
+    let [own, broker] = [0, 1].map(|i| Some(after[i]?.saturating_sub(before[i]?)));
+    let (own, broker) = (own?, broker?);
+    let per_event = |b: u64| b as f64 / events.max(1) as f64;
+    Some(format!(
+        "disk      {:.1} MB written to storage by this process (the archive), {:.1} MB by nats-server: {:.0} and {:.0} bytes per event, for {:.0} raw bytes per event",
+        own as f64 / 1e6,
+        broker as f64 / 1e6,
+        per_event(own),
+        per_event(broker),
+        raw_bytes as f64 / events.max(1) as f64,
+    ))
 }
 
 /// Per thread name, seconds `[on a core, runnable but waiting for one]`.
@@ -951,6 +1007,34 @@ x_seconds_count{step=\"apply\"} 80
             }
         }
         assert_eq!(cpu_seconds(Some(u32::MAX)), None, "no such process");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn storage_bytes_count_what_a_file_write_sends_to_disk() {
+        // Beside the sources, not in $TMPDIR: a tmpfs sends nothing to storage.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let before = storage_bytes(None).expect("this process's storage writes");
+        std::fs::write(dir.path().join("f"), vec![7u8; 1 << 20]).unwrap();
+        let after = storage_bytes(None).unwrap();
+        assert!(after >= before + (1 << 20), "{before} → {after}");
+        assert_eq!(storage_bytes(Some(u32::MAX)), None, "no such process");
+    }
+
+    #[test]
+    fn the_disk_line_reads_bytes_per_event_for_each_process() {
+        let line = disk_line(
+            [Some(1_000), Some(0)],
+            [Some(2_001_000), Some(500_000)],
+            1_000,
+            250_000,
+        )
+        .unwrap();
+        assert_eq!(
+            line,
+            "disk      2.0 MB written to storage by this process (the archive), 0.5 MB by nats-server: 2000 and 500 bytes per event, for 250 raw bytes per event"
+        );
+        assert_eq!(disk_line([None, Some(0)], [Some(1), Some(1)], 1, 1), None);
     }
 
     #[test]
