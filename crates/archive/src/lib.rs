@@ -49,7 +49,7 @@ use streamgate_grammar::{Json, RunEvent};
 
 pub use error::ArchiveError;
 pub use postgres::PostgresStore;
-pub use sqlite::{SqliteDurability, SqliteOptions, SqliteStore};
+pub use sqlite::{ArchivePageSize, SqliteDurability, SqliteOptions, SqliteStore};
 
 /// An archived event: the grammar event with its envelope and its `SG_EVENTS` stream
 /// sequence (the global journal position).
@@ -592,8 +592,9 @@ pub struct SearchHit {
 
 /// Opens a store by URL: `sqlite:///abs/path.db`, `sqlite:relative.db` or a plain path →
 /// SQLite; `postgres://…` or `postgresql://…` → PostgreSQL. Migrations run at open.
-/// A SQLite URL may end in `?synchronous=normal` (or `full`, the default); see
-/// [`SqliteDurability`].
+/// A SQLite URL may end in parameters, `&`-separated: `synchronous=normal` (or `full`,
+/// the default; see [`SqliteDurability`]) and `page_size=4096` (a new archive's page
+/// size, 16384 by default; see [`ArchivePageSize`]).
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, ArchiveError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(PostgresStore::connect(url).await?));
@@ -617,6 +618,13 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, ArchiveError> {
                 options.durability = SqliteDurability::parse(v).ok_or_else(|| {
                     ArchiveError::Config(format!("synchronous must be full or normal, not {v:?}"))
                 })?;
+            }
+            Some(("page_size", v)) => {
+                options.page_size = Some(ArchivePageSize::parse(v).ok_or_else(|| {
+                    ArchiveError::Config(format!(
+                        "page_size must be a power of two from 512 to 65536, not {v:?}"
+                    ))
+                })?);
             }
             _ => {
                 return Err(ArchiveError::Config(format!(

@@ -151,6 +151,35 @@ impl SqliteDurability {
 pub struct SqliteOptions {
     /// Commit durability; [`SqliteDurability::Full`] by default.
     pub durability: SqliteDurability,
+    /// The page size of a new archive, bytes (16 KiB when `None`); an existing archive
+    /// keeps the size it was made with. See [`ArchivePageSize`].
+    pub page_size: Option<ArchivePageSize>,
+}
+
+/// The page size a new archive is made with (the `page_size` URL parameter of
+/// [`crate::open_store`]): a power of two from 512 to 65536 bytes, as SQLite allows.
+///
+/// A commit writes every page it changed whole into the WAL, and each live run's events
+/// sit on pages of their own (the events are keyed by run), so every commit writes at
+/// least a page per run it touches. At a modest load — many runs, a few events each per
+/// commit — that page is most of what reaches the disk: on `bench pipeline`'s 32 runs at
+/// 1k events/s, 23 KB a 250-byte event with 16 KiB pages against 9.6 KB with 4 KiB
+/// (docs/performance.md, twentieth stop). Larger pages split less at full speed, where
+/// 16 KiB archived the most events per second; smaller ones write less at a modest load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchivePageSize(u32);
+
+impl ArchivePageSize {
+    /// Parses a page size in bytes; `None` unless a power of two from 512 to 65536.
+    pub fn parse(s: &str) -> Option<ArchivePageSize> {
+        let n: u32 = s.parse().ok()?;
+        ((512..=65536).contains(&n) && n.is_power_of_two()).then_some(ArchivePageSize(n))
+    }
+
+    /// The size in bytes.
+    pub fn bytes(self) -> u32 {
+        self.0
+    }
 }
 
 impl SqliteStore {
@@ -276,12 +305,26 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, Archi
     make_private(path)?;
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    // 16 KiB pages for a new archive (an existing one keeps the size it was made with:
-    // in WAL mode only a VACUUM outside it could change that). The events B-tree is
-    // keyed by run and holds each event's JSON inline, and batches insert into every
-    // live run's range: a 4 KiB page holds ~15 such rows and splits every few inserts.
-    conn.pragma_update(None, "page_size", NEW_ARCHIVE_PAGE_SIZE)?;
+    // 16 KiB pages for a new archive unless the URL names another size (an existing one
+    // keeps the size it was made with: in WAL mode only a VACUUM outside it could change
+    // that). The events B-tree is keyed by run and holds each event's JSON inline, and
+    // batches insert into every live run's range: a 4 KiB page holds ~15 such rows and
+    // splits every few inserts; but every page a commit touches is written whole
+    // ([`ArchivePageSize`]).
+    let wanted = options
+        .page_size
+        .map_or(NEW_ARCHIVE_PAGE_SIZE, |p| i64::from(p.bytes()));
+    conn.pragma_update(None, "page_size", wanted)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
+    let made_with: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    if options.page_size.is_some() && made_with != wanted {
+        tracing::warn!(
+            path = %path.display(),
+            page_size = made_with,
+            requested = wanted,
+            "the archive keeps the page size it was made with; page_size applies to a new archive only"
+        );
+    }
     conn.pragma_update(None, "synchronous", options.durability.pragma())?;
     // Checkpoints run on their own thread; this is only the backstop.
     let backstop = pages_of(&conn, WRITER_AUTOCHECKPOINT_BYTES)?;

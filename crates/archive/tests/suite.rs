@@ -718,7 +718,14 @@ async fn sqlite_url_parameters() {
         plain.events_after("t", "run-u", 0, 0).await.unwrap().len(),
         3
     );
-    for bad in ["?synchronous=off", "?journal=wal"] {
+    for bad in [
+        "?synchronous=off",
+        "?journal=wal",
+        "?page_size=3000",
+        "?page_size=256",
+        "?page_size=131072",
+        "?page_size=",
+    ] {
         let r = open_store(&format!("sqlite://{}{bad}", db.display())).await;
         assert!(matches!(r, Err(ArchiveError::Config(_))), "{bad}");
     }
@@ -1533,8 +1540,8 @@ async fn a_batch_and_its_provenance_commit_together(backend: Backend) {
 }
 
 /// SQLite-only: a new archive is made with 16 KiB pages (fewer B-tree splits under the
-/// archiver's batches); one made before keeps its 4 KiB pages — in WAL mode only a
-/// VACUUM outside it could change them — and works as before.
+/// archiver's batches), or the URL's `page_size`; one made before keeps its pages — in
+/// WAL mode only a VACUUM outside it could change them — and works as before.
 #[tokio::test]
 async fn sqlite_new_archives_get_16_kib_pages_and_old_ones_keep_theirs() {
     let dir = tempfile::tempdir().unwrap();
@@ -1552,10 +1559,20 @@ async fn sqlite_new_archives_get_16_kib_pages_and_old_ones_keep_theirs() {
         )
         .unwrap();
     }
-    for (db, want) in [(&new, 16 << 10), (&old, 4096)] {
-        let store = open_store(&format!("sqlite://{}", db.display()))
-            .await
-            .unwrap();
+    // `page_size` makes a new archive with that size and leaves an existing one as it is.
+    let small = dir.path().join("small.db");
+    let small_url = format!(
+        "sqlite://{}?page_size=4096&synchronous=normal",
+        small.display()
+    );
+    let old_url = format!("sqlite://{}?page_size=8192", old.display());
+    for (url, db, want) in [
+        (format!("sqlite://{}", new.display()), &new, 16 << 10),
+        (format!("sqlite://{}", old.display()), &old, 4096),
+        (small_url, &small, 4096),
+        (old_url, &old, 4096),
+    ] {
+        let store = open_store(&url).await.unwrap();
         store
             .insert_batch(&whole_run("t", "run-p", 0, 50, 1))
             .await

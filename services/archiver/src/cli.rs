@@ -18,8 +18,9 @@ pub struct Args {
     /// NATS servers and credentials.
     #[command(flatten)]
     pub nats: NatsArgs,
-    /// Archive: a SQLite path (`sqlite:///var/lib/streamgate/archive.db`) or a PostgreSQL
-    /// URL (`postgres://user@host/db`).
+    /// Archive: a SQLite path (`sqlite:///var/lib/streamgate/archive.db`, parameters
+    /// `?synchronous=normal` and a new archive's `?page_size=4096`) or a PostgreSQL URL
+    /// (`postgres://user@host/db`).
     #[arg(long, env = "STREAMGATE_ARCHIVE_URL", hide_env_values = true)]
     pub archive: String,
     /// Also archive raw chunks from SG_RAW.
