@@ -206,6 +206,13 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         args.rounds
     );
 
+    // The archive first: a bad `--archive` stops the benchmark before its baseline.
+    let archive_url = args
+        .archive
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", tmp.join("archive.db").display()));
+    let store = streamgate_archive::open_store(&archive_url).await?;
+
     // 1. Baseline: raw JetStream publishes of chunk-sized messages, acks pipelined.
     let baseline = bench_baseline::publish(&js, args.baseline_messages, args.chunk_bytes).await?;
     println!("baseline  JetStream publish (file store, acked): {baseline:.0} msgs/s");
@@ -232,11 +239,6 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     // when a recorder is already installed).
     let steps = install_step_recorder();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let archive_url = args
-        .archive
-        .clone()
-        .unwrap_or_else(|| format!("sqlite://{}", tmp.join("archive.db").display()));
-    let store = streamgate_archive::open_store(&archive_url).await?;
     // (commit time, ingest→commit latency) of every archived event, in ms.
     let latencies = Arc::new(Mutex::new(Vec::<(i64, i64)>::with_capacity(total_events)));
     let commits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
