@@ -46,7 +46,8 @@ pub struct PipelineArgs {
     /// The front door the producers hand their runs to.
     #[arg(long, value_enum, default_value_t = Door::Http)]
     pub door: Door,
-    /// Archive URL (default: SQLite in a temp dir).
+    /// Archive URL (default: SQLite in a temp dir; a new SQLite archive's page size with
+    /// `?page_size=4096`, whose effect the `disk` line shows).
     #[arg(long)]
     pub archive: Option<String>,
     /// Messages for the raw JetStream publish baseline.
@@ -106,6 +107,9 @@ struct Figures {
     /// and the bench's producers) and nats-server. On a machine whose speed drifts, far
     /// steadier than events/s for comparing builds.
     cpu_us_per_event: [f64; 2],
+    /// Bytes this process (the archive) sent to storage per archived event; NaN where
+    /// it cannot be read.
+    archive_bytes_per_event: f64,
 }
 
 const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinking.sse");
@@ -150,6 +154,10 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
             .percent_of_max
             .map_or(String::new(), |p| format!(" at {p}% of the maximum"));
         println!("summary   ingest→commit p99{at} {lo:.0} / {mid:.0} / {hi:.0} ms");
+        let (lo, mid, hi) = spread(|f| f.archive_bytes_per_event);
+        println!(
+            "summary   archive writes to storage{at} {lo:.0} / {mid:.0} / {hi:.0} bytes per event"
+        );
     }
     Ok(())
 }
@@ -171,6 +179,7 @@ async fn at_percent_of_max(args: &PipelineArgs, pct: u8) -> Result<Figures> {
     let paced = pipeline_once(&PipelineArgs { rate, ..full }).await?;
     Ok(Figures {
         p99_ms: paced.p99_ms,
+        archive_bytes_per_event: paced.archive_bytes_per_event,
         ..max
     })
 }
@@ -403,6 +412,10 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
             (Some(b), Some(a)) => (a - b) * 1e6 / total_events.max(1) as f64,
             _ => f64::NAN,
         }),
+        archive_bytes_per_event: match stored_before[0].zip(stored_after[0]) {
+            Some((b, a)) => a.saturating_sub(b) as f64 / total_events.max(1) as f64,
+            None => f64::NAN,
+        },
     };
     if broker_mb_s > 0.0 {
         println!(
