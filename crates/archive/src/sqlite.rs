@@ -416,6 +416,13 @@ const GROUP_MAX_ROWS: usize = 20_000;
 /// Minimum pause between background checkpoints; each one fsyncs the database file, so
 /// one per interval absorbs the commits in between.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest pause between checkpoints ([`next_checkpoint_pause`]).
+const CHECKPOINT_INTERVAL_MAX: Duration = Duration::from_secs(1);
+/// A checkpoint that found less WAL than this lets the next one wait twice as long; one
+/// that found more than [`CHECKPOINT_LARGE_BYTES`] half as long.
+const CHECKPOINT_SMALL_BYTES: i64 = 16 << 20;
+/// See [`CHECKPOINT_SMALL_BYTES`].
+const CHECKPOINT_LARGE_BYTES: i64 = 64 << 20;
 /// WAL size past which the checkpointer stops being polite and waits for the writer
 /// (`RESTART`), so a write burst cannot grow the WAL without bound.
 const WAL_HARD_LIMIT_BYTES: i64 = 400 << 20;
@@ -999,13 +1006,20 @@ fn checkpointer(path: PathBuf, signals: std::sync::mpsc::Receiver<()>) {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         })
     };
-    let hard_limit = match pages_of(&conn, WAL_HARD_LIMIT_BYTES) {
-        Ok(pages) => pages,
-        Err(e) => {
+    let limits = [
+        WAL_HARD_LIMIT_BYTES,
+        CHECKPOINT_SMALL_BYTES,
+        CHECKPOINT_LARGE_BYTES,
+    ]
+    .map(|bytes| pages_of(&conn, bytes));
+    let [hard_limit, small, large] = match limits {
+        [Ok(hard), Ok(small), Ok(large)] => [hard, small, large],
+        [Err(e), ..] | [_, Err(e), _] | [.., Err(e)] => {
             tracing::warn!(error = %e, "sqlite checkpointer unavailable; writer auto-checkpoints");
             return;
         }
     };
+    let mut pause = CHECKPOINT_INTERVAL;
     let mut wal_in_use = false;
     loop {
         match signals.recv_timeout(IDLE_TRUNCATE_AFTER) {
@@ -1024,17 +1038,38 @@ fn checkpointer(path: PathBuf, signals: std::sync::mpsc::Receiver<()>) {
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
-        std::thread::sleep(CHECKPOINT_INTERVAL);
+        std::thread::sleep(pause);
         while signals.try_recv().is_ok() {}
         match run("PASSIVE") {
-            Ok((log, done)) if log > hard_limit && done < log => {
-                if let Err(e) = run("RESTART") {
-                    tracing::warn!(error = %e, "sqlite WAL restart checkpoint failed");
+            Ok((log, done)) => {
+                if log > hard_limit && done < log {
+                    if let Err(e) = run("RESTART") {
+                        tracing::warn!(error = %e, "sqlite WAL restart checkpoint failed");
+                    }
                 }
+                pause = next_checkpoint_pause(pause, log, [small, large]);
             }
-            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "sqlite WAL checkpoint failed"),
         }
+    }
+}
+
+/// The pause before the next checkpoint, from the last one's and the WAL frames that
+/// checkpoint found (`log`; the WAL starts again after a checkpoint, so about what the
+/// pause let accumulate): twice as long while that is under `small` frames, half as
+/// long over `large`, within [`CHECKPOINT_INTERVAL`]..=[`CHECKPOINT_INTERVAL_MAX`].
+///
+/// At a modest load every commit rewrites the same pages of the live runs, and a
+/// checkpoint copies each page once however many commits changed it: once a second
+/// instead of ten times copies a fraction of it. A fast-growing WAL keeps the short
+/// pause, so the WAL (and what a crash leaves to replay) stays small.
+fn next_checkpoint_pause(pause: Duration, log: i64, [small, large]: [i64; 2]) -> Duration {
+    if log < small {
+        (pause * 2).min(CHECKPOINT_INTERVAL_MAX)
+    } else if log > large {
+        (pause / 2).max(CHECKPOINT_INTERVAL)
+    } else {
+        pause
     }
 }
 
@@ -1524,4 +1559,30 @@ fn raw_record(r: &rusqlite::Row<'_>) -> Result<RawChunkRecord, ArchiveError> {
         close: r.get(5)?,
         body: r.get(6)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_wait_longer_while_each_finds_little_wal_and_less_when_it_grows_fast() {
+        let limits = [1_000, 4_000];
+        let ms = Duration::from_millis;
+        // A modest load: the pause doubles up to a second.
+        let mut pause = CHECKPOINT_INTERVAL;
+        let mut seen = vec![];
+        for _ in 0..6 {
+            pause = next_checkpoint_pause(pause, 100, limits);
+            seen.push(pause.as_millis());
+        }
+        assert_eq!(seen, [200, 400, 800, 1000, 1000, 1000]);
+        // Between the limits it holds; past the larger one it halves back to 100 ms.
+        assert_eq!(next_checkpoint_pause(ms(400), 2_000, limits), ms(400));
+        assert_eq!(next_checkpoint_pause(ms(400), 5_000, limits), ms(200));
+        assert_eq!(
+            next_checkpoint_pause(CHECKPOINT_INTERVAL, 5_000, limits),
+            CHECKPOINT_INTERVAL
+        );
+    }
 }
