@@ -376,6 +376,8 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     let elapsed = started.elapsed();
     let cpu_after = [cpu_seconds(None), cpu_seconds(nats_server.pid())];
     let stored_after = [storage_bytes(None), storage_bytes(nats_server.pid())];
+    // Bytes sent to storage during the run: this process (the archive), nats-server.
+    let written = [0, 1].map(|i| Some(stored_after[i]?.saturating_sub(stored_before[i]?)));
     let threads_after = [thread_times(None), thread_times(nats_server.pid())];
     shutdown.cancel();
     for mut t in [normalizer.tasks, archiver.tasks] {
@@ -412,10 +414,8 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
             (Some(b), Some(a)) => (a - b) * 1e6 / total_events.max(1) as f64,
             _ => f64::NAN,
         }),
-        archive_bytes_per_event: match stored_before[0].zip(stored_after[0]) {
-            Some((b, a)) => a.saturating_sub(b) as f64 / total_events.max(1) as f64,
-            None => f64::NAN,
-        },
+        archive_bytes_per_event: written[0]
+            .map_or(f64::NAN, |b| b as f64 / total_events.max(1) as f64),
     };
     if broker_mb_s > 0.0 {
         println!(
@@ -447,12 +447,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     if let Some(line) = threads_line(&threads_before, &threads_after, secs) {
         println!("{line}");
     }
-    if let Some(line) = disk_line(
-        stored_before,
-        stored_after,
-        total_events,
-        capture.len() * total_runs,
-    ) {
+    if let Some(line) = disk_line(written, total_events, capture.len() * total_runs) {
         println!("{line}");
     }
     let commits = commits.load(std::sync::atomic::Ordering::Relaxed).max(1);
@@ -533,18 +528,14 @@ fn storage_bytes(_pid: Option<u32>) -> Option<u64> {
 }
 
 /// The `disk` line: what this process (the archive: its database and WAL) and
-/// nats-server (its stores) sent to storage over the run, in MB and in bytes per event,
+/// nats-server (its stores) sent to storage over the run (`written`, bytes), in MB and in bytes per event,
 /// beside the raw input's bytes per event — the write amplification an operator's disk
 /// sees. Commits write every page they touch whole, so a light load, with many small
 /// commits, writes far more per event than full speed does.
-fn disk_line(
-    before: [Option<u64>; 2],
-    after: [Option<u64>; 2],
-    events: usize,
-    raw_bytes: usize,
-) -> Option<String> {
-    let [own, broker] = [0, 1].map(|i| Some(after[i]?.saturating_sub(before[i]?)));
-    let (own, broker) = (own?, broker?);
+fn disk_line(written: [Option<u64>; 2], events: usize, raw_bytes: usize) -> Option<String> {
+    let [Some(own), Some(broker)] = written else {
+        return None;
+    };
     let per_event = |b: u64| b as f64 / events.max(1) as f64;
     Some(format!(
         "disk      {:.1} MB written to storage by this process (the archive), {:.1} MB by nats-server: {:.0} and {:.0} bytes per event, for {:.0} raw bytes per event",
@@ -1038,18 +1029,12 @@ x_seconds_count{step=\"apply\"} 80
 
     #[test]
     fn the_disk_line_reads_bytes_per_event_for_each_process() {
-        let line = disk_line(
-            [Some(1_000), Some(0)],
-            [Some(2_001_000), Some(500_000)],
-            1_000,
-            250_000,
-        )
-        .unwrap();
+        let line = disk_line([Some(2_000_000), Some(500_000)], 1_000, 250_000).unwrap();
         assert_eq!(
             line,
             "disk      2.0 MB written to storage by this process (the archive), 0.5 MB by nats-server: 2000 and 500 bytes per event, for 250 raw bytes per event"
         );
-        assert_eq!(disk_line([None, Some(0)], [Some(1), Some(1)], 1, 1), None);
+        assert_eq!(disk_line([None, Some(1)], 1, 1), None);
     }
 
     #[test]

@@ -1006,15 +1006,16 @@ fn checkpointer(path: PathBuf, signals: std::sync::mpsc::Receiver<()>) {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         })
     };
-    let limits = [
-        WAL_HARD_LIMIT_BYTES,
-        CHECKPOINT_SMALL_BYTES,
-        CHECKPOINT_LARGE_BYTES,
-    ]
-    .map(|bytes| pages_of(&conn, bytes));
-    let [hard_limit, small, large] = match limits {
-        [Ok(hard), Ok(small), Ok(large)] => [hard, small, large],
-        [Err(e), ..] | [_, Err(e), _] | [.., Err(e)] => {
+    let limits = || -> rusqlite::Result<[i64; 3]> {
+        Ok([
+            pages_of(&conn, WAL_HARD_LIMIT_BYTES)?,
+            pages_of(&conn, CHECKPOINT_SMALL_BYTES)?,
+            pages_of(&conn, CHECKPOINT_LARGE_BYTES)?,
+        ])
+    };
+    let [hard_limit, small, large] = match limits() {
+        Ok(limits) => limits,
+        Err(e) => {
             tracing::warn!(error = %e, "sqlite checkpointer unavailable; writer auto-checkpoints");
             return;
         }
