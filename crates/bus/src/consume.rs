@@ -188,47 +188,89 @@ pub async fn read_subject(
 /// How often [`report_lag`] asks the broker.
 pub const LAG_REPORT_EVERY: Duration = Duration::from_secs(5);
 
+/// The consumers [`report_lag`] reports, which decides how it asks the broker for them.
+#[derive(Debug, Clone)]
+pub enum LagOf {
+    /// Durable consumers by their exact names (the projector's partitions, the
+    /// archiver): one info request per name and round. Their stream holds many other
+    /// consumers — every channel of every projector makes a partition consumer of its own
+    /// on `SG_EVENTS` — and a listing of all of them per channel and round grows with the
+    /// square of the channels: at 200 channels the broker and the process spent over a
+    /// core serializing and parsing ~60 MB/s of consumer infos nobody read.
+    Durables(Vec<String>),
+    /// Stable bases whose owners make consumers of their own ([`crate::incarnation`]:
+    /// the normalizer's partitions), each reported as the incarnation in use
+    /// ([`crate::incarnation::in_use`]): one listing of the stream per round, which on
+    /// `SG_RAW` holds the normalizer group's consumers alone.
+    Incarnations(Vec<String>),
+}
+
 /// Publishes the lag of durable consumers on `stream` as gauges
 /// (`streamgate_consumer_pending_messages`, `streamgate_consumer_ack_pending_messages`,
 /// labelled by stream and consumer) every [`LAG_REPORT_EVERY`] until `stop`. Each
 /// replica reports every consumer it names (the same values from every replica: the
-/// broker's view), so a scrape of any replica shows the group's lag. A name stands for
-/// itself or the [`crate::incarnation`] its owner works on
-/// ([`crate::incarnation::in_use`]), so the label stays `sg-normalizer-pNN`
-/// while its owners make consumers of their own. A consumer that does not exist yet is
-/// skipped.
+/// broker's view), so a scrape of any replica shows the group's lag. An incarnation's
+/// base is the label, so it stays `sg-normalizer-pNN` while its owners make consumers of
+/// their own. A consumer that does not exist yet is skipped; a round the broker does not
+/// answer leaves the gauges as they were.
 pub async fn report_lag(
     js: jetstream::Context,
     stream: &'static str,
-    consumers: Vec<String>,
+    of: LagOf,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    use futures::TryStreamExt as _;
     loop {
-        // One listing per round (paged by the broker), not a request per consumer; a
-        // round that cannot list leaves the gauges as they were.
-        let listed = match js.get_stream(stream).await {
-            Ok(s) => s.consumers().try_collect::<Vec<_>>().await.ok(),
-            Err(_) => None,
-        };
-        if let Some(all) = listed {
-            for name in &consumers {
-                let mine = all
-                    .iter()
-                    .filter(|c| crate::incarnation::belongs(&c.name, name));
-                let Some(info) = crate::incarnation::in_use(mine) else {
-                    continue;
-                };
-                let labels = [("stream", stream.to_owned()), ("consumer", name.clone())];
-                metrics::gauge!("streamgate_consumer_pending_messages", &labels)
-                    .set(info.num_pending as f64);
-                metrics::gauge!("streamgate_consumer_ack_pending_messages", &labels)
-                    .set(info.num_ack_pending as f64);
-            }
+        for (name, info) in lag(&js, stream, &of).await {
+            let labels = [("stream", stream.to_owned()), ("consumer", name.to_owned())];
+            metrics::gauge!("streamgate_consumer_pending_messages", &labels)
+                .set(info.num_pending as f64);
+            metrics::gauge!("streamgate_consumer_ack_pending_messages", &labels)
+                .set(info.num_ack_pending as f64);
         }
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(LAG_REPORT_EVERY) => {}
         }
     }
+}
+
+/// One round of [`report_lag`]: each consumer `of` names that the broker knows, with its
+/// info (its pending and ack-pending counts), under the name `of` gives it.
+pub async fn lag<'a>(
+    js: &jetstream::Context,
+    stream: &str,
+    of: &'a LagOf,
+) -> Vec<(&'a str, jetstream::consumer::Info)> {
+    use futures::TryStreamExt as _;
+    let mut out = Vec::new();
+    match of {
+        LagOf::Durables(names) => {
+            let Ok(s) = js.get_stream_no_info(stream).await else {
+                return out;
+            };
+            for name in names {
+                if let Ok(info) = s.consumer_info(name).await {
+                    out.push((name.as_str(), info));
+                }
+            }
+        }
+        LagOf::Incarnations(bases) => {
+            let listed = match js.get_stream_no_info(stream).await {
+                Ok(s) => s.consumers().try_collect::<Vec<_>>().await.ok(),
+                Err(_) => None,
+            };
+            let Some(all) = listed else {
+                return out;
+            };
+            for base in bases {
+                let mine = all
+                    .iter()
+                    .filter(|c| crate::incarnation::belongs(&c.name, base));
+                if let Some(info) = crate::incarnation::in_use(mine) {
+                    out.push((base.as_str(), info.clone()));
+                }
+            }
+        }
+    }
+    out
 }

@@ -1039,3 +1039,66 @@ async fn overwritten_kv_values_are_erased_from_the_files() {
     let stream = js.get_stream("KV_ERASING").await.unwrap();
     assert_eq!(stream.cached_info().state.messages, 1);
 }
+
+/// The lag a service reports: durables by their exact names among many other
+/// consumers (one info request each; a name with no consumer is left out), and a
+/// normalizer partition's base as the incarnation it works on.
+#[tokio::test]
+async fn lag_is_read_for_the_named_durables_and_an_incarnation_under_its_base() {
+    use consume::LagOf;
+    use streamgate_bus::incarnation::{self, Start};
+    let (_server, js) = setup().await;
+    let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
+    for i in 0..5 {
+        raw::publish_raw(&js, &data_chunk(&addr, i, b"x"))
+            .await
+            .unwrap();
+    }
+    let filter = subject::raw_partition_filter(addr.partition);
+    // Another service's consumers crowd the stream.
+    for n in 0..20 {
+        consume::durable_pull(
+            &js,
+            RAW_STREAM,
+            &format!("other-{n}"),
+            vec![filter.clone()],
+            Duration::from_secs(30),
+            100,
+        )
+        .await
+        .unwrap();
+    }
+    let mine = consume::durable_pull(
+        &js,
+        RAW_STREAM,
+        "mine",
+        vec![filter.clone()],
+        Duration::from_secs(30),
+        100,
+    )
+    .await
+    .unwrap();
+    let mut got = mine.fetch().max_messages(2).messages().await.unwrap();
+    while let Some(m) = got.next().await {
+        m.unwrap().double_ack().await.unwrap();
+    }
+    let of = LagOf::Durables(vec!["mine".into(), "missing".into()]);
+    let read = consume::lag(&js, RAW_STREAM, &of).await;
+    let read: Vec<_> = read.iter().map(|(n, i)| (*n, i.num_pending)).collect();
+    assert_eq!(read, [("mine", 3)], "pending after two of five");
+
+    let spec = incarnation::Spec {
+        stream: RAW_STREAM.into(),
+        base: "sg-normalizer-p03".into(),
+        filter,
+        ack_wait: Duration::from_secs(30),
+        max_ack_pending: 100,
+    };
+    let made = incarnation::open(&js, &spec, Start::At(2)).await.unwrap();
+    let of = LagOf::Incarnations(vec![spec.base.clone(), "sg-normalizer-p04".into()]);
+    let read = consume::lag(&js, RAW_STREAM, &of).await;
+    assert_eq!(read.len(), 1, "only the base with an incarnation");
+    assert_eq!(read[0].0, spec.base);
+    assert_eq!(read[0].1.name, made.name);
+    assert_eq!(read[0].1.num_pending, 4, "from seq 2 of 5");
+}

@@ -76,8 +76,13 @@ pub async fn start(
     {
         let (js, stop) = (js.clone(), shutdown.clone());
         tasks.spawn(async move {
-            streamgate_bus::consume::report_lag(js, streamgate_bus::RAW_STREAM, durables, stop)
-                .await;
+            streamgate_bus::consume::report_lag(
+                js,
+                streamgate_bus::RAW_STREAM,
+                streamgate_bus::consume::LagOf::Incarnations(durables),
+                stop,
+            )
+            .await;
             Ok(())
         });
     }

@@ -108,8 +108,13 @@ pub async fn start(
             .collect();
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            streamgate_bus::consume::report_lag(js, streamgate_bus::EVENTS_STREAM, durables, stop)
-                .await;
+            streamgate_bus::consume::report_lag(
+                js,
+                streamgate_bus::EVENTS_STREAM,
+                streamgate_bus::consume::LagOf::Durables(durables),
+                stop,
+            )
+            .await;
             Ok(())
         });
     }
