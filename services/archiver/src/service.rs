@@ -68,13 +68,8 @@ pub async fn start(
         let (js, stop) = (js.clone(), shutdown.clone());
         let durables = vec![cfg.durable.clone()];
         tasks.spawn(async move {
-            streamgate_bus::consume::report_lag(
-                js,
-                streamgate_bus::EVENTS_STREAM,
-                streamgate_bus::consume::LagOf::Durables(durables),
-                stop,
-            )
-            .await;
+            let of = streamgate_bus::consume::LagOf::Durables(durables);
+            streamgate_bus::consume::report_lag(js, streamgate_bus::EVENTS_STREAM, of, stop).await;
             Ok(())
         });
     }

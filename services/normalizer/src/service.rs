@@ -76,13 +76,8 @@ pub async fn start(
     {
         let (js, stop) = (js.clone(), shutdown.clone());
         tasks.spawn(async move {
-            streamgate_bus::consume::report_lag(
-                js,
-                streamgate_bus::RAW_STREAM,
-                streamgate_bus::consume::LagOf::Incarnations(durables),
-                stop,
-            )
-            .await;
+            let of = streamgate_bus::consume::LagOf::Incarnations(durables);
+            streamgate_bus::consume::report_lag(js, streamgate_bus::RAW_STREAM, of, stop).await;
             Ok(())
         });
     }

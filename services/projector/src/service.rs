@@ -108,13 +108,8 @@ pub async fn start(
             .collect();
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            streamgate_bus::consume::report_lag(
-                js,
-                streamgate_bus::EVENTS_STREAM,
-                streamgate_bus::consume::LagOf::Durables(durables),
-                stop,
-            )
-            .await;
+            let of = streamgate_bus::consume::LagOf::Durables(durables);
+            streamgate_bus::consume::report_lag(js, streamgate_bus::EVENTS_STREAM, of, stop).await;
             Ok(())
         });
     }
