@@ -493,7 +493,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
 /// procfs (already in the tree through metrics-process, which reads only its own
 /// process).
 #[cfg(target_os = "linux")]
-fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+pub(crate) fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
     let stat = process(pid)?.stat().ok()?;
     Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
 }
@@ -509,7 +509,7 @@ fn process(pid: Option<u32>) -> Option<procfs::process::Process> {
 
 /// Not read outside Linux: the figure prints as NaN.
 #[cfg(not(target_os = "linux"))]
-fn cpu_seconds(_pid: Option<u32>) -> Option<f64> {
+pub(crate) fn cpu_seconds(_pid: Option<u32>) -> Option<f64> {
     None
 }
 

@@ -4,7 +4,9 @@
 //! events/s through the projector (until every final arrived) and event→sink latency
 //! p50/p99 of the ops delivered (from the publish of the event an op renders to the
 //! receiver seeing it; drafts are coalesced latest-wins, so not every event has an op).
-//! `--sink web` measures the web channel at its pages instead ([`web_page`]).
+//! `--sink web` measures the web channel at its pages instead ([`web_page`]);
+//! `--channels N` spreads the runs over N webhook channels in the one process, each a
+//! tenant of its own, and prints what the process and nats-server spent meanwhile.
 
 mod web_page;
 
@@ -62,6 +64,11 @@ pub struct ProjectorArgs {
     /// Requests in flight to the webhook receiver at once (the sink's `max_in_flight`).
     #[arg(long, default_value_t = streamgate_sinks::webhook::DEFAULT_MAX_IN_FLIGHT)]
     pub webhook_in_flight: usize,
+    /// Webhook channels in the one projector process, each a tenant of its own (run r
+    /// goes to channel r mod N): what many channels cost, each with its partition
+    /// consumers, leases and lag reports on the one broker.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub channels: u16,
 }
 
 /// Which channel `bench projector` loads.
@@ -114,24 +121,22 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     let hook = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let sink = match args.sink {
-        BenchSink::Webhook => ChannelSink::Sink(SinkConfig::Webhook(WebhookConfig {
-            name: "bench".into(),
-            url: format!("http://{hook}/hook"),
-            secret: Secret::new("bench"),
-            tier: streamgate_projection::Tier::T1,
-            timeout_secs: 10.0,
-            max_in_flight: args.webhook_in_flight,
-        })),
-        BenchSink::Web => ChannelSink::Web {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        },
-    };
-    let mut cfg = ChannelConfig::new("bench", sink);
-    cfg.delivery.chat_rate = args.chat_rate.map(|r| streamgate_sinks::Rate::new(r, 10));
+    anyhow::ensure!(
+        args.channels == 1 || args.sink == BenchSink::Webhook,
+        "--channels applies to the webhook sink"
+    );
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let running =
-        streamgate_projector::service::start(nats.clone(), cfg, None, shutdown.clone()).await?;
+    let mut running = Vec::with_capacity(args.channels.into());
+    for c in 0..args.channels {
+        let cfg = channel_config(&args, c, hook);
+        running.push(
+            streamgate_projector::service::start(nats.clone(), cfg, None, shutdown.clone()).await?,
+        );
+    }
+    let cpu_before = [
+        crate::cli::bench::cpu_seconds(None),
+        crate::cli::bench::cpu_seconds(nats_server.pid()),
+    ];
 
     let capture = streamgate_wire::synth::inflate(CAPTURE, args.capture_kib << 10);
     let events =
@@ -139,7 +144,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     let total = events.len() * args.runs;
     let chats = args.chats.unwrap_or(args.runs).max(1);
     let run_ids: Vec<String> = (0..args.runs).map(|r| format!("proj-bench-{r}")).collect();
-    let pages = match running.web {
+    let pages = match running.first().and_then(|r| r.web) {
         Some(web) => Some(web_page::open_pages(web, BENCH_TENANT, &run_ids).await?),
         None => None,
     };
@@ -175,9 +180,10 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         }
         let mut batch = Vec::with_capacity(runs.len());
         for (r, run_id) in runs.clone().zip(&run_ids[runs]) {
+            let tenant = tenant_of(&args, r);
             let re = RunEvent {
                 envelope: Envelope {
-                    tenant: BENCH_TENANT.into(),
+                    tenant: tenant.clone(),
                     session_key: Some(format!("chat-{}", r % chats)),
                     run_id: run_id.clone(),
                     ts_ms: streamgate_runtime::clock::now_ms(),
@@ -185,7 +191,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
                 event: ev.clone(),
             };
             batch.push((
-                RunAddr::parse("bench", run_id, streamgate_bus::DEFAULT_PARTITIONS).unwrap(),
+                RunAddr::parse(&tenant, run_id, streamgate_bus::DEFAULT_PARTITIONS)?,
                 re,
             ));
         }
@@ -229,6 +235,10 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
+    let cpu_after = [
+        crate::cli::bench::cpu_seconds(None),
+        crate::cli::bench::cpu_seconds(nats_server.pid()),
+    ];
     shutdown.cancel();
     drop(running);
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
@@ -256,8 +266,9 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         })
         .collect();
     println!(
-        "projector {} runs in {chats} chats, {total} events published in {:.2} s; every final delivered after {:.2} s → {:.0} events/s",
+        "projector {} runs in {chats} chats on {} channel(s), {total} events published in {:.2} s; every final delivered after {:.2} s → {:.0} events/s",
         args.runs,
+        args.channels,
         published_in.as_secs_f64(),
         finished.as_secs_f64(),
         total as f64 / finished.as_secs_f64()
@@ -285,12 +296,61 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             f.get(f.len() / 2).copied().unwrap_or(0.0)
         }
     );
+    if let [Some(p0), Some(n0)] = cpu_before {
+        if let [Some(p1), Some(n1)] = cpu_after {
+            let secs = finished.as_secs_f64().max(1e-9);
+            println!(
+                "cpu       {:.0}% of a core in this process (projector, receiver, publisher), {:.0}% in nats-server, over the {:.2} s",
+                100.0 * (p1 - p0) / secs,
+                100.0 * (n1 - n0) / secs,
+                secs
+            );
+        }
+    }
     if let Some(h) = hops {
         print_hops(&h.render());
     }
     drop(nats_server);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// Channel `c` of `--channels`: the one channel `bench` (webhook or web page), or
+/// webhook `bench-c` for the runs of tenant `bench-c`.
+fn channel_config(args: &ProjectorArgs, c: u16, hook: SocketAddr) -> ChannelConfig {
+    let name = if args.channels == 1 {
+        "bench".to_owned()
+    } else {
+        format!("bench-{c}")
+    };
+    let sink = match args.sink {
+        BenchSink::Webhook => ChannelSink::Sink(SinkConfig::Webhook(WebhookConfig {
+            name: name.clone(),
+            url: format!("http://{hook}/hook"),
+            secret: Secret::new("bench"),
+            tier: streamgate_projection::Tier::T1,
+            timeout_secs: 10.0,
+            max_in_flight: args.webhook_in_flight,
+        })),
+        BenchSink::Web => ChannelSink::Web {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        },
+    };
+    let mut cfg = ChannelConfig::new(&name, sink);
+    cfg.delivery.chat_rate = args.chat_rate.map(|r| streamgate_sinks::Rate::new(r, 10));
+    if args.channels > 1 {
+        cfg.tenant = Some(name);
+    }
+    cfg
+}
+
+/// The tenant of run `r`: [`BENCH_TENANT`], or with `--channels` its channel's own.
+fn tenant_of(args: &ProjectorArgs, r: usize) -> String {
+    if args.channels == 1 {
+        BENCH_TENANT.to_owned()
+    } else {
+        format!("bench-{}", r % usize::from(args.channels))
+    }
 }
 
 /// Prints the per-hop latency the projector recorded: event (its timestamp at publish)
