@@ -193,15 +193,16 @@ pub const LAG_REPORT_EVERY: Duration = Duration::from_secs(5);
 pub enum LagOf {
     /// Durable consumers by their exact names (the projector's partitions, the
     /// archiver): one info request per name and round. Their stream holds many other
-    /// consumers — every channel of every projector makes a partition consumer of its own
-    /// on `SG_EVENTS` — and a listing of all of them per channel and round grows with the
+    /// consumers — every channel of every projector makes one per partition on
+    /// `SG_EVENTS` — and a listing of all of them per channel and round grows with the
     /// square of the channels: at 200 channels the broker and the process spent over a
     /// core serializing and parsing ~60 MB/s of consumer infos nobody read.
     Durables(Vec<String>),
     /// Stable bases whose owners make consumers of their own ([`crate::incarnation`]:
     /// the normalizer's partitions), each reported as the incarnation in use
-    /// ([`crate::incarnation::in_use`]): one listing of the stream per round, which on
-    /// `SG_RAW` holds the normalizer group's consumers alone.
+    /// ([`crate::incarnation::in_use`]): one listing of the stream per round. `SG_RAW`
+    /// holds the normalizer group's consumers and a few others (the archiver's raw copy,
+    /// short-lived readers), none per channel.
     Incarnations(Vec<String>),
 }
 

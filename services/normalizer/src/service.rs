@@ -66,7 +66,8 @@ pub async fn start(
         tracing::warn!("ingest front doors are open: no --ingest-token or --ingest-tokens given");
     }
     let js = async_nats::jetstream::new(nats);
-    let durables = (0..listen.partitions)
+    // The partitions' consumer names, each the base of its incarnations.
+    let bases = (0..listen.partitions)
         .map(|p| streamgate_bus::subject::partition_durable(&cfg.durable, listen.partitions, p))
         .collect();
     let window = cfg.ingest_window;
@@ -76,7 +77,7 @@ pub async fn start(
     {
         let (js, stop) = (js.clone(), shutdown.clone());
         tasks.spawn(async move {
-            let of = streamgate_bus::consume::LagOf::Incarnations(durables);
+            let of = streamgate_bus::consume::LagOf::Incarnations(bases);
             streamgate_bus::consume::report_lag(js, streamgate_bus::RAW_STREAM, of, stop).await;
             Ok(())
         });

@@ -36,7 +36,8 @@ pub struct ProjectorArgs {
     #[arg(long, default_value_t = 200)]
     pub runs: usize,
     /// Chats the runs are spread over (run r goes to chat r mod N; default: one chat
-    /// per run). `--chats 1` is one busy chat.
+    /// per run). `--chats 1` is one busy chat (with `--channels`, one per channel: a
+    /// chat belongs to its tenant).
     #[arg(long)]
     pub chats: Option<usize>,
     /// Size the bundled capture is grown to, KiB (more events per run).
@@ -86,6 +87,10 @@ type Seen = Arc<Mutex<Vec<(String, u64, String, Instant)>>>;
 
 /// Runs the benchmark.
 pub async fn projector(args: ProjectorArgs) -> Result<()> {
+    anyhow::ensure!(
+        args.channels == 1 || args.sink == BenchSink::Webhook,
+        "--channels applies to the webhook sink"
+    );
     // The projector's own histograms split the latency by hop (none when a recorder is
     // already installed).
     let hops = crate::cli::bench::install_step_recorder();
@@ -121,10 +126,6 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
     let hook = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    anyhow::ensure!(
-        args.channels == 1 || args.sink == BenchSink::Webhook,
-        "--channels applies to the webhook sink"
-    );
     let shutdown = tokio_util::sync::CancellationToken::new();
     let mut running = Vec::with_capacity(args.channels.into());
     for c in 0..args.channels {
@@ -133,10 +134,16 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             streamgate_projector::service::start(nats.clone(), cfg, None, shutdown.clone()).await?,
         );
     }
-    let cpu_before = [
-        crate::cli::bench::cpu_seconds(None),
-        crate::cli::bench::cpu_seconds(nats_server.pid()),
-    ];
+    // Measured once every channel holds its partitions: their leases and consumers are
+    // the channels' start, not the load.
+    for r in &mut running {
+        let all = |held: &std::collections::BTreeSet<u32>| {
+            held.len() == streamgate_bus::DEFAULT_PARTITIONS as usize
+        };
+        tokio::time::timeout(Duration::from_secs(60), r.partitions.wait_for(all))
+            .await
+            .map_err(|_| anyhow::anyhow!("a channel did not take its partitions in 60 s"))??;
+    }
 
     let capture = streamgate_wire::synth::inflate(CAPTURE, args.capture_kib << 10);
     let events =
@@ -156,6 +163,10 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         })
         .map_or(0, |e| e.seq);
     let mut published: HashMap<(String, u64), Instant> = HashMap::with_capacity(total);
+    let cpu_before = [
+        crate::cli::bench::cpu_seconds(None),
+        crate::cli::bench::cpu_seconds(nats_server.pid()),
+    ];
     let started = Instant::now();
     // One round publishes an event of every run: at `rate`, a round every runs/rate s,
     // in one group of every run or (`--spread`) in groups spaced evenly over the round.
