@@ -528,8 +528,8 @@ fn storage_bytes(_pid: Option<u32>) -> Option<u64> {
 }
 
 /// The `disk` line: what this process (the archive: its database and WAL) and
-/// nats-server (its stores) sent to storage over the run (`written`, bytes), in MB and in bytes per event,
-/// beside the raw input's bytes per event — the write amplification an operator's disk
+/// nats-server (its stores) sent to storage over the run (`written`, bytes), in MB and
+/// in bytes per event, beside the raw input's bytes per event — the write amplification an operator's disk
 /// sees. Commits write every page they touch whole, so a light load, with many small
 /// commits, writes far more per event than full speed does.
 fn disk_line(written: [Option<u64>; 2], events: usize, raw_bytes: usize) -> Option<String> {

@@ -307,16 +307,14 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             f.get(f.len() / 2).copied().unwrap_or(0.0)
         }
     );
-    if let [Some(p0), Some(n0)] = cpu_before {
-        if let [Some(p1), Some(n1)] = cpu_after {
-            let secs = finished.as_secs_f64().max(1e-9);
-            println!(
-                "cpu       {:.0}% of a core in this process (projector, receiver, publisher), {:.0}% in nats-server, over the {:.2} s",
-                100.0 * (p1 - p0) / secs,
-                100.0 * (n1 - n0) / secs,
-                secs
-            );
-        }
+    if let ([Some(p0), Some(n0)], [Some(p1), Some(n1)]) = (cpu_before, cpu_after) {
+        let secs = finished.as_secs_f64().max(1e-9);
+        println!(
+            "cpu       {:.0}% of a core in this process (projector, receiver, publisher), {:.0}% in nats-server, over the {:.2} s",
+            100.0 * (p1 - p0) / secs,
+            100.0 * (n1 - n0) / secs,
+            secs
+        );
     }
     if let Some(h) = hops {
         print_hops(&h.render());
@@ -327,13 +325,9 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
 }
 
 /// Channel `c` of `--channels`: the one channel `bench` (webhook or web page), or
-/// webhook `bench-c` for the runs of tenant `bench-c`.
+/// webhook `bench-c` for the runs of tenant `bench-c` ([`tenant_of`]).
 fn channel_config(args: &ProjectorArgs, c: u16, hook: SocketAddr) -> ChannelConfig {
-    let name = if args.channels == 1 {
-        "bench".to_owned()
-    } else {
-        format!("bench-{c}")
-    };
+    let name = tenant_of(args, c.into());
     let sink = match args.sink {
         BenchSink::Webhook => ChannelSink::Sink(SinkConfig::Webhook(WebhookConfig {
             name: name.clone(),
@@ -355,7 +349,8 @@ fn channel_config(args: &ProjectorArgs, c: u16, hook: SocketAddr) -> ChannelConf
     cfg
 }
 
-/// The tenant of run `r`: [`BENCH_TENANT`], or with `--channels` its channel's own.
+/// The tenant of run `r` (and the name of channel `r`): [`BENCH_TENANT`], or with
+/// `--channels` its channel's own.
 fn tenant_of(args: &ProjectorArgs, r: usize) -> String {
     if args.channels == 1 {
         BENCH_TENANT.to_owned()
