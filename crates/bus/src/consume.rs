@@ -60,6 +60,26 @@ pub async fn durable_pull_from(
         Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => start,
         Err(e) => return Err(nats("consumer info")(e)),
     };
+    stream
+        .create_consumer(durable_config(
+            durable,
+            filters,
+            ack_wait,
+            max_ack_pending,
+            deliver_policy,
+        ))
+        .await
+        .map_err(nats("create durable consumer"))
+}
+
+/// The configuration of a durable pull consumer with explicit acks.
+pub(crate) fn durable_config(
+    durable: &str,
+    filters: Vec<String>,
+    ack_wait: Duration,
+    max_ack_pending: i64,
+    deliver_policy: DeliverPolicy,
+) -> pull::Config {
     let mut config = pull::Config {
         durable_name: Some(durable.to_owned()),
         ack_policy: AckPolicy::Explicit,
@@ -74,10 +94,7 @@ pub async fn durable_pull_from(
         Ok([one]) => config.filter_subject = one,
         Err(many) => config.filter_subjects = many,
     }
-    stream
-        .create_consumer(config)
-        .await
-        .map_err(nats("create durable consumer"))
+    config
 }
 
 /// The messages of a durable pull consumer in batches of up to `batch` — what is ready

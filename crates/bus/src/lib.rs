@@ -65,6 +65,8 @@
 //! - [`raw`]: [`raw::RawChunk`] ⇄ message, [`raw::publish_raw`].
 //! - [`events`]: [`events::publish_batches`] (pipelined) and [`events::decode_message`].
 //! - [`consume`]: durable pull consumers and [`consume::read_subject`] for run rebuilds.
+//! - [`memory_pull`]: durable pull consumers held in the broker's memory, resumed from
+//!   their owner's own record of how far it processed.
 //! - [`incarnation`]: a consumer of its own for each owner of a partition, acknowledged
 //!   in order (the normalizer's).
 //! - [`lease`]: partition leases in KV ([`lease::PartitionLeases`]) and the per-partition
@@ -89,6 +91,7 @@ pub mod incarnation;
 pub mod kv;
 pub mod lease;
 pub mod local;
+pub mod memory_pull;
 pub mod raw;
 pub mod subject;
 pub mod trace;

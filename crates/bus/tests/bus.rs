@@ -1102,3 +1102,94 @@ async fn lag_is_read_for_the_named_durables_and_an_incarnation_under_its_base() 
     assert_eq!(read[0].1.name, made.name);
     assert_eq!(read[0].1.num_pending, 4, "from seq 2 of 5");
 }
+
+/// The stream sequence of the next message `consumer` delivers (acked, so the consumer
+/// moves on).
+async fn next_seq(consumer: &jetstream::consumer::PullConsumer) -> u64 {
+    let mut got = consumer.fetch().max_messages(1).messages().await.unwrap();
+    let msg = got.next().await.expect("a message").unwrap();
+    msg.double_ack().await.unwrap();
+    msg.info().unwrap().stream_sequence
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_forgot_it() {
+    use consume::durable_pull;
+    use jetstream::consumer::DeliverPolicy;
+    use streamgate_bus::memory_pull::{self, Opened, Spec};
+    let (mut server, js) = setup().await;
+    let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
+    for i in 0..6 {
+        raw::publish_raw(&js, &data_chunk(&addr, i, b"x"))
+            .await
+            .unwrap();
+    }
+    let spec = |durable| Spec {
+        stream: RAW_STREAM,
+        durable,
+        filters: vec![subject::raw_partition_filter(addr.partition)],
+        ack_wait: Duration::from_secs(30),
+        max_ack_pending: 100,
+    };
+    // Missing, and no point of the owner's: the fallback.
+    let (mine, opened) = memory_pull::open(&js, spec("mine"), None, DeliverPolicy::All)
+        .await
+        .unwrap();
+    assert_eq!(opened, Opened::Created(DeliverPolicy::All));
+    assert!(mine.cached_info().config.memory_storage);
+    assert_eq!(next_seq(&mine).await, 1);
+    assert_eq!(next_seq(&mine).await, 2);
+    // Still held, with the owner's point delivered: kept.
+    let (mine, opened) = memory_pull::open(&js, spec("mine"), Some(2), DeliverPolicy::All)
+        .await
+        .unwrap();
+    assert_eq!(opened, Opened::Kept(DeliverPolicy::All));
+    assert_eq!(next_seq(&mine).await, 3);
+
+    // A consumer in a file (an earlier version's) at ack floor 4 moves to memory there.
+    let old = durable_pull(
+        &js,
+        RAW_STREAM,
+        "old",
+        spec("old").filters,
+        Duration::from_secs(30),
+        100,
+    )
+    .await
+    .unwrap();
+    for _ in 0..4 {
+        next_seq(&old).await;
+    }
+    let (old, opened) = memory_pull::open(&js, spec("old"), Some(1), DeliverPolicy::All)
+        .await
+        .unwrap();
+    assert!(matches!(
+        opened,
+        Opened::Created(DeliverPolicy::ByStartSequence { start_sequence: 5 })
+    ));
+    assert!(old.cached_info().config.memory_storage);
+    assert_eq!(next_seq(&old).await, 5);
+
+    // The broker restarts and forgets what it held in memory: the consumer starts after
+    // the owner's point, not at its fallback.
+    server.restart();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let reopened = loop {
+        match memory_pull::open(&js, spec("mine"), Some(3), DeliverPolicy::All).await {
+            Ok(opened) => break Some(opened),
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(_) => break None,
+        }
+    };
+    let (mine, opened) = reopened.expect("the consumer opens once the broker is back");
+    assert!(
+        matches!(
+            opened,
+            Opened::Created(DeliverPolicy::ByStartSequence { start_sequence: 4 })
+        ),
+        "{opened:?}"
+    );
+    assert_eq!(next_seq(&mine).await, 4);
+}

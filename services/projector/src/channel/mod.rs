@@ -25,14 +25,16 @@
 //! Layout, one file per job: `mod.rs` (the [`Channel`] and what it answers), `runs`
 //! (the run table: folding events into ops, rebuilds, marker cleanup), `recovery`
 //! (crash recovery and orphans), `settings` (per-chat settings, the `SG_SETTINGS`
-//! watch), `partition` (a held partition's consumer loop and handover) and `lanes`
-//! (which of a partition's messages may be processed at once: a run's and a chat's in
-//! order, the others concurrently).
+//! watch), `partition` (a held partition's consumer loop and handover), `resume` (how
+//! far a partition is processed, for a consumer the broker forgot) and `lanes` (which
+//! of a partition's messages may be processed at once: a run's and a chat's in order,
+//! the others concurrently).
 
 mod ended;
 mod lanes;
 mod partition;
 mod recovery;
+mod resume;
 mod runs;
 mod settings;
 

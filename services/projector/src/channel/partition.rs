@@ -4,9 +4,11 @@
 
 use super::lanes::Lanes;
 use super::recovery::Recovery;
+use super::resume::{self, Progress};
 use super::{lock, run_key, Channel, RunKey};
 use crate::error::{nats, ProjectorError};
 use async_nats::jetstream;
+use async_nats::jetstream::consumer::DeliverPolicy;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::FutureExt as _;
@@ -15,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use streamgate_bus::lease::PartitionWork;
+use streamgate_bus::memory_pull::{self, Opened};
 use streamgate_bus::subject::{partition_of, RunAddr};
 use streamgate_bus::{consume, events, trace, EVENTS_STREAM};
 use streamgate_projection::DraftKey;
@@ -74,8 +77,8 @@ impl Channel {
 
     /// Works on one partition this replica holds the lease of, until it is released
     /// (or, on a lost lease, the task is aborted): recovery of the partition's marked
-    /// runs, then its durable consumer `sg-projector-<channel>-pNN` from the ack floor
-    /// its previous owner left. Each message is acked after [`Channel::process`] took
+    /// runs, then its durable consumer ([`Channel::open_consumer`]) from where its
+    /// previous owner left it. Each message is acked after [`Channel::process`] took
     /// all its events (a redelivered batch re-applies nothing: the projection skips seqs
     /// it has seen); a message that cannot be decoded is terminated (it would never
     /// decode on redelivery). Messages of different runs in different chats are
@@ -107,37 +110,37 @@ impl Channel {
         }
         // The channel's backpressure bound, split over the partitions.
         let max_ack_pending = (10_000 / i64::from(self.cfg.partitions.max(1))).max(256);
-        // A channel upgraded from its single shared consumer resumes where that one was
-        // acknowledged, not at the start of SG_EVENTS.
-        let start =
-            consume::start_after_legacy(&self.js, EVENTS_STREAM, &self.cfg.durable_name()).await?;
-        let consumer = consume::durable_pull_from(
-            &self.js,
-            EVENTS_STREAM,
-            &self.cfg.partition_durable(partition),
-            vec![self.cfg.partition_filter(partition)],
-            self.cfg.ack_wait,
-            max_ack_pending,
-            start,
-        )
-        .await?;
+        let durable = self.cfg.partition_durable(partition);
+        let (consumer, mut progress) = self
+            .open_consumer(partition, &durable, max_ack_pending)
+            .await?;
         let mut messages = consumer
             .messages()
             .await
             .map_err(nats("consumer messages"))?;
         let this: &Channel = &self;
         let mut lanes = Lanes::new(MESSAGES_AT_ONCE);
-        let mut running: FuturesUnordered<BoxFuture<'_, Vec<LaneKey>>> = FuturesUnordered::new();
+        let mut running: FuturesUnordered<BoxFuture<'_, Handled>> = FuturesUnordered::new();
+        let mut save = tokio::time::interval(resume::SAVE_EVERY);
+        save.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let released = loop {
             // Taken messages are bounded too: beyond these the broker holds the rest.
             let room = lanes.len() < 2 * MESSAGES_AT_ONCE;
             tokio::select! {
                 biased;
                 () = work.release.cancelled() => break true,
-                Some(keys) = running.next() => lanes.done(&keys),
+                Some(handled) = running.next() => handled.done(&mut lanes, &mut progress),
+                _ = save.tick() => progress.save(&self.state_kv, &durable).await,
                 next = messages.next(), if room => match next {
-                    Some(msg) => this.take(&mut lanes, msg),
-                    // The consumer ended (deleted?): the lease supervisor starts us again.
+                    Some(Ok(msg)) => this.take(&mut lanes, &mut progress, msg),
+                    Some(Err(e)) => {
+                        if memory_pull::gone(&self.js, EVENTS_STREAM, &durable, &e).await {
+                            tracing::info!(partition, error = %e, "partition consumer gone (a broker restart?); opening it again");
+                            break false;
+                        }
+                        tracing::warn!(error = %e, "consumer error");
+                    }
+                    // The consumer ended: the lease supervisor starts us again.
                     None => break false,
                 },
             }
@@ -145,17 +148,21 @@ impl Channel {
         };
         if released {
             while let Some(Some(msg)) = messages.next().now_or_never() {
-                this.take(&mut lanes, msg);
+                match msg {
+                    Ok(msg) => this.take(&mut lanes, &mut progress, msg),
+                    Err(e) => tracing::warn!(error = %e, "consumer error"),
+                }
             }
         }
         // What was taken is processed (and acked) before the partition goes.
         while !lanes.is_empty() {
             start_ready(this, &mut lanes, &mut running);
             match running.next().await {
-                Some(keys) => lanes.done(&keys),
+                Some(handled) => handled.done(&mut lanes, &mut progress),
                 None => break,
             }
         }
+        progress.save(&self.state_kv, &durable).await;
         if !released {
             return Ok(());
         }
@@ -185,20 +192,49 @@ impl Channel {
         Ok(())
     }
 
+    /// The partition's durable consumer `sg-projector-<channel>-pNN`, held in the
+    /// broker's memory ([`memory_pull`]), and the progress it starts from: where this
+    /// partition was processed to before, from its previous owner or before a broker
+    /// restart ([`resume`]). A channel without a point, upgraded from its single shared
+    /// consumer, resumes where that one was acknowledged; a new one at the start of
+    /// `SG_EVENTS`.
+    async fn open_consumer(
+        &self,
+        partition: u32,
+        durable: &str,
+        max_ack_pending: i64,
+    ) -> Result<(jetstream::consumer::PullConsumer, Progress), ProjectorError> {
+        let recorded = resume::load(&self.state_kv, durable).await?;
+        let fallback =
+            consume::start_after_legacy(&self.js, EVENTS_STREAM, &self.cfg.durable_name()).await?;
+        let spec = memory_pull::Spec {
+            stream: EVENTS_STREAM,
+            durable,
+            filters: vec![self.cfg.partition_filter(partition)],
+            ack_wait: self.cfg.ack_wait,
+            max_ack_pending,
+        };
+        let (consumer, opened) = memory_pull::open(&self.js, spec, recorded, fallback).await?;
+        let from = match opened {
+            Opened::Created(DeliverPolicy::ByStartSequence { start_sequence }) => {
+                start_sequence - 1
+            }
+            _ => recorded.unwrap_or(0),
+        };
+        Ok((consumer, Progress::new(from)))
+    }
+
     /// One `SG_EVENTS` message taken from the consumer: decoded and queued in its run's
-    /// and chat's lanes (a consumer error is logged and dropped).
+    /// and chat's lanes.
     fn take(
         &self,
         lanes: &mut Lanes<LaneKey, Taken>,
-        msg: Result<jetstream::Message, jetstream::consumer::pull::MessagesError>,
+        progress: &mut Progress,
+        msg: jetstream::Message,
     ) {
-        let msg = match msg {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(error = %e, "consumer error");
-                return;
-            }
-        };
+        if let Ok(info) = msg.info() {
+            progress.taken(info.stream_sequence);
+        }
         match events::decode_msg(&msg) {
             Ok(evs) => {
                 let mut keys = vec![LaneKey::Run(msg.subject.to_string())];
@@ -217,14 +253,14 @@ impl Channel {
 
     /// Processes one taken message: every event, then the ack (or leave it for
     /// redelivery); an undecodable one is terminated (it would never decode on
-    /// redelivery).
-    async fn handle(&self, taken: Taken) {
+    /// redelivery). Whether the message is settled for good (not left for redelivery).
+    async fn handle(&self, taken: Taken) -> bool {
         let (msg, evs) = match taken {
             Taken::Events { msg, evs } => (msg, evs),
             Taken::Undecodable { msg, error } => {
                 tracing::warn!(subject = %msg.subject, error = %error, "undecodable message terminated");
                 let _ = msg.ack_with(jetstream::AckKind::Term).await;
-                return;
+                return true;
             }
         };
         if let Err(e) = RunAddr::parse_subject(&msg.subject) {
@@ -240,6 +276,7 @@ impl Channel {
                 if let Err(e) = msg.ack().await {
                     tracing::warn!(error = %e, "ack failed; the event will be redelivered");
                 }
+                true
             }
             Err(e) => {
                 // Not acked: JetStream redelivers after ack_wait; the rebuild and
@@ -248,6 +285,7 @@ impl Channel {
                 let _ = msg
                     .ack_with(jetstream::AckKind::Nak(Some(Duration::from_secs(1))))
                     .await;
+                false
             }
         }
     }
@@ -274,17 +312,46 @@ enum Taken {
     },
 }
 
+impl Taken {
+    /// The message's stream sequence (none when the broker's reply subject is not one).
+    fn seq(&self) -> Option<u64> {
+        let (Taken::Events { msg, .. } | Taken::Undecodable { msg, .. }) = self;
+        msg.info().ok().map(|info| info.stream_sequence)
+    }
+}
+
+/// A taken message after [`Channel::handle`]: its lanes, and its stream sequence when
+/// it is settled for good.
+struct Handled {
+    keys: Vec<LaneKey>,
+    settled: Option<u64>,
+}
+
+impl Handled {
+    /// Frees the message's lanes and records it settled.
+    fn done(self, lanes: &mut Lanes<LaneKey, Taken>, progress: &mut Progress) {
+        lanes.done(&self.keys);
+        if let Some(seq) = self.settled {
+            progress.settled(seq);
+        }
+    }
+}
+
 /// Starts every taken message whose lanes are free.
 fn start_ready<'a>(
     channel: &'a Channel,
     lanes: &mut Lanes<LaneKey, Taken>,
-    running: &mut FuturesUnordered<BoxFuture<'a, Vec<LaneKey>>>,
+    running: &mut FuturesUnordered<BoxFuture<'a, Handled>>,
 ) {
     for (keys, taken) in lanes.ready() {
         running.push(
             async move {
-                channel.handle(taken).await;
-                keys
+                let seq = taken.seq();
+                let settled = channel.handle(taken).await;
+                Handled {
+                    keys,
+                    settled: seq.filter(|_| settled),
+                }
             }
             .boxed(),
         );

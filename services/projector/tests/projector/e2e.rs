@@ -578,6 +578,93 @@ async fn a_redelivered_message_of_an_ended_run_leaves_no_run_in_flight() -> R {
     Ok(())
 }
 
+/// A partition's consumer lives in the broker's memory. A broker that restarts forgets
+/// it; the projector notices, records how far it got, and opens the consumer again right
+/// after that point (not at the start of `SG_EVENTS`); a run published after the
+/// restart, on the same partition, is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_resumes_each_partition_after_its_recorded_point() -> R {
+    use async_nats::jetstream::consumer::DeliverPolicy;
+    use streamgate_bus::subject::partition_of;
+    let (mut nats, js) = NatsServer::with_streams().await;
+    let fake = FakeServer::webhook("whsec-test", Behavior::default()).await?;
+    let f = rich_fixture().ok_or("no fixture")?;
+    let cfg = channel(
+        "hook",
+        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
+            "hook",
+            fake.base_url.clone(),
+            "whsec-test",
+        ))),
+    );
+    let partition = partition_of("run-before", cfg.partitions);
+    let after = (0..)
+        .map(|i| format!("run-after-{i}"))
+        .find(|id| partition_of(id, cfg.partitions) == partition)
+        .ok_or("no run id on the partition")?;
+    let durable = cfg.partition_durable(partition);
+    let _running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
+    let finals = |run: &str| {
+        fake.events()
+            .iter()
+            .filter(|e| e.get("op").and_then(|v| v.as_str()) == Some("final"))
+            .filter(|e| e.get("run_id").and_then(|v| v.as_str()) == Some(run))
+            .count()
+    };
+    publish(
+        &js,
+        &run_events("run-before", "chat-a", &f.events, now_ms()),
+    )
+    .await?;
+    assert!(
+        poll_until(Duration::from_secs(20), || finals("run-before") == 1).await,
+        "no final before the restart"
+    );
+    let last = js
+        .get_stream(streamgate_bus::EVENTS_STREAM)
+        .await?
+        .info()
+        .await?
+        .state
+        .last_sequence;
+    let kv = js
+        .get_key_value(streamgate_bus::kv::DELIVERY_BUCKET)
+        .await?;
+    let point_key = streamgate_bus::kv::key(&["resume", &durable]);
+    let mut recorded = 0;
+    for _ in 0..100 {
+        if let Some(v) = kv.get(&point_key).await? {
+            recorded = std::str::from_utf8(&v)?.parse()?;
+        }
+        if recorded >= last {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(recorded, last, "the partition's point after its run");
+    let stream = js.get_stream(streamgate_bus::EVENTS_STREAM).await?;
+    assert!(stream.consumer_info(&durable).await?.config.memory_storage);
+
+    nats.restart();
+    publish(&js, &run_events(&after, "chat-b", &f.events, now_ms())).await?;
+    assert!(
+        poll_until(Duration::from_secs(60), || finals(&after) == 1).await,
+        "no final after the restart"
+    );
+    let info = stream.consumer_info(&durable).await?;
+    assert!(info.config.memory_storage);
+    assert_eq!(
+        info.config.deliver_policy,
+        DeliverPolicy::ByStartSequence {
+            start_sequence: last + 1
+        },
+        "reopened right after the recorded point"
+    );
+    assert_eq!(finals("run-before"), 1);
+    assert_eq!(fake.duplicates(), 0);
+    Ok(())
+}
+
 /// Waits (up to `limit`) until the consumers of `SG_EVENTS` have acked every message
 /// of the stream: none pending or unacked, and the stream's last message acked.
 async fn all_acked(

@@ -1,0 +1,154 @@
+//! Durable pull consumers whose delivery state the broker keeps in memory, resumed from
+//! a point the consumer's owner keeps itself.
+//!
+//! The broker writes a file-backed consumer's state (delivered and acknowledged
+//! sequences) to a file of its own, atomically (a new file, then a rename), within
+//! milliseconds of every delivery or ack. With many consumers that each see a few
+//! messages, as a projector serving many channels has, those writes are most of what the
+//! broker does: 200 webhook channels at 10,000 events/s spent 46% of nats-server's CPU in
+//! them (docs/performance.md, twenty-second stop). A consumer with `mem_storage` writes
+//! nothing; what it forgets when the broker restarts, its owner brings back: it records
+//! how far it has processed ([`ResumePoint`]) and [`open`] starts a missing or
+//! forgotten consumer right after that point.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, DeliverPolicy, PullConsumer};
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
+use async_nats::jetstream::{self, consumer};
+
+use crate::consume::durable_config;
+use crate::{nats, BusError};
+
+/// The stream sequence up to which the owner has processed every message of its
+/// consumer: what a consumer the broker forgot starts after.
+pub type ResumePoint = u64;
+
+/// What [`open`] asks for.
+#[derive(Debug, Clone)]
+pub struct Spec<'a> {
+    /// The stream.
+    pub stream: &'a str,
+    /// The durable name.
+    pub durable: &'a str,
+    /// Filter subjects.
+    pub filters: Vec<String>,
+    /// How long a delivered message waits for its ack before it is delivered again.
+    pub ack_wait: Duration,
+    /// Delivered messages not yet acknowledged, at most.
+    pub max_ack_pending: i64,
+}
+
+/// Where [`open`] started its consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// The broker still had it, with everything up to the resume point delivered (its
+    /// deliver policy, as it was created).
+    Kept(DeliverPolicy),
+    /// It was created (missing, forgotten, or held in a file before) at this policy.
+    Created(DeliverPolicy),
+}
+
+/// Gets or creates the durable pull consumer of `spec` with its state in the broker's
+/// memory:
+/// - one the broker holds in memory that has delivered up to `resume` is kept (and
+///   updated to `spec`'s filters and limits);
+/// - one the broker recreated without its state (a whole cluster restarted: the
+///   consumer's definition survives in the meta layer, its memory does not), or one
+///   held in a file (an earlier version's), is replaced, starting after the later of its
+///   own ack floor and `resume`;
+/// - a missing one starts after `resume`, or at `fallback` when there is none.
+///
+/// Messages between the owner's last recorded point and what it had processed are
+/// delivered again, as after an ack timeout: the owner must be idempotent to them.
+pub async fn open(
+    js: &jetstream::Context,
+    spec: Spec<'_>,
+    resume: Option<ResumePoint>,
+    fallback: DeliverPolicy,
+) -> Result<(PullConsumer, Opened), BusError> {
+    let stream = js
+        .get_stream(spec.stream)
+        .await
+        .map_err(nats("get stream"))?;
+    let existing = match stream.consumer_info(spec.durable).await {
+        Ok(info) => Some(info),
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
+        Err(e) => return Err(nats("consumer info")(e)),
+    };
+    let opened = match existing {
+        Some(info) if keeps(&info, resume) => {
+            // The server cannot change a consumer's deliver policy: keep what it has.
+            Opened::Kept(info.config.deliver_policy)
+        }
+        Some(info) => {
+            let after = info.ack_floor.stream_sequence.max(resume.unwrap_or(0));
+            tracing::info!(
+                consumer = spec.durable,
+                in_memory = info.config.memory_storage,
+                delivered = info.delivered.stream_sequence,
+                resume = ?resume,
+                "consumer replaced by one in memory, after sequence {after}"
+            );
+            stream
+                .delete_consumer(spec.durable)
+                .await
+                .map_err(nats("delete consumer"))?;
+            Opened::Created(after_sequence(after))
+        }
+        None => Opened::Created(resume.map_or(fallback, after_sequence)),
+    };
+    let (Opened::Kept(policy) | Opened::Created(policy)) = opened;
+    let mut config = durable_config(
+        spec.durable,
+        spec.filters,
+        spec.ack_wait,
+        spec.max_ack_pending,
+        policy,
+    );
+    config.memory_storage = true;
+    let consumer = stream
+        .create_consumer(config)
+        .await
+        .map_err(nats("create durable consumer"))?;
+    Ok((consumer, opened))
+}
+
+/// Whether an existing consumer carries on: it is held in memory, and it has delivered
+/// at least up to the owner's resume point (a consumer the broker recreated empty has
+/// not).
+fn keeps(info: &consumer::Info, resume: Option<ResumePoint>) -> bool {
+    info.config.memory_storage && info.delivered.stream_sequence >= resume.unwrap_or(0)
+}
+
+/// The deliver policy of the message right after `seq`.
+fn after_sequence(seq: u64) -> DeliverPolicy {
+    DeliverPolicy::ByStartSequence {
+        start_sequence: seq + 1,
+    }
+}
+
+/// Whether a pull stream's error means its consumer is gone (deleted, or forgotten by a
+/// broker that restarted): the stream delivers nothing more, and the consumer must be
+/// opened again. The client reports a forgotten consumer as a failed pull after its own
+/// retries, so any other error is checked with the broker.
+pub async fn gone(
+    js: &jetstream::Context,
+    stream: &str,
+    durable: &str,
+    error: &pull::MessagesError,
+) -> bool {
+    if matches!(
+        error.kind(),
+        pull::MessagesErrorKind::ConsumerDeleted | pull::MessagesErrorKind::NoResponders
+    ) {
+        return true;
+    }
+    let Ok(stream) = js.get_stream(stream).await else {
+        return false;
+    };
+    matches!(
+        stream.consumer_info(durable).await,
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound
+    )
+}
