@@ -437,7 +437,8 @@ fn metrics_carry_help_text_build_info_and_consumer_lag() {
     let addr = format!("127.0.0.1:{port}");
     let _up = start_up_with(dir.path(), &["--metrics", &addr]);
     assert!(ingest(dir.path(), "m1"));
-    // The lag reporter runs every 5 s.
+    // The lag reporter runs every 5 s; the archive's first commit follows the ingest's
+    // normalization, which on a loaded machine can come after the first lag report.
     let deadline = Instant::now() + Duration::from_secs(30);
     let text = loop {
         let out = Command::new("curl")
@@ -445,7 +446,9 @@ fn metrics_carry_help_text_build_info_and_consumer_lag() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if text.contains("streamgate_consumer_pending_messages{") || Instant::now() > deadline {
+        let ready = text.contains("streamgate_consumer_pending_messages{")
+            && text.contains("streamgate_archive_commit_latency_seconds_bucket");
+        if ready || Instant::now() > deadline {
             break text;
         }
         std::thread::sleep(Duration::from_millis(500));

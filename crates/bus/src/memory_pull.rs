@@ -11,6 +11,8 @@
 //! how far it has processed ([`ResumePoint`]) and [`open`] starts a missing or
 //! forgotten consumer right after that point.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, DeliverPolicy, PullConsumer};
@@ -39,24 +41,17 @@ pub struct Spec<'a> {
     pub max_ack_pending: i64,
 }
 
-/// Where [`open`] started its consumer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Opened {
-    /// The broker still had it, with everything up to the resume point delivered (its
-    /// deliver policy, as it was created).
-    Kept(DeliverPolicy),
-    /// It was created (missing, forgotten, or held in a file before) at this policy.
-    Created(DeliverPolicy),
-}
-
 /// Gets or creates the durable pull consumer of `spec` with its state in the broker's
-/// memory:
-/// - one the broker holds in memory that has delivered up to `resume` is kept (and
-///   updated to `spec`'s filters and limits);
-/// - one the broker recreated without its state (a whole cluster restarted: the
-///   consumer's definition survives in the meta layer, its memory does not), or one
-///   held in a file (an earlier version's), is replaced, starting after the later of its
-///   own ack floor and `resume`;
+/// memory, and the point after which it delivers every message to its new owner:
+/// - one the broker holds in memory with every delivered message acknowledged, at least
+///   up to `resume`, is kept (and updated to `spec`'s filters and limits): it delivers
+///   what follows its last delivery;
+/// - any other existing one is replaced, starting after the later of its ack floor and
+///   `resume`: one with deliveries not yet acknowledged (which of them will come again,
+///   only the broker knows, and the owner's point must never pass one), one the broker
+///   recreated without its state (a whole cluster restarted: the consumer's definition
+///   survives in the meta layer, its memory does not), or one held in a file (an
+///   earlier version's);
 /// - a missing one starts after `resume`, or at `fallback` when there is none.
 ///
 /// Messages between the owner's last recorded point and what it had processed are
@@ -66,7 +61,7 @@ pub async fn open(
     spec: Spec<'_>,
     resume: Option<ResumePoint>,
     fallback: DeliverPolicy,
-) -> Result<(PullConsumer, Opened), BusError> {
+) -> Result<(PullConsumer, ResumePoint), BusError> {
     let stream = js
         .get_stream(spec.stream)
         .await
@@ -76,10 +71,10 @@ pub async fn open(
         Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
         Err(e) => return Err(nats("consumer info")(e)),
     };
-    let opened = match existing {
+    // The server cannot change a consumer's deliver policy: a kept one keeps its own.
+    let (policy, from) = match existing {
         Some(info) if keeps(&info, resume) => {
-            // The server cannot change a consumer's deliver policy: keep what it has.
-            Opened::Kept(info.config.deliver_policy)
+            (info.config.deliver_policy, info.delivered.stream_sequence)
         }
         Some(info) => {
             let after = info.ack_floor.stream_sequence.max(resume.unwrap_or(0));
@@ -87,6 +82,7 @@ pub async fn open(
                 consumer = spec.durable,
                 in_memory = info.config.memory_storage,
                 delivered = info.delivered.stream_sequence,
+                acked = info.ack_floor.stream_sequence,
                 resume = ?resume,
                 "consumer replaced by one in memory, after sequence {after}"
             );
@@ -94,11 +90,13 @@ pub async fn open(
                 .delete_consumer(spec.durable)
                 .await
                 .map_err(nats("delete consumer"))?;
-            Opened::Created(after_sequence(after))
+            (after_sequence(after), after)
         }
-        None => Opened::Created(resume.map_or(fallback, after_sequence)),
+        None => match resume {
+            Some(after) => (after_sequence(after), after),
+            None => (fallback, before(fallback)),
+        },
     };
-    let (Opened::Kept(policy) | Opened::Created(policy)) = opened;
     let mut config = durable_config(
         spec.durable,
         spec.filters,
@@ -111,20 +109,32 @@ pub async fn open(
         .create_consumer(config)
         .await
         .map_err(nats("create durable consumer"))?;
-    Ok((consumer, opened))
+    Ok((consumer, from))
 }
 
-/// Whether an existing consumer carries on: it is held in memory, and it has delivered
-/// at least up to the owner's resume point (a consumer the broker recreated empty has
-/// not).
+/// Whether an existing consumer carries on: it is held in memory, every message it
+/// delivered is acknowledged, and it has delivered at least up to the owner's resume
+/// point (one the broker recreated empty has not).
 fn keeps(info: &consumer::Info, resume: Option<ResumePoint>) -> bool {
-    info.config.memory_storage && info.delivered.stream_sequence >= resume.unwrap_or(0)
+    info.config.memory_storage
+        && info.num_ack_pending == 0
+        && info.ack_floor.consumer_sequence == info.delivered.consumer_sequence
+        && info.delivered.stream_sequence >= resume.unwrap_or(0)
 }
 
 /// The deliver policy of the message right after `seq`.
 fn after_sequence(seq: u64) -> DeliverPolicy {
     DeliverPolicy::ByStartSequence {
         start_sequence: seq + 1,
+    }
+}
+
+/// The point a consumer created at `policy` delivers everything after (0: from the
+/// stream's start, or not known).
+fn before(policy: DeliverPolicy) -> ResumePoint {
+    match policy {
+        DeliverPolicy::ByStartSequence { start_sequence } => start_sequence.saturating_sub(1),
+        _ => 0,
     }
 }
 
@@ -138,12 +148,14 @@ pub async fn gone(
     durable: &str,
     error: &pull::MessagesError,
 ) -> bool {
-    if matches!(
+    matches!(
         error.kind(),
         pull::MessagesErrorKind::ConsumerDeleted | pull::MessagesErrorKind::NoResponders
-    ) {
-        return true;
-    }
+    ) || missing(js, stream, durable).await
+}
+
+/// Whether the broker says the consumer does not exist (any other answer: it may).
+pub async fn missing(js: &jetstream::Context, stream: &str, durable: &str) -> bool {
     let Ok(stream) = js.get_stream(stream).await else {
         return false;
     };
@@ -151,4 +163,29 @@ pub async fn gone(
         stream.consumer_info(durable).await,
         Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound
     )
+}
+
+/// Notices that the client connected again (a broker restart, a network cut). The
+/// client itself finds a forgotten consumer only after its retries, about 15 s after
+/// it reconnected; an owner that asks this on a timer checks its consumer
+/// ([`missing`]) at once instead.
+#[derive(Debug)]
+pub struct Reconnects {
+    stats: Arc<async_nats::Statistics>,
+    seen: u64,
+}
+
+impl Reconnects {
+    /// Counting from now.
+    pub fn new(client: &async_nats::Client) -> Reconnects {
+        let stats = client.statistics();
+        let seen = stats.connects.load(Ordering::Relaxed);
+        Reconnects { stats, seen }
+    }
+
+    /// Whether the client connected again since the last call.
+    pub fn happened(&mut self) -> bool {
+        let now = self.stats.connects.load(Ordering::Relaxed);
+        std::mem::replace(&mut self.seen, now) != now
+    }
 }

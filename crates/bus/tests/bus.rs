@@ -1116,7 +1116,7 @@ async fn next_seq(consumer: &jetstream::consumer::PullConsumer) -> u64 {
 async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_forgot_it() {
     use consume::durable_pull;
     use jetstream::consumer::DeliverPolicy;
-    use streamgate_bus::memory_pull::{self, Opened, Spec};
+    use streamgate_bus::memory_pull::{self, Spec};
     let (mut server, js) = setup().await;
     let addr = RunAddr::parse("t", "r", DEFAULT_PARTITIONS).unwrap();
     for i in 0..6 {
@@ -1131,20 +1131,31 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
         ack_wait: Duration::from_secs(30),
         max_ack_pending: 100,
     };
+    let start_of = |c: &jetstream::consumer::PullConsumer| c.cached_info().config.deliver_policy;
     // Missing, and no point of the owner's: the fallback.
-    let (mine, opened) = memory_pull::open(&js, spec("mine"), None, DeliverPolicy::All)
+    let (mine, from) = memory_pull::open(&js, spec("mine"), None, DeliverPolicy::All)
         .await
         .unwrap();
-    assert_eq!(opened, Opened::Created(DeliverPolicy::All));
+    assert_eq!((start_of(&mine), from), (DeliverPolicy::All, 0));
     assert!(mine.cached_info().config.memory_storage);
     assert_eq!(next_seq(&mine).await, 1);
     assert_eq!(next_seq(&mine).await, 2);
-    // Still held, with the owner's point delivered: kept.
-    let (mine, opened) = memory_pull::open(&js, spec("mine"), Some(2), DeliverPolicy::All)
+    // Held, every delivery acked, the owner's point delivered: kept, from its last
+    // delivery.
+    let (mine, from) = memory_pull::open(&js, spec("mine"), Some(1), DeliverPolicy::All)
         .await
         .unwrap();
-    assert_eq!(opened, Opened::Kept(DeliverPolicy::All));
+    assert_eq!((start_of(&mine), from), (DeliverPolicy::All, 2));
     assert_eq!(next_seq(&mine).await, 3);
+    // A delivery not acked: replaced after the ack floor, so the message comes again.
+    let mut got = mine.fetch().max_messages(1).messages().await.unwrap();
+    let unacked = got.next().await.unwrap().unwrap();
+    assert_eq!(unacked.info().unwrap().stream_sequence, 4);
+    let (mine, from) = memory_pull::open(&js, spec("mine"), Some(3), DeliverPolicy::All)
+        .await
+        .unwrap();
+    assert_eq!(from, 3);
+    assert_eq!(next_seq(&mine).await, 4);
 
     // A consumer in a file (an earlier version's) at ack floor 4 moves to memory there.
     let old = durable_pull(
@@ -1160,13 +1171,10 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     for _ in 0..4 {
         next_seq(&old).await;
     }
-    let (old, opened) = memory_pull::open(&js, spec("old"), Some(1), DeliverPolicy::All)
+    let (old, from) = memory_pull::open(&js, spec("old"), Some(1), DeliverPolicy::All)
         .await
         .unwrap();
-    assert!(matches!(
-        opened,
-        Opened::Created(DeliverPolicy::ByStartSequence { start_sequence: 5 })
-    ));
+    assert_eq!(from, 4);
     assert!(old.cached_info().config.memory_storage);
     assert_eq!(next_seq(&old).await, 5);
 
@@ -1175,7 +1183,7 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     server.restart();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let reopened = loop {
-        match memory_pull::open(&js, spec("mine"), Some(3), DeliverPolicy::All).await {
+        match memory_pull::open(&js, spec("mine"), Some(4), DeliverPolicy::All).await {
             Ok(opened) => break Some(opened),
             Err(_) if std::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1183,13 +1191,11 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
             Err(_) => break None,
         }
     };
-    let (mine, opened) = reopened.expect("the consumer opens once the broker is back");
-    assert!(
-        matches!(
-            opened,
-            Opened::Created(DeliverPolicy::ByStartSequence { start_sequence: 4 })
-        ),
-        "{opened:?}"
+    let (mine, from) = reopened.expect("the consumer opens once the broker is back");
+    assert_eq!(from, 4);
+    assert_eq!(
+        start_of(&mine),
+        DeliverPolicy::ByStartSequence { start_sequence: 5 }
     );
-    assert_eq!(next_seq(&mine).await, 4);
+    assert_eq!(next_seq(&mine).await, 5);
 }

@@ -8,7 +8,6 @@ use super::resume::{self, Progress};
 use super::{lock, run_key, Channel, RunKey};
 use crate::error::{nats, ProjectorError};
 use async_nats::jetstream;
-use async_nats::jetstream::consumer::DeliverPolicy;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::FutureExt as _;
@@ -17,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use streamgate_bus::lease::PartitionWork;
-use streamgate_bus::memory_pull::{self, Opened};
+use streamgate_bus::memory_pull;
 use streamgate_bus::subject::{partition_of, RunAddr};
 use streamgate_bus::{consume, events, trace, EVENTS_STREAM};
 use streamgate_projection::DraftKey;
@@ -123,6 +122,7 @@ impl Channel {
         let mut running: FuturesUnordered<BoxFuture<'_, Handled>> = FuturesUnordered::new();
         let mut save = tokio::time::interval(resume::SAVE_EVERY);
         save.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut reconnects = memory_pull::Reconnects::new(&self.js.client());
         let released = loop {
             // Taken messages are bounded too: beyond these the broker holds the rest.
             let room = lanes.len() < 2 * MESSAGES_AT_ONCE;
@@ -130,7 +130,15 @@ impl Channel {
                 biased;
                 () = work.release.cancelled() => break true,
                 Some(handled) = running.next() => handled.done(&mut lanes, &mut progress),
-                _ = save.tick() => progress.save(&self.state_kv, &durable).await,
+                _ = save.tick() => {
+                    progress.save(&self.state_kv, &durable).await;
+                    if reconnects.happened()
+                        && memory_pull::missing(&self.js, EVENTS_STREAM, &durable).await
+                    {
+                        tracing::info!(partition, "partition consumer gone after a reconnect; opening it again");
+                        break false;
+                    }
+                }
                 next = messages.next(), if room => match next {
                     Some(Ok(msg)) => this.take(&mut lanes, &mut progress, msg),
                     Some(Err(e)) => {
@@ -214,14 +222,8 @@ impl Channel {
             ack_wait: self.cfg.ack_wait,
             max_ack_pending,
         };
-        let (consumer, opened) = memory_pull::open(&self.js, spec, recorded, fallback).await?;
-        let from = match opened {
-            Opened::Created(DeliverPolicy::ByStartSequence { start_sequence }) => {
-                start_sequence - 1
-            }
-            _ => recorded.unwrap_or(0),
-        };
-        Ok((consumer, Progress::new(from)))
+        let (consumer, from) = memory_pull::open(&self.js, spec, recorded, fallback).await?;
+        Ok((consumer, Progress::new(from, recorded)))
     }
 
     /// One `SG_EVENTS` message taken from the consumer: decoded and queued in its run's

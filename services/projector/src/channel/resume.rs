@@ -58,12 +58,13 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    /// Progress from the point recorded before (0: none).
-    pub(super) fn new(recorded: ResumePoint) -> Progress {
+    /// Progress of a consumer that delivers everything after `from`; `recorded` is what
+    /// the bucket holds now.
+    pub(super) fn new(from: ResumePoint, recorded: Option<ResumePoint>) -> Progress {
         Progress {
             open: BTreeSet::new(),
-            highest: recorded,
-            saved: (recorded, Instant::now()),
+            highest: from,
+            saved: (recorded.unwrap_or(0), Instant::now()),
         }
     }
 
@@ -106,7 +107,7 @@ mod tests {
 
     #[test]
     fn the_point_is_below_the_first_unsettled_message() {
-        let mut p = Progress::new(10);
+        let mut p = Progress::new(10, Some(10));
         assert_eq!(p.point(), 10);
         for seq in [11, 12, 13] {
             p.taken(seq);
