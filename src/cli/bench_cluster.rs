@@ -399,7 +399,7 @@ async fn start_receiver(seen: Seen) -> Result<String> {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let listener = streamgate_runtime::serve::listen(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(format!("http://{addr}/hook"))

@@ -236,7 +236,7 @@ pub async fn start(
         None => None,
         Some((sink, listen)) => {
             // Bound first: the page's access rule needs the bound address.
-            let listener = tokio::net::TcpListener::bind(listen).await?;
+            let listener = streamgate_runtime::serve::listen(listen)?;
             let bound = listener.local_addr()?;
             let access = web::access::PageAccess {
                 token: cfg.token.as_deref().map(Into::into),

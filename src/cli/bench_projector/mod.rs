@@ -122,7 +122,7 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             }),
         )
     };
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let listener = streamgate_runtime::serve::listen(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let hook = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 

@@ -26,6 +26,8 @@
 //! - [`grpc`], [`http`]: the two server kinds.
 //! - `conn`: the accepted connection with its limit permit and idle timer.
 //! - `counted`: every response counted by server and status.
+//! - [`listen`] (this file): the listening socket every server binds, with a backlog
+//!   that holds a burst of connections.
 
 mod conn;
 mod counted;
@@ -169,7 +171,25 @@ impl std::fmt::Debug for Serving {
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ServeError> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Bind { addr, source })
+    listen(addr).map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Connections the kernel holds for a server before it accepts them. Beyond the
+/// backlog a new connection's handshake is dropped and the client tries again only after
+/// a second (TCP's first retransmission): with the 128 a plain bind gets, 200 webhook
+/// channels connecting to one receiver at once waited a second each, 1% of all ops
+/// (docs/performance.md, twenty-second stop). The kernel caps it at `net.core.somaxconn`.
+pub const BACKLOG: u32 = 4096;
+
+/// A TCP listener on `addr` with [`BACKLOG`] (address reuse as `TcpListener::bind` sets
+/// it). For every server a service or the CLI starts.
+pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
