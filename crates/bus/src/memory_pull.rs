@@ -8,16 +8,16 @@
 //! broker does: 200 webhook channels at 10,000 events/s spent 46% of nats-server's CPU in
 //! them (docs/performance.md, twenty-second stop). A consumer with `mem_storage` writes
 //! nothing; what it forgets when the broker restarts, its owner brings back: it records
-//! how far it has processed ([`ResumePoint`]) and [`open`] starts a missing or
-//! forgotten consumer right after that point.
+//! how far it has processed ([`ResumePoint`]) and [`open`] starts its consumer anew
+//! after the later of that point and what the broker still knows.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::jetstream;
 use async_nats::jetstream::consumer::{pull, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
-use async_nats::jetstream::{self, consumer};
 
 use crate::consume::durable_config;
 use crate::{nats, BusError};
@@ -41,18 +41,20 @@ pub struct Spec<'a> {
     pub max_ack_pending: i64,
 }
 
-/// Gets or creates the durable pull consumer of `spec` with its state in the broker's
-/// memory, and the point after which it delivers every message to its new owner:
-/// - one the broker holds in memory with every delivered message acknowledged, at least
-///   up to `resume`, is kept (and updated to `spec`'s filters and limits): it delivers
-///   what follows its last delivery;
-/// - any other existing one is replaced, starting after the later of its ack floor and
-///   `resume`: one with deliveries not yet acknowledged (which of them will come again,
-///   only the broker knows, and the owner's point must never pass one), one the broker
-///   recreated without its state (a whole cluster restarted: the consumer's definition
-///   survives in the meta layer, its memory does not), or one held in a file (an
-///   earlier version's);
-/// - a missing one starts after `resume`, or at `fallback` when there is none.
+/// A new durable pull consumer for `spec`, its state in the broker's memory, and the
+/// point after which it delivers every message (its consumer sequences start at 1). A
+/// consumer of that name that exists is replaced, so that nobody else is served by it
+/// any more (an earlier owner's pull left on a half-open connection would take messages
+/// its new owner never sees). The new one starts after the latest point known to be
+/// done with:
+/// - the old consumer's last delivery when every delivery is acknowledged, else its ack
+///   floor (which of the unacknowledged ones come again, only the broker knows);
+/// - `resume`, the owner's own record, which is all there is when the broker forgot the
+///   consumer (a restart) or recreated it without its state (a whole cluster restarted:
+///   the definition survives in the meta layer, the memory does not) — unless it lies
+///   beyond the stream's last message (a stream deleted and made again), where it is
+///   ignored;
+/// - with neither, `fallback`.
 ///
 /// Messages between the owner's last recorded point and what it had processed are
 /// delivered again, as after an ack timeout: the owner must be idempotent to them.
@@ -66,36 +68,37 @@ pub async fn open(
         .get_stream(spec.stream)
         .await
         .map_err(nats("get stream"))?;
-    let existing = match stream.consumer_info(spec.durable).await {
-        Ok(info) => Some(info),
-        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
-        Err(e) => return Err(nats("consumer info")(e)),
-    };
-    // The server cannot change a consumer's deliver policy: a kept one keeps its own.
-    let (policy, from) = match existing {
-        Some(info) if keeps(&info, resume) => {
-            (info.config.deliver_policy, info.delivered.stream_sequence)
-        }
-        Some(info) => {
-            let after = info.ack_floor.stream_sequence.max(resume.unwrap_or(0));
-            tracing::info!(
+    let last = stream.cached_info().state.last_sequence;
+    let resume = resume.filter(|&point| {
+        let known = point <= last;
+        if !known {
+            tracing::warn!(
                 consumer = spec.durable,
-                in_memory = info.config.memory_storage,
-                delivered = info.delivered.stream_sequence,
-                acked = info.ack_floor.stream_sequence,
-                resume = ?resume,
-                "consumer replaced by one in memory, after sequence {after}"
+                point,
+                last,
+                "resume point beyond the stream's last message (the stream was made again?): ignored"
             );
+        }
+        known
+    });
+    let done = match stream.consumer_info(spec.durable).await {
+        Ok(info) => {
             stream
                 .delete_consumer(spec.durable)
                 .await
                 .map_err(nats("delete consumer"))?;
-            (after_sequence(after), after)
+            Some(if info.num_ack_pending == 0 {
+                info.delivered.stream_sequence
+            } else {
+                info.ack_floor.stream_sequence
+            })
         }
-        None => match resume {
-            Some(after) => (after_sequence(after), after),
-            None => (fallback, before(fallback)),
-        },
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
+        Err(e) => return Err(nats("consumer info")(e)),
+    };
+    let (policy, from) = match done.max(resume) {
+        Some(after) => (after_sequence(after), after),
+        None => (fallback, before(fallback)),
     };
     let mut config = durable_config(
         spec.durable,
@@ -110,16 +113,6 @@ pub async fn open(
         .await
         .map_err(nats("create durable consumer"))?;
     Ok((consumer, from))
-}
-
-/// Whether an existing consumer carries on: it is held in memory, every message it
-/// delivered is acknowledged, and it has delivered at least up to the owner's resume
-/// point (one the broker recreated empty has not).
-fn keeps(info: &consumer::Info, resume: Option<ResumePoint>) -> bool {
-    info.config.memory_storage
-        && info.num_ack_pending == 0
-        && info.ack_floor.consumer_sequence == info.delivered.consumer_sequence
-        && info.delivered.stream_sequence >= resume.unwrap_or(0)
 }
 
 /// The deliver policy of the message right after `seq`.
@@ -156,7 +149,7 @@ pub async fn gone(
 
 /// Whether the broker says the consumer does not exist (any other answer: it may).
 pub async fn missing(js: &jetstream::Context, stream: &str, durable: &str) -> bool {
-    let Ok(stream) = js.get_stream(stream).await else {
+    let Ok(stream) = js.get_stream_no_info(stream).await else {
         return false;
     };
     matches!(

@@ -1132,6 +1132,9 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
         max_ack_pending: 100,
     };
     let start_of = |c: &jetstream::consumer::PullConsumer| c.cached_info().config.deliver_policy;
+    let after = |seq: u64| DeliverPolicy::ByStartSequence {
+        start_sequence: seq + 1,
+    };
     // Missing, and no point of the owner's: the fallback.
     let (mine, from) = memory_pull::open(&js, spec("mine"), None, DeliverPolicy::All)
         .await
@@ -1140,18 +1143,17 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     assert!(mine.cached_info().config.memory_storage);
     assert_eq!(next_seq(&mine).await, 1);
     assert_eq!(next_seq(&mine).await, 2);
-    // Held, every delivery acked, the owner's point delivered: kept, from its last
-    // delivery.
+    // Every delivery acked: a new consumer after the last one, past an older point.
     let (mine, from) = memory_pull::open(&js, spec("mine"), Some(1), DeliverPolicy::All)
         .await
         .unwrap();
-    assert_eq!((start_of(&mine), from), (DeliverPolicy::All, 2));
+    assert_eq!((start_of(&mine), from), (after(2), 2));
     assert_eq!(next_seq(&mine).await, 3);
-    // A delivery not acked: replaced after the ack floor, so the message comes again.
+    // A delivery not acked: after the ack floor, so the message comes again.
     let mut got = mine.fetch().max_messages(1).messages().await.unwrap();
     let unacked = got.next().await.unwrap().unwrap();
     assert_eq!(unacked.info().unwrap().stream_sequence, 4);
-    let (mine, from) = memory_pull::open(&js, spec("mine"), Some(3), DeliverPolicy::All)
+    let (mine, from) = memory_pull::open(&js, spec("mine"), Some(1), DeliverPolicy::All)
         .await
         .unwrap();
     assert_eq!(from, 3);
@@ -1178,6 +1180,12 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     assert!(old.cached_info().config.memory_storage);
     assert_eq!(next_seq(&old).await, 5);
 
+    // A point beyond the stream's last message (the stream was made again) is ignored.
+    let (fresh, from) = memory_pull::open(&js, spec("fresh"), Some(100), DeliverPolicy::All)
+        .await
+        .unwrap();
+    assert_eq!((start_of(&fresh), from), (DeliverPolicy::All, 0));
+
     // The broker restarts and forgets what it held in memory: the consumer starts after
     // the owner's point, not at its fallback.
     server.restart();
@@ -1192,10 +1200,6 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
         }
     };
     let (mine, from) = reopened.expect("the consumer opens once the broker is back");
-    assert_eq!(from, 4);
-    assert_eq!(
-        start_of(&mine),
-        DeliverPolicy::ByStartSequence { start_sequence: 5 }
-    );
+    assert_eq!((start_of(&mine), from), (after(4), 4));
     assert_eq!(next_seq(&mine).await, 5);
 }

@@ -131,7 +131,7 @@ impl Channel {
                 () = work.release.cancelled() => break true,
                 Some(handled) = running.next() => handled.done(&mut lanes, &mut progress),
                 _ = save.tick() => {
-                    progress.save(&self.state_kv, &durable).await;
+                    progress.save(&self.state_kv, &durable);
                     if reconnects.happened()
                         && memory_pull::missing(&self.js, EVENTS_STREAM, &durable).await
                     {
@@ -140,7 +140,12 @@ impl Channel {
                     }
                 }
                 next = messages.next(), if room => match next {
-                    Some(Ok(msg)) => this.take(&mut lanes, &mut progress, msg),
+                    Some(Ok(msg)) => {
+                        if let Err(missed) = this.take(&mut lanes, &mut progress, msg) {
+                            tracing::info!(partition, expected = missed.expected, got = missed.got, "a delivery was missed; opening the consumer again");
+                            break false;
+                        }
+                    }
                     Some(Err(e)) => {
                         if memory_pull::gone(&self.js, EVENTS_STREAM, &durable, &e).await {
                             tracing::info!(partition, error = %e, "partition consumer gone (a broker restart?); opening it again");
@@ -155,9 +160,14 @@ impl Channel {
             start_ready(this, &mut lanes, &mut running);
         };
         if released {
+            // Up to a missed delivery: what follows it is the next owner's.
             while let Some(Some(msg)) = messages.next().now_or_never() {
                 match msg {
-                    Ok(msg) => this.take(&mut lanes, &mut progress, msg),
+                    Ok(msg) => {
+                        if this.take(&mut lanes, &mut progress, msg).is_err() {
+                            break;
+                        }
+                    }
                     Err(e) => tracing::warn!(error = %e, "consumer error"),
                 }
             }
@@ -170,7 +180,7 @@ impl Channel {
                 None => break,
             }
         }
-        progress.save(&self.state_kv, &durable).await;
+        progress.save_now(&self.state_kv, &durable).await;
         if !released {
             return Ok(());
         }
@@ -227,16 +237,19 @@ impl Channel {
     }
 
     /// One `SG_EVENTS` message taken from the consumer: decoded and queued in its run's
-    /// and chat's lanes.
+    /// and chat's lanes. A delivery out of consumer order (or without the broker's
+    /// sequences) is left alone: the partition no longer knows every delivery, and a
+    /// new consumer must start after the broker's ack floor.
     fn take(
         &self,
         lanes: &mut Lanes<LaneKey, Taken>,
         progress: &mut Progress,
         msg: jetstream::Message,
-    ) {
-        if let Ok(info) = msg.info() {
-            progress.taken(info.stream_sequence);
-        }
+    ) -> Result<(), resume::Missed> {
+        let (seq, delivery) = msg
+            .info()
+            .map_or((0, 0), |i| (i.stream_sequence, i.consumer_sequence));
+        progress.taken(seq, delivery)?;
         match events::decode_msg(&msg) {
             Ok(evs) => {
                 let mut keys = vec![LaneKey::Run(msg.subject.to_string())];
@@ -247,10 +260,11 @@ impl Channel {
                         &self.cfg.chat_for(env.session_key.as_deref()),
                     )));
                 }
-                lanes.push(keys, Taken::Events { msg, evs });
+                lanes.push(keys, Taken::Events { msg, seq, evs });
             }
-            Err(e) => lanes.push(Vec::new(), Taken::Undecodable { msg, error: e }),
+            Err(e) => lanes.push(Vec::new(), Taken::Undecodable { msg, seq, error: e }),
         }
+        Ok(())
     }
 
     /// Processes one taken message: every event, then the ack (or leave it for
@@ -258,8 +272,8 @@ impl Channel {
     /// redelivery). Whether the message is settled for good (not left for redelivery).
     async fn handle(&self, taken: Taken) -> bool {
         let (msg, evs) = match taken {
-            Taken::Events { msg, evs } => (msg, evs),
-            Taken::Undecodable { msg, error } => {
+            Taken::Events { msg, evs, .. } => (msg, evs),
+            Taken::Undecodable { msg, error, .. } => {
                 tracing::warn!(subject = %msg.subject, error = %error, "undecodable message terminated");
                 let _ = msg.ack_with(jetstream::AckKind::Term).await;
                 return true;
@@ -306,19 +320,22 @@ enum LaneKey {
 enum Taken {
     Events {
         msg: jetstream::Message,
+        /// The stream sequence.
+        seq: u64,
         evs: Vec<streamgate_grammar::RunEvent>,
     },
     Undecodable {
         msg: jetstream::Message,
+        seq: u64,
         error: streamgate_bus::BusError,
     },
 }
 
 impl Taken {
-    /// The message's stream sequence (none when the broker's reply subject is not one).
-    fn seq(&self) -> Option<u64> {
-        let (Taken::Events { msg, .. } | Taken::Undecodable { msg, .. }) = self;
-        msg.info().ok().map(|info| info.stream_sequence)
+    /// The message's stream sequence.
+    fn seq(&self) -> u64 {
+        let (Taken::Events { seq, .. } | Taken::Undecodable { seq, .. }) = self;
+        *seq
     }
 }
 
@@ -352,7 +369,7 @@ fn start_ready<'a>(
                 let settled = channel.handle(taken).await;
                 Handled {
                     keys,
-                    settled: seq.filter(|_| settled),
+                    settled: settled.then_some(seq),
                 }
             }
             .boxed(),

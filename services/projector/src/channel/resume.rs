@@ -6,11 +6,16 @@
 //! starts right after the point recorded here instead of at the start of `SG_EVENTS`.
 //! What lies between the recorded point and what was processed is delivered again, as
 //! after an ack timeout, and the projection and the delivery state make that a no-op.
+//! The point is only as good as the partition's view of its consumer: a delivery it
+//! missed (consumer sequences with a gap) ends the partition's worker, and the next
+//! one starts a new consumer after the broker's ack floor.
 
 use async_nats::jetstream::kv::Store;
+use futures::FutureExt as _;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use streamgate_bus::memory_pull::ResumePoint;
+use tokio::task::JoinHandle;
 
 use crate::error::{nats, ProjectorError};
 
@@ -32,46 +37,96 @@ fn key(consumer: &str) -> String {
 }
 
 /// The point recorded for `consumer`, if any. An error is an error (a partition that
-/// cannot tell where it was must not start elsewhere).
+/// cannot tell where it was must not start elsewhere); a value that is no number is
+/// reported and left out.
 pub(super) async fn load(
     kv: &Store,
     consumer: &str,
 ) -> Result<Option<ResumePoint>, ProjectorError> {
-    let value = kv
+    let Some(value) = kv
         .get(key(consumer))
         .await
-        .map_err(nats("read resume point"))?;
-    Ok(value.and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok()))
+        .map_err(nats("read resume point"))?
+    else {
+        return Ok(None);
+    };
+    let point = std::str::from_utf8(&value)
+        .ok()
+        .and_then(|v| v.parse().ok());
+    if point.is_none() {
+        tracing::warn!(consumer, "resume point is not a number: ignored");
+    }
+    Ok(point)
 }
 
-/// Which of a partition's taken messages are settled (processed and acked, or
-/// terminated), and the point below which all are.
+/// Writes `point` for `consumer`; whether it was written.
+async fn write(kv: Store, consumer: String, point: ResumePoint) -> bool {
+    let put = kv.put(key(&consumer), point.to_string().into());
+    match tokio::time::timeout(SAVE_PATIENCE, put).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(consumer, error = %e, "resume point not written");
+            false
+        }
+        Err(_) => {
+            tracing::debug!(consumer, "resume point write timed out");
+            false
+        }
+    }
+}
+
+/// A delivery the partition did not expect: one was missed before it (lost in flight
+/// on a reconnect), or the consumer started over (recreated without its state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Missed {
+    pub expected: u64,
+    pub got: u64,
+}
+
+/// Which of a partition's deliveries are settled (processed, their ack sent, or
+/// terminated), and the point below which every one is. It holds only while the
+/// partition has seen every delivery of its consumer, which [`Progress::taken`] checks.
 #[derive(Debug)]
 pub(super) struct Progress {
     /// Taken and not yet settled (a message left for redelivery stays here until it
     /// comes back and is settled).
     open: BTreeSet<u64>,
-    /// The highest stream sequence taken (or the recorded point, before any).
+    /// The highest stream sequence taken (or the consumer's start, before any).
     highest: u64,
+    /// The consumer sequence of the next delivery.
+    next_delivery: u64,
     /// The point last written and when.
     saved: (ResumePoint, Instant),
+    /// The write under way: its point.
+    writing: Option<(ResumePoint, JoinHandle<bool>)>,
 }
 
 impl Progress {
-    /// Progress of a consumer that delivers everything after `from`; `recorded` is what
-    /// the bucket holds now.
+    /// Progress of a new consumer that delivers everything after `from`; `recorded` is
+    /// what the bucket holds now.
     pub(super) fn new(from: ResumePoint, recorded: Option<ResumePoint>) -> Progress {
         Progress {
             open: BTreeSet::new(),
             highest: from,
+            next_delivery: 1,
             saved: (recorded.unwrap_or(0), Instant::now()),
+            writing: None,
         }
     }
 
-    /// A message was taken from the consumer.
-    pub(super) fn taken(&mut self, seq: u64) {
-        self.open.insert(seq);
-        self.highest = self.highest.max(seq);
+    /// A delivery was taken: its stream and consumer sequences. A delivery out of
+    /// consumer order is not taken: the partition's record no longer holds.
+    pub(super) fn taken(&mut self, stream_seq: u64, consumer_seq: u64) -> Result<(), Missed> {
+        if consumer_seq != self.next_delivery {
+            return Err(Missed {
+                expected: self.next_delivery,
+                got: consumer_seq,
+            });
+        }
+        self.next_delivery += 1;
+        self.open.insert(stream_seq);
+        self.highest = self.highest.max(stream_seq);
+        Ok(())
     }
 
     /// A taken message is done with for good.
@@ -84,19 +139,38 @@ impl Progress {
         self.open.first().map_or(self.highest, |first| first - 1)
     }
 
-    /// Writes the point when it moved (or is due a refresh); a failed write is tried
-    /// again next round.
-    pub(super) async fn save(&mut self, kv: &Store, consumer: &str) {
+    /// Starts writing the point when it moved (or is due a refresh), in a task of its
+    /// own so the partition's messages go on meanwhile; one write at a time, and a
+    /// failed one is tried again next round.
+    pub(super) fn save(&mut self, kv: &Store, consumer: &str) {
+        if let Some((point, task)) = &self.writing {
+            if !task.is_finished() {
+                return;
+            }
+            let point = *point;
+            if let Some((_, task)) = self.writing.take() {
+                if task.now_or_never().is_some_and(|r| r.unwrap_or(false)) {
+                    self.saved = (point, Instant::now());
+                }
+            }
+        }
         let point = self.point();
         let (saved, at) = self.saved;
         if point <= saved && at.elapsed() < REFRESH_EVERY {
             return;
         }
-        let put = kv.put(key(consumer), point.to_string().into());
-        match tokio::time::timeout(SAVE_PATIENCE, put).await {
-            Ok(Ok(_)) => self.saved = (point, Instant::now()),
-            Ok(Err(e)) => tracing::debug!(consumer, error = %e, "resume point not written"),
-            Err(_) => tracing::debug!(consumer, "resume point write timed out"),
+        let task = tokio::spawn(write(kv.clone(), consumer.to_owned(), point));
+        self.writing = Some((point, task));
+    }
+
+    /// Writes the point now (after the write under way), as a partition ends.
+    pub(super) async fn save_now(&mut self, kv: &Store, consumer: &str) {
+        if let Some((_, task)) = self.writing.take() {
+            let _ = task.await;
+        }
+        let point = self.point();
+        if point != self.saved.0 && write(kv.clone(), consumer.to_owned(), point).await {
+            self.saved = (point, Instant::now());
         }
     }
 }
@@ -109,8 +183,8 @@ mod tests {
     fn the_point_is_below_the_first_unsettled_message() {
         let mut p = Progress::new(10, Some(10));
         assert_eq!(p.point(), 10);
-        for seq in [11, 12, 13] {
-            p.taken(seq);
+        for (dseq, seq) in [(1, 11), (2, 12), (3, 13)] {
+            p.taken(seq, dseq).unwrap();
         }
         assert_eq!(p.point(), 10);
         p.settled(12);
@@ -119,12 +193,36 @@ mod tests {
         p.settled(11);
         assert_eq!(p.point(), 13);
         // Left for redelivery: open until it comes back and is settled.
-        p.taken(14);
-        p.taken(15);
+        p.taken(14, 4).unwrap();
+        p.taken(15, 5).unwrap();
         p.settled(15);
         assert_eq!(p.point(), 13);
-        p.taken(14);
+        p.taken(14, 6).unwrap();
         p.settled(14);
         assert_eq!(p.point(), 15);
+    }
+
+    #[test]
+    fn a_delivery_out_of_consumer_order_is_not_taken() {
+        let mut p = Progress::new(0, None);
+        p.taken(5, 1).unwrap();
+        p.settled(5);
+        // Delivery 2 was lost in flight: 3's point could pass it.
+        assert_eq!(
+            p.taken(9, 3),
+            Err(Missed {
+                expected: 2,
+                got: 3
+            })
+        );
+        assert_eq!(p.point(), 5);
+        // The consumer started over (recreated without its state).
+        assert_eq!(
+            p.taken(1, 1),
+            Err(Missed {
+                expected: 2,
+                got: 1
+            })
+        );
     }
 }

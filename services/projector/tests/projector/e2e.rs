@@ -472,6 +472,18 @@ async fn flipping_settings_mid_turn_leaves_events_byte_identical() -> R {
     Ok(())
 }
 
+/// A signed webhook channel `hook` to `fake`.
+fn hook_channel(fake: &FakeServer, secret: &str) -> ChannelConfig {
+    channel(
+        "hook",
+        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
+            "hook",
+            fake.base_url.clone(),
+            secret,
+        ))),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_gets_the_exact_final_with_a_valid_signature() -> R {
     let (nats, js) = NatsServer::with_streams().await;
@@ -480,14 +492,7 @@ async fn webhook_gets_the_exact_final_with_a_valid_signature() -> R {
     let f = rich_fixture().ok_or("no fixture")?;
     let expected = expected_final(&f.events).ok_or("fixture has no final")?;
     let evs = run_events("run-hook", "chat-hook", &f.events, now_ms());
-    let cfg = channel(
-        "hook",
-        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
-            "hook",
-            fake.base_url.clone(),
-            secret,
-        ))),
-    );
+    let cfg = hook_channel(&fake, secret);
     let _running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
     publish(&js, &evs).await?;
     let ok = poll_until(Duration::from_secs(20), || {
@@ -531,14 +536,7 @@ async fn a_redelivered_message_of_an_ended_run_leaves_no_run_in_flight() -> R {
     let fake = FakeServer::webhook("whsec-test", Behavior::default()).await?;
     let f = rich_fixture().ok_or("no fixture")?;
     let evs = run_events("run-again", "chat-again", &f.events, now_ms());
-    let cfg = channel(
-        "hook",
-        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
-            "hook",
-            fake.base_url.clone(),
-            "whsec-test",
-        ))),
-    );
+    let cfg = hook_channel(&fake, "whsec-test");
     let running = start(nats.client().await, cfg, None, CancellationToken::new()).await?;
     publish(&js, &evs).await?;
     let is_final = |e: &serde_json::Value| e.get("op").and_then(|v| v.as_str()) == Some("final");
@@ -589,14 +587,7 @@ async fn a_broker_restart_resumes_each_partition_after_its_recorded_point() -> R
     let (mut nats, js) = NatsServer::with_streams().await;
     let fake = FakeServer::webhook("whsec-test", Behavior::default()).await?;
     let f = rich_fixture().ok_or("no fixture")?;
-    let cfg = channel(
-        "hook",
-        ChannelSink::Sink(SinkConfig::Webhook(webhook::WebhookConfig::new(
-            "hook",
-            fake.base_url.clone(),
-            "whsec-test",
-        ))),
-    );
+    let cfg = hook_channel(&fake, "whsec-test");
     let partition = partition_of("run-before", cfg.partitions);
     let after = (0..)
         .map(|i| format!("run-after-{i}"))
