@@ -239,7 +239,7 @@ impl Channel {
     /// One `SG_EVENTS` message taken from the consumer: decoded and queued in its run's
     /// and chat's lanes. A delivery out of consumer order (or without the broker's
     /// sequences) is left alone: the partition no longer knows every delivery, and a
-    /// new consumer must start after the broker's ack floor.
+    /// new consumer must start after the later of its point and the broker's ack floor.
     fn take(
         &self,
         lanes: &mut Lanes<LaneKey, Taken>,

@@ -7,8 +7,9 @@
 //! What lies between the recorded point and what was processed is delivered again, as
 //! after an ack timeout, and the projection and the delivery state make that a no-op.
 //! The point is only as good as the partition's view of its consumer: a delivery it
-//! missed (consumer sequences with a gap) ends the partition's worker, and the next
-//! one starts a new consumer after the broker's ack floor.
+//! missed (consumer sequences with a gap) ends the partition's worker, which writes the
+//! point it has, and the next one starts a new consumer after the later of that point
+//! and the broker's ack floor.
 
 use async_nats::jetstream::kv::Store;
 use futures::FutureExt as _;
@@ -95,21 +96,23 @@ pub(super) struct Progress {
     highest: u64,
     /// The consumer sequence of the next delivery.
     next_delivery: u64,
-    /// The point last written and when.
-    saved: (ResumePoint, Instant),
+    /// The point last written and when (none: the bucket holds no point, or one that
+    /// was not used and must be overwritten).
+    saved: Option<(ResumePoint, Instant)>,
     /// The write under way: its point.
     writing: Option<(ResumePoint, JoinHandle<bool>)>,
 }
 
 impl Progress {
     /// Progress of a new consumer that delivers everything after `from`; `recorded` is
-    /// what the bucket holds now.
+    /// what the bucket holds now. A recorded point beyond `from` was not used (it lay
+    /// past the stream's end) and is overwritten at the first save.
     pub(super) fn new(from: ResumePoint, recorded: Option<ResumePoint>) -> Progress {
         Progress {
             open: BTreeSet::new(),
             highest: from,
             next_delivery: 1,
-            saved: (recorded.unwrap_or(0), Instant::now()),
+            saved: recorded.filter(|&r| r <= from).map(|r| (r, Instant::now())),
             writing: None,
         }
     }
@@ -149,15 +152,19 @@ impl Progress {
             }
             let point = *point;
             if let Some((_, task)) = self.writing.take() {
-                if task.now_or_never().is_some_and(|r| r.unwrap_or(false)) {
-                    self.saved = (point, Instant::now());
+                // Unconstrained: a finished task's result must not wait on the caller's
+                // cooperative budget.
+                let written = tokio::task::unconstrained(task).now_or_never();
+                if written.is_some_and(|r| r.unwrap_or(false)) {
+                    self.saved = Some((point, Instant::now()));
                 }
             }
         }
         let point = self.point();
-        let (saved, at) = self.saved;
-        if point <= saved && at.elapsed() < REFRESH_EVERY {
-            return;
+        if let Some((saved, at)) = self.saved {
+            if point <= saved && at.elapsed() < REFRESH_EVERY {
+                return;
+            }
         }
         let task = tokio::spawn(write(kv.clone(), consumer.to_owned(), point));
         self.writing = Some((point, task));
@@ -165,12 +172,15 @@ impl Progress {
 
     /// Writes the point now (after the write under way), as a partition ends.
     pub(super) async fn save_now(&mut self, kv: &Store, consumer: &str) {
-        if let Some((_, task)) = self.writing.take() {
-            let _ = task.await;
+        if let Some((point, task)) = self.writing.take() {
+            if task.await.unwrap_or(false) {
+                self.saved = Some((point, Instant::now()));
+            }
         }
         let point = self.point();
-        if point != self.saved.0 && write(kv.clone(), consumer.to_owned(), point).await {
-            self.saved = (point, Instant::now());
+        let written = self.saved.map(|(saved, _)| saved);
+        if written != Some(point) && write(kv.clone(), consumer.to_owned(), point).await {
+            self.saved = Some((point, Instant::now()));
         }
     }
 }
@@ -200,6 +210,14 @@ mod tests {
         p.taken(14, 6).unwrap();
         p.settled(14);
         assert_eq!(p.point(), 15);
+    }
+
+    #[test]
+    fn a_recorded_point_that_was_not_used_is_overwritten() {
+        let p = Progress::new(40, Some(90));
+        assert!(p.saved.is_none(), "90 lay past the stream's end");
+        let p = Progress::new(90, Some(40));
+        assert_eq!(p.saved.map(|s| s.0), Some(40));
     }
 
     #[test]
