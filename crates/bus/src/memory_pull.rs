@@ -11,6 +11,7 @@
 //! how far it has processed ([`ResumePoint`]) and [`open`] starts its consumer anew
 //! after the later of that point and what the broker still knows.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +55,8 @@ pub struct Spec<'a> {
 ///   the definition survives in the meta layer, the memory does not) — unless it lies
 ///   beyond the stream's last message (a stream deleted and made again), where it is
 ///   ignored;
-/// - with neither, `fallback`.
+/// - with neither, what `fallback` resolves to. It is awaited only then, so a lookup
+///   behind it (an earlier version's consumer) costs nothing while there is a point.
 ///
 /// Messages between the owner's last recorded point and what it had processed are
 /// delivered again, as after an ack timeout: the owner must be idempotent to them.
@@ -62,7 +64,7 @@ pub async fn open(
     js: &jetstream::Context,
     spec: Spec<'_>,
     resume: Option<ResumePoint>,
-    fallback: DeliverPolicy,
+    fallback: impl Future<Output = Result<DeliverPolicy, BusError>>,
 ) -> Result<(PullConsumer, ResumePoint), BusError> {
     let stream = js
         .get_stream(spec.stream)
@@ -98,7 +100,10 @@ pub async fn open(
     };
     let (policy, from) = match done.max(resume) {
         Some(after) => (after_sequence(after), after),
-        None => (fallback, before(fallback)),
+        None => {
+            let fallback = fallback.await?;
+            (fallback, before(fallback))
+        }
     };
     let mut config = durable_config(
         spec.durable,

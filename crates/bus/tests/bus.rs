@@ -1135,8 +1135,12 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     let after = |seq: u64| DeliverPolicy::ByStartSequence {
         start_sequence: seq + 1,
     };
+    let from_start = || std::future::ready(Ok(DeliverPolicy::All));
+    // A fallback that fails `open` if it is awaited: while there is a point, it is not.
+    let not_looked_up =
+        || std::future::ready(Err(streamgate_bus::BusError::MissingHeader("the fallback")));
     // Missing, and no point of the owner's: the fallback.
-    let (mine, from) = memory_pull::open(&js, spec("mine"), None, DeliverPolicy::All)
+    let (mine, from) = memory_pull::open(&js, spec("mine"), None, from_start())
         .await
         .unwrap();
     assert_eq!((start_of(&mine), from), (DeliverPolicy::All, 0));
@@ -1144,7 +1148,7 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     assert_eq!(next_seq(&mine).await, 1);
     assert_eq!(next_seq(&mine).await, 2);
     // Every delivery acked: a new consumer after the last one, past an older point.
-    let (mine, from) = memory_pull::open(&js, spec("mine"), Some(1), DeliverPolicy::All)
+    let (mine, from) = memory_pull::open(&js, spec("mine"), Some(1), not_looked_up())
         .await
         .unwrap();
     assert_eq!((start_of(&mine), from), (after(2), 2));
@@ -1153,7 +1157,7 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     let mut got = mine.fetch().max_messages(1).messages().await.unwrap();
     let unacked = got.next().await.unwrap().unwrap();
     assert_eq!(unacked.info().unwrap().stream_sequence, 4);
-    let (mine, from) = memory_pull::open(&js, spec("mine"), Some(1), DeliverPolicy::All)
+    let (mine, from) = memory_pull::open(&js, spec("mine"), Some(1), not_looked_up())
         .await
         .unwrap();
     assert_eq!(from, 3);
@@ -1173,7 +1177,7 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     for _ in 0..4 {
         next_seq(&old).await;
     }
-    let (old, from) = memory_pull::open(&js, spec("old"), Some(1), DeliverPolicy::All)
+    let (old, from) = memory_pull::open(&js, spec("old"), Some(1), not_looked_up())
         .await
         .unwrap();
     assert_eq!(from, 4);
@@ -1181,7 +1185,7 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     assert_eq!(next_seq(&old).await, 5);
 
     // A point beyond the stream's last message (the stream was made again) is ignored.
-    let (fresh, from) = memory_pull::open(&js, spec("fresh"), Some(100), DeliverPolicy::All)
+    let (fresh, from) = memory_pull::open(&js, spec("fresh"), Some(100), from_start())
         .await
         .unwrap();
     assert_eq!((start_of(&fresh), from), (DeliverPolicy::All, 0));
@@ -1191,7 +1195,7 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     server.restart();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let reopened = loop {
-        match memory_pull::open(&js, spec("mine"), Some(4), DeliverPolicy::All).await {
+        match memory_pull::open(&js, spec("mine"), Some(4), not_looked_up()).await {
             Ok(opened) => break Some(opened),
             Err(_) if std::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -25,10 +25,11 @@
 //! Layout, one file per job: `mod.rs` (the [`Channel`] and what it answers), `runs`
 //! (the run table: folding events into ops, rebuilds, marker cleanup), `recovery`
 //! (crash recovery and orphans), `settings` (per-chat settings, the `SG_SETTINGS`
-//! watch), `partition` (a held partition's consumer loop and handover), `resume` (how
-//! far a partition is processed, for a consumer the broker forgot) and `lanes` (which
-//! of a partition's messages may be processed at once: a run's and a chat's in order,
-//! the others concurrently).
+//! watch), `partition` (a held partition: recovery, its consumer, handover), `worker`
+//! (a held partition's messages, from its consumer to their acks), `resume` (how far a
+//! partition is processed, for a consumer the broker forgot) and `lanes` (which of a
+//! partition's messages may be processed at once: a run's and a chat's in order, the
+//! others concurrently).
 
 mod ended;
 mod lanes;
@@ -37,6 +38,7 @@ mod recovery;
 mod resume;
 mod runs;
 mod settings;
+mod worker;
 
 pub use ended::EndedRun;
 pub use recovery::Recovery;
