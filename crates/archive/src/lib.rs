@@ -594,7 +594,7 @@ pub struct SearchHit {
 /// SQLite; `postgres://…` or `postgresql://…` → PostgreSQL. Migrations run at open.
 /// A SQLite URL may end in parameters, `&`-separated: `synchronous=normal` (or `full`,
 /// the default; see [`SqliteDurability`]) and `page_size=4096` (a new archive's page
-/// size, 16384 by default; see [`ArchivePageSize`]).
+/// size, 8192 by default; see [`ArchivePageSize`]).
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, ArchiveError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(PostgresStore::connect(url).await?));

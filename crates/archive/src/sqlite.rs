@@ -151,7 +151,7 @@ impl SqliteDurability {
 pub struct SqliteOptions {
     /// Commit durability; [`SqliteDurability::Full`] by default.
     pub durability: SqliteDurability,
-    /// The page size of a new archive, bytes (16 KiB when `None`); an existing archive
+    /// The page size of a new archive, bytes (8 KiB when `None`); an existing archive
     /// keeps the size it was made with. See [`ArchivePageSize`].
     pub page_size: Option<ArchivePageSize>,
 }
@@ -163,9 +163,11 @@ pub struct SqliteOptions {
 /// sit on pages of their own (the events are keyed by run), so every commit writes at
 /// least a page per run it touches. At a modest load — many runs, a few events each per
 /// commit — that page is most of what reaches the disk: on `bench pipeline`'s 32 runs at
-/// 1k events/s, 23 KB a 250-byte event with 16 KiB pages against 9.6 KB with 4 KiB
-/// (docs/performance.md, twentieth stop). Larger pages split less at full speed, where
-/// 16 KiB archived the most events per second; smaller ones write less at a modest load.
+/// 1k events/s, 17 KB a 250-byte event with 16 KiB pages, 11 KB with 8 KiB, 9.6 KB with
+/// 4 KiB (docs/performance.md, twentieth and twenty-third stops). Larger pages split
+/// less at full speed, where 4 KiB fell behind (its commits wrote fewer bytes but more
+/// pages); 8 KiB, the default, archived as many events per second as 16 KiB with the
+/// same latency and wrote 20–37% less from full speed down to 1k events/s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArchivePageSize(u32);
 
@@ -305,7 +307,7 @@ fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, Archi
     make_private(path)?;
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    // 16 KiB pages for a new archive unless the URL names another size (an existing one
+    // 8 KiB pages for a new archive unless the URL names another size (an existing one
     // keeps the size it was made with: in WAL mode only a VACUUM outside it could change
     // that). The events B-tree is keyed by run and holds each event's JSON inline, and
     // batches insert into every live run's range: a 4 KiB page holds ~15 such rows and
@@ -432,10 +434,11 @@ const IDLE_TRUNCATE_AFTER: Duration = Duration::from_secs(2);
 /// Backstop auto-checkpoint on the writer in case the checkpointer is gone.
 const WRITER_AUTOCHECKPOINT_BYTES: i64 = 200 << 20;
 /// The page size of a new archive ([`open_writer`]).
-const NEW_ARCHIVE_PAGE_SIZE: i64 = 16 << 10;
+const NEW_ARCHIVE_PAGE_SIZE: i64 = 8 << 10;
 
 /// How many of the database's pages make `bytes` (SQLite counts the WAL in pages, and an
-/// archive made before 16 KiB pages keeps its 4 KiB ones).
+/// archive keeps the page size it was made with: 4 KiB before 16 KiB pages, 16 KiB before
+/// 8 KiB ones).
 fn pages_of(conn: &Connection, bytes: i64) -> rusqlite::Result<i64> {
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
     Ok(bytes / page_size.max(512))

@@ -1539,11 +1539,12 @@ async fn a_batch_and_its_provenance_commit_together(backend: Backend) {
     );
 }
 
-/// SQLite-only: a new archive is made with 16 KiB pages (fewer B-tree splits under the
-/// archiver's batches), or the URL's `page_size`; one made before keeps its pages — in
-/// WAL mode only a VACUUM outside it could change them — and works as before.
+/// SQLite-only: a new archive is made with 8 KiB pages (fewer B-tree splits under the
+/// archiver's batches than 4 KiB, fewer bytes per commit than 16 KiB), or the URL's
+/// `page_size`; one made before keeps its pages — in WAL mode only a VACUUM outside it
+/// could change them — and works as before.
 #[tokio::test]
-async fn sqlite_new_archives_get_16_kib_pages_and_old_ones_keep_theirs() {
+async fn sqlite_new_archives_get_8_kib_pages_and_old_ones_keep_theirs() {
     let dir = tempfile::tempdir().unwrap();
     let page_size = |db: &std::path::Path| -> i64 {
         let conn = rusqlite::Connection::open(db).unwrap();
@@ -1552,11 +1553,13 @@ async fn sqlite_new_archives_get_16_kib_pages_and_old_ones_keep_theirs() {
     };
     let new = dir.path().join("new.db");
     let old = dir.path().join("old.db");
-    {
-        let conn = rusqlite::Connection::open(&old).unwrap();
-        conn.execute_batch(
-            "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; CREATE TABLE before_us (x);",
-        )
+    // One made by the versions that gave new archives 16 KiB pages.
+    let sixteen = dir.path().join("sixteen.db");
+    for (db, size) in [(&old, 4096), (&sixteen, 16 << 10)] {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.execute_batch(&format!(
+            "PRAGMA page_size = {size}; PRAGMA journal_mode = WAL; CREATE TABLE before_us (x);"
+        ))
         .unwrap();
     }
     // `page_size` makes a new archive with that size and leaves an existing one as it is.
@@ -1567,8 +1570,13 @@ async fn sqlite_new_archives_get_16_kib_pages_and_old_ones_keep_theirs() {
     );
     let old_url = format!("sqlite://{}?page_size=8192", old.display());
     for (url, db, want) in [
-        (format!("sqlite://{}", new.display()), &new, 16 << 10),
+        (format!("sqlite://{}", new.display()), &new, 8 << 10),
         (format!("sqlite://{}", old.display()), &old, 4096),
+        (
+            format!("sqlite://{}", sixteen.display()),
+            &sixteen,
+            16 << 10,
+        ),
         (small_url, &small, 4096),
         (old_url, &old, 4096),
     ] {
