@@ -296,9 +296,17 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
             total as f64 / published_in.as_secs_f64()
         );
     }
+    // How many of each op: a draft's edits coalesce while its chat is busy, so the count
+    // shows how much coalescing the load got.
+    let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
+    for (_, _, op, _) in &seen {
+        *kinds.entry(op.as_str()).or_default() += 1;
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
     println!(
-        "delivery  {} webhook ops; event→sink latency p50 {:.1} ms, p99 {:.1} ms; finals p50 {:.1} ms",
+        "delivery  {} webhook ops ({}); event→sink latency p50 {:.1} ms, p99 {:.1} ms; finals p50 {:.1} ms",
         seen.len(),
+        kinds.join(", "),
         pct(0.5),
         pct(0.99),
         {
