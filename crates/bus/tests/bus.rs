@@ -1184,11 +1184,20 @@ async fn a_consumer_in_memory_resumes_after_its_owners_point_when_the_broker_for
     assert!(old.cached_info().config.memory_storage);
     assert_eq!(next_seq(&old).await, 5);
 
-    // A point beyond the stream's last message (the stream was made again) is ignored.
-    let (fresh, from) = memory_pull::open(&js, spec("fresh"), Some(100), from_start())
+    // No consumer, and the owner's point: after it, with no look at the fallback.
+    let (pointed, from) = memory_pull::open(&js, spec("pointed"), Some(3), not_looked_up())
         .await
         .unwrap();
-    assert_eq!((start_of(&fresh), from), (DeliverPolicy::All, 0));
+    assert_eq!((start_of(&pointed), from), (after(3), 3));
+    assert_eq!(next_seq(&pointed).await, 4);
+
+    // A point beyond the stream's last message (the stream was made again) is ignored,
+    // and the fallback's own start is taken.
+    let fallback = std::future::ready(Ok(after(1)));
+    let (fresh, from) = memory_pull::open(&js, spec("fresh"), Some(100), fallback)
+        .await
+        .unwrap();
+    assert_eq!((start_of(&fresh), from), (after(1), 1));
 
     // The broker restarts and forgets what it held in memory: the consumer starts after
     // the owner's point, not at its fallback.

@@ -1,6 +1,6 @@
 //! A held partition: recovery, then its durable consumer, whose messages a
 //! [`Worker`] processes; on release, a bounded handover; its runs leave memory however
-//! the worker ends, and the engine's queued ops of them with them.
+//! the partition's task ends, and the engine's queued ops of them with them.
 
 use super::recovery::Recovery;
 use super::resume::{self, Progress};
@@ -54,7 +54,7 @@ impl Channel {
     /// Forgets the runs of a partition this replica no longer holds, and gives up what
     /// the engine still has queued for them: after a graceful release
     /// ([`Delivery::hand_over`](streamgate_sinks::Delivery::hand_over)) nothing is left;
-    /// after a lost lease (the worker aborted) the next owner is already sending them,
+    /// after a lost lease (the partition's task aborted) the next owner is already sending them,
     /// and two owners must not act on one chat.
     fn drop_partition(&self, partition: u32) {
         let runs = self.run_partitions();
@@ -71,7 +71,7 @@ impl Channel {
     ///
     /// On release, messages already received are processed too and the engine gets a
     /// bounded time to execute what was queued, so the next owner starts after it.
-    /// However the worker ends, the partition's runs leave memory.
+    /// However this task ends, the partition's runs leave memory.
     pub async fn run_partition(self: Arc<Self>, work: PartitionWork) -> Result<(), ProjectorError> {
         let partition = work.partition;
         let _forget = ForgetPartition {
@@ -146,8 +146,9 @@ impl Channel {
     /// The partition's durable consumer `sg-projector-<channel>-pNN`, held in the
     /// broker's memory ([`memory_pull`]), and the progress it starts from: where this
     /// partition was processed to before, from its previous owner or before a broker
-    /// restart ([`resume`]). A channel without a point, upgraded from its single shared
-    /// consumer, resumes where that one was acknowledged; a new one at the start of
+    /// restart ([`resume`]). Only a partition with neither a consumer nor a point looks
+    /// for the single shared consumer of a channel upgraded from before partitions, and
+    /// resumes where that one was acknowledged; a new channel starts at the start of
     /// `SG_EVENTS`.
     async fn open_consumer(
         &self,
@@ -170,7 +171,7 @@ impl Channel {
     }
 }
 
-/// Drops a partition's runs from memory when its worker ends, however it ends (a
+/// Drops a partition's runs from memory when its task ends, however it ends (a
 /// release, an error, or the abort of a lost lease).
 struct ForgetPartition {
     channel: Arc<Channel>,

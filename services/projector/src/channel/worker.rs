@@ -123,7 +123,7 @@ impl<'a> Worker<'a> {
                 tracing::warn!(error = %e, "consumer error");
                 true
             }
-            // The consumer ended: the lease supervisor starts the worker again.
+            // The consumer ended: the lease supervisor starts the partition again.
             None => false,
         }
     }
