@@ -27,9 +27,10 @@
 //! (crash recovery and orphans), `settings` (per-chat settings, the `SG_SETTINGS`
 //! watch), `partition` (a held partition: recovery, its consumer, handover), `worker`
 //! (a held partition's messages, from its consumer to their acks), `resume` (how far a
-//! partition is processed, for a consumer the broker forgot) and `lanes` (which of a
+//! partition is processed, for a consumer the broker forgot), `lanes` (which of a
 //! partition's messages may be processed at once: a run's and a chat's in order, the
-//! others concurrently).
+//! others concurrently) and `ended` (runs that just ended, kept a while for a client
+//! that asks after one).
 
 mod ended;
 mod lanes;
