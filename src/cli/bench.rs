@@ -62,6 +62,17 @@ pub struct PipelineArgs {
     /// do, in one command. 80 is the yardstick of docs/performance.md.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=100))]
     pub percent_of_max: Option<u8>,
+    /// Measure the maximum first, then offer each of these percentages of it in turn
+    /// (`--sweep 10,30,50,80`, a fresh deployment each), and print what an event costs
+    /// and how long it waits at each: batches, and so the work per event, shrink with
+    /// the load (docs/performance.md, twenty-third stop).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = clap::value_parser!(u8).range(1..=100),
+        conflicts_with_all = ["rate", "percent_of_max", "repeat"]
+    )]
+    pub sweep: Vec<u8>,
     /// Partitions of the bench deployment: the normalizer runs one durable consumer per
     /// partition, so this is the broker's consumer count.
     #[arg(long, default_value_t = streamgate_bus::DEFAULT_PARTITIONS)]
@@ -101,7 +112,8 @@ struct Figures {
     ratio_pct: f64,
     /// The relay floor with an ack per message and with one per pull, % of the baseline.
     floor_pct: [f64; 2],
-    /// Ingest→commit latency, p99, ms.
+    /// Ingest→commit latency, p50 and p99, ms.
+    p50_ms: i64,
     p99_ms: i64,
     /// CPU time per archived event during the pipeline, µs: this process (the services
     /// and the bench's producers) and nats-server. On a machine whose speed drifts, far
@@ -116,6 +128,9 @@ const DEFAULT_CAPTURE: &[u8] = include_bytes!("../../fixtures/f2/deepseek-thinki
 
 /// Runs the benchmark `--repeat` times, printing each run's figures, then their spread.
 pub async fn pipeline(args: PipelineArgs) -> Result<()> {
+    if !args.sweep.is_empty() {
+        return sweep(&args).await;
+    }
     let runs = args.repeat.max(1);
     let mut all = Vec::with_capacity(runs);
     for i in 1..=runs {
@@ -162,6 +177,43 @@ pub async fn pipeline(args: PipelineArgs) -> Result<()> {
     Ok(())
 }
 
+/// A full-speed run, then one run at each `--sweep` percentage of the events/s it
+/// reached; prints each run's figures, then one line per load.
+async fn sweep(args: &PipelineArgs) -> Result<()> {
+    let full = PipelineArgs {
+        rate: 0,
+        sweep: Vec::new(),
+        ..args.clone()
+    };
+    println!("-- the maximum (full speed)");
+    let max = pipeline_once(&full).await?;
+    let mut rows = vec![("full speed".to_owned(), max)];
+    for &pct in &args.sweep {
+        let rate = (max.events_per_s * f64::from(pct) / 100.0).round().max(1.0) as u64;
+        println!("-- {pct}% of the maximum: {rate} events/s");
+        let paced = pipeline_once(&PipelineArgs {
+            rate,
+            ..full.clone()
+        })
+        .await?;
+        rows.push((format!("{pct}%, {rate}/s"), paced));
+    }
+    println!(
+        "sweep     load: events/s archived; ingest→commit p50 / p99; CPU per event, this process + nats-server; the box busy (% of a core)"
+    );
+    for (load, f) in &rows {
+        let [process, broker] = f.cpu_us_per_event;
+        println!(
+            "sweep     {load}: {:.0} events/s; {} / {} ms; {process:.2} + {broker:.2} µs; {:.0}%",
+            f.events_per_s,
+            f.p50_ms,
+            f.p99_ms,
+            (process + broker) * f.events_per_s / 1e4
+        );
+    }
+    Ok(())
+}
+
 /// A full-speed run, then a run offered `pct`% of the events/s it reached; returns the
 /// first one's throughput figures with the second one's latency.
 async fn at_percent_of_max(args: &PipelineArgs, pct: u8) -> Result<Figures> {
@@ -178,6 +230,7 @@ async fn at_percent_of_max(args: &PipelineArgs, pct: u8) -> Result<Figures> {
     );
     let paced = pipeline_once(&PipelineArgs { rate, ..full }).await?;
     Ok(Figures {
+        p50_ms: paced.p50_ms,
         p99_ms: paced.p99_ms,
         archive_bytes_per_event: paced.archive_bytes_per_event,
         ..max
@@ -409,6 +462,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         events_per_s: total_events as f64 / secs,
         ratio_pct: 100.0 * raw_mb_s / broker_mb_s.max(f64::MIN_POSITIVE),
         floor_pct: floor,
+        p50_ms: pct(0.5),
         p99_ms: pct(0.99),
         cpu_us_per_event: [0, 1].map(|i| match (cpu_before[i], cpu_after[i]) {
             (Some(b), Some(a)) => (a - b) * 1e6 / total_events.max(1) as f64,
