@@ -189,7 +189,7 @@ async fn sweep(args: &PipelineArgs) -> Result<()> {
     let max = pipeline_once(&full).await?;
     let mut rows = vec![("full speed".to_owned(), max)];
     for &pct in &args.sweep {
-        let rate = (max.events_per_s * f64::from(pct) / 100.0).round().max(1.0) as u64;
+        let rate = share_of(&max, pct);
         println!("-- {pct}% of the maximum: {rate} events/s");
         let paced = pipeline_once(&PipelineArgs {
             rate,
@@ -214,6 +214,11 @@ async fn sweep(args: &PipelineArgs) -> Result<()> {
     Ok(())
 }
 
+/// `pct`% of the events/s a full-speed run reached: the rate a paced run is offered.
+fn share_of(max: &Figures, pct: u8) -> u64 {
+    (max.events_per_s * f64::from(pct) / 100.0).round().max(1.0) as u64
+}
+
 /// A full-speed run, then a run offered `pct`% of the events/s it reached; returns the
 /// first one's throughput figures with the second one's latency.
 async fn at_percent_of_max(args: &PipelineArgs, pct: u8) -> Result<Figures> {
@@ -223,7 +228,7 @@ async fn at_percent_of_max(args: &PipelineArgs, pct: u8) -> Result<Figures> {
     };
     println!("-- the maximum (full speed)");
     let max = pipeline_once(&full).await?;
-    let rate = (max.events_per_s * f64::from(pct) / 100.0).round().max(1.0) as u64;
+    let rate = share_of(&max, pct);
     println!(
         "-- {pct}% of the maximum ({:.0} events/s): {rate} events/s",
         max.events_per_s

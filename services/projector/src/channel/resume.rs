@@ -146,19 +146,18 @@ impl Progress {
     /// own so the partition's messages go on meanwhile; one write at a time, and a
     /// failed one is tried again next round.
     pub(super) fn save(&mut self, kv: &Store, consumer: &str) {
-        if let Some((point, task)) = &self.writing {
-            if !task.is_finished() {
-                return;
-            }
-            let point = *point;
-            if let Some((_, task)) = self.writing.take() {
-                // Unconstrained: a finished task's result must not wait on the caller's
-                // cooperative budget.
-                let written = tokio::task::unconstrained(task).now_or_never();
-                if written.is_some_and(|r| r.unwrap_or(false)) {
-                    self.saved = Some((point, Instant::now()));
-                }
-            }
+        if self
+            .writing
+            .as_ref()
+            .is_some_and(|(_, task)| !task.is_finished())
+        {
+            return;
+        }
+        if let Some((point, task)) = self.writing.take() {
+            // Unconstrained: a finished task's result must not wait on the caller's
+            // cooperative budget.
+            let written = tokio::task::unconstrained(task).now_or_never();
+            self.wrote(point, written.is_some_and(|r| r.unwrap_or(false)));
         }
         let point = self.point();
         if let Some((saved, at)) = self.saved {
@@ -173,13 +172,18 @@ impl Progress {
     /// Writes the point now (after the write under way), as a partition ends.
     pub(super) async fn save_now(&mut self, kv: &Store, consumer: &str) {
         if let Some((point, task)) = self.writing.take() {
-            if task.await.unwrap_or(false) {
-                self.saved = Some((point, Instant::now()));
-            }
+            self.wrote(point, task.await.unwrap_or(false));
         }
         let point = self.point();
-        let written = self.saved.map(|(saved, _)| saved);
-        if written != Some(point) && write(kv.clone(), consumer.to_owned(), point).await {
+        if self.saved.map(|(saved, _)| saved) != Some(point) {
+            let written = write(kv.clone(), consumer.to_owned(), point).await;
+            self.wrote(point, written);
+        }
+    }
+
+    /// Records a write of `point` that ended, `written` or not.
+    fn wrote(&mut self, point: ResumePoint, written: bool) {
+        if written {
             self.saved = Some((point, Instant::now()));
         }
     }
