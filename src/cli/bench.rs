@@ -11,6 +11,7 @@
 //! nats-server (steadier than events/s on a machine whose speed drifts).
 
 use super::bench_baseline::{self, Acks};
+use super::bench_proc::{context_switches, cpu_seconds, storage_bytes, thread_times, ThreadTimes};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use std::path::PathBuf;
@@ -383,6 +384,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     let cpu_before = [cpu_seconds(None), cpu_seconds(nats_server.pid())];
     let stored_before = [storage_bytes(None), storage_bytes(nats_server.pid())];
     let threads_before = [thread_times(None), thread_times(nats_server.pid())];
+    let switches_before = [context_switches(None), context_switches(nats_server.pid())];
     let started = Instant::now();
     let mut producers = tokio::task::JoinSet::new();
     // Run ids of their own per benchmark run, so that a run on an archive an earlier one
@@ -437,6 +439,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     // Bytes sent to storage during the run: this process (the archive), nats-server.
     let written = [0, 1].map(|i| Some(stored_after[i]?.saturating_sub(stored_before[i]?)));
     let threads_after = [thread_times(None), thread_times(nats_server.pid())];
+    let switches_after = [context_switches(None), context_switches(nats_server.pid())];
     shutdown.cancel();
     for mut t in [normalizer.tasks, archiver.tasks] {
         while let Some(r) = t.join_next().await {
@@ -506,6 +509,9 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     if let Some(line) = threads_line(&threads_before, &threads_after, secs) {
         println!("{line}");
     }
+    if let Some(line) = switches_line(switches_before, switches_after, total_events) {
+        println!("{line}");
+    }
     if let Some(line) = disk_line(written, total_events, capture.len() * total_runs) {
         println!("{line}");
     }
@@ -547,45 +553,6 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
     Ok(figures)
 }
 
-/// CPU time (user + system) a process has used so far, in seconds: this process, or
-/// the one with `pid`; `None` where it cannot be read (the process is gone). Read with
-/// procfs (already in the tree through metrics-process, which reads only its own
-/// process).
-#[cfg(target_os = "linux")]
-pub(crate) fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    let stat = process(pid)?.stat().ok()?;
-    Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
-}
-
-/// This process, or the one with `pid`; `None` where it cannot be opened (it is gone).
-#[cfg(target_os = "linux")]
-fn process(pid: Option<u32>) -> Option<procfs::process::Process> {
-    match pid {
-        Some(pid) => procfs::process::Process::new(i32::try_from(pid).ok()?).ok(),
-        None => procfs::process::Process::myself().ok(),
-    }
-}
-
-/// Not read outside Linux: the figure prints as NaN.
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn cpu_seconds(_pid: Option<u32>) -> Option<f64> {
-    None
-}
-
-/// Bytes a process has sent to the storage layer so far (`write_bytes` of
-/// `/proc/<pid>/io`: pages it dirtied in files, not its socket writes): this process, or
-/// the one with `pid`; `None` where it cannot be read.
-#[cfg(target_os = "linux")]
-fn storage_bytes(pid: Option<u32>) -> Option<u64> {
-    Some(process(pid)?.io().ok()?.write_bytes)
-}
-
-/// Not read outside Linux: the `disk` line is left out.
-#[cfg(not(target_os = "linux"))]
-fn storage_bytes(_pid: Option<u32>) -> Option<u64> {
-    None
-}
-
 /// The `disk` line: what this process (the archive: its database and WAL) and
 /// nats-server (its stores) sent to storage over the run (`written`, bytes), in MB and
 /// in bytes per event, beside the raw input's bytes per event — the write amplification an operator's disk
@@ -604,35 +571,6 @@ fn disk_line(written: [Option<u64>; 2], events: usize, raw_bytes: usize) -> Opti
         per_event(broker),
         raw_bytes as f64 / events.max(1) as f64,
     ))
-}
-
-/// Per thread name, seconds `[on a core, runnable but waiting for one]`.
-type ThreadTimes = std::collections::BTreeMap<String, [f64; 2]>;
-
-/// On a core and runnable but waiting for one (the scheduler's run queue), in seconds so
-/// far, per thread name, summed over that name's threads: of this process, or of the one
-/// with `pid`. Empty where it cannot be read.
-#[cfg(target_os = "linux")]
-fn thread_times(pid: Option<u32>) -> ThreadTimes {
-    let mut times = ThreadTimes::new();
-    let Some(tasks) = process(pid).and_then(|p| p.tasks().ok()) else {
-        return times;
-    };
-    for task in tasks.flatten() {
-        let (Ok(stat), Ok(sched)) = (task.stat(), task.schedstat()) else {
-            continue;
-        };
-        let t = times.entry(stat.comm).or_insert([0.0; 2]);
-        t[0] += sched.sum_exec_runtime as f64 / 1e9;
-        t[1] += sched.run_delay as f64 / 1e9;
-    }
-    times
-}
-
-/// Not read outside Linux: the `threads` line is left out.
-#[cfg(not(target_os = "linux"))]
-fn thread_times(_pid: Option<u32>) -> ThreadTimes {
-    ThreadTimes::new()
 }
 
 /// The `threads` line: per thread name (this process, then nats-server), the share of a
@@ -659,6 +597,26 @@ fn threads_line(before: &[ThreadTimes; 2], after: &[ThreadTimes; 2], secs: f64) 
             parts.join(", ")
         )
     })
+}
+
+/// The `switches` line: context switches per archived event over the run, voluntary +
+/// involuntary, of this process and of nats-server ([`context_switches`]). Voluntary
+/// ones count hand-overs: a message passed from one thread to the next wakes a sleeping
+/// one, so a light load, with a message or two per few events, pays several per event
+/// and full speed a fraction of one. Involuntary ones count the box's saturation.
+fn switches_line(
+    before: [Option<[u64; 2]>; 2],
+    after: [Option<[u64; 2]>; 2],
+    events: usize,
+) -> Option<String> {
+    let per_event = |i: usize| -> Option<[f64; 2]> {
+        let (b, a) = (before[i]?, after[i]?);
+        Some([0, 1].map(|k| a[k].saturating_sub(b[k]) as f64 / events.max(1) as f64))
+    };
+    let ([own_v, own_i], [nats_v, nats_i]) = (per_event(0)?, per_event(1)?);
+    Some(format!(
+        "switches  {own_v:.2} + {own_i:.2} per event in this process, {nats_v:.2} + {nats_i:.2} in nats-server (voluntary: a thread sleeps until its next message; involuntary: the scheduler takes its core)"
+    ))
 }
 
 /// Prints the messages the broker stored per raw chunk: the events messages (one per run
@@ -1053,39 +1011,6 @@ x_seconds_count{step=\"apply\"} 80
         assert_eq!(quantiles_ms(rendered, "y_seconds", None), None);
     }
 
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn cpu_time_is_read_from_proc_and_grows_with_work() {
-        let before = cpu_seconds(None).expect("this process's CPU time");
-        let own = cpu_seconds(Some(std::process::id())).expect("the same, by pid");
-        assert!(own >= before, "{own} < {before}");
-        // Spin until the clock-tick counters move (USER_HZ: 10 ms a tick).
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut x = 0u64;
-        while cpu_seconds(None).unwrap_or(0.0) < before + 0.05 {
-            assert!(
-                Instant::now() < deadline,
-                "no CPU time counted after 10 s of work"
-            );
-            for i in 0..100_000u64 {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
-            }
-        }
-        assert_eq!(cpu_seconds(Some(u32::MAX)), None, "no such process");
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn storage_bytes_count_what_a_file_write_sends_to_disk() {
-        // Beside the sources, not in $TMPDIR: a tmpfs sends nothing to storage.
-        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-        let before = storage_bytes(None).expect("this process's storage writes");
-        std::fs::write(dir.path().join("f"), vec![7u8; 1 << 20]).unwrap();
-        let after = storage_bytes(None).unwrap();
-        assert!(after >= before + (1 << 20), "{before} → {after}");
-        assert_eq!(storage_bytes(Some(u32::MAX)), None, "no such process");
-    }
-
     #[test]
     fn the_disk_line_reads_bytes_per_event_for_each_process() {
         let line = disk_line([Some(2_000_000), Some(500_000)], 1_000, 250_000).unwrap();
@@ -1097,30 +1022,34 @@ x_seconds_count{step=\"apply\"} 80
     }
 
     #[test]
-    fn thread_times_are_read_per_thread_name_and_grow_with_work() {
-        let spin = std::thread::Builder::new()
-            .name("sg-bench-spin".to_owned())
-            .spawn(|| {
-                // Until the thread itself has run 30 ms (on a loaded box 30 ms of wall
-                // time can be much less of a core), or 10 s have passed.
-                let (started, mut x) = (Instant::now(), 0u64);
-                loop {
-                    for _ in 0..100_000 {
-                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
-                    }
-                    let times = thread_times(None);
-                    let ran = times.get("sg-bench-spin").map_or(0.0, |t| t[0]);
-                    if ran >= 0.03 || started.elapsed() > Duration::from_secs(10) {
-                        break times;
-                    }
-                }
-            })
-            .expect("a thread");
-        let times = spin.join().expect("the spinning thread");
-        let [ran, waited] = times["sg-bench-spin"];
-        assert!(ran >= 0.02, "ran {ran} s");
-        assert!(waited >= 0.0);
-        assert!(thread_times(Some(u32::MAX)).is_empty(), "no such process");
+    fn the_switches_line_reads_each_kind_per_event_for_each_process() {
+        let line = switches_line(
+            [Some([100, 10]), Some([50, 0])],
+            [Some([2_100, 510]), Some([1_050, 100])],
+            1_000,
+        );
+        assert_eq!(
+            line.as_deref(),
+            Some(
+                "switches  2.00 + 0.50 per event in this process, 1.00 + 0.10 in nats-server \
+                 (voluntary: a thread sleeps until its next message; involuntary: the scheduler \
+                 takes its core)"
+            )
+        );
+        // A thread that ended during the run took its counts: never below zero.
+        let fewer = switches_line(
+            [Some([10, 10]), Some([0, 0])],
+            [Some([5, 5]), Some([0, 0])],
+            1,
+        );
+        assert_eq!(
+            fewer.as_deref().map(|l| &l[..38]),
+            Some("switches  0.00 + 0.00 per event in thi")
+        );
+        assert_eq!(
+            switches_line([None, Some([0, 0])], [None, Some([1, 1])], 1),
+            None
+        );
     }
 
     #[test]

@@ -164,8 +164,8 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         .map_or(0, |e| e.seq);
     let mut published: HashMap<(String, u64), Instant> = HashMap::with_capacity(total);
     let cpu_before = [
-        crate::cli::bench::cpu_seconds(None),
-        crate::cli::bench::cpu_seconds(nats_server.pid()),
+        crate::cli::bench_proc::cpu_seconds(None),
+        crate::cli::bench_proc::cpu_seconds(nats_server.pid()),
     ];
     let started = Instant::now();
     // One round publishes an event of every run: at `rate`, a round every runs/rate s,
@@ -247,8 +247,8 @@ pub async fn projector(args: ProjectorArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let cpu_after = [
-        crate::cli::bench::cpu_seconds(None),
-        crate::cli::bench::cpu_seconds(nats_server.pid()),
+        crate::cli::bench_proc::cpu_seconds(None),
+        crate::cli::bench_proc::cpu_seconds(nats_server.pid()),
     ];
     shutdown.cancel();
     drop(running);
