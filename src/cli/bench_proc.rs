@@ -2,7 +2,8 @@
 //! sent to storage, its threads' time on a core and waiting for one, and its context
 //! switches — of this process or of the nats-server it spawned. Read with procfs
 //! (already in the tree through metrics-process, which reads only its own process).
-//! Outside Linux each reads as `None` (or empty), and the line it feeds is left out.
+//! Outside Linux each reads as `None` (or empty): the CPU figures print as NaN and the
+//! other lines they feed are left out.
 
 /// CPU time (user + system) a process has used so far, in seconds: this process, or
 /// the one with `pid`; `None` where it cannot be read (the process is gone).
@@ -43,19 +44,29 @@ pub(crate) fn storage_bytes(_pid: Option<u32>) -> Option<u64> {
 
 /// Context switches so far, `[voluntary, involuntary]`, summed over the threads alive
 /// now: of this process, or of the one with `pid`; `None` where it cannot be read. A
-/// voluntary switch is a thread going to sleep until its next message or reply: every
-/// hand-over of a message from one thread to another costs at least one. An involuntary
-/// one is the scheduler taking a thread's core away (the box is saturated). A thread
-/// that ended takes its counts with it, so a delta over a run is a floor.
+/// voluntary switch is a thread going to sleep until its next message or reply: handing
+/// a message to a thread that sleeps costs one. An involuntary one is the scheduler
+/// taking a thread's core away (the box is saturated). A thread that ended takes its
+/// counts with it, so a delta over a run is a floor.
 #[cfg(target_os = "linux")]
 pub(crate) fn context_switches(pid: Option<u32>) -> Option<[u64; 2]> {
     let tasks = process(pid)?.tasks().ok()?;
-    let mut sum = [0u64; 2];
-    for status in tasks.flatten().filter_map(|t| t.status().ok()) {
-        sum[0] += status.voluntary_ctxt_switches.unwrap_or(0);
-        sum[1] += status.nonvoluntary_ctxt_switches.unwrap_or(0);
-    }
-    Some(sum)
+    Some(
+        tasks
+            .flatten()
+            .filter_map(|t| switches_of(&t))
+            .fold([0, 0], |sum, t| [sum[0] + t[0], sum[1] + t[1]]),
+    )
+}
+
+/// One thread's context switches so far, `[voluntary, involuntary]`.
+#[cfg(target_os = "linux")]
+fn switches_of(task: &procfs::process::Task) -> Option<[u64; 2]> {
+    let status = task.status().ok()?;
+    Some([
+        status.voluntary_ctxt_switches.unwrap_or(0),
+        status.nonvoluntary_ctxt_switches.unwrap_or(0),
+    ])
 }
 
 /// Not read outside Linux: the `switches` line is left out.
@@ -131,6 +142,7 @@ mod tests {
         assert_eq!(storage_bytes(Some(u32::MAX)), None, "no such process");
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn thread_times_are_read_per_thread_name_and_grow_with_work() {
         let spin = std::thread::Builder::new()
@@ -161,17 +173,40 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_thread_that_sleeps_counts_voluntary_switches() {
+        // This thread's own counts: other tests' threads end while it sleeps, and take
+        // theirs out of the process's sum.
+        fn this_thread() -> [u64; 2] {
+            let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+            let tid = link
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse().ok())
+                .expect("a thread id");
+            let task = process(None)
+                .and_then(|p| p.task_from_tid(tid).ok())
+                .expect("this thread's task");
+            switches_of(&task).expect("its switches")
+        }
         let sleeper = std::thread::spawn(|| {
-            let before = context_switches(None).expect("this process's switches");
+            let before = this_thread();
             for _ in 0..20 {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            // Read while this thread is alive: an ended thread's counts are gone.
-            (before, context_switches(None).expect("again"))
+            let after = this_thread();
+            // Read while this thread is alive: the sum over the process includes it.
+            (
+                before,
+                after,
+                context_switches(None).expect("this process's switches"),
+            )
         });
-        let (before, after) = sleeper.join().expect("the sleeping thread");
+        let (before, after, process) = sleeper.join().expect("the sleeping thread");
         assert!(after[0] >= before[0] + 20, "{before:?} → {after:?}");
         assert!(after[1] >= before[1]);
+        assert!(
+            process[0] >= after[0] && process[1] >= after[1],
+            "{process:?} < {after:?}"
+        );
         assert_eq!(context_switches(Some(u32::MAX)), None, "no such process");
     }
 }
