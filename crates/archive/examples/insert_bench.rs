@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p streamgate-archive --example insert_bench -- \
 //!     [--events N] [--batch N] [--runs N] [--writers N] [--backend sqlite|postgres|both] \
-//!     [--run-events N] [--provenance none|apart|joined]
+//!     [--run-events N] [--provenance none|apart|joined] [--history N]
 //! ```
 //!
 //! Events are generated up front like `SG_EVENTS` delivers them: `--runs` runs streaming
@@ -18,6 +18,11 @@
 //! `--provenance` each batch also stamps what made its runs, as the archiver does:
 //! `apart` in a second transaction (`record_provenance`, the archiver up to 2026-12-03),
 //! `joined` in the same one (`insert_batch_with_provenance`, the archiver since).
+//! With `--history N` the archive first holds N finished runs of earlier chats (untimed),
+//! and every run has a session key of its own, as in production: a live run's `runs` row
+//! and index entries then lie among theirs instead of on the few pages a fresh archive
+//! has. SQLite's line also gives the bytes this process wrote to storage per event in
+//! the timed part (`/proc/self/io`; the WAL, its checkpoints and the fsyncs' metadata).
 //! PostgreSQL uses a fresh database on `$STREAMGATE_PG_URL` (default the local trust-auth
 //! server), dropped afterwards; SQLite a file in a temp dir.
 
@@ -36,6 +41,7 @@ struct Args {
     backend: String,
     provenance: String,
     run_events: Option<usize>,
+    history: usize,
 }
 
 fn parse_args() -> Args {
@@ -47,6 +53,7 @@ fn parse_args() -> Args {
         backend: "both".into(),
         provenance: "none".into(),
         run_events: None,
+        history: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -60,6 +67,7 @@ fn parse_args() -> Args {
             "--backend" => a.backend = value.clone(),
             "--provenance" => a.provenance = value.clone(),
             "--run-events" => a.run_events = Some(num()),
+            "--history" => a.history = num(),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -101,6 +109,50 @@ fn journal(events: usize, runs: usize, per_run: Option<usize>) -> Vec<ArchivedEv
         }
     }
     out
+}
+
+/// A session key of its own for a run, spread over the key space as chat ids are.
+fn session_of(run_id: &str) -> String {
+    let h = run_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("chat-{h:016x}")
+}
+
+/// Gives every event the session key of its run ([`session_of`]).
+fn own_sessions(events: &mut [ArchivedEvent]) {
+    for e in events {
+        let envelope = &mut e.event.envelope;
+        envelope.session_key = Some(session_of(&envelope.run_id));
+    }
+}
+
+/// `n` finished runs of three events each, before the journal's first (untimed).
+fn history(n: usize) -> Vec<ArchivedEvent> {
+    let mut out: Vec<ArchivedEvent> = (0..n)
+        .flat_map(|i| {
+            common::whole_run(
+                &format!("tenant-{}", i % 4),
+                &format!("old-run-{i:07}"),
+                1_600_000_000_000 + i as i64,
+                1,
+                0,
+            )
+        })
+        .collect();
+    own_sessions(&mut out);
+    out
+}
+
+/// Bytes this process has written to storage (Linux; 0 elsewhere).
+fn written_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// One stamp per run of the batch, as the archiver reads them off its messages.
@@ -145,6 +197,10 @@ async fn insert(store: &dyn Store, batch: &[ArchivedEvent], mode: &str) -> u64 {
 async fn bench(name: &str, store: Arc<dyn Store>, events: &[ArchivedEvent], args: &Args) {
     let batches: Vec<Vec<ArchivedEvent>> = events.chunks(args.batch).map(<[_]>::to_vec).collect();
     let batches = Arc::new(batches);
+    for old in history(args.history).chunks(3_000) {
+        store.insert_batch(old).await.expect("history");
+    }
+    let written = written_bytes();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..args.writers {
@@ -165,23 +221,35 @@ async fn bench(name: &str, store: Arc<dyn Store>, events: &[ArchivedEvent], args
         inserted += t.await.expect("writer task");
     }
     let secs = started.elapsed().as_secs_f64();
+    // The store's own process writes only for SQLite; PostgreSQL's server writes its own.
+    let written = match name {
+        "sqlite" => format!(
+            ", {:.0} bytes written per event",
+            written_bytes().saturating_sub(written) as f64 / inserted.max(1) as f64
+        ),
+        _ => String::new(),
+    };
     assert_eq!(inserted, events.len() as u64, "every event is new");
     println!(
         "{name:>8}: {inserted} events in {secs:.2}s = {:.0} events/s, {:.2} ms per batch \
-         (batch {}, {} runs, {} writer(s), provenance {})",
+         (batch {}, {} runs, {} writer(s), provenance {}, history {}){written}",
         inserted as f64 / secs,
         secs * 1000.0 / batches.len() as f64,
         args.batch,
         args.runs,
         args.writers,
-        args.provenance
+        args.provenance,
+        args.history
     );
 }
 
 #[tokio::main]
 async fn main() {
     let args = parse_args();
-    let events = journal(args.events, args.runs, args.run_events);
+    let mut events = journal(args.events, args.runs, args.run_events);
+    if args.history > 0 {
+        own_sessions(&mut events);
+    }
     let payload_bytes: usize = events.iter().map(|e| e.event.event.to_json().len()).sum();
     println!(
         "{} events, {:.0} payload bytes/event on average",

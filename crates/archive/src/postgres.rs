@@ -393,8 +393,9 @@ async fn write_rows<'r>(
                  $9::text[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], \
                  $14::int8[], $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], \
                  $20::int8[], $21::int8[], $22::int8[]) \
-                 ON CONFLICT (tenant, run_id) DO UPDATE SET {}",
+                 ON CONFLICT (tenant, run_id) DO UPDATE SET {}, {}",
                 rows::RUN_INSERT_COLUMNS,
+                rows::RUN_UPSERT_SET_INDEXED,
                 rows::RUN_UPSERT_SET
             ))
             .await?;

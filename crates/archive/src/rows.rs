@@ -833,8 +833,21 @@ pub(crate) fn accounting_values(d: &RunDelta) -> [Option<i64>; 7] {
 /// provider/model/session: first non-null wins (only `lifecycle/start` sets them);
 /// status/stop_reason: the terminal event with the highest seq wins; usage: the lifecycle
 /// event with the highest seq that carried one wins; seq/ts ranges: min/max; count: sum.
-pub(crate) const RUN_UPSERT_SET: &str = "
+///
+/// These are the rules of the two indexed columns, `session_key` and `first_ts_ms`;
+/// [`RUN_UPSERT_SET`] holds the rest. SQLite rewrites its entry in every index on a column
+/// a `SET` names, whether or not the value changes (three index pages per live run and
+/// commit), so its upsert takes only the rest and changes the two in a statement of its
+/// own, only where they do change (`sqlite::RUNS_INDEXED_UPDATE`). PostgreSQL compares
+/// the values (an unchanged index is not written) and takes both.
+pub(crate) const RUN_UPSERT_SET_INDEXED: &str = "
     session_key  = COALESCE(runs.session_key, excluded.session_key),
+    first_ts_ms  = CASE WHEN excluded.first_ts_ms < runs.first_ts_ms
+                        THEN excluded.first_ts_ms ELSE runs.first_ts_ms END";
+
+/// The merge rules of the `runs` upsert for its unindexed columns (see
+/// [`RUN_UPSERT_SET_INDEXED`]).
+pub(crate) const RUN_UPSERT_SET: &str = "
     provider     = COALESCE(runs.provider, excluded.provider),
     model        = COALESCE(runs.model, excluded.model),
     status       = CASE WHEN excluded.terminal_seq > COALESCE(runs.terminal_seq, -1)
@@ -851,8 +864,6 @@ pub(crate) const RUN_UPSERT_SET: &str = "
                         THEN excluded.first_seq ELSE runs.first_seq END,
     last_seq     = CASE WHEN excluded.last_seq > runs.last_seq
                         THEN excluded.last_seq ELSE runs.last_seq END,
-    first_ts_ms  = CASE WHEN excluded.first_ts_ms < runs.first_ts_ms
-                        THEN excluded.first_ts_ms ELSE runs.first_ts_ms END,
     last_ts_ms   = CASE WHEN excluded.last_ts_ms > runs.last_ts_ms
                         THEN excluded.last_ts_ms ELSE runs.last_ts_ms END,
     event_count  = runs.event_count + excluded.event_count,

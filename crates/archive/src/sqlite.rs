@@ -658,6 +658,7 @@ fn write_batch(
         rows::RUN_UPSERT_SET
     );
     let mut upsert = tx.prepare_cached(&upsert)?;
+    let mut indexed = tx.prepare_cached(RUNS_INDEXED_UPDATE)?;
     for d in &deltas {
         let status = d
             .terminal
@@ -688,9 +689,20 @@ fn write_batch(
             a[5],
             a[6],
         ])?;
+        indexed.execute(params![d.tenant, d.run_id, d.session_key, d.first_ts_ms])?;
     }
     Ok(result)
 }
+
+/// The `runs` upsert's rules for its indexed columns ([`rows::RUN_UPSERT_SET_INDEXED`]),
+/// as a statement that writes a row only where one of them changes: a session key where
+/// the row has none, an earlier first time (a batch committed out of order). Naming
+/// them in the upsert's `SET` would rewrite the run's entries in `runs_by_time`,
+/// `runs_by_tenant_time` and `runs_by_session` at every commit, changed or not.
+const RUNS_INDEXED_UPDATE: &str = "UPDATE runs SET session_key = COALESCE(session_key, ?3), \
+     first_ts_ms = MIN(first_ts_ms, ?4) \
+     WHERE tenant = ?1 AND run_id = ?2 \
+       AND ((session_key IS NULL AND ?3 IS NOT NULL) OR first_ts_ms > ?4)";
 
 fn write_provenance(conn: &mut Connection, runs: &[RunProvenance]) -> Result<(), ArchiveError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;

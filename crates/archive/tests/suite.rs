@@ -9,7 +9,8 @@ use common::*;
 use std::sync::Arc;
 use streamgate_archive::{
     id_hash, open_store, ArchiveError, ArchivedEvent, EraseScope, Erasure, InsertOutcome,
-    NewGeneration, Provenance, RawChunkRecord, RunFilter, RunProvenance, RunStatusKind, Store,
+    NewGeneration, Provenance, RawChunkRecord, RunFilter, RunPage, RunProvenance, RunStatusKind,
+    Store,
 };
 use streamgate_grammar::usage::Tokens;
 use streamgate_grammar::{Assistant, AssistantPhase, EventData, Json, StopReason};
@@ -65,6 +66,7 @@ both_backends!(
     conflict_is_counted_and_original_kept,
     runs_row_follows_start_to_end,
     runs_row_is_independent_of_batch_order,
+    runs_indexes_follow_a_late_session_and_an_earlier_start,
     events_after_and_journal_after_order_and_limit,
     journal_pages_never_split_a_batch_message,
     list_runs_filters_and_cursor_pagination,
@@ -268,6 +270,56 @@ async fn runs_row_is_independent_of_batch_order(backend: Backend) {
     assert_eq!((r.first_seq, r.last_seq, r.event_count), (1, 6, 6));
     assert_eq!((r.first_ts_ms, r.last_ts_ms), (10_001, 10_006));
     assert!(r.usage.is_some());
+}
+
+/// The `runs` columns behind an index (`session_key`, `first_ts_ms`) change where a
+/// batch changes them, and the indexes find the run by the new values: a session key
+/// that only a later batch carries, an earlier start committed after a later event.
+async fn runs_indexes_follow_a_late_session_and_an_earlier_start(backend: Backend) {
+    let store = backend.open().await;
+    let e = |session, seq: u64| env("t7", session, "run-late", 30_000 + seq as i64);
+    store
+        .insert_batch(&[archived(e(None, 5), 5, delta("e"), 1)])
+        .await
+        .unwrap();
+    let by = |session: Option<&str>, since: Option<i64>| RunFilter {
+        tenant: Some("t7".into()),
+        session_key: session.map(str::to_owned),
+        since_ts_ms: since,
+        ..RunFilter::default()
+    };
+    let found = |page: RunPage| page.runs.iter().map(|r| r.first_ts_ms).collect::<Vec<_>>();
+    assert!(found(store.list_runs(&by(Some("chat-late"), None)).await.unwrap()).is_empty());
+
+    store
+        .insert_batch(&[archived(
+            e(Some("chat-late"), 1),
+            1,
+            start("openai", "gpt-x"),
+            2,
+        )])
+        .await
+        .unwrap();
+    let run = store.get_run("t7", "run-late").await.unwrap().unwrap();
+    assert_eq!(run.session_key.as_deref(), Some("chat-late"));
+    assert_eq!(
+        (run.first_ts_ms, run.last_ts_ms, run.event_count),
+        (30_001, 30_005, 2)
+    );
+    let session = store.list_runs(&by(Some("chat-late"), None)).await.unwrap();
+    assert_eq!(found(session), vec![30_001]);
+    // The time index holds the earlier start: found from it, not only from the later one.
+    let since = store.list_runs(&by(None, Some(30_001))).await.unwrap();
+    assert_eq!(found(since), vec![30_001]);
+
+    // A batch without a session key leaves the one stored.
+    store
+        .insert_batch(&[archived(e(None, 6), 6, delta("f"), 3)])
+        .await
+        .unwrap();
+    let run = store.get_run("t7", "run-late").await.unwrap().unwrap();
+    assert_eq!(run.session_key.as_deref(), Some("chat-late"));
+    assert_eq!((run.first_ts_ms, run.event_count), (30_001, 3));
 }
 
 async fn events_after_and_journal_after_order_and_limit(backend: Backend) {
