@@ -82,6 +82,10 @@ pub struct PipelineArgs {
     /// `--commit-interval-ms`; default: the service's default; at most 60000).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub commit_interval_ms: Option<u64>,
+    /// Archive the raw chunks too, as `streamgate up` and the Kubernetes manifests do
+    /// (the archiver's `--archive-raw`): a second consumer on `SG_RAW` and its writes.
+    #[arg(long)]
+    pub archive_raw: bool,
     /// Also print latency second by second (commit time), to tell stalls from steady
     /// queueing, and the normalizer's hop (ingest → events published) apart from the
     /// archiver's. The hop is read by a subscriber on SG_EVENTS' subjects, which costs the
@@ -348,6 +352,7 @@ async fn pipeline_once(args: &PipelineArgs) -> Result<Figures> {
         store,
         ConsumerConfig {
             on_commit: Some(hook),
+            archive_raw: args.archive_raw,
             commit_interval: args.commit_interval_ms.map_or(
                 ConsumerConfig::default().commit_interval,
                 std::time::Duration::from_millis,

@@ -65,7 +65,8 @@ pub struct Args {
     /// Events per archive transaction at most.
     #[arg(long, env = "STREAMGATE_ARCHIVE_BATCH", default_value_t = 1024)]
     pub batch: usize,
-    /// Milliseconds between the starts of two archive commits at least: what arrives
+    /// Milliseconds between the starts of two archive commits at least (of events, and
+    /// of raw chunks with `--archive-raw`): what arrives
     /// meanwhile joins the next one, so a modest load does not rewrite each run's pages
     /// (and fsync) hundreds of times a second. 0: commit as soon as anything arrives;
     /// at most 60000 (a minute).

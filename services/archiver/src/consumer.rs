@@ -42,7 +42,8 @@ pub struct ConsumerConfig {
     pub durable: String,
     /// Messages per transaction at most.
     pub batch: usize,
-    /// The shortest time between two batches taken from the broker (each is handed to
+    /// The shortest time between two batches taken from the broker, for the events and
+    /// (with `archive_raw`) for the raw chunks each (each is handed to
     /// the store as it is taken; batches that queue behind a commit share the next
     /// transaction, so this also spaces the commits). Every commit rewrites the
     /// archive pages of each run it touches (and, on SQLite, fsyncs), so at a modest load
@@ -140,15 +141,7 @@ pub async fn run_events(
             Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
             b = batches.next() => match b { Some(b) => b, None => break },
         };
-        // A backlog (a full batch, or the broker reporting more pending after its last
-        // message): the next batch is taken as soon as this one is in.
-        let now = tokio::time::Instant::now();
-        next_commit =
-            if batch.len() >= cfg.batch.max(1) || streamgate_bus::consume::more_pending(&batch) {
-                now
-            } else {
-                now.checked_add(cfg.commit_interval).unwrap_or(now)
-            };
+        next_commit = next_commit_after(&batch, &cfg);
         in_flight.push(archive(&*store, &cfg, &shutdown, Taken::decode(batch)));
     }
     // What was taken is committed and acknowledged (or, with the store down at shutdown,
@@ -156,6 +149,21 @@ pub async fn run_events(
     while in_flight.next().await.is_some() {}
     info!("archiver consumer stopped");
     Ok(())
+}
+
+/// When the batch after `batch` may be taken: at once after a backlog (a full batch, or
+/// the broker reporting more pending after its last message), else `commit_interval`
+/// from now, so that what arrives meanwhile joins one commit.
+fn next_commit_after<E>(
+    batch: &[Result<async_nats::jetstream::Message, E>],
+    cfg: &ConsumerConfig,
+) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    if batch.len() >= cfg.batch.max(1) || streamgate_bus::consume::more_pending(batch) {
+        now
+    } else {
+        now.checked_add(cfg.commit_interval).unwrap_or(now)
+    }
 }
 
 /// One consumer batch, decoded.
@@ -330,12 +338,23 @@ pub async fn run_raw(
     )
     .await?;
     let mut batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
+    // Paced like the events: one commit per `commit_interval` unless a backlog waits. A
+    // commit per batch as it came made a commit (and an fsync) of nearly every chunk at a
+    // live pace, and doubled what the archive wrote (docs/performance.md,
+    // twenty-fifth stop).
+    let mut next_commit = tokio::time::Instant::now();
     loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep_until(next_commit) => {}
+        }
         let batch = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
             b = batches.next() => match b { Some(b) => b, None => break },
         };
+        next_commit = next_commit_after(&batch, &cfg);
         let msgs: Vec<_> = batch.into_iter().filter_map(Result::ok).collect();
         let records: Vec<RawChunkRecord> = msgs
             .iter()
