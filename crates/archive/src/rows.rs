@@ -828,7 +828,8 @@ pub(crate) fn accounting_values(d: &RunDelta) -> [Option<i64>; 7] {
 }
 
 /// The merge rules of the `runs` upsert, valid SQL for both backends (CASE rather than
-/// MIN/MAX or LEAST/GREATEST, which the two spell differently and treat NULL differently).
+/// MIN/MAX or LEAST/GREATEST, which the two spell differently and treat NULL differently;
+/// SQLite's own `sqlite::RUNS_INDEXED_UPDATE` uses its `MIN` on two non-null values).
 /// Every rule is commutative, so batches may commit in any order:
 /// provider/model/session: first non-null wins (only `lifecycle/start` sets them);
 /// status/stop_reason: the terminal event with the highest seq wins; usage: the lifecycle

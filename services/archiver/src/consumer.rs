@@ -340,8 +340,8 @@ pub async fn run_raw(
     let mut batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
     // Paced like the events: one commit per `commit_interval` unless a backlog waits. A
     // commit per batch as it came made a commit (and an fsync) of nearly every chunk at a
-    // live pace, and doubled what the archive wrote (docs/performance.md,
-    // twenty-fifth stop).
+    // live pace, and the archive wrote a third more (docs/performance.md, twenty-fifth
+    // stop).
     let mut next_commit = tokio::time::Instant::now();
     loop {
         tokio::select! {
