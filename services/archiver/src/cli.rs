@@ -66,10 +66,10 @@ pub struct Args {
     #[arg(long, env = "STREAMGATE_ARCHIVE_BATCH", default_value_t = 1024)]
     pub batch: usize,
     /// Milliseconds between the starts of two archive commits at least (of events, and
-    /// of raw chunks with `--archive-raw`): what arrives
-    /// meanwhile joins the next one, so a modest load does not rewrite each run's pages
-    /// (and fsync) hundreds of times a second. 0: commit as soon as anything arrives;
-    /// at most 60000 (a minute).
+    /// of raw chunks with `--archive-raw`): what arrives meanwhile joins the next one, so
+    /// a modest load does not rewrite each run's pages (and fsync) hundreds of times a
+    /// second. 0: commit as soon as anything arrives; at most 60000 (a minute), and at
+    /// most half of `--ack-wait-secs`.
     #[arg(
         long,
         env = "STREAMGATE_ARCHIVE_COMMIT_INTERVAL_MS",
@@ -89,8 +89,23 @@ pub struct Args {
     pub telemetry: TelemetryArgs,
 }
 
+/// Refuses a commit interval longer than half the ack wait: the broker keeps delivering
+/// while the archiver waits to commit, so what it took at the start of a wait would be
+/// delivered again, to every replica, before it could be acknowledged.
+fn commits_within_ack_wait(commit_interval_ms: u64, ack_wait_secs: u64) -> anyhow::Result<()> {
+    let ack_wait_ms = ack_wait_secs.max(1).saturating_mul(1000);
+    anyhow::ensure!(
+        commit_interval_ms.saturating_mul(2) <= ack_wait_ms,
+        "--commit-interval-ms {commit_interval_ms} is more than half of --ack-wait-secs \
+         {ack_wait_secs} ({ack_wait_ms} ms): what the archiver takes while it waits to commit \
+         would be redelivered before it is acknowledged; lower the interval or raise the ack wait"
+    );
+    Ok(())
+}
+
 /// Runs the service until SIGINT/SIGTERM, draining in-flight work.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    commits_within_ack_wait(args.commit_interval_ms, args.ack_wait_secs)?;
     init_telemetry(&args.telemetry.config("streamgate-archiver"))?;
     let shutdown = streamgate_runtime::shutdown::on_signal();
     let nats = args.nats.connect().await?;
@@ -130,4 +145,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     streamgate_runtime::telemetry::flush().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::commits_within_ack_wait;
+
+    #[test]
+    fn a_commit_interval_past_half_the_ack_wait_is_refused_with_both_flags_named() {
+        assert!(commits_within_ack_wait(10, 10).is_ok());
+        assert!(commits_within_ack_wait(5_000, 10).is_ok());
+        assert!(commits_within_ack_wait(60_000, 120).is_ok());
+        let e = commits_within_ack_wait(5_001, 10).unwrap_err().to_string();
+        assert!(e.contains("--commit-interval-ms 5001"), "{e}");
+        assert!(e.contains("--ack-wait-secs 10"), "{e}");
+        // An ack wait of 0 is taken as 1 s, as the consumer does.
+        assert!(commits_within_ack_wait(500, 0).is_ok());
+        assert!(commits_within_ack_wait(501, 0).is_err());
+    }
 }
