@@ -42,10 +42,10 @@ pub struct ConsumerConfig {
     pub durable: String,
     /// Messages per transaction at most.
     pub batch: usize,
-    /// The shortest time between two batches taken from the broker, for the events and
-    /// (with `archive_raw`) for the raw chunks each (each is handed to
-    /// the store as it is taken; batches that queue behind a commit share the next
-    /// transaction, so this also spaces the commits). Every commit rewrites the
+    /// The shortest time between two batches taken from the broker, by the events
+    /// consumer and (with `archive_raw`) by the raw one. A batch is handed to the store as
+    /// it is taken, and batches that queue behind a commit share the next transaction, so
+    /// this also spaces the commits. Every commit rewrites the
     /// archive pages of each run it touches (and, on SQLite, fsyncs), so at a modest load
     /// committing as soon as anything arrives writes each page many times over: at 20k
     /// events/s on the bench's 32 runs, 330 commits/s wrote ~90 MB/s of WAL for 5 MB/s of
