@@ -50,6 +50,10 @@ pub enum ArchiveError {
         /// Why.
         source: std::io::Error,
     },
+    /// The SQLite archive's WAL file could not be synced to disk: what was written since
+    /// is not known to be durable, so it is never acknowledged; a restart recovers.
+    #[error("the archive's WAL could not be synced to disk ({0}); restart to recover")]
+    WalSync(String),
     /// The SQLite writer thread or a blocking reader task stopped unexpectedly.
     #[error("sqlite worker stopped: {0}")]
     WorkerGone(String),

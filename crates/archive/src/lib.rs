@@ -32,7 +32,8 @@
 //! - `rows` (private): turning events into rows and per-run deltas, shared by both
 //!   backends, plus the list cursor format.
 //! - `migrations` (private): the versioned schema of both backends.
-//! - [`sqlite`]: [`SqliteStore`], one writer thread plus pooled reader connections.
+//! - [`sqlite`]: [`SqliteStore`], one writer thread plus pooled reader connections;
+//!   `sqlite/wal_sync.rs` syncs its commits to disk on a thread of its own.
 //! - [`retention`]: the stubs retention leaves of thinking text and tool payloads.
 //! - [`postgres`]: [`PostgresStore`], a deadpool pool, `UNNEST` batch inserts.
 #![forbid(unsafe_code)]

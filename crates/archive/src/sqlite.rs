@@ -4,7 +4,9 @@
 //! one dedicated writer thread that owns the only read-write connection (SQLite allows
 //! one writer at a time anyway, and a single owner keeps its prepared-statement cache
 //! warm), and reads run on `spawn_blocking` with pooled read-only connections, which WAL
-//! lets proceed while the writer commits.
+//! lets proceed while the writer commits. Two more threads serve the writer: the
+//! checkpointer (`checkpointer`) and the WAL syncer (`wal_sync`), which makes commits
+//! durable before their callers hear of them.
 
 use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
@@ -18,6 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+
+mod wal_sync;
+use wal_sync::{answer, Durable, Reply};
 
 /// Jobs queued to the writer thread. The bound gives callers backpressure instead of an
 /// unbounded queue when the disk is slower than the bus.
@@ -39,10 +44,12 @@ const INSERT_RAW: &str = "INSERT INTO raw_chunks \
 
 /// The embedded archive: one SQLite file, WAL, one writer thread, pooled readers.
 ///
-/// Commits use `synchronous=FULL` by default ([`SqliteDurability`]): the archiver acks
+/// Commits survive power loss by default ([`SqliteDurability::Full`]): the archiver acks
 /// JetStream after `insert_batch` returns, so a commit must survive power loss, not only a
-/// process crash. Batching, group commit (batches queued behind a commit share the next
-/// one) and checkpointing on a separate thread amortize the fsync.
+/// process crash. The WAL is synced on a thread of its own before a commit's caller hears
+/// of it (`wal_sync`), so the writer builds the next transaction meanwhile; batching,
+/// group commit (batches queued behind a commit share the next one), one sync for every
+/// commit that waits for it, and checkpointing on a separate thread amortize the fsync.
 pub struct SqliteStore {
     writer: mpsc::Sender<WriteJob>,
     readers: Arc<Readers>,
@@ -119,8 +126,11 @@ struct GenerationJob {
 /// How hard a commit is pushed to disk before `insert_batch` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SqliteDurability {
-    /// `synchronous=FULL`: every commit is fsynced; it survives power loss. The default,
-    /// because the archiver acks JetStream after the commit.
+    /// Every commit is on disk before its caller hears of it; it survives power loss.
+    /// The default, because the archiver acks JetStream after the commit. The writer
+    /// commits with `synchronous=NORMAL` and a thread of its own syncs the WAL file before
+    /// the replies go out (SQLite's own `synchronous=FULL` where that file cannot be
+    /// opened), so the writer does not wait for the disk.
     #[default]
     Full,
     /// `synchronous=NORMAL`: a commit survives a crash of the process but an OS crash or
@@ -206,6 +216,7 @@ impl SqliteStore {
             .name("sg-archive-sqlite".into())
             .spawn(move || match open_writer(&thread_path, &options) {
                 Ok(conn) => {
+                    let durable = Durable::start(&conn, &thread_path, options.durability);
                     let _ = ready_tx.send(Ok(()));
                     let (ckpt_tx, ckpt_rx) = std::sync::mpsc::sync_channel(1);
                     let ckpt_path = thread_path.clone();
@@ -215,7 +226,7 @@ impl SqliteStore {
                     if let Err(e) = started {
                         tracing::warn!(error = %e, "no sqlite checkpointer thread; writer auto-checkpoints");
                     }
-                    writer_loop(conn, rx, &thread_conflicts, ckpt_tx);
+                    writer_loop(conn, rx, &thread_conflicts, ckpt_tx, &durable);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -451,6 +462,7 @@ fn writer_loop(
     mut rx: mpsc::Receiver<WriteJob>,
     conflicts: &AtomicU64,
     checkpoint: std::sync::mpsc::SyncSender<()>,
+    durable: &Durable,
 ) {
     let mut next: Option<WriteJob> = None;
     // Ends when the store (every sender) is dropped; the connection closes with it.
@@ -462,10 +474,10 @@ fn writer_loop(
                 None => break,
             },
         };
-        match job {
+        let replies = match job {
             WriteJob::Events { batch, reply } => {
                 // Group commit: batches that queued up while the previous commit was
-                // fsyncing share the next transaction.
+                // being written share the next transaction.
                 let mut total = batch.rows.len();
                 let mut group = vec![(batch, reply)];
                 while total < GROUP_MAX_ROWS {
@@ -481,22 +493,22 @@ fn writer_loop(
                         Err(_) => break,
                     }
                 }
-                commit_group(&mut conn, group, conflicts);
+                commit_group(&mut conn, group, conflicts)
             }
             WriteJob::Raw { chunks, reply } => {
-                let _ = reply.send(write_raw(&mut conn, &chunks));
+                vec![answer(reply, write_raw(&mut conn, &chunks))]
             }
             WriteJob::Provenance { runs, reply } => {
-                let _ = reply.send(write_provenance(&mut conn, &runs));
+                vec![answer(reply, write_provenance(&mut conn, &runs))]
             }
             WriteJob::Generation { job, reply } => {
-                let _ = reply.send(write_generation(&mut conn, &job, conflicts));
+                vec![answer(reply, write_generation(&mut conn, &job, conflicts))]
             }
             WriteJob::Erase { job, reply } => {
-                let _ = reply.send(erase(&mut conn, &job));
+                vec![answer(reply, erase(&mut conn, &job))]
             }
             WriteJob::Exported { runs, at_ms, reply } => {
-                let _ = reply.send(mark_exported(&mut conn, &runs, at_ms));
+                vec![answer(reply, mark_exported(&mut conn, &runs, at_ms))]
             }
             WriteJob::Thinking {
                 tenant,
@@ -505,9 +517,10 @@ fn writer_loop(
                 at_ms,
                 reply,
             } => {
-                let _ = reply.send(index_thinking(
-                    &mut conn, &tenant, &run_id, &segments, at_ms,
-                ));
+                vec![answer(
+                    reply,
+                    index_thinking(&mut conn, &tenant, &run_id, &segments, at_ms),
+                )]
             }
             WriteJob::Retain {
                 tenant,
@@ -515,12 +528,16 @@ fn writer_loop(
                 strip_at_ms,
                 reply,
             } => {
-                let _ = reply.send(match strip_at_ms {
-                    Some(at) => strip_run(&mut conn, &tenant, &run_id, at),
-                    None => drop_run(&mut conn, &tenant, &run_id),
-                });
+                vec![answer(
+                    reply,
+                    match strip_at_ms {
+                        Some(at) => strip_run(&mut conn, &tenant, &run_id, at),
+                        None => drop_run(&mut conn, &tenant, &run_id),
+                    },
+                )]
             }
-        }
+        };
+        durable.deliver(replies);
         // Full channel = a checkpoint is already pending.
         let _ = checkpoint.try_send(());
     }
@@ -532,31 +549,37 @@ fn commit_group(
     conn: &mut Connection,
     group: Vec<(EventBatch, EventsReply)>,
     conflicts_total: &AtomicU64,
-) {
+) -> Vec<Reply> {
     if group.len() > 1 {
         let batches: Vec<&EventBatch> = group.iter().map(|(batch, _)| batch).collect();
         match write_events(conn, &batches) {
             Ok(results) => {
                 drop(batches);
-                for ((batch, reply), result) in group.into_iter().zip(results) {
-                    finish(&batch.rows, &result, conflicts_total);
-                    let _ = reply.send(Ok(result.outcome));
-                }
-                return;
+                return group
+                    .into_iter()
+                    .zip(results)
+                    .map(|((batch, reply), result)| {
+                        finish(&batch.rows, &result, conflicts_total);
+                        answer(reply, Ok(result.outcome))
+                    })
+                    .collect();
             }
             Err(e) => {
                 tracing::debug!(error = %e, "group commit failed; committing batches one by one");
             }
         }
     }
-    for (batch, reply) in group {
-        let result = write_events(conn, &[&batch]).map(|mut results| {
-            let result = results.pop().unwrap_or_default();
-            finish(&batch.rows, &result, conflicts_total);
-            result.outcome
-        });
-        let _ = reply.send(result);
-    }
+    group
+        .into_iter()
+        .map(|(batch, reply)| {
+            let result = write_events(conn, &[&batch]).map(|mut results| {
+                let result = results.pop().unwrap_or_default();
+                finish(&batch.rows, &result, conflicts_total);
+                result.outcome
+            });
+            answer(reply, result)
+        })
+        .collect()
 }
 
 /// What one batch of a committed transaction did.
@@ -1580,6 +1603,31 @@ fn raw_record(r: &rusqlite::Row<'_>) -> Result<RawChunkRecord, ArchiveError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_archive_syncs_its_wal_on_a_thread_of_its_own_and_sqlite_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("archive.db");
+        let conn = open_writer(&path, &SqliteOptions::default()).unwrap();
+        let durable = Durable::start(&conn, &path, SqliteDurability::Full);
+        assert!(
+            matches!(durable, Durable::Synced(_)),
+            "the WAL file is there to sync"
+        );
+        let synchronous: i64 = conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            synchronous, 1,
+            "NORMAL: SQLite leaves the sync to the thread"
+        );
+        let (tx, rx) = oneshot::channel();
+        durable.deliver(vec![answer(tx, Ok(7))]);
+        assert_eq!(rx.blocking_recv().unwrap().unwrap(), 7);
+        // Asked for NORMAL, nothing waits for a sync.
+        let normal = Durable::start(&conn, &path, SqliteDurability::Normal);
+        assert!(matches!(normal, Durable::Inline));
+    }
 
     #[test]
     fn checkpoints_wait_longer_while_each_finds_little_wal_and_less_when_it_grows_fast() {
