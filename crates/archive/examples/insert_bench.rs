@@ -210,17 +210,29 @@ async fn bench(name: &str, store: Arc<dyn Store>, events: &[ArchivedEvent], args
         let mode = args.provenance.clone();
         tasks.push(tokio::spawn(async move {
             let mut inserted = 0u64;
+            let mut took = Vec::new();
             for b in batches.iter().skip(w).step_by(writers) {
+                let one = Instant::now();
                 inserted += insert(&*store, b, &mode).await;
+                took.push(one.elapsed());
             }
-            inserted
+            (inserted, took)
         }));
     }
-    let mut inserted = 0;
+    let (mut inserted, mut took) = (0, Vec::new());
     for t in tasks {
-        inserted += t.await.expect("writer task");
+        let (n, times) = t.await.expect("writer task");
+        inserted += n;
+        took.extend(times);
     }
     let secs = started.elapsed().as_secs_f64();
+    // Each insert from its call to its reply: a stall of the writer (a checkpoint inside a
+    // commit) shows in the tail, which the mean per batch hides.
+    took.sort_unstable();
+    let at = |q: f64| {
+        took.get(((took.len() as f64 * q) as usize).min(took.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
     // The store's own process writes only for SQLite; PostgreSQL's server writes its own.
     let written = match name {
         "sqlite" => format!(
@@ -232,14 +244,18 @@ async fn bench(name: &str, store: Arc<dyn Store>, events: &[ArchivedEvent], args
     assert_eq!(inserted, events.len() as u64, "every event is new");
     println!(
         "{name:>8}: {inserted} events in {secs:.2}s = {:.0} events/s, {:.2} ms per batch \
-         (batch {}, {} runs, {} writer(s), provenance {}, history {}){written}",
+         (batch {}, {} runs, {} writer(s), provenance {}, history {}){written}; \
+         each insert p50 {:.2} / p99 {:.2} / max {:.2} ms",
         inserted as f64 / secs,
         secs * 1000.0 / batches.len() as f64,
         args.batch,
         args.runs,
         args.writers,
         args.provenance,
-        args.history
+        args.history,
+        at(0.5),
+        at(0.99),
+        at(1.0)
     );
 }
 

@@ -5,7 +5,7 @@
 //! one writer at a time anyway, and a single owner keeps its prepared-statement cache
 //! warm), and reads run on `spawn_blocking` with pooled read-only connections, which WAL
 //! lets proceed while the writer commits. Two more threads serve the writer: the
-//! checkpointer (`checkpointer`) and the WAL syncer (`wal_sync`), which makes commits
+//! checkpointer (`checkpoints`) and the WAL syncer (`wal_sync`), which makes commits
 //! durable before their callers hear of them.
 
 use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
@@ -21,7 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+mod checkpoints;
 mod wal_sync;
+use checkpoints::Checkpoints;
 use wal_sync::{answer, Durable, Reply};
 
 /// Jobs queued to the writer thread. The bound gives callers backpressure instead of an
@@ -218,15 +220,8 @@ impl SqliteStore {
                 Ok(conn) => {
                     let durable = Durable::start(&conn, &thread_path, options.durability);
                     let _ = ready_tx.send(Ok(()));
-                    let (ckpt_tx, ckpt_rx) = std::sync::mpsc::sync_channel(1);
-                    let ckpt_path = thread_path.clone();
-                    let started = std::thread::Builder::new()
-                        .name("sg-archive-ckpt".into())
-                        .spawn(move || checkpointer(ckpt_path, ckpt_rx));
-                    if let Err(e) = started {
-                        tracing::warn!(error = %e, "no sqlite checkpointer thread; writer auto-checkpoints");
-                    }
-                    writer_loop(conn, rx, &thread_conflicts, ckpt_tx, &durable);
+                    let checkpoints = Checkpoints::start(&thread_path);
+                    writer_loop(conn, rx, &thread_conflicts, &checkpoints, &durable);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -426,22 +421,6 @@ fn migrate(conn: &mut Connection) -> Result<(), ArchiveError> {
 
 /// Queued event batches that the writer may merge into one transaction (one fsync).
 const GROUP_MAX_ROWS: usize = 20_000;
-/// Minimum pause between background checkpoints; each one fsyncs the database file, so
-/// one per interval absorbs the commits in between.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
-/// The longest pause between checkpoints ([`next_checkpoint_pause`]).
-const CHECKPOINT_INTERVAL_MAX: Duration = Duration::from_secs(1);
-/// A checkpoint that found less WAL than this lets the next one wait twice as long; one
-/// that found more than [`CHECKPOINT_LARGE_BYTES`] half as long.
-const CHECKPOINT_SMALL_BYTES: i64 = 16 << 20;
-/// See [`CHECKPOINT_SMALL_BYTES`].
-const CHECKPOINT_LARGE_BYTES: i64 = 64 << 20;
-/// WAL size past which the checkpointer stops being polite and waits for the writer
-/// (`RESTART`), so a write burst cannot grow the WAL without bound.
-const WAL_HARD_LIMIT_BYTES: i64 = 400 << 20;
-/// How long without commits before the checkpointer truncates the WAL file to zero: the
-/// WAL keeps its high-water size while writes flow, and gives the disk back when they stop.
-const IDLE_TRUNCATE_AFTER: Duration = Duration::from_secs(2);
 /// Backstop auto-checkpoint on the writer in case the checkpointer is gone.
 const WRITER_AUTOCHECKPOINT_BYTES: i64 = 200 << 20;
 /// The page size of a new archive ([`open_writer`]).
@@ -461,7 +440,7 @@ fn writer_loop(
     mut conn: Connection,
     mut rx: mpsc::Receiver<WriteJob>,
     conflicts: &AtomicU64,
-    checkpoint: std::sync::mpsc::SyncSender<()>,
+    checkpoints: &Checkpoints,
     durable: &Durable,
 ) {
     let mut next: Option<WriteJob> = None;
@@ -538,8 +517,7 @@ fn writer_loop(
             }
         };
         durable.deliver(replies);
-        // Full channel = a checkpoint is already pending.
-        let _ = checkpoint.try_send(());
+        checkpoints.after_write();
     }
 }
 
@@ -1024,92 +1002,6 @@ fn drop_run(conn: &mut Connection, tenant: &str, run_id: &str) -> Result<u64, Ar
     }
     tx.commit()?;
     Ok(events)
-}
-
-/// Background WAL checkpoints on their own connection, so the writer never stalls on
-/// copying pages into the database file and fsyncing it, nor on shrinking the WAL. Woken
-/// by the writer after commits; once commits pause, truncates the WAL; exits when the
-/// writer does.
-fn checkpointer(path: PathBuf, signals: std::sync::mpsc::Receiver<()>) {
-    let conn = match Connection::open(&path).and_then(|c| c.busy_timeout(BUSY_TIMEOUT).map(|()| c))
-    {
-        Ok(conn) => conn,
-        Err(e) => {
-            tracing::warn!(error = %e, "sqlite checkpointer unavailable; writer auto-checkpoints");
-            return;
-        }
-    };
-    let run = |mode: &str| {
-        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
-            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-        })
-    };
-    let limits = || -> rusqlite::Result<[i64; 3]> {
-        Ok([
-            pages_of(&conn, WAL_HARD_LIMIT_BYTES)?,
-            pages_of(&conn, CHECKPOINT_SMALL_BYTES)?,
-            pages_of(&conn, CHECKPOINT_LARGE_BYTES)?,
-        ])
-    };
-    let [hard_limit, small, large] = match limits() {
-        Ok(limits) => limits,
-        Err(e) => {
-            tracing::warn!(error = %e, "sqlite checkpointer unavailable; writer auto-checkpoints");
-            return;
-        }
-    };
-    let mut pause = CHECKPOINT_INTERVAL;
-    let mut wal_in_use = false;
-    loop {
-        match signals.recv_timeout(IDLE_TRUNCATE_AFTER) {
-            Ok(()) => wal_in_use = true,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                if wal_in_use {
-                    // Idle: copy what is left and cut the file back to zero bytes. It
-                    // briefly holds the write lock; a writer arriving now waits (busy
-                    // timeout) rather than failing.
-                    if let Err(e) = run("TRUNCATE") {
-                        tracing::warn!(error = %e, "sqlite WAL truncate checkpoint failed");
-                    }
-                    wal_in_use = false;
-                }
-                continue;
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-        std::thread::sleep(pause);
-        while signals.try_recv().is_ok() {}
-        match run("PASSIVE") {
-            Ok((log, done)) => {
-                if log > hard_limit && done < log {
-                    if let Err(e) = run("RESTART") {
-                        tracing::warn!(error = %e, "sqlite WAL restart checkpoint failed");
-                    }
-                }
-                pause = next_checkpoint_pause(pause, log, [small, large]);
-            }
-            Err(e) => tracing::warn!(error = %e, "sqlite WAL checkpoint failed"),
-        }
-    }
-}
-
-/// The pause before the next checkpoint, from the last one's and the WAL frames that
-/// checkpoint found (`log`; the WAL starts again after a checkpoint, so about what the
-/// pause let accumulate): twice as long while that is under `small` frames, half as
-/// long over `large`, within [`CHECKPOINT_INTERVAL`]..=[`CHECKPOINT_INTERVAL_MAX`].
-///
-/// At a modest load every commit rewrites the same pages of the live runs, and a
-/// checkpoint copies each page once however many commits changed it: once a second
-/// instead of ten times copies a fraction of it. A fast-growing WAL keeps the short
-/// pause, so the WAL (and what a crash leaves to replay) stays small.
-fn next_checkpoint_pause(pause: Duration, log: i64, [small, large]: [i64; 2]) -> Duration {
-    if log < small {
-        (pause * 2).min(CHECKPOINT_INTERVAL_MAX)
-    } else if log > large {
-        (pause / 2).max(CHECKPOINT_INTERVAL)
-    } else {
-        pause
-    }
 }
 
 fn write_raw(conn: &mut Connection, chunks: &[RawChunkRecord]) -> Result<u64, ArchiveError> {
@@ -1627,26 +1519,5 @@ mod tests {
         // Asked for NORMAL, nothing waits for a sync.
         let normal = Durable::start(&conn, &path, SqliteDurability::Normal);
         assert!(matches!(normal, Durable::Inline));
-    }
-
-    #[test]
-    fn checkpoints_wait_longer_while_each_finds_little_wal_and_less_when_it_grows_fast() {
-        let limits = [1_000, 4_000];
-        let ms = Duration::from_millis;
-        // A modest load: the pause doubles up to a second.
-        let mut pause = CHECKPOINT_INTERVAL;
-        let mut seen = vec![];
-        for _ in 0..6 {
-            pause = next_checkpoint_pause(pause, 100, limits);
-            seen.push(pause.as_millis());
-        }
-        assert_eq!(seen, [200, 400, 800, 1000, 1000, 1000]);
-        // Between the limits it holds; past the larger one it halves back to 100 ms.
-        assert_eq!(next_checkpoint_pause(ms(400), 2_000, limits), ms(400));
-        assert_eq!(next_checkpoint_pause(ms(400), 5_000, limits), ms(200));
-        assert_eq!(
-            next_checkpoint_pause(CHECKPOINT_INTERVAL, 5_000, limits),
-            CHECKPOINT_INTERVAL
-        );
     }
 }
