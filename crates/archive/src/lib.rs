@@ -33,7 +33,8 @@
 //!   backends, plus the list cursor format.
 //! - `migrations` (private): the versioned schema of both backends.
 //! - [`sqlite`]: [`SqliteStore`], one writer thread plus pooled reader connections;
-//!   `sqlite/wal_sync.rs` syncs its commits to disk on a thread of its own.
+//!   `sqlite/wal_sync.rs` syncs its commits to disk on a thread of its own,
+//!   `sqlite/checkpoints.rs` copies the WAL into the database file on another.
 //! - [`retention`]: the stubs retention leaves of thinking text and tool payloads.
 //! - [`postgres`]: [`PostgresStore`], a deadpool pool, `UNNEST` batch inserts.
 #![forbid(unsafe_code)]
@@ -386,8 +387,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// [`Store::insert_batch`] and then [`Store::record_provenance`] for what made those
-    /// events, in the same transaction: the archiver's commit. One commit (one fsync) per
-    /// batch instead of two — a run's first batch always changes its provenance — and a
+    /// events, in the same transaction: the archiver's commit. One commit per batch
+    /// instead of two — a run's first batch always changes its provenance — and a
     /// run's events never stand archived without it. This default, for a store that
     /// cannot join them, runs the two one after the other.
     async fn insert_batch_with_provenance(

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 mod checkpoints;
 mod wal_sync;
 use checkpoints::Checkpoints;
-use wal_sync::{answer, Durable, Reply};
+use wal_sync::{answer, Durable, PendingReply};
 
 /// Jobs queued to the writer thread. The bound gives callers backpressure instead of an
 /// unbounded queue when the disk is slower than the bus.
@@ -132,7 +132,9 @@ pub enum SqliteDurability {
     /// The default, because the archiver acks JetStream after the commit. The writer
     /// commits with `synchronous=NORMAL` and a thread of its own syncs the WAL file before
     /// the replies go out (SQLite's own `synchronous=FULL` where that file cannot be
-    /// opened), so the writer does not wait for the disk.
+    /// opened), so the writer does not wait for the disk. Readers may see a commit while
+    /// it is being synced: a power loss then can take back what was read, never what a
+    /// caller was told is committed.
     #[default]
     Full,
     /// `synchronous=NORMAL`: a commit survives a crash of the process but an OS crash or
@@ -218,7 +220,7 @@ impl SqliteStore {
             .name("sg-archive-sqlite".into())
             .spawn(move || match open_writer(&thread_path, &options) {
                 Ok(conn) => {
-                    let durable = Durable::start(&conn, &thread_path, options.durability);
+                    let durable = Durable::start(&conn, options.durability);
                     let _ = ready_tx.send(Ok(()));
                     let checkpoints = Checkpoints::start(&thread_path);
                     writer_loop(conn, rx, &thread_conflicts, &checkpoints, &durable);
@@ -419,7 +421,7 @@ fn migrate(conn: &mut Connection) -> Result<(), ArchiveError> {
     Ok(())
 }
 
-/// Queued event batches that the writer may merge into one transaction (one fsync).
+/// Queued event batches that the writer may merge into one transaction.
 const GROUP_MAX_ROWS: usize = 20_000;
 /// Backstop auto-checkpoint on the writer in case the checkpointer is gone.
 const WRITER_AUTOCHECKPOINT_BYTES: i64 = 200 << 20;
@@ -446,6 +448,14 @@ fn writer_loop(
     let mut next: Option<WriteJob> = None;
     // Ends when the store (every sender) is dropped; the connection closes with it.
     loop {
+        if durable.failed() {
+            // Nothing written from here on could be called durable: stop, so every call
+            // fails (`WorkerGone`) until a restart recovers from what the file holds.
+            tracing::error!(
+                "the archive's writer stops after a failed WAL sync; restart to recover"
+            );
+            break;
+        }
         let job = match next.take() {
             Some(job) => job,
             None => match rx.blocking_recv() {
@@ -527,7 +537,7 @@ fn commit_group(
     conn: &mut Connection,
     group: Vec<(EventBatch, EventsReply)>,
     conflicts_total: &AtomicU64,
-) -> Vec<Reply> {
+) -> Vec<PendingReply> {
     if group.len() > 1 {
         let batches: Vec<&EventBatch> = group.iter().map(|(batch, _)| batch).collect();
         match write_events(conn, &batches) {
@@ -1497,13 +1507,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_new_archive_syncs_its_wal_on_a_thread_of_its_own_and_sqlite_does_not() {
+    fn the_writers_connection_leaves_the_sync_to_a_thread_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("archive.db");
         let conn = open_writer(&path, &SqliteOptions::default()).unwrap();
-        let durable = Durable::start(&conn, &path, SqliteDurability::Full);
+        let durable = Durable::start(&conn, SqliteDurability::Full);
         assert!(
-            matches!(durable, Durable::Synced(_)),
+            matches!(durable, Durable::Synced { .. }),
             "the WAL file is there to sync"
         );
         let synchronous: i64 = conn
@@ -1513,11 +1523,22 @@ mod tests {
             synchronous, 1,
             "NORMAL: SQLite leaves the sync to the thread"
         );
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         durable.deliver(vec![answer(tx, Ok(7))]);
-        assert_eq!(rx.blocking_recv().unwrap().unwrap(), 7);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let answered = loop {
+            match rx.try_recv() {
+                Err(oneshot::error::TryRecvError::Empty)
+                    if std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                other => break other,
+            }
+        };
+        assert_eq!(answered.unwrap().unwrap(), 7);
         // Asked for NORMAL, nothing waits for a sync.
-        let normal = Durable::start(&conn, &path, SqliteDurability::Normal);
+        let normal = Durable::start(&conn, SqliteDurability::Normal);
         assert!(matches!(normal, Durable::Inline));
     }
 }
