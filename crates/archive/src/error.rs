@@ -58,3 +58,26 @@ pub enum ArchiveError {
     #[error("sqlite worker stopped: {0}")]
     WorkerGone(String),
 }
+
+impl ArchiveError {
+    /// Whether no retry of a write on this store can succeed: its SQLite writer is gone
+    /// (it stops after a failed WAL sync), so only a new process can go on. A consumer
+    /// that retries on any other error should exit on this one, and leave what it holds
+    /// unacknowledged for the next one.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, ArchiveError::WalSync(_) | ArchiveError::WorkerGone(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ArchiveError;
+
+    #[test]
+    fn only_a_gone_writer_is_permanent() {
+        assert!(ArchiveError::WalSync("EIO".into()).is_permanent());
+        assert!(ArchiveError::WorkerGone("writer thread stopped".into()).is_permanent());
+        assert!(!ArchiveError::Config("x".into()).is_permanent());
+        assert!(!ArchiveError::BadCursor("x".into()).is_permanent());
+    }
+}

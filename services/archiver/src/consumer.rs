@@ -6,14 +6,16 @@
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
-use streamgate_archive::{ArchivedEvent, Provenance, RawChunkRecord, RunProvenance, Store};
+use streamgate_archive::{
+    ArchiveError, ArchivedEvent, Provenance, RawChunkRecord, RunProvenance, Store,
+};
 use streamgate_bus::consume::durable_pull;
 use streamgate_bus::events::{decode_msg, MadeBy};
 use streamgate_bus::raw::RawChunk;
 use streamgate_bus::trace;
 use streamgate_bus::{EVENTS_STREAM, RAW_STREAM};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// Batches handed to the store and not yet acknowledged, at most, when the store commits
 /// them in the order they were handed over ([`Store::commits_in_submission_order`]): one
@@ -96,7 +98,9 @@ impl Default for ConsumerConfig {
 
 /// Runs the SG_EVENTS consumer until `shutdown`. The batch in flight is committed and
 /// acknowledged before it returns, unless the store is down at that moment: then the
-/// batch is left unacknowledged and the broker redelivers it after `ack_wait`.
+/// batch is left unacknowledged and the broker redelivers it after `ack_wait`. Returns
+/// an error when the store cannot take writes again ([`ArchiveError::is_permanent`]):
+/// the archiver then exits, for a restart, instead of retrying for ever.
 pub async fn run_events(
     js: async_nats::jetstream::Context,
     store: Arc<dyn Store>,
@@ -135,13 +139,13 @@ pub async fn run_events(
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => { done?; continue }
             () = tokio::time::sleep_until(next_commit), if may_pull => {}
         }
         let batch = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => { done?; continue }
             b = batches.next() => match b { Some(b) => b, None => break },
         };
         next_commit = next_commit_after(&batch, &cfg);
@@ -149,7 +153,9 @@ pub async fn run_events(
     }
     // What was taken is committed and acknowledged (or, with the store down at shutdown,
     // left for redelivery) before the consumer returns.
-    while in_flight.next().await.is_some() {}
+    while let Some(done) = in_flight.next().await {
+        done?;
+    }
     info!("archiver consumer stopped");
     Ok(())
 }
@@ -224,13 +230,13 @@ impl Taken {
 }
 
 /// Commits one batch, retrying while the store is down, then acknowledges it; gives up
-/// unacknowledged on shutdown.
+/// unacknowledged on shutdown, or with the error when the store cannot take writes again.
 async fn archive(
     store: &dyn Store,
     cfg: &ConsumerConfig,
     shutdown: &CancellationToken,
     taken: Taken,
-) {
+) -> Result<(), ArchiveError> {
     let Taken {
         msgs,
         events,
@@ -259,12 +265,16 @@ async fn archive(
                 }
                 break;
             }
+            Err(e) if e.is_permanent() => {
+                error!(error = %e, "the archive cannot take writes again; the archiver stops (the batch stays unacknowledged)");
+                return Err(e);
+            }
             Err(e) => {
                 // The store is down: hold the batch (the broker holds the rest) and
                 // retry; nothing is acknowledged before it is committed.
                 warn!(error = %e, "archive commit failed; retrying");
                 tokio::select! {
-                    () = shutdown.cancelled() => return,
+                    () = shutdown.cancelled() => return Ok(()),
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
                 }
                 committing = std::time::Instant::now();
@@ -279,6 +289,7 @@ async fn archive(
     }
     record_step("ack", acking.elapsed());
     drop(spans);
+    Ok(())
 }
 
 /// What made the runs of one consumer batch, one entry per run (the lowest versions when
@@ -365,6 +376,10 @@ pub async fn run_raw(
             .map(crate::convert::raw_record)
             .collect();
         while let Err(e) = store.insert_raw(&records).await {
+            if e.is_permanent() {
+                error!(error = %e, "the archive cannot take raw chunks again; the raw consumer stops");
+                return Err(e.into());
+            }
             warn!(error = %e, "raw archive commit failed; retrying");
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
