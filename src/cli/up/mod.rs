@@ -261,7 +261,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         shutdown.clone(),
     )
     .await?;
-    let archiver = streamgate_archiver::start(
+    let mut archiver = streamgate_archiver::start(
         nats.clone(),
         store.clone(),
         ConsumerConfig {
@@ -421,9 +421,12 @@ pub async fn run(args: UpArgs) -> Result<()> {
             None => std::future::pending().await,
         }
     };
+    // The archiver's tasks end early only on an error no retry gets past (a store that
+    // cannot take writes again): the standalone archiver exits on one, and so does this.
     let fatal = tokio::select! {
         () = shutdown.cancelled() => None,
         reason = broker_failed => reason,
+        reason = first_failure("archiver", &mut archiver.tasks) => Some(reason),
     };
     shutdown.cancel();
     Instance::remove(&data_dir);
@@ -450,6 +453,19 @@ pub async fn run(args: UpArgs) -> Result<()> {
         anyhow::bail!("{reason}");
     }
     stopped
+}
+
+/// Why the first of `set`'s tasks to fail failed (`name` says whose); never ready while
+/// none does. Tasks that end well are joined and forgotten.
+async fn first_failure(name: &str, set: &mut tokio::task::JoinSet<Result<()>>) -> String {
+    while let Some(done) = set.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return format!("the {name} stopped: {e:#}"),
+            Err(e) => return format!("the {name} stopped: {e}"),
+        }
+    }
+    std::future::pending().await
 }
 
 /// Joins every task set, giving them `budget` in all; what is still running then is
@@ -596,4 +612,33 @@ fn print_addresses(
         "try: streamgate ingest capture.sse --family f1 --run r1 && streamgate replay r1 --json"
     );
     eprintln!("     streamgate tail   (follow runs live through a channel)");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_failure;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_first_task_to_fail_names_its_service_and_one_that_ends_well_does_not() {
+        let mut set = tokio::task::JoinSet::new();
+        set.spawn(async { Ok(()) });
+        set.spawn(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            anyhow::bail!("the archive cannot take writes again")
+        });
+        let reason = first_failure("archiver", &mut set).await;
+        assert_eq!(
+            reason,
+            "the archiver stopped: the archive cannot take writes again"
+        );
+        let mut quiet = tokio::task::JoinSet::new();
+        quiet.spawn(async { Ok(()) });
+        let waited = tokio::time::timeout(
+            Duration::from_millis(50),
+            first_failure("archiver", &mut quiet),
+        )
+        .await;
+        assert!(waited.is_err(), "no task failed, so no reason to stop");
+    }
 }
