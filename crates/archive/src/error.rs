@@ -54,9 +54,14 @@ pub enum ArchiveError {
     /// is not known to be durable, so it is never acknowledged; a restart recovers.
     #[error("the archive's WAL could not be synced to disk ({0}); restart to recover")]
     WalSync(String),
-    /// The SQLite writer thread or a blocking reader task stopped unexpectedly.
+    /// A blocking reader task, or the SQLite writer thread while opening, stopped
+    /// unexpectedly.
     #[error("sqlite worker stopped: {0}")]
     WorkerGone(String),
+    /// The SQLite writer thread (or its WAL syncer) has stopped: after a failed WAL sync,
+    /// or a panic. No write on this store can succeed again.
+    #[error("the sqlite archive's writer stopped ({0}); restart to recover")]
+    WriterStopped(String),
 }
 
 impl ArchiveError {
@@ -65,7 +70,10 @@ impl ArchiveError {
     /// that retries on any other error should exit on this one, and leave what it holds
     /// unacknowledged for the next one.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, ArchiveError::WalSync(_) | ArchiveError::WorkerGone(_))
+        matches!(
+            self,
+            ArchiveError::WalSync(_) | ArchiveError::WriterStopped(_)
+        )
     }
 }
 
@@ -76,7 +84,9 @@ mod tests {
     #[test]
     fn only_a_gone_writer_is_permanent() {
         assert!(ArchiveError::WalSync("EIO".into()).is_permanent());
-        assert!(ArchiveError::WorkerGone("writer thread stopped".into()).is_permanent());
+        assert!(ArchiveError::WriterStopped("writer thread stopped".into()).is_permanent());
+        // A reader's task that stopped says nothing of the writer.
+        assert!(!ArchiveError::WorkerGone("reader panicked".into()).is_permanent());
         assert!(!ArchiveError::Config("x".into()).is_permanent());
         assert!(!ArchiveError::BadCursor("x".into()).is_permanent());
     }

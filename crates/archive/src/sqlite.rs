@@ -305,9 +305,9 @@ impl SqliteStore {
         self.writer
             .send(make(reply))
             .await
-            .map_err(|_| ArchiveError::WorkerGone("writer thread stopped".into()))?;
+            .map_err(|_| ArchiveError::WriterStopped("writer thread stopped".into()))?;
         rx.await
-            .map_err(|_| ArchiveError::WorkerGone("writer thread dropped the job".into()))?
+            .map_err(|_| ArchiveError::WriterStopped("writer thread dropped the job".into()))?
     }
 }
 
@@ -450,7 +450,7 @@ fn writer_loop(
     loop {
         if durable.failed() {
             // Nothing written from here on could be called durable: stop, so every call
-            // fails (`WorkerGone`) until a restart recovers from what the file holds.
+            // fails (`WriterStopped`) until a restart recovers from what the file holds.
             tracing::error!(
                 "the archive's writer stops after a failed WAL sync; restart to recover"
             );

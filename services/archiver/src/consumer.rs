@@ -156,6 +156,7 @@ pub async fn run_events(
     while let Some(done) = in_flight.next().await {
         done?;
     }
+    pull_ended_by(&shutdown, "SG_EVENTS")?;
     info!("archiver consumer stopped");
     Ok(())
 }
@@ -390,6 +391,17 @@ pub async fn run_raw(
             let _ = m.ack().await;
         }
     }
+    pull_ended_by(&shutdown, "SG_RAW")
+}
+
+/// After a consumer's loop: fine on shutdown, else an error, since the pull ended by
+/// itself (the broker deleted the consumer) and the archive would silently fall behind;
+/// the archiver exits and its next start makes the consumer again.
+fn pull_ended_by(shutdown: &CancellationToken, stream: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        shutdown.is_cancelled(),
+        "the archiver's pull on {stream} ended by itself (its consumer was deleted?)"
+    );
     Ok(())
 }
 

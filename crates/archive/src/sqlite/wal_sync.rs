@@ -127,7 +127,7 @@ impl Durable {
             Durable::Synced { syncer, .. } => {
                 if let Err(mpsc::SendError(replies)) = syncer.send(replies) {
                     for r in replies {
-                        r(Err(ArchiveError::WorkerGone(
+                        r(Err(ArchiveError::WriterStopped(
                             "WAL sync thread stopped".into(),
                         )));
                     }
