@@ -79,13 +79,13 @@ impl Durable {
     /// makes its commits durable; with [`SqliteDurability::Full`] and the WAL file at
     /// hand, starts the syncer and turns SQLite's own sync off.
     pub(super) fn start(conn: &Connection, durability: SqliteDurability) -> Durable {
+        if durability != SqliteDurability::Full {
+            return Durable::Inline;
+        }
         // The file SQLite writes: its own name for the database (links resolved) + "-wal".
         let Some(db) = conn.path().filter(|p| !p.is_empty()) else {
             return Durable::Inline;
         };
-        if durability != SqliteDurability::Full {
-            return Durable::Inline;
-        }
         let wal = format!("{db}-wal");
         let file = match std::fs::OpenOptions::new().write(true).open(&wal) {
             Ok(file) => file,
