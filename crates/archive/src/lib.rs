@@ -51,7 +51,7 @@ use streamgate_grammar::{Json, RunEvent};
 
 pub use error::ArchiveError;
 pub use postgres::PostgresStore;
-pub use sqlite::{ArchivePageSize, SqliteDurability, SqliteOptions, SqliteStore};
+pub use sqlite::{ArchivePageSize, SqliteDurability, SqliteOptions, SqliteStore, WriterPriority};
 
 /// An archived event: the grammar event with its envelope and its `SG_EVENTS` stream
 /// sequence (the global journal position).
@@ -595,8 +595,9 @@ pub struct SearchHit {
 /// Opens a store by URL: `sqlite:///abs/path.db`, `sqlite:relative.db` or a plain path →
 /// SQLite; `postgres://…` or `postgresql://…` → PostgreSQL. Migrations run at open.
 /// A SQLite URL may end in parameters, `&`-separated: `synchronous=normal` (or `full`,
-/// the default; see [`SqliteDurability`]) and `page_size=4096` (a new archive's page
-/// size, 8192 by default; see [`ArchivePageSize`]).
+/// the default; see [`SqliteDurability`]), `page_size=4096` (a new archive's page
+/// size, 8192 by default; see [`ArchivePageSize`]) and `writer_priority=normal` (or
+/// `raised`, the default; see [`WriterPriority`]).
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, ArchiveError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(PostgresStore::connect(url).await?));
@@ -627,6 +628,13 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, ArchiveError> {
                         "page_size must be a power of two from 512 to 65536, not {v:?}"
                     ))
                 })?);
+            }
+            Some(("writer_priority", v)) => {
+                options.writer_priority = WriterPriority::parse(v).ok_or_else(|| {
+                    ArchiveError::Config(format!(
+                        "writer_priority must be raised or normal, not {v:?}"
+                    ))
+                })?;
             }
             _ => {
                 return Err(ArchiveError::Config(format!(

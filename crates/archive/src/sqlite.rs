@@ -6,7 +6,8 @@
 //! warm), and reads run on `spawn_blocking` with pooled read-only connections, which WAL
 //! lets proceed while the writer commits. Two more threads serve the writer: the
 //! checkpointer (`checkpoints`) and the WAL syncer (`wal_sync`), which makes commits
-//! durable before their callers hear of them.
+//! durable before their callers hear of them. The writer and the syncer ask for a core
+//! ahead of the rest of the process (`priority`).
 
 use crate::rows::{self, EventRow, Param, StoredContent, StoredRun};
 use crate::{
@@ -22,8 +23,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 mod checkpoints;
+mod priority;
 mod wal_sync;
 use checkpoints::Checkpoints;
+pub use priority::{WriterPriority, RAISED_BY};
 use wal_sync::{answer, Durable, PendingReply};
 
 /// Jobs queued to the writer thread. The bound gives callers backpressure instead of an
@@ -168,6 +171,9 @@ pub struct SqliteOptions {
     /// The page size of a new archive, bytes (8 KiB when `None`); an existing archive
     /// keeps the size it was made with. See [`ArchivePageSize`].
     pub page_size: Option<ArchivePageSize>,
+    /// How the writer and the WAL syncer are scheduled; [`WriterPriority::Raised`] by
+    /// default.
+    pub writer_priority: WriterPriority,
 }
 
 /// The page size a new archive is made with (the `page_size` URL parameter of
@@ -220,7 +226,9 @@ impl SqliteStore {
             .name("sg-archive-sqlite".into())
             .spawn(move || match open_writer(&thread_path, &options) {
                 Ok(conn) => {
-                    let durable = Durable::start(&conn, options.durability);
+                    priority::apply_to_this_thread(options.writer_priority, "writer");
+                    let durable =
+                        Durable::start(&conn, options.durability, options.writer_priority);
                     let _ = ready_tx.send(Ok(()));
                     let checkpoints = Checkpoints::start(&thread_path);
                     writer_loop(conn, rx, &thread_conflicts, &checkpoints, &durable);
@@ -1511,7 +1519,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("archive.db");
         let conn = open_writer(&path, &SqliteOptions::default()).unwrap();
-        let durable = Durable::start(&conn, SqliteDurability::Full);
+        let durable = Durable::start(&conn, SqliteDurability::Full, WriterPriority::Normal);
         assert!(
             matches!(durable, Durable::Synced { .. }),
             "the WAL file is there to sync"
@@ -1538,7 +1546,7 @@ mod tests {
         };
         assert_eq!(answered.unwrap().unwrap(), 7);
         // Asked for NORMAL, nothing waits for a sync.
-        let normal = Durable::start(&conn, SqliteDurability::Normal);
+        let normal = Durable::start(&conn, SqliteDurability::Normal, WriterPriority::Normal);
         assert!(matches!(normal, Durable::Inline));
     }
 }

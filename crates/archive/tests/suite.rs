@@ -759,8 +759,13 @@ async fn concurrent_overlapping_batches_count_each_event_once(backend: Backend) 
 async fn sqlite_url_parameters() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.db");
-    let url = format!("sqlite://{}?synchronous=normal", db.display());
-    let store = open_store(&url).await.expect("normal durability");
+    let url = format!(
+        "sqlite://{}?synchronous=normal&writer_priority=normal",
+        db.display()
+    );
+    let store = open_store(&url)
+        .await
+        .expect("normal durability and priority");
     store
         .insert_batch(&whole_run("t", "run-u", 0, 1, 1))
         .await
@@ -779,6 +784,8 @@ async fn sqlite_url_parameters() {
         "?page_size=256",
         "?page_size=131072",
         "?page_size=",
+        "?writer_priority=high",
+        "?writer_priority=-10",
     ] {
         let r = open_store(&format!("sqlite://{}{bad}", db.display())).await;
         assert!(matches!(r, Err(ArchiveError::Config(_))), "{bad}");

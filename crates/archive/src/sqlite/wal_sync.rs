@@ -34,7 +34,7 @@
 //! was never acknowledged. Where the WAL file cannot be opened the writer keeps
 //! `synchronous=FULL`.
 
-use super::SqliteDurability;
+use super::{SqliteDurability, WriterPriority};
 use crate::ArchiveError;
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,8 +77,13 @@ const SYNC_QUEUE: usize = 64;
 impl Durable {
     /// Chooses how `conn` (the writer's connection, opened with `durability`'s pragma)
     /// makes its commits durable; with [`SqliteDurability::Full`] and the WAL file at
-    /// hand, starts the syncer and turns SQLite's own sync off.
-    pub(super) fn start(conn: &Connection, durability: SqliteDurability) -> Durable {
+    /// hand, starts the syncer (scheduled with `priority`, as the writer is) and turns
+    /// SQLite's own sync off.
+    pub(super) fn start(
+        conn: &Connection,
+        durability: SqliteDurability,
+        priority: WriterPriority,
+    ) -> Durable {
         if durability != SqliteDurability::Full {
             return Durable::Inline;
         }
@@ -99,7 +104,10 @@ impl Durable {
         let failed_at = failed.clone();
         let started = std::thread::Builder::new()
             .name("sg-archive-sync".into())
-            .spawn(move || sync_loop(&rx, || file.sync_data(), &failed_at));
+            .spawn(move || {
+                super::priority::apply_to_this_thread(priority, "WAL syncer");
+                sync_loop(&rx, || file.sync_data(), &failed_at)
+            });
         if let Err(e) = started {
             tracing::warn!(error = %e, "no WAL sync thread; sqlite syncs each commit itself");
             return Durable::Inline;
