@@ -96,19 +96,20 @@ impl Default for ConsumerConfig {
     }
 }
 
-/// Runs the SG_EVENTS consumer until `shutdown`. The batch in flight is committed and
-/// acknowledged before it returns, unless the store is down at that moment: then the
-/// batch is left unacknowledged and the broker redelivers it after `ack_wait`. Returns
-/// an error when the store cannot take writes again ([`ArchiveError::is_permanent`]):
-/// the archiver then exits, for a restart, instead of retrying for ever.
-pub async fn run_events(
-    js: async_nats::jetstream::Context,
-    store: Arc<dyn Store>,
-    cfg: ConsumerConfig,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+/// A durable consumer's messages in batches, pulling: what [`open_events`] and
+/// [`open_raw`] hand to their loops.
+pub type Batches = futures::stream::ReadyChunks<async_nats::jetstream::consumer::pull::Stream>;
+
+/// Makes (or finds) the archiver's SG_EVENTS consumer and starts pulling from it. The
+/// archiver opens its consumers before it spawns their loops ([`crate::start`]), so a
+/// JetStream timeout here fails the start, which the service retries
+/// (`streamgate_runtime::startup`), instead of a running task.
+pub async fn open_events(
+    js: &async_nats::jetstream::Context,
+    cfg: &ConsumerConfig,
+) -> anyhow::Result<Batches> {
     let consumer = durable_pull(
-        &js,
+        js,
         EVENTS_STREAM,
         &cfg.durable,
         vec!["sg.evt.>".to_owned()],
@@ -116,8 +117,41 @@ pub async fn run_events(
         cfg.max_ack_pending,
     )
     .await?;
-    let mut batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
+    let batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
     info!(durable = %cfg.durable, "archiver consuming SG_EVENTS");
+    Ok(batches)
+}
+
+/// Makes (or finds) the optional SG_RAW consumer (the raw archive) and starts pulling
+/// from it; see [`open_events`].
+pub async fn open_raw(
+    js: &async_nats::jetstream::Context,
+    cfg: &ConsumerConfig,
+) -> anyhow::Result<Batches> {
+    let consumer = durable_pull(
+        js,
+        RAW_STREAM,
+        &format!("{}-raw", cfg.durable),
+        vec!["sg.raw.>".to_owned()],
+        cfg.ack_wait,
+        cfg.max_ack_pending,
+    )
+    .await?;
+    Ok(streamgate_bus::consume::batches(&consumer, cfg.batch).await?)
+}
+
+/// Archives what the SG_EVENTS consumer ([`open_events`]) delivers until `shutdown`.
+/// The batch in flight is committed and acknowledged before it returns, unless the store
+/// is down at that moment: then the batch is left unacknowledged and the broker
+/// redelivers it after `ack_wait`. Returns
+/// an error when the store cannot take writes again ([`ArchiveError::is_permanent`]):
+/// the archiver then exits, for a restart, instead of retrying for ever.
+pub async fn run_events(
+    mut batches: Batches,
+    store: Arc<dyn Store>,
+    cfg: ConsumerConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     // Commits in flight: the next batch is pulled and decoded while the store commits the
     // last one, and batches that queue behind a commit share the next transaction (the
     // store's group commit). One at a time, the writer idled through every pull, decode
@@ -336,23 +370,13 @@ impl Provenances {
     }
 }
 
-/// Runs the optional SG_RAW consumer (the raw archive) until `shutdown`.
+/// Archives what the optional SG_RAW consumer ([`open_raw`]) delivers until `shutdown`.
 pub async fn run_raw(
-    js: async_nats::jetstream::Context,
+    mut batches: Batches,
     store: Arc<dyn Store>,
     cfg: ConsumerConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let consumer = durable_pull(
-        &js,
-        RAW_STREAM,
-        &format!("{}-raw", cfg.durable),
-        vec!["sg.raw.>".to_owned()],
-        cfg.ack_wait,
-        cfg.max_ack_pending,
-    )
-    .await?;
-    let mut batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
     // Paced like the events: one commit per `commit_interval` unless a backlog waits. A
     // commit per batch as it came made a commit (and an fsync) of nearly every chunk at a
     // live pace, and the archive wrote a third more (docs/performance.md, twenty-fifth

@@ -3,7 +3,7 @@
 //! `streamgate_runtime::serve::grpc` (operator bearer token, health, reflection, TLS/mTLS,
 //! connection limits).
 
-use crate::consumer::{run_events, run_raw, ConsumerConfig};
+use crate::consumer::{open_events, open_raw, run_events, run_raw, ConsumerConfig};
 use crate::replay::Replay;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +63,13 @@ pub async fn start(
         ..Default::default()
     };
     streamgate_bus::ensure_streams_exist(&js, &streams).await?;
+    // The consumers are made here, not in their tasks: a JetStream timeout fails the
+    // start, which the service retries, rather than a task that has already started.
+    let events = open_events(&js, &cfg).await?;
+    let raw = match cfg.archive_raw {
+        true => Some(open_raw(&js, &cfg).await?),
+        false => None,
+    };
     let mut tasks = JoinSet::new();
     {
         let (js, stop) = (js.clone(), shutdown.clone());
@@ -74,8 +81,8 @@ pub async fn start(
         });
     }
     {
-        let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());
-        tasks.spawn(async move { run_events(js, store, cfg, stop).await });
+        let (store, cfg, stop) = (store.clone(), cfg.clone(), shutdown.clone());
+        tasks.spawn(async move { run_events(events, store, cfg, stop).await });
     }
     {
         let (store, policies, stop) = (store.clone(), cfg.retention.clone(), shutdown.clone());
@@ -90,9 +97,9 @@ pub async fn start(
         let (store, stop) = (store.clone(), shutdown.clone());
         tasks.spawn(async move { crate::genai::follow::run(store, follow, stop).await });
     }
-    if cfg.archive_raw {
-        let (js, store, cfg, stop) = (js.clone(), store.clone(), cfg.clone(), shutdown.clone());
-        tasks.spawn(async move { run_raw(js, store, cfg, stop).await });
+    if let Some(raw) = raw {
+        let (store, cfg, stop) = (store.clone(), cfg.clone(), shutdown.clone());
+        tasks.spawn(async move { run_raw(raw, store, cfg, stop).await });
     }
     let grpc = match listen.grpc {
         None => None,
