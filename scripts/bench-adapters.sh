@@ -4,7 +4,10 @@
 # Grows one of the project's own fixtures to a single run of SIZE MiB with `streamgate
 # synth` (its delta records repeated in place), then times `streamgate normalize` over it
 # RUNS times (wall time from bash's clock, peak RSS from /usr/bin/time) and prints the
-# median MB/s, the largest peak RSS, and the slowest and fastest run's MB/s.
+# median MB/s, the largest peak RSS, and the slowest and fastest run's MB/s. Beside
+# them, the same machine's baseline: `streamgate bench json` validating every JSON
+# document of the same capture with serde_json, timed the same way (median MB/s), and the
+# adapter's share of it (the performance goal: half).
 #
 #   scripts/bench-adapters.sh [SIZE_MIB=100] [RUNS=3] [FAMILY ...]
 #
@@ -47,7 +50,7 @@ if [ -n "${INSTRUCTIONS:-}" ]; then
   command -v valgrind >/dev/null || { echo "INSTRUCTIONS=1 needs valgrind" >&2; exit 2; }
   printf '%-16s %10s %14s %10s  %s\n' family "MiB" "instructions" "per byte" fixture
 else
-  printf '%-16s %10s %10s %12s %12s  %s\n' family "MiB" "MB/s" "peak RSS" "runs MB/s" fixture
+  printf '%-16s %10s %10s %12s %12s %10s %6s  %s\n' family "MiB" "MB/s" "peak RSS" "runs MB/s" "JSON MB/s" share fixture
 fi
 if [ -z "${INSTRUCTIONS:-}" ]; then
   # The floor under every peak RSS below: the process with no run at all (its mapped
@@ -55,7 +58,7 @@ if [ -z "${INSTRUCTIONS:-}" ]; then
   # page's cached neighbours too, so a binary just built (all of it cached) reads a few
   # MiB higher than one the cache has dropped (docs/performance.md, eighth stop).
   floor=$( { /usr/bin/time -f '%M' "$bin" --version >/dev/null; } 2>&1 | tail -1)
-  printf '%-16s %10s %10s %9.1f MiB %12s  %s\n' "(no run)" - - "$(awk -v k="$floor" 'BEGIN {print k/1024}')" - "$bin --version"
+  printf '%-16s %10s %10s %9.1f MiB %12s %10s %6s  %s\n' "(no run)" - - "$(awk -v k="$floor" 'BEGIN {print k/1024}')" - - - "$bin --version"
 fi
 for family in "${families[@]}"; do
   src="${fixture[$family]:?unknown family $family}"
@@ -71,6 +74,7 @@ for family in "${families[@]}"; do
     continue
   fi
   secs=()
+  json=()
   peak=0
   for _ in $(seq "$runs"); do
     # Wall time from bash's microsecond clock: /usr/bin/time's 10 ms steps are 7% of a
@@ -80,15 +84,23 @@ for family in "${families[@]}"; do
     t1=$EPOCHREALTIME
     secs+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.6f", b - a}')")
     (( kib > peak )) && peak=$kib
+    # The baseline right after, so both see the machine of the same moment.
+    t0=$EPOCHREALTIME
+    "$bin" bench json "$big" >/dev/null
+    t1=$EPOCHREALTIME
+    json+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.6f", b - a}')")
   done
   # The median, and the slowest and fastest run: this machine kind's speed moves by a
   # quarter from one minute to the next (docs/performance.md), which the range shows.
+  median_of() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
   sorted=$(printf '%s\n' "${secs[@]}" | sort -g)
-  median=$(awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' <<<"$sorted")
+  median=$(median_of "${secs[@]}")
   rate() { awk -v b="$bytes" -v s="$1" 'BEGIN {printf "%.0f", (s > 0 ? b / s / 1e6 : 0)}'; }
   mbps=$(rate "$median")
+  json_mbps=$(rate "$(median_of "${json[@]}")")
+  share=$(awk -v a="$mbps" -v j="$json_mbps" 'BEGIN {printf "%.0f%%", (j > 0 ? 100 * a / j : 0)}')
   range="$(rate "$(tail -1 <<<"$sorted")")-$(rate "$(head -1 <<<"$sorted")")"
-  printf '%-16s %10.1f %10s %9.1f MiB %12s  %s\n' "$family" "$(awk -v b="$bytes" 'BEGIN {print b/1048576}')" \
-    "$mbps" "$(awk -v k="$peak" 'BEGIN {print k/1024}')" "$range" "$src"
+  printf '%-16s %10.1f %10s %9.1f MiB %12s %10s %6s  %s\n' "$family" "$(awk -v b="$bytes" 'BEGIN {print b/1048576}')" \
+    "$mbps" "$(awk -v k="$peak" 'BEGIN {print k/1024}')" "$range" "$json_mbps" "$share" "$src"
   rm -f "$big"
 done

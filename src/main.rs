@@ -143,6 +143,9 @@ enum BenchCommand {
     Cluster(cli::bench_cluster::ClusterArgs),
     /// `streamgate verify` on an archive filled to a given size: runs/s and MB/s of raw.
     Verify(cli::bench_verify::VerifyArgs),
+    /// serde_json validation of every JSON document in a capture: the baseline
+    /// `scripts/bench-adapters.sh` times beside each adapter.
+    Json(cli::bench_json::JsonArgs),
 }
 
 /// Ends the process quietly when stdout is a closed pipe (`streamgate replay r1 | head`).
@@ -192,6 +195,9 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Projector(a)) => block_on(cli::bench_projector::projector(a)),
         Command::Bench(BenchCommand::Cluster(a)) => block_on(cli::bench_cluster::cluster(a)),
         Command::Bench(BenchCommand::Verify(a)) => block_on(cli::bench_verify::verify(a)),
+        Command::Bench(BenchCommand::Json(a)) => {
+            cli::bench_json::json(a).map(|()| ExitCode::SUCCESS)
+        }
         Command::Ingest(a) => block_on(cli::ingest::run(a)),
         Command::FollowGateway(a) => block_on(cli::follow_gateway::run(a)),
         Command::Runs(a) => block_on(cli::archive_client::runs(a)),

@@ -4,6 +4,7 @@ pub mod archive_client;
 pub mod bench;
 pub mod bench_baseline;
 pub mod bench_cluster;
+pub mod bench_json;
 pub mod bench_proc;
 pub mod bench_projector;
 pub mod bench_verify;
