@@ -581,19 +581,26 @@ fn disk_line(written: [Option<u64>; 2], events: usize, raw_bytes: usize) -> Opti
 /// The `threads` line: per thread name (this process, then nats-server), the share of a
 /// core it ran and the share of a core's time it was runnable but waited for one, over
 /// the run. Waiting is the box's saturation made visible: every hop a thread serves is
-/// that much later, whatever its batching (a thread made during the run counts whole).
+/// that much later, whatever its batching (a thread made during the run counts whole). A
+/// name whose threads run at another nice value says which (the archive's writer and WAL
+/// syncer ask for ten steps ahead where the process may: `sqlite/priority.rs`).
 fn threads_line(before: &[ThreadTimes; 2], after: &[ThreadTimes; 2], secs: f64) -> Option<String> {
     let mut parts = Vec::new();
     for (who, (b, a)) in ["", "nats-server: "].iter().zip(before.iter().zip(after)) {
         let mut first = true;
         for (name, now) in a {
-            let was = b.get(name).copied().unwrap_or([0.0; 2]);
-            let [ran, waited] = [0, 1].map(|i| 100.0 * (now[i] - was[i]).max(0.0) / secs);
+            let was = b.get(name).copied().unwrap_or_default();
+            let share = |now: f64, was: f64| 100.0 * (now - was).max(0.0) / secs;
+            let (ran, waited) = (share(now.ran, was.ran), share(now.waited, was.waited));
             if ran < 1.0 {
                 continue;
             }
             let prefix = if std::mem::take(&mut first) { *who } else { "" };
-            parts.push(format!("{prefix}{name} {ran:.0}% / {waited:.0}%"));
+            let nice = match now.nice {
+                0 => String::new(),
+                n => format!(" (nice {n})"),
+            };
+            parts.push(format!("{prefix}{name} {ran:.0}% / {waited:.0}%{nice}"));
         }
     }
     (!parts.is_empty()).then(|| {
@@ -1068,8 +1075,20 @@ x_seconds_count{step=\"apply\"} 80
 
     #[test]
     fn the_threads_line_shows_each_name_s_share_of_a_core_over_the_run() {
+        use crate::cli::bench_proc::ThreadTime;
         let at = |pairs: &[(&str, [f64; 2])]| -> ThreadTimes {
-            pairs.iter().map(|(n, t)| ((*n).to_owned(), *t)).collect()
+            pairs
+                .iter()
+                .map(|(n, [ran, waited])| {
+                    let nice = if *n == "writer" { -10 } else { 0 };
+                    let t = ThreadTime {
+                        ran: *ran,
+                        waited: *waited,
+                        nice,
+                    };
+                    ((*n).to_owned(), t)
+                })
+                .collect()
         };
         let before = [
             at(&[("writer", [1.0, 0.5])]),
@@ -1089,7 +1108,7 @@ x_seconds_count{step=\"apply\"} 80
             threads_line(&before, &after, 2.0).as_deref(),
             Some(
                 "threads   ran / waited for a core, in % of one core: worker 20% / 10%, \
-                 writer 50% / 25%, nats-server: nats-server 50% / 50%"
+                 writer 50% / 25% (nice -10), nats-server: nats-server 50% / 50%"
             )
         );
         assert_eq!(threads_line(&before, &before, 2.0), None);

@@ -75,12 +75,23 @@ pub(crate) fn context_switches(_pid: Option<u32>) -> Option<[u64; 2]> {
     None
 }
 
-/// Per thread name, seconds `[on a core, runnable but waiting for one]`.
-pub(crate) type ThreadTimes = std::collections::BTreeMap<String, [f64; 2]>;
+/// Per thread name: its threads' times and priority ([`ThreadTime`]).
+pub(crate) type ThreadTimes = std::collections::BTreeMap<String, ThreadTime>;
+
+/// What the threads of one name did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct ThreadTime {
+    /// Seconds on a core.
+    pub ran: f64,
+    /// Seconds runnable but waiting for a core.
+    pub waited: f64,
+    /// The lowest nice value among them (the most favoured; 0 unless raised or lowered).
+    pub nice: i64,
+}
 
 /// On a core and runnable but waiting for one (the scheduler's run queue), in seconds so
-/// far, per thread name, summed over that name's threads: of this process, or of the one
-/// with `pid`. Empty where it cannot be read.
+/// far, per thread name, summed over that name's threads, with their nice value: of this
+/// process, or of the one with `pid`. Empty where it cannot be read.
 #[cfg(target_os = "linux")]
 pub(crate) fn thread_times(pid: Option<u32>) -> ThreadTimes {
     let mut times = ThreadTimes::new();
@@ -91,9 +102,13 @@ pub(crate) fn thread_times(pid: Option<u32>) -> ThreadTimes {
         let (Ok(stat), Ok(sched)) = (task.stat(), task.schedstat()) else {
             continue;
         };
-        let t = times.entry(stat.comm).or_insert([0.0; 2]);
-        t[0] += sched.sum_exec_runtime as f64 / 1e9;
-        t[1] += sched.run_delay as f64 / 1e9;
+        let t = times.entry(stat.comm).or_insert(ThreadTime {
+            nice: stat.nice,
+            ..ThreadTime::default()
+        });
+        t.ran += sched.sum_exec_runtime as f64 / 1e9;
+        t.waited += sched.run_delay as f64 / 1e9;
+        t.nice = t.nice.min(stat.nice);
     }
     times
 }
@@ -156,7 +171,7 @@ mod tests {
                         x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
                     }
                     let times = thread_times(None);
-                    let ran = times.get("sg-bench-spin").map_or(0.0, |t| t[0]);
+                    let ran = times.get("sg-bench-spin").map_or(0.0, |t| t.ran);
                     if ran >= 0.03 || started.elapsed() > Duration::from_secs(10) {
                         break times;
                     }
@@ -164,9 +179,10 @@ mod tests {
             })
             .expect("a thread");
         let times = spin.join().expect("the spinning thread");
-        let [ran, waited] = times["sg-bench-spin"];
+        let ThreadTime { ran, waited, nice } = times["sg-bench-spin"];
         assert!(ran >= 0.02, "ran {ran} s");
         assert!(waited >= 0.0);
+        assert!((-20..=19).contains(&nice), "nice {nice}");
         assert!(thread_times(Some(u32::MAX)).is_empty(), "no such process");
     }
 
