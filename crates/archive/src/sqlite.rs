@@ -226,11 +226,14 @@ impl SqliteStore {
             .name("sg-archive-sqlite".into())
             .spawn(move || match open_writer(&thread_path, &options) {
                 Ok(conn) => {
-                    priority::apply_to_this_thread(options.writer_priority, "writer");
                     let durable =
                         Durable::start(&conn, options.durability, options.writer_priority);
                     let _ = ready_tx.send(Ok(()));
                     let checkpoints = Checkpoints::start(&thread_path);
+                    // Raised after the syncer and the checkpointer are spawned: a thread
+                    // starts at its parent's nice value, and the checkpointer, which
+                    // nothing waits for, keeps the process's (the syncer raises itself).
+                    priority::apply_to_this_thread(options.writer_priority, "writer");
                     writer_loop(conn, rx, &thread_conflicts, &checkpoints, &durable);
                 }
                 Err(e) => {

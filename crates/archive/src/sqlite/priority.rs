@@ -114,6 +114,48 @@ mod tests {
         assert_eq!(nice_of_this_thread(), before, "the caller is untouched");
     }
 
+    /// The nice value of each of this process's threads named `name`.
+    fn nice_of_threads(name: &str) -> Vec<i32> {
+        let mut out = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // `pid (comm) state ...`: the fields after the comm's closing parenthesis.
+            let Some((head, fields)) = stat.rsplit_once(") ") else {
+                continue;
+            };
+            if head.split_once(" (").map(|(_, comm)| comm) == Some(name) {
+                // Field 19 of the whole line is the 17th after the comm.
+                out.push(fields.split(' ').nth(16).unwrap().parse().unwrap());
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_store_raises_its_writer_and_syncer_once_and_leaves_the_checkpointer() {
+        let before = nice_of_this_thread();
+        let dir = tempfile::tempdir().unwrap();
+        let _store = crate::SqliteStore::open(&dir.path().join("p.db"))
+            .await
+            .unwrap();
+        let raised = (before - RAISED_BY).max(-20);
+        // Other tests' stores run beside this one, raised or not: each thread is at the
+        // process's priority or ten steps ahead, never further, and no checkpointer is.
+        for name in ["sg-archive-sqli", "sg-archive-sync"] {
+            let nice = nice_of_threads(name);
+            assert!(!nice.is_empty(), "no {name} thread");
+            assert!(
+                nice.iter().all(|n| *n == before || *n == raised),
+                "{name}: {nice:?}, process at {before}"
+            );
+        }
+        let checkpointers = nice_of_threads("sg-archive-ckpt");
+        assert!(
+            checkpointers.iter().all(|n| *n == before),
+            "checkpointers at {checkpointers:?}, process at {before}"
+        );
+    }
+
     #[test]
     fn normal_leaves_the_thread_alone() {
         let nice = std::thread::spawn(|| {
