@@ -582,8 +582,9 @@ fn disk_line(written: [Option<u64>; 2], events: usize, raw_bytes: usize) -> Opti
 /// core it ran and the share of a core's time it was runnable but waited for one, over
 /// the run. Waiting is the box's saturation made visible: every hop a thread serves is
 /// that much later, whatever its batching (a thread made during the run counts whole). A
-/// name whose threads run at another nice value says which (the archive's writer and WAL
-/// syncer ask for ten steps ahead where the process may: `sqlite/priority.rs`).
+/// name whose threads run at another nice value than the process says how far (the
+/// archive's writer and WAL syncer ask for ten steps ahead where the process may:
+/// `sqlite/priority.rs`).
 fn threads_line(before: &[ThreadTimes; 2], after: &[ThreadTimes; 2], secs: f64) -> Option<String> {
     let mut parts = Vec::new();
     for (who, (b, a)) in ["", "nats-server: "].iter().zip(before.iter().zip(after)) {
@@ -598,7 +599,8 @@ fn threads_line(before: &[ThreadTimes; 2], after: &[ThreadTimes; 2], secs: f64) 
             let prefix = if std::mem::take(&mut first) { *who } else { "" };
             let nice = match now.nice {
                 0 => String::new(),
-                n => format!(" (nice {n})"),
+                n if n < 0 => format!(" ({} nice steps ahead)", -n),
+                n => format!(" ({n} nice steps behind)"),
             };
             parts.push(format!("{prefix}{name} {ran:.0}% / {waited:.0}%{nice}"));
         }
@@ -1108,7 +1110,7 @@ x_seconds_count{step=\"apply\"} 80
             threads_line(&before, &after, 2.0).as_deref(),
             Some(
                 "threads   ran / waited for a core, in % of one core: worker 20% / 10%, \
-                 writer 50% / 25% (nice -10), nats-server: nats-server 50% / 50%"
+                 writer 50% / 25% (10 nice steps ahead), nats-server: nats-server 50% / 50%"
             )
         );
         assert_eq!(threads_line(&before, &before, 2.0), None);

@@ -85,30 +85,36 @@ pub(crate) struct ThreadTime {
     pub ran: f64,
     /// Seconds runnable but waiting for a core.
     pub waited: f64,
-    /// The lowest nice value among them (the most favoured; 0 unless raised or lowered).
+    /// The lowest nice value among them (the most favoured), less the process's (its
+    /// main thread's): 0 unless raised or lowered apart from the process.
     pub nice: i64,
 }
 
 /// On a core and runnable but waiting for one (the scheduler's run queue), in seconds so
-/// far, per thread name, summed over that name's threads, with their nice value: of this
-/// process, or of the one with `pid`. Empty where it cannot be read.
+/// far, per thread name, summed over that name's threads, with their nice value against
+/// the process's: of this process, or of the one with `pid`. Empty where it cannot be
+/// read.
 #[cfg(target_os = "linux")]
 pub(crate) fn thread_times(pid: Option<u32>) -> ThreadTimes {
     let mut times = ThreadTimes::new();
-    let Some(tasks) = process(pid).and_then(|p| p.tasks().ok()) else {
+    let Some(process) = process(pid) else {
+        return times;
+    };
+    let (Ok(tasks), Ok(main)) = (process.tasks(), process.stat()) else {
         return times;
     };
     for task in tasks.flatten() {
         let (Ok(stat), Ok(sched)) = (task.stat(), task.schedstat()) else {
             continue;
         };
+        let nice = stat.nice - main.nice;
         let t = times.entry(stat.comm).or_insert(ThreadTime {
-            nice: stat.nice,
+            nice,
             ..ThreadTime::default()
         });
         t.ran += sched.sum_exec_runtime as f64 / 1e9;
         t.waited += sched.run_delay as f64 / 1e9;
-        t.nice = t.nice.min(stat.nice);
+        t.nice = t.nice.min(nice);
     }
     times
 }
@@ -182,7 +188,7 @@ mod tests {
         let ThreadTime { ran, waited, nice } = times["sg-bench-spin"];
         assert!(ran >= 0.02, "ran {ran} s");
         assert!(waited >= 0.0);
-        assert!((-20..=19).contains(&nice), "nice {nice}");
+        assert_eq!(nice, 0, "a thread at the process's priority");
         assert!(thread_times(Some(u32::MAX)).is_empty(), "no such process");
     }
 

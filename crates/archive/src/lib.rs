@@ -51,7 +51,9 @@ use streamgate_grammar::{Json, RunEvent};
 
 pub use error::ArchiveError;
 pub use postgres::PostgresStore;
-pub use sqlite::{ArchivePageSize, SqliteDurability, SqliteOptions, SqliteStore, WriterPriority};
+pub use sqlite::{
+    ArchivePageSize, SqliteDurability, SqliteOptions, SqliteStore, WriterPriority, RAISED_BY,
+};
 
 /// An archived event: the grammar event with its envelope and its `SG_EVENTS` stream
 /// sequence (the global journal position).

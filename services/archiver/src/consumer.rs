@@ -96,51 +96,59 @@ impl Default for ConsumerConfig {
     }
 }
 
-/// A durable consumer's messages in batches, pulling: what [`open_events`] and
-/// [`open_raw`] hand to their loops.
+/// A durable consumer's messages in batches, pulling.
 pub type Batches = futures::stream::ReadyChunks<async_nats::jetstream::consumer::pull::Stream>;
 
-/// Makes (or finds) the archiver's SG_EVENTS consumer and starts pulling from it. The
-/// archiver opens its consumers before it spawns their loops ([`crate::start`]), so a
-/// JetStream timeout here fails the start, which the service retries
-/// (`streamgate_runtime::startup`), instead of a running task.
-pub async fn open_events(
-    js: &async_nats::jetstream::Context,
-    cfg: &ConsumerConfig,
-) -> anyhow::Result<Batches> {
-    let consumer = durable_pull(
-        js,
-        EVENTS_STREAM,
-        &cfg.durable,
-        vec!["sg.evt.>".to_owned()],
-        cfg.ack_wait,
-        cfg.max_ack_pending,
-    )
-    .await?;
-    let batches = streamgate_bus::consume::batches(&consumer, cfg.batch).await?;
-    info!(durable = %cfg.durable, "archiver consuming SG_EVENTS");
-    Ok(batches)
+/// The archiver's consumers, pulling: what [`open_consumers`] hands to the loops.
+pub struct Consumers {
+    /// SG_EVENTS, for [`run_events`].
+    pub events: Batches,
+    /// SG_RAW with `archive_raw`, for [`run_raw`].
+    pub raw: Option<Batches>,
 }
 
-/// Makes (or finds) the optional SG_RAW consumer (the raw archive) and starts pulling
-/// from it; see [`open_events`].
-pub async fn open_raw(
+/// Makes (or finds) the archiver's consumers — SG_EVENTS, and SG_RAW with `archive_raw` —
+/// and starts pulling from them. The archiver opens them before it spawns their loops
+/// ([`crate::start`]), so a JetStream timeout here fails the start, which the service
+/// retries (`streamgate_runtime::startup`), instead of a running task. Both consumers
+/// are made before either pulls, so a start that fails on the second leaves nothing
+/// delivered to a pull it drops.
+pub async fn open_consumers(
     js: &async_nats::jetstream::Context,
     cfg: &ConsumerConfig,
-) -> anyhow::Result<Batches> {
-    let consumer = durable_pull(
-        js,
-        RAW_STREAM,
-        &format!("{}-raw", cfg.durable),
-        vec!["sg.raw.>".to_owned()],
-        cfg.ack_wait,
-        cfg.max_ack_pending,
-    )
-    .await?;
-    Ok(streamgate_bus::consume::batches(&consumer, cfg.batch).await?)
+) -> anyhow::Result<Consumers> {
+    let made = |stream: &'static str, durable: String, filter: &str| {
+        let filters = vec![filter.to_owned()];
+        async move {
+            durable_pull(
+                js,
+                stream,
+                &durable,
+                filters,
+                cfg.ack_wait,
+                cfg.max_ack_pending,
+            )
+            .await
+        }
+    };
+    let events = made(EVENTS_STREAM, cfg.durable.clone(), "sg.evt.>").await?;
+    let raw = match cfg.archive_raw {
+        true => Some(made(RAW_STREAM, format!("{}-raw", cfg.durable), "sg.raw.>").await?),
+        false => None,
+    };
+    let pull = |consumer| streamgate_bus::consume::batches(consumer, cfg.batch);
+    let consumers = Consumers {
+        events: pull(&events).await?,
+        raw: match &raw {
+            Some(raw) => Some(pull(raw).await?),
+            None => None,
+        },
+    };
+    info!(durable = %cfg.durable, raw = cfg.archive_raw, "archiver consuming SG_EVENTS");
+    Ok(consumers)
 }
 
-/// Archives what the SG_EVENTS consumer ([`open_events`]) delivers until `shutdown`.
+/// Archives what the SG_EVENTS consumer ([`open_consumers`]) delivers until `shutdown`.
 /// The batch in flight is committed and acknowledged before it returns, unless the store
 /// is down at that moment: then the batch is left unacknowledged and the broker
 /// redelivers it after `ack_wait`. Returns
@@ -370,7 +378,8 @@ impl Provenances {
     }
 }
 
-/// Archives what the optional SG_RAW consumer ([`open_raw`]) delivers until `shutdown`.
+/// Archives what the optional SG_RAW consumer ([`open_consumers`]) delivers until
+/// `shutdown`.
 pub async fn run_raw(
     mut batches: Batches,
     store: Arc<dyn Store>,

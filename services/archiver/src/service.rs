@@ -3,7 +3,7 @@
 //! `streamgate_runtime::serve::grpc` (operator bearer token, health, reflection, TLS/mTLS,
 //! connection limits).
 
-use crate::consumer::{open_events, open_raw, run_events, run_raw, ConsumerConfig};
+use crate::consumer::{open_consumers, run_events, run_raw, ConsumerConfig, Consumers};
 use crate::replay::Replay;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,11 +65,7 @@ pub async fn start(
     streamgate_bus::ensure_streams_exist(&js, &streams).await?;
     // The consumers are made here, not in their tasks: a JetStream timeout fails the
     // start, which the service retries, rather than a task that has already started.
-    let events = open_events(&js, &cfg).await?;
-    let raw = match cfg.archive_raw {
-        true => Some(open_raw(&js, &cfg).await?),
-        false => None,
-    };
+    let Consumers { events, raw } = open_consumers(&js, &cfg).await?;
     let mut tasks = JoinSet::new();
     {
         let (js, stop) = (js.clone(), shutdown.clone());
