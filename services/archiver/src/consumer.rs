@@ -151,9 +151,9 @@ pub async fn open_consumers(
 /// Archives what the SG_EVENTS consumer ([`open_consumers`]) delivers until `shutdown`.
 /// The batch in flight is committed and acknowledged before it returns, unless the store
 /// is down at that moment: then the batch is left unacknowledged and the broker
-/// redelivers it after `ack_wait`. Returns
-/// an error when the store cannot take writes again ([`ArchiveError::is_permanent`]):
-/// the archiver then exits, for a restart, instead of retrying for ever.
+/// redelivers it after `ack_wait`. Returns an error when the store cannot take writes
+/// again ([`ArchiveError::is_permanent`]): the archiver then exits, for a restart,
+/// instead of retrying for ever.
 pub async fn run_events(
     mut batches: Batches,
     store: Arc<dyn Store>,
